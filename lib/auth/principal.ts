@@ -1,0 +1,11 @@
+// Who is calling: the account, its plan, and the credential that proved it.
+
+import type { PlanConfig } from '../config/types.js';
+
+export interface Principal {
+  accountId: string;
+  planName: string;
+  plan: PlanConfig;
+  /** Developer key id (hex prefix of its digest) or JWT session id. */
+  credentialId: string;
+}

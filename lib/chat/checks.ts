@@ -1,0 +1,72 @@
+// Checks that need the chosen model or the operator's policy: images, content policy and
+// the context window. They run before anything is held or sent upstream.
+
+import type { ModelConfig } from '../config/types.js';
+import { GatewayError } from '../errors.js';
+import { counter, estimatePromptTokens } from '../tokens/count.js';
+import type { ChatMessage, ChatRequest } from './types.js';
+
+/** Tokens an image is taken to cost when estimating a prompt. */
+export const IMAGE_TOKENS = 85;
+
+export function checkImages(req: ChatRequest, model: ModelConfig): void {
+  if (req.imageCount === 0) return;
+  if (!model.supports_vision) {
+    throw new GatewayError('model_does_not_support_images', `The model '${model.id}' does not accept images.`, { param: 'messages' });
+  }
+  if (req.imageCount > model.max_images) {
+    throw new GatewayError('too_many_images', `The model '${model.id}' accepts at most ${model.max_images} images per request; this one has ${req.imageCount}.`, { param: 'messages' });
+  }
+}
+
+/** content_policy.block: a match anywhere in the messages' text refuses the request. */
+export class ContentPolicy {
+  readonly #patterns: RegExp[];
+
+  constructor(block: readonly string[]) {
+    this.#patterns = block.map((re) => new RegExp(re, 'u'));
+  }
+
+  check(messages: readonly ChatMessage[]): void {
+    if (this.#patterns.length === 0) return;
+    for (const m of messages) {
+      if (typeof m.content === 'string') this.#test(m.content);
+      else if (Array.isArray(m.content)) for (const p of m.content) if (p.type === 'text') this.#test(p.text);
+    }
+  }
+
+  #test(text: string): void {
+    for (const re of this.#patterns) {
+      if (re.test(text)) throw new GatewayError('content_blocked', 'The request was blocked by the content policy of this service.', { param: 'messages' });
+    }
+  }
+}
+
+function textBytesUpperBound(messages: readonly ChatMessage[]): number {
+  let n = 0;
+  for (const m of messages) {
+    if (typeof m.content === 'string') n += m.content.length * 3;
+    else if (Array.isArray(m.content)) for (const p of m.content) n += p.type === 'text' ? p.text.length * 3 : IMAGE_TOKENS;
+    if (m.name !== undefined) n += m.name.length * 3 + 1;
+    if (m.tool_calls !== undefined) for (const c of m.tool_calls) n += (c.function.name.length + c.function.arguments.length) * 3 + 3;
+    n += 3;
+  }
+  return n + 3;
+}
+
+/**
+ * Prompt estimate + requested output above the context window -> 422. A byte-level BPE token
+ * is at least one byte, so a prompt whose UTF-8 size already fits skips the tokenizer.
+ */
+export function checkContext(req: ChatRequest, model: ModelConfig): void {
+  const output = req.maxOutputTokens ?? model.max_output_tokens;
+  if (textBytesUpperBound(req.messages) + output <= model.context_window) return;
+  const prompt = estimatePromptTokens(req.messages, counter(model.tokenizer), IMAGE_TOKENS);
+  if (prompt + output > model.context_window) {
+    throw new GatewayError(
+      'context_length_exceeded',
+      `This model's maximum context length is ${model.context_window} tokens; the request has about ${prompt} prompt tokens and asks for ${output} output tokens.`,
+      { param: 'messages' },
+    );
+  }
+}

@@ -1,0 +1,80 @@
+// The shapes of the chat API as Tollgate speaks it (spec section 2, CONTRACT section 4).
+
+export type Role = 'system' | 'developer' | 'user' | 'assistant' | 'tool';
+
+export interface TextPart { type: 'text'; text: string }
+export interface ImagePart { type: 'image_url'; image_url: { url: string; detail?: string } }
+export type ContentPart = TextPart | ImagePart;
+
+export interface ToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
+
+export interface ChatMessage {
+  role: Role;
+  content?: string | ContentPart[] | null;
+  name?: string;
+  tool_calls?: ToolCall[];
+  tool_call_id?: string;
+}
+
+/** A validated request. `body` is the client's object, kept for forwarding known fields. */
+export interface ChatRequest {
+  model: string;
+  messages: ChatMessage[];
+  stream: boolean;
+  includeUsage: boolean;
+  /** max_completion_tokens, else max_tokens, when the client set one. */
+  maxOutputTokens: number | undefined;
+  imageCount: number;
+  body: Record<string, unknown>;
+}
+
+export type FinishReason = 'stop' | 'length' | 'tool_calls' | 'content_filter';
+
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+export interface Logprobs { content: unknown[] | null; refusal: unknown[] | null }
+
+export interface CompletionChoice {
+  index: number;
+  message: { role: 'assistant'; content: string | null; refusal: string | null; tool_calls?: ToolCall[] };
+  logprobs: Logprobs | null;
+  finish_reason: FinishReason;
+}
+
+export interface ChatCompletion {
+  id: string;
+  object: 'chat.completion';
+  created: number;
+  model: string;
+  choices: CompletionChoice[];
+  usage: Usage;
+}
+
+export interface ToolCallDelta {
+  index: number;
+  id?: string;
+  type?: 'function';
+  function?: { name?: string; arguments?: string };
+}
+
+export interface ChunkDelta {
+  role?: 'assistant';
+  content?: string | null;
+  refusal?: string | null;
+  tool_calls?: ToolCallDelta[];
+}
+
+export interface ChunkChoice {
+  index: number;
+  delta: ChunkDelta;
+  logprobs?: Logprobs | null;
+  finish_reason: FinishReason | null;
+}

@@ -1,0 +1,106 @@
+// The `tollgate` command: serve a config, or check one.
+
+import { watch } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { ConfigError, loadConfigFile } from './config/load.js';
+import { createGateway } from './gateway.js';
+import { listen } from './http/server.js';
+
+const USAGE = `usage:
+  tollgate serve --config FILE [--host H] [--port N]
+  tollgate check --config FILE`;
+
+function fail(message: string, code = 2): never {
+  process.stderr.write(`${message}\n`);
+  process.exit(code);
+}
+
+async function check(argv: string[]): Promise<void> {
+  const { values } = parseArgs({ args: argv, options: { config: { type: 'string', short: 'c' } }, strict: true });
+  if (values.config === undefined) fail(`tollgate check: --config FILE is required\n${USAGE}`);
+  try {
+    await loadConfigFile(values.config);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(`${err.problems.join('\n')}\n`);
+    process.exit(1);
+  }
+  process.stdout.write(`${values.config}: ok\n`);
+}
+
+async function serve(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: { config: { type: 'string', short: 'c' }, host: { type: 'string' }, port: { type: 'string' } },
+    strict: true,
+  });
+  if (values.config === undefined) fail(`tollgate serve: --config FILE is required\n${USAGE}`);
+  const path = values.config;
+  let config;
+  try {
+    config = await loadConfigFile(path);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    fail(`tollgate: ${path} is not valid:\n  ${err.problems.join('\n  ')}`, 1);
+  }
+  const port = values.port === undefined ? config.server.port : Number(values.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) fail(`tollgate serve: --port must be an integer from 0 to 65535`);
+  const host = values.host ?? config.server.host;
+
+  const gateway = createGateway(config);
+  const running = await listen(gateway, host, port);
+  process.stdout.write(`tollgate listening on ${running.url}\n`);
+  gateway.logger.info({ url: running.url, config: path, models: config.models.length }, 'listening');
+
+  let reloading = Promise.resolve();
+  const reload = (why: string) => {
+    reloading = reloading.then(async () => {
+      try {
+        await gateway.reload(await loadConfigFile(path));
+        gateway.logger.info({ config: path, why }, 'config reloaded');
+      } catch (err) {
+        const problems = err instanceof ConfigError ? err.problems : [String(err)];
+        gateway.logger.error({ config: path, why, problems }, 'config reload rejected; the previous config stays in force');
+      }
+    });
+  };
+  process.on('SIGHUP', () => reload('SIGHUP'));
+  if (config.server.watch_config) {
+    let debounce: NodeJS.Timeout | undefined;
+    watch(path, () => {
+      clearTimeout(debounce);
+      debounce = setTimeout(() => reload('file changed'), 200);
+    }).unref();
+  }
+
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    gateway.logger.info({ signal, inflight: gateway.inflight }, 'draining');
+    running.drain(config.server.drain_timeout_ms).then(
+      () => process.exit(0),
+      (err) => { gateway.logger.error({ err }, 'drain failed'); process.exit(1); },
+    );
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+}
+
+export async function main(argv: string[]): Promise<void> {
+  const [command, ...rest] = argv;
+  try {
+    switch (command) {
+      case 'serve': return await serve(rest);
+      case 'check': return await check(rest);
+      case '-h': case '--help': case 'help': case undefined:
+        process.stdout.write(`${USAGE}\n`);
+        if (command === undefined) process.exitCode = 2;
+        return;
+      default: fail(`tollgate: unknown command '${command}'\n${USAGE}`);
+    }
+  } catch (err) {
+    if (err instanceof TypeError && (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) fail(`tollgate: ${err.message}\n${USAGE}`);
+    throw err;
+  }
+}

@@ -1,0 +1,153 @@
+// The config file's JSON Schema, with the defaults of CONTRACT section 3.
+// ajv fills the defaults in and reports every problem; load.ts turns its errors into
+// `path.to.field: message` lines.
+
+const uint = { type: 'integer', minimum: 0, 'x-msg': 'must be a non-negative integer' } as const;
+const posInt = { type: 'integer', minimum: 1, 'x-msg': 'must be a positive integer' } as const;
+const nullableUint = { type: ['integer', 'null'], minimum: 0, 'x-msg': 'must be a non-negative integer or null' } as const;
+const str = { type: 'string' } as const;
+const nullableStr = { type: ['string', 'null'] } as const;
+const slug = { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$', 'x-msg': 'must be 1-128 characters of letters, digits and ._:/@+-' } as const;
+const httpUrl = { type: 'string', pattern: '^https?://[^\\s]+$', 'x-msg': 'must be an http:// or https:// URL' } as const;
+
+function obj(properties: Record<string, unknown>, extra: Record<string, unknown> = {}) {
+  return { type: 'object', additionalProperties: false, properties, ...extra };
+}
+
+const price = obj(
+  { input_per_mtok: { ...uint, default: 0 }, output_per_mtok: { ...uint, default: 0 } },
+  { default: {} },
+);
+
+const plan = obj({
+  paid: { type: 'boolean', default: false },
+  requests_per_minute: { ...nullableUint, default: null },
+  tokens_per_minute: { ...nullableUint, default: null },
+  max_concurrent: { ...nullableUint, default: null },
+  quotas: obj(
+    {
+      requests_per_day: { ...nullableUint, default: null },
+      tokens_per_day: { ...nullableUint, default: null },
+      units_per_month: { ...nullableUint, default: null },
+    },
+    { default: {} },
+  ),
+});
+
+const provider = obj(
+  {
+    kind: { enum: ['openai', 'anthropic', 'echo'], 'x-msg': 'must be one of openai, anthropic, echo' },
+    base_url: httpUrl,
+    api_key: { ...str, default: '' },
+    timeout_ms: { ...posInt, default: 60000 },
+    connect_timeout_ms: { ...posInt, default: 5000 },
+    max_connections: { ...posInt, default: 256 },
+    discover_models: { type: 'boolean', default: false },
+    discover_interval_ms: { ...posInt, default: 60000 },
+    headers: { type: 'object', additionalProperties: str, default: {} },
+    model_defaults: { type: 'object', default: {} },
+    stream_usage: { type: 'boolean', default: true },
+    anthropic_version: { ...str, default: '2023-06-01' },
+    chunk_delay_ms: { ...uint, default: 0 },
+  },
+  { required: ['kind'] },
+);
+
+const target = obj({ provider: str, upstream_model: str }, { required: ['provider'] });
+
+const model = obj(
+  {
+    id: slug,
+    provider: str,
+    upstream_model: str,
+    fallbacks: { type: 'array', items: target, default: [] },
+    context_window: { ...posInt, default: 8192 },
+    max_output_tokens: { ...posInt, default: 2048 },
+    supports_vision: { type: 'boolean', default: false },
+    max_images: { ...uint, default: 0 },
+    paid_only: { type: 'boolean', default: false },
+    tokenizer: { enum: ['o200k_base', 'cl100k_base', 'p50k_base', 'r50k_base'], default: 'o200k_base', 'x-msg': 'must be one of o200k_base, cl100k_base, p50k_base, r50k_base' },
+    price,
+    created: { ...uint },
+  },
+  { required: ['id', 'provider'] },
+);
+
+const account = obj(
+  {
+    id: slug,
+    plan: str,
+    wallet_units: { ...uint, default: 0 },
+    keys: { type: 'array', items: str, default: [] },
+    key_sha256: { type: 'array', items: { type: 'string', pattern: '^[0-9a-fA-F]{64}$', 'x-msg': 'must be 64 hex digits' }, default: [] },
+  },
+  { required: ['id', 'plan'] },
+);
+
+export const configSchema = obj({
+  service: obj(
+    {
+      name: { type: 'string', pattern: '^[a-z0-9][a-z0-9._-]*$', default: 'tollgate', 'x-msg': 'must be lowercase letters, digits and ._-' },
+      key_prefix: { type: 'string', pattern: '^[A-Za-z0-9]+$', default: 'tg', 'x-msg': 'must be letters and digits' },
+    },
+    { default: {} },
+  ),
+  server: obj(
+    {
+      host: { ...str, default: '127.0.0.1' },
+      port: { type: 'integer', minimum: 0, maximum: 65535, default: 8080, 'x-msg': 'must be an integer from 0 to 65535' },
+      max_body_bytes: { ...posInt, default: 41943040 },
+      drain_timeout_ms: { ...uint, default: 30000 },
+      sse_keepalive_ms: { ...posInt, default: 15000 },
+      watch_config: { type: 'boolean', default: false },
+      passthrough: { ...nullableStr, default: null },
+      passthrough_auth: { type: 'boolean', default: false },
+    },
+    { default: {} },
+  ),
+  admin: obj({ token: { ...nullableStr, default: null } }, { default: {} }),
+  store: obj(
+    {
+      kind: { enum: ['memory', 'redis'], default: 'memory', 'x-msg': 'must be memory or redis' },
+      path: { ...nullableStr, default: null },
+      fsync_ms: { ...uint, default: 1000 },
+      url: { ...str, default: 'redis://127.0.0.1:6379' },
+      prefix: { ...str, default: 'tollgate:' },
+      on_error: { enum: ['closed', 'open'], default: 'closed', 'x-msg': 'must be closed or open' },
+    },
+    { default: {} },
+  ),
+  auth: obj(
+    {
+      jwt: {
+        type: ['object', 'null'],
+        additionalProperties: false,
+        default: null,
+        properties: {
+          secret: nullableStr,
+          public_key: nullableStr,
+          jwks_url: nullableStr,
+          issuer: nullableStr,
+          audience: nullableStr,
+        },
+      },
+    },
+    { default: {} },
+  ),
+  plans: {
+    type: 'object',
+    additionalProperties: plan,
+    default: {
+      free: {
+        paid: false, requests_per_minute: 60, tokens_per_minute: 100000, max_concurrent: 4,
+        quotas: { requests_per_day: 1000, tokens_per_day: 1000000, units_per_month: null },
+      },
+      pro: { paid: true, requests_per_minute: 600, tokens_per_minute: 2000000, max_concurrent: 32 },
+    },
+  },
+  accounts: { type: 'array', items: account, default: [] },
+  providers: { type: 'object', additionalProperties: provider, default: {} },
+  models: { type: 'array', items: model, default: [] },
+  routing: obj({ auto: { type: 'array', items: str, default: [] } }, { default: {} }),
+  content_policy: obj({ block: { type: 'array', items: str, default: [] } }, { default: {} }),
+});

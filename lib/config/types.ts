@@ -1,0 +1,95 @@
+// The validated, defaulted and frozen shape of the config file (CONTRACT section 3).
+
+export interface PriceConfig { input_per_mtok: number; output_per_mtok: number }
+
+export interface PlanConfig {
+  paid: boolean;
+  requests_per_minute: number | null;
+  tokens_per_minute: number | null;
+  max_concurrent: number | null;
+  quotas: { requests_per_day: number | null; tokens_per_day: number | null; units_per_month: number | null };
+}
+
+export type ProviderKind = 'openai' | 'anthropic' | 'echo';
+
+export interface ProviderConfig {
+  kind: ProviderKind;
+  base_url?: string;
+  api_key: string;
+  timeout_ms: number;
+  connect_timeout_ms: number;
+  max_connections: number;
+  discover_models: boolean;
+  discover_interval_ms: number;
+  headers: Record<string, string>;
+  model_defaults: Record<string, unknown>;
+  stream_usage: boolean;
+  anthropic_version: string;
+  /** echo only: pause between streamed words (smoke tests of slow streams). */
+  chunk_delay_ms: number;
+}
+
+export interface TargetConfig { provider: string; upstream_model?: string }
+
+export type TokenizerName = 'o200k_base' | 'cl100k_base' | 'p50k_base' | 'r50k_base';
+
+export interface ModelConfig {
+  id: string;
+  provider: string;
+  upstream_model?: string;
+  fallbacks: TargetConfig[];
+  context_window: number;
+  max_output_tokens: number;
+  supports_vision: boolean;
+  max_images: number;
+  paid_only: boolean;
+  tokenizer: TokenizerName;
+  price: PriceConfig;
+  created?: number;
+}
+
+export interface AccountConfig {
+  id: string;
+  plan: string;
+  wallet_units: number;
+  keys: string[];
+  key_sha256: string[];
+}
+
+export interface Config {
+  service: { name: string; key_prefix: string };
+  server: {
+    host: string;
+    port: number;
+    max_body_bytes: number;
+    drain_timeout_ms: number;
+    sse_keepalive_ms: number;
+    watch_config: boolean;
+    passthrough: string | null;
+    passthrough_auth: boolean;
+  };
+  admin: { token: string | null };
+  store: {
+    kind: 'memory' | 'redis';
+    path: string | null;
+    fsync_ms: number;
+    url: string;
+    prefix: string;
+    on_error: 'closed' | 'open';
+  };
+  auth: {
+    jwt: {
+      secret?: string | null;
+      public_key?: string | null;
+      jwks_url?: string | null;
+      issuer?: string | null;
+      audience?: string | null;
+    } | null;
+  };
+  plans: Record<string, PlanConfig>;
+  accounts: AccountConfig[];
+  providers: Record<string, ProviderConfig>;
+  models: ModelConfig[];
+  routing: { auto: string[] };
+  content_policy: { block: string[] };
+}

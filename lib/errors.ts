@@ -1,0 +1,123 @@
+// The one table of every error a client can see: code -> status and type.
+// Everything else that goes wrong becomes 500 internal_error; its detail stays in the log.
+
+export type ErrorType =
+  | 'invalid_request_error'
+  | 'insufficient_credits'
+  | 'permission_error'
+  | 'rate_limit_error'
+  | 'server_error';
+
+/** Type for each status (CONTRACT section 4). */
+export function typeForStatus(status: number): ErrorType {
+  switch (status) {
+    case 402: return 'insufficient_credits';
+    case 403: return 'permission_error';
+    case 429: return 'rate_limit_error';
+    default: return status >= 500 ? 'server_error' : 'invalid_request_error';
+  }
+}
+
+/** code -> HTTP status. Each key is the code a client sees. */
+export const ERROR_CODES = Object.freeze({
+  invalid_json: 400,
+  missing_required_parameter: 400,
+  invalid_type: 400,
+  invalid_value: 400,
+  unsupported_value: 400,
+  invalid_image_url: 400,
+  too_many_images: 400,
+  invalid_api_key: 401,
+  token_expired: 401,
+  session_revoked: 401,
+  insufficient_credits: 402,
+  quota_exceeded: 402,
+  model_requires_paid_plan: 403,
+  content_blocked: 403,
+  model_not_found: 404,
+  unknown_url: 404,
+  account_not_found: 404,
+  key_not_found: 404,
+  method_not_allowed: 405,
+  account_exists: 409,
+  request_too_large: 413,
+  unsupported_media_type: 415,
+  context_length_exceeded: 422,
+  model_does_not_support_images: 422,
+  rate_limit_exceeded: 429,
+  too_many_concurrent: 429,
+  internal_error: 500,
+  provider_error: 502,
+  model_unavailable: 503,
+  service_unavailable: 503,
+  provider_timeout: 504,
+} as const);
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** Extra members some codes carry in the envelope (spec 2.5). */
+export interface ErrorExtras {
+  quota_code?: string;
+  wallet_balance_units?: number;
+  suggested_models?: string[];
+}
+
+/** An error that reaches the client as the envelope. `headers` are added to the answer. */
+export class GatewayError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly type: ErrorType;
+  readonly param: string | null;
+  readonly extras: ErrorExtras | undefined;
+  readonly headers: Record<string, string> | undefined;
+
+  constructor(
+    code: ErrorCode,
+    message: string,
+    opts: { param?: string | null; extras?: ErrorExtras; headers?: Record<string, string>; cause?: unknown } = {},
+  ) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'GatewayError';
+    this.code = code;
+    this.status = ERROR_CODES[code];
+    this.type = typeForStatus(this.status);
+    this.param = opts.param ?? null;
+    this.extras = opts.extras;
+    this.headers = opts.headers;
+  }
+}
+
+/**
+ * Retry-After headers for 429/503 answers: whole seconds (at least 1), the same in
+ * milliseconds, and x-should-retry: false when the wait exceeds a minute.
+ */
+export function retryAfterHeaders(ms: number): Record<string, string> {
+  const waitMs = Math.max(1, Math.ceil(Number.isFinite(ms) ? ms : 1000));
+  const seconds = Math.max(1, Math.ceil(waitMs / 1000));
+  const headers: Record<string, string> = {
+    'retry-after': String(seconds),
+    'retry-after-ms': String(waitMs),
+  };
+  if (seconds > 60) headers['x-should-retry'] = 'false';
+  return headers;
+}
+
+/** Anything thrown that is not a GatewayError is hidden behind internal_error. */
+export function toGatewayError(err: unknown): GatewayError {
+  if (err instanceof GatewayError) return err;
+  return new GatewayError('internal_error', 'The gateway failed to handle the request.', { cause: err });
+}
+
+/** The envelope: the spec's fields at top level, and again under `error` for the OpenAI SDKs. */
+export function envelope(err: GatewayError, requestId: string | undefined): Record<string, unknown> {
+  const body: Record<string, unknown> = {
+    message: err.message,
+    type: err.type,
+    param: err.param,
+    code: err.code,
+  };
+  if (requestId !== undefined) body.request_id = requestId;
+  if (err.extras !== undefined) Object.assign(body, err.extras);
+  body.error = { message: err.message, type: err.type, param: err.param, code: err.code };
+  return body;
+}

@@ -1,0 +1,256 @@
+// The gateway: routes /v1, the health and metrics paths, and hands everything else to the host
+// app (`next`) or answers 404. Works as a node:http request listener and as Express/Connect
+// middleware. Owns the current config state, swapped whole on reload.
+
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { handleChat } from './chat/pipeline.js';
+import { validateConfig } from './config/load.js';
+import type { Config } from './config/types.js';
+import { GatewayError, retryAfterHeaders, toGatewayError } from './errors.js';
+import { requestIdFor } from './http/request-id.js';
+import { newContext, sendError, sendJson, type RequestContext } from './http/respond.js';
+import { createLogger, type Logger } from './observe/log.js';
+import { Metrics } from './observe/metrics.js';
+import { buildState, closeState, type GatewayState } from './state.js';
+
+export type Next = (err?: unknown) => void;
+export type Handler = (req: IncomingMessage, res: ServerResponse, next?: Next) => void;
+
+export interface GatewayOptions {
+  /** A pino logger; by default one writing JSON lines to stdout. */
+  logger?: Logger;
+}
+
+type V1Route = 'chat' | 'models' | 'model' | 'unknown';
+
+function v1Route(path: string): V1Route {
+  if (path === '/v1/chat/completions') return 'chat';
+  if (path === '/v1/models') return 'models';
+  if (path.startsWith('/v1/models/') && path.length > 11) return 'model';
+  return 'unknown';
+}
+
+const ALLOW: Record<V1Route, string> = { chat: 'POST', models: 'GET, HEAD', model: 'GET, HEAD', unknown: '' };
+
+export class Gateway {
+  readonly metrics = new Metrics();
+  readonly logger: Logger;
+  #state: GatewayState | undefined;
+  #pending: Promise<GatewayState>;
+  #refs = new Map<GatewayState, number>();
+  #retired = new Set<GatewayState>();
+  #draining = false;
+  #inflight = 0;
+  #idleWaiters: Array<() => void> = [];
+
+  constructor(config: Config | unknown, options: GatewayOptions = {}) {
+    this.logger = options.logger ?? createLogger();
+    this.#pending = buildState(validateConfig(config)).then((s) => (this.#state = s));
+  }
+
+  /** Resolves when tokenizers are loaded and the gateway serves. Rejects if it cannot. */
+  get ready(): Promise<void> {
+    return this.#pending.then(() => undefined);
+  }
+
+  get config(): Config | undefined {
+    return this.#state?.config;
+  }
+
+  /** Requests being answered now. */
+  get inflight(): number {
+    return this.#inflight;
+  }
+
+  handler: Handler = (req, res, next) => {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q === -1 ? url : url.slice(0, q);
+    if (path === '/v1' || path.startsWith('/v1/')) {
+      void this.#v1(req, res, path);
+    } else if (path === '/healthz' || path === '/readyz' || path === '/metrics') {
+      void this.#ops(req, res, path);
+    } else if (next !== undefined && !(path === '/admin' || path.startsWith('/admin/'))) {
+      next();
+    } else {
+      // /admin answers 404 while no admin API is enabled (CONTRACT section 5).
+      sendError(res, new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`), requestIdFor(req.headers['x-request-id']));
+    }
+  };
+
+  async #v1(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const route = v1Route(path);
+    const ctx = newContext(requestIdFor(req.headers['x-request-id']), route);
+    this.#inflight++;
+    let state: GatewayState | undefined;
+    res.once('close', () => this.#finished(ctx, res, state));
+    try {
+      if (route === 'unknown') throw new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`);
+      if (!ALLOW[route].includes(req.method ?? '')) {
+        throw new GatewayError('method_not_allowed', `Method ${req.method} is not allowed on ${path}; use ${ALLOW[route]}.`, {
+          headers: { allow: ALLOW[route] },
+        });
+      }
+      state = this.#state ?? (await this.#pending);
+      this.#refs.set(state, (this.#refs.get(state) ?? 0) + 1);
+      if (route === 'chat') await handleChat(state, this.metrics, ctx, req, res);
+      else this.#models(state, ctx, req, res, path);
+    } catch (err) {
+      this.#fail(ctx, res, err);
+    }
+  }
+
+  #models(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): void {
+    const principal = state.keys.authenticate(req.headers.authorization);
+    ctx.principal = principal;
+    if (ctx.route === 'models') {
+      if (state.catalog.size === 0) {
+        throw new GatewayError('service_unavailable', 'The model catalog is not populated yet.', { headers: retryAfterHeaders(5000) });
+      }
+      sendJson(res, 200, state.catalog.listJson(principal.plan), { 'x-request-id': ctx.id });
+      return;
+    }
+    let id: string;
+    try {
+      id = decodeURIComponent(path.slice('/v1/models/'.length));
+    } catch {
+      id = path.slice('/v1/models/'.length);
+    }
+    ctx.model = id;
+    const json = state.catalog.publicJson(id);
+    if (json === undefined) {
+      state.catalog.resolve(id, principal.plan, false); // throws model_not_found with suggestions
+      throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'model' });
+    }
+    sendJson(res, 200, json, { 'x-request-id': ctx.id });
+  }
+
+  #fail(ctx: RequestContext, res: ServerResponse, err: unknown): void {
+    if (res.destroyed && !res.writableFinished) {
+      ctx.code ||= 'client_closed_request';
+      return;
+    }
+    const e = toGatewayError(err);
+    if (e.code === 'internal_error') {
+      this.logger.error({ request_id: ctx.id, err: err instanceof Error ? err : String(err) }, 'unhandled error on the request path');
+    }
+    ctx.code = e.code;
+    if (!res.headersSent) sendError(res, e, ctx.id);
+    else if (!res.writableEnded) res.destroy();
+  }
+
+  #finished(ctx: RequestContext, res: ServerResponse, state: GatewayState | undefined): void {
+    this.#inflight--;
+    if (state !== undefined) this.#release(state);
+    const completed = res.writableFinished;
+    if (!completed && ctx.code === '') ctx.code = 'client_closed_request';
+    const status = completed || res.headersSent ? res.statusCode : 499;
+    this.metrics.countRequest(ctx.route, status, ctx.code);
+    if (ctx.usage !== undefined) {
+      this.metrics.tokens.labels('prompt').inc(ctx.usage.prompt_tokens);
+      this.metrics.tokens.labels('completion').inc(ctx.usage.completion_tokens);
+    }
+    this.logger.info({
+      request_id: ctx.id,
+      route: ctx.route,
+      account: ctx.principal?.accountId,
+      credential: ctx.principal?.credentialId,
+      model: ctx.model,
+      provider: ctx.provider,
+      stream: ctx.stream,
+      status,
+      code: ctx.code || undefined,
+      duration_ms: round(performance.now() - ctx.start),
+      upstream_ms: ctx.upstreamMs === undefined ? undefined : round(ctx.upstreamMs),
+      ttfc_ms: ctx.ttfcMs === undefined ? undefined : round(ctx.ttfcMs),
+      prompt_tokens: ctx.usage?.prompt_tokens,
+      completion_tokens: ctx.usage?.completion_tokens,
+      usage_source: ctx.usageSource,
+    }, 'request');
+    if (this.#inflight === 0) for (const w of this.#idleWaiters.splice(0)) w();
+  }
+
+  async #ops(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const requestId = requestIdFor(req.headers['x-request-id']);
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      sendError(res, new GatewayError('method_not_allowed', `Method ${req.method} is not allowed on ${path}; use GET.`, {
+        headers: { allow: 'GET, HEAD' },
+      }), requestId);
+      return;
+    }
+    if (path === '/healthz') {
+      sendJson(res, 200, '{"status":"ok"}', { 'cache-control': 'no-store' });
+    } else if (path === '/readyz') {
+      const problems: string[] = [];
+      if (this.#draining) problems.push('draining');
+      if (this.#state === undefined) problems.push('starting');
+      else if (this.#state.catalog.size === 0) problems.push('catalog empty');
+      const ok = problems.length === 0;
+      sendJson(res, ok ? 200 : 503, JSON.stringify(ok ? { status: 'ready' } : { status: 'not_ready', problems }), { 'cache-control': 'no-store' });
+    } else {
+      try {
+        const text = await this.metrics.registry.metrics();
+        res.writeHead(200, { 'content-type': this.metrics.registry.contentType, 'cache-control': 'no-store' });
+        res.end(text);
+      } catch (err) {
+        this.logger.error({ err }, 'metrics collection failed');
+        sendError(res, new GatewayError('internal_error', 'Metrics could not be collected.'), requestId);
+      }
+    }
+  }
+
+  #release(state: GatewayState): void {
+    const n = (this.#refs.get(state) ?? 1) - 1;
+    if (n > 0) { this.#refs.set(state, n); return; }
+    this.#refs.delete(state);
+    if (this.#retired.delete(state)) void closeState(state);
+  }
+
+  /**
+   * Swaps in a new config: new requests use it, requests in flight finish on the old one,
+   * whose upstream pools close once they are done. Throws ConfigError and keeps the old config
+   * when the new one is invalid.
+   */
+  async reload(config: Config | unknown): Promise<void> {
+    const next = await buildState(validateConfig(config));
+    const old = this.#state;
+    this.#state = next;
+    this.#pending = Promise.resolve(next);
+    if (old !== undefined) {
+      if (this.#refs.has(old)) this.#retired.add(old);
+      else await closeState(old);
+    }
+  }
+
+  /** Stops taking new work: /readyz answers 503 from now on. */
+  startDrain(): void {
+    this.#draining = true;
+  }
+
+  /** Resolves when no request is in flight, or after `timeoutMs`; true when idle. */
+  waitIdle(timeoutMs: number): Promise<boolean> {
+    if (this.#inflight === 0) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(false), timeoutMs);
+      this.#idleWaiters.push(() => { clearTimeout(timer); resolve(true); });
+    });
+  }
+
+  /** Closes upstream pools. Call after the server stopped taking requests. */
+  close = async (): Promise<void> => {
+    this.#draining = true;
+    const states = new Set([...this.#retired, ...(this.#state ? [this.#state] : [])]);
+    this.#retired.clear();
+    await Promise.allSettled([...states].map(closeState));
+    this.logger.flush();
+  };
+}
+
+function round(ms: number): number {
+  return Math.round(ms * 100) / 100;
+}
+
+/** Creates an embeddable gateway: `{ handler, close }` and more. */
+export function createGateway(config: Config | unknown, options?: GatewayOptions): Gateway {
+  return new Gateway(config, options);
+}

@@ -1,0 +1,72 @@
+// Reads a request body under a byte cap. The cap counts bytes actually received, chunked
+// bodies included, and the answer goes out as soon as the cap is passed: an oversize body is
+// never buffered whole.
+
+import type { IncomingMessage } from 'node:http';
+import { GatewayError } from '../errors.js';
+
+/** The media type is JSON: application/json or any application/*+json, parameters ignored. */
+export function isJsonContentType(header: string | undefined): boolean {
+  if (header === undefined) return false;
+  const semi = header.indexOf(';');
+  const type = (semi === -1 ? header : header.slice(0, semi)).trim().toLowerCase();
+  return type === 'application/json' || (type.startsWith('application/') && type.endsWith('+json'));
+}
+
+function tooLarge(limit: number): GatewayError {
+  return new GatewayError('request_too_large', `The request body exceeds the limit of ${limit} bytes.`, {
+    headers: { connection: 'close' },
+  });
+}
+
+/** An Express-style host app may have read the body already (express.json / express.raw). */
+function preRead(req: IncomingMessage): Buffer | undefined {
+  const body = (req as IncomingMessage & { body?: unknown }).body;
+  if (Buffer.isBuffer(body)) return body;
+  if (typeof body === 'string') return Buffer.from(body);
+  if (body !== undefined && body !== null && typeof body === 'object' && req.readableEnded) {
+    return Buffer.from(JSON.stringify(body));
+  }
+  return undefined;
+}
+
+export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const early = preRead(req);
+  if (early !== undefined) {
+    return early.length > limit ? Promise.reject(tooLarge(limit)) : Promise.resolve(early);
+  }
+  const declared = req.headers['content-length'];
+  if (declared !== undefined && Number(declared) > limit) return Promise.reject(tooLarge(limit));
+
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let done = false;
+    const finish = (err: GatewayError | null) => {
+      if (done) return;
+      done = true;
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      req.off('close', onClose);
+      if (err !== null) reject(err);
+      else resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        req.pause();
+        finish(tooLarge(limit));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => finish(null);
+    const onError = () => finish(new GatewayError('invalid_json', 'The request body could not be read.'));
+    const onClose = () => finish(new GatewayError('invalid_json', 'The request body ended early.'));
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+    req.on('close', onClose);
+  });
+}

@@ -1,0 +1,43 @@
+// Everything that writes a whole answer: JSON bodies and the error envelope. Also the
+// per-request context that the access log and metrics read when the answer is done.
+
+import type { ServerResponse } from 'node:http';
+import type { Principal } from '../auth/principal.js';
+import type { Usage } from '../chat/types.js';
+import { envelope, type GatewayError } from '../errors.js';
+
+export interface RequestContext {
+  readonly id: string;
+  readonly start: number;
+  route: string;
+  principal: Principal | undefined;
+  model: string | undefined;
+  provider: string | undefined;
+  stream: boolean;
+  code: string;
+  usage: Usage | undefined;
+  usageSource: 'upstream' | 'counted' | undefined;
+  upstreamMs: number | undefined;
+  ttfcMs: number | undefined;
+}
+
+export function newContext(id: string, route: string): RequestContext {
+  return {
+    id, start: performance.now(), route, principal: undefined, model: undefined, provider: undefined,
+    stream: false, code: '', usage: undefined, usageSource: undefined, upstreamMs: undefined, ttfcMs: undefined,
+  };
+}
+
+export function sendJson(res: ServerResponse, status: number, json: string, headers: Record<string, string>): void {
+  headers['content-type'] = 'application/json';
+  headers['content-length'] = String(Buffer.byteLength(json));
+  res.writeHead(status, headers);
+  res.end(json);
+}
+
+/** The one function that writes an error answer. */
+export function sendError(res: ServerResponse, err: GatewayError, requestId: string, extraHeaders?: Record<string, string>): void {
+  if (res.headersSent || res.destroyed) return;
+  const headers: Record<string, string> = { 'x-request-id': requestId, ...extraHeaders, ...err.headers };
+  sendJson(res, err.status, JSON.stringify(envelope(err, requestId)), headers);
+}

@@ -1,0 +1,36 @@
+// The standalone server: node:http around the gateway's handler, and a graceful drain.
+
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Gateway } from '../gateway.js';
+
+export interface RunningServer {
+  server: Server;
+  url: string;
+  /** Stops accepting, lets requests in flight finish (up to `timeoutMs`), closes the gateway. */
+  drain(timeoutMs: number): Promise<void>;
+}
+
+export async function listen(gateway: Gateway, host: string, port: number): Promise<RunningServer> {
+  await gateway.ready;
+  const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0, headersTimeout: 60_000 }, gateway.handler);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => { server.off('error', reject); resolve(); });
+  });
+  const addr = server.address() as AddressInfo;
+  const shownHost = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  const url = `http://${shownHost}:${addr.port}`;
+
+  const drain = async (timeoutMs: number): Promise<void> => {
+    gateway.startDrain();
+    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+    server.closeIdleConnections();
+    const idle = await gateway.waitIdle(timeoutMs);
+    if (!idle) gateway.logger.warn({ inflight: gateway.inflight }, 'drain timeout passed; closing the remaining connections');
+    server.closeAllConnections();
+    await closed;
+    await gateway.close();
+  };
+  return { server, url, drain };
+}

@@ -1,0 +1,52 @@
+// Prometheus metrics (prom-client), on a registry of the gateway's own so that several
+// gateways embedded in one process do not collide.
+
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+
+export class Metrics {
+  readonly registry = new Registry();
+  readonly requests = new Counter({
+    name: 'tollgate_requests_total', help: 'Requests answered, by route, status and error code.',
+    labelNames: ['route', 'status', 'code'] as const, registers: [this.registry],
+  });
+  readonly upstreamDuration = new Histogram({
+    name: 'tollgate_upstream_duration_seconds', help: 'Upstream call duration, from send to the last byte.',
+    labelNames: ['provider'] as const, buckets: LATENCY_BUCKETS, registers: [this.registry],
+  });
+  readonly timeToFirstChunk = new Histogram({
+    name: 'tollgate_time_to_first_chunk_seconds', help: 'From sending upstream to the first chunk written to the client.',
+    labelNames: ['provider'] as const, buckets: LATENCY_BUCKETS, registers: [this.registry],
+  });
+  readonly openStreams = new Gauge({
+    name: 'tollgate_open_streams', help: 'Event streams currently open to clients.', registers: [this.registry],
+  });
+  readonly tokens = new Counter({
+    name: 'tollgate_tokens_total', help: 'Tokens metered, by kind.',
+    labelNames: ['kind'] as const, registers: [this.registry],
+  });
+  readonly unitsCharged = new Counter({
+    name: 'tollgate_units_charged_total', help: 'Wallet units debited.', registers: [this.registry],
+  });
+
+  // Labelled children are cached: the hot path does not rebuild label keys per request.
+  readonly #requestChildren = new Map<string, Counter.Internal>();
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry, prefix: 'tollgate_process_' });
+    this.tokens.inc({ kind: 'prompt' }, 0);
+    this.tokens.inc({ kind: 'completion' }, 0);
+    this.unitsCharged.inc(0);
+  }
+
+  countRequest(route: string, status: number, code: string): void {
+    const key = `${route}|${status}|${code}`;
+    let child = this.#requestChildren.get(key);
+    if (child === undefined) {
+      child = this.requests.labels(route, String(status), code);
+      this.#requestChildren.set(key, child);
+    }
+    child.inc();
+  }
+}

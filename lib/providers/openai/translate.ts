@@ -1,0 +1,192 @@
+// OpenAI-compatible answers, chunks and errors -> ours. Upstreams differ in the details
+// (vLLM, llama.cpp, Ollama and TGI each leave out or add fields), so everything is read
+// defensively and rebuilt; nothing is passed through by reference.
+
+import type {
+  ChunkChoice, ChunkDelta, CompletionChoice, FinishReason, Logprobs, ToolCall, ToolCallDelta, Usage,
+} from '../../chat/types.js';
+import { GatewayError } from '../../errors.js';
+import type { SseEvent } from '../../sse/parser.js';
+import type { ProviderCall, StreamPart } from '../types.js';
+
+type Obj = Record<string, unknown>;
+
+function isObj(v: unknown): v is Obj {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+function finishReason(v: unknown, hasToolCalls: boolean): FinishReason {
+  switch (v) {
+    case 'stop': case 'length': case 'tool_calls': case 'content_filter': return v;
+    case 'function_call': return 'tool_calls';
+    default: return hasToolCalls ? 'tool_calls' : 'stop';
+  }
+}
+
+function logprobs(v: unknown): Logprobs | null {
+  if (!isObj(v)) return null;
+  return {
+    content: Array.isArray(v.content) ? v.content : null,
+    refusal: Array.isArray(v.refusal) ? v.refusal : null,
+  };
+}
+
+export function usageOf(v: unknown): Usage | undefined {
+  if (!isObj(v)) return undefined;
+  const p = v.prompt_tokens;
+  const c = v.completion_tokens;
+  if (typeof p !== 'number' || typeof c !== 'number' || !Number.isInteger(p) || !Number.isInteger(c) || p < 0 || c < 0) {
+    return undefined;
+  }
+  return { prompt_tokens: p, completion_tokens: c, total_tokens: p + c };
+}
+
+function toolCalls(v: unknown): ToolCall[] | undefined {
+  if (!Array.isArray(v) || v.length === 0) return undefined;
+  return v.filter(isObj).map((c, i) => {
+    const fn = isObj(c.function) ? c.function : {};
+    return {
+      id: typeof c.id === 'string' ? c.id : `call_${i}`,
+      type: 'function' as const,
+      function: {
+        name: typeof fn.name === 'string' ? fn.name : '',
+        arguments: typeof fn.arguments === 'string' ? fn.arguments : JSON.stringify(fn.arguments ?? {}),
+      },
+    };
+  });
+}
+
+function toolCallDeltas(v: unknown): ToolCallDelta[] | undefined {
+  if (!Array.isArray(v) || v.length === 0) return undefined;
+  return v.filter(isObj).map((c, i) => {
+    const d: ToolCallDelta = { index: typeof c.index === 'number' ? c.index : i };
+    if (typeof c.id === 'string') d.id = c.id;
+    if (c.type === 'function' || typeof c.id === 'string') d.type = 'function';
+    if (isObj(c.function)) {
+      const f: { name?: string; arguments?: string } = {};
+      if (typeof c.function.name === 'string') f.name = c.function.name;
+      if (typeof c.function.arguments === 'string') f.arguments = c.function.arguments;
+      d.function = f;
+    }
+    return d;
+  });
+}
+
+/** A legitimate answer has text, tool calls or a refusal, or says why it has none. */
+function isEmpty(c: CompletionChoice): boolean {
+  return (c.message.content === null || c.message.content === '') &&
+    c.message.tool_calls === undefined && c.message.refusal === null &&
+    c.finish_reason !== 'length' && c.finish_reason !== 'content_filter';
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+export function normalizeCompletion(text: string, call: ProviderCall, provider: string): { choices: CompletionChoice[]; usage: Usage | undefined } {
+  const body = parseJson(text);
+  if (!isObj(body)) throw new GatewayError('provider_error', 'The model provider sent an answer that is not valid JSON.');
+  if (body.error !== undefined && body.error !== null) throw mapErrorValue(502, body, call, provider);
+  if (!Array.isArray(body.choices) || body.choices.length === 0) {
+    throw new GatewayError('provider_error', 'The model provider sent an answer with no choices.');
+  }
+  const choices = body.choices.filter(isObj).map((c, i): CompletionChoice => {
+    const m = isObj(c.message) ? c.message : {};
+    const calls = toolCalls(m.tool_calls);
+    const message: CompletionChoice['message'] = {
+      role: 'assistant',
+      content: typeof m.content === 'string' ? m.content : null,
+      refusal: typeof m.refusal === 'string' ? m.refusal : null,
+    };
+    if (calls !== undefined) message.tool_calls = calls;
+    return {
+      index: typeof c.index === 'number' ? c.index : i,
+      message,
+      logprobs: logprobs(c.logprobs),
+      finish_reason: finishReason(c.finish_reason, calls !== undefined),
+    };
+  });
+  if (choices.length === 0 || choices.every(isEmpty)) {
+    throw new GatewayError('provider_error', 'The model provider sent an empty answer.');
+  }
+  return { choices, usage: usageOf(body.usage) };
+}
+
+function chunkChoice(c: Obj, i: number): ChunkChoice {
+  const d = isObj(c.delta) ? c.delta : {};
+  const delta: ChunkDelta = {};
+  if (d.role === 'assistant') delta.role = 'assistant';
+  if (typeof d.content === 'string') delta.content = d.content;
+  if (typeof d.refusal === 'string') delta.refusal = d.refusal;
+  const calls = toolCallDeltas(d.tool_calls);
+  if (calls !== undefined) delta.tool_calls = calls;
+  const out: ChunkChoice = {
+    index: typeof c.index === 'number' ? c.index : i,
+    delta,
+    finish_reason: c.finish_reason === null || c.finish_reason === undefined ? null : finishReason(c.finish_reason, false),
+  };
+  if (c.logprobs !== undefined) out.logprobs = logprobs(c.logprobs);
+  return out;
+}
+
+/** One upstream event -> 0..2 parts (its choices, then its usage). */
+export function normalizeChunk(ev: SseEvent, call: ProviderCall, provider: string): StreamPart[] {
+  const body = parseJson(ev.data);
+  if (!isObj(body)) throw new GatewayError('provider_error', 'The model provider sent an event that is not valid JSON.');
+  if (ev.event === 'error' || (body.error !== undefined && body.error !== null)) {
+    throw mapErrorValue(502, body, call, provider);
+  }
+  const parts: StreamPart[] = [];
+  if (Array.isArray(body.choices) && body.choices.length > 0) {
+    parts.push({ kind: 'choices', choices: body.choices.filter(isObj).map(chunkChoice) });
+  }
+  const usage = usageOf(body.usage);
+  if (usage !== undefined) parts.push({ kind: 'usage', usage });
+  return parts;
+}
+
+const CONTEXT_ERROR = /context[ _-]?length|maximum context|context window|context size|too many tokens|prompt is too long|input is too long|exceeds? the (?:available )?context/i;
+
+function errorFields(body: unknown): { message: string; code: unknown; status: unknown } {
+  if (!isObj(body)) return { message: typeof body === 'string' ? body : '', code: undefined, status: undefined };
+  const e = isObj(body.error) ? body.error : body;
+  const message = typeof e.message === 'string' ? e.message
+    : typeof body.error === 'string' ? body.error
+      : typeof body.detail === 'string' ? body.detail : '';
+  return { message, code: e.code ?? e.type, status: e.code ?? body.code };
+}
+
+/** The upstream's words, with its internal model name replaced by the client's slug. */
+function sanitize(message: string, call: ProviderCall): string {
+  const clean = message.split(call.upstreamModel).join(call.model.id).replace(/\s+/g, ' ').trim();
+  return clean.length > 500 ? `${clean.slice(0, 500)}…` : clean;
+}
+
+/** An upstream error (HTTP status + parsed body) -> the code clients see. */
+export function mapErrorValue(status: number, body: unknown, call: ProviderCall, provider: string): GatewayError {
+  const { message, code, status: inner } = errorFields(body);
+  const effective = typeof inner === 'number' ? inner : status;
+  if (code === 'context_length_exceeded' || CONTEXT_ERROR.test(message)) {
+    return new GatewayError('context_length_exceeded', message !== ''
+      ? `The request does not fit the model's context window: ${sanitize(message, call)}`
+      : "The request does not fit the model's context window.", { param: 'messages' });
+  }
+  if (effective === 429 || effective === 503 || code === 'rate_limit_exceeded' || code === 'overloaded_error') {
+    return new GatewayError('model_unavailable', `The model provider '${provider}' is overloaded or rate-limited; retry later.`, {
+      headers: { 'retry-after': '1', 'retry-after-ms': '1000' },
+    });
+  }
+  if (effective === 400 || effective === 422) {
+    return new GatewayError('invalid_value', `The model provider rejected the request${message !== '' ? `: ${sanitize(message, call)}` : '.'}`);
+  }
+  return new GatewayError('provider_error', `The model provider '${provider}' failed (upstream status ${status}).`);
+}
+
+export function mapErrorBody(status: number, text: string, call: ProviderCall, provider: string): GatewayError {
+  const body = parseJson(text);
+  return mapErrorValue(status, body === undefined ? text : body, call, provider);
+}

@@ -1,0 +1,44 @@
+// What every provider offers the chat pipeline. A provider turns our request into its
+// upstream's, and its upstream's answers, events and errors back into ours; the pipeline
+// adds ids, model slugs and framing, so no provider ever writes to a client.
+
+import type { ChatRequest, ChunkChoice, CompletionChoice, Usage } from '../chat/types.js';
+import type { ModelConfig, ProviderConfig } from '../config/types.js';
+
+export interface ProviderCall {
+  request: ChatRequest;
+  model: ModelConfig;
+  upstreamModel: string;
+  /** Aborted when the client goes or the provider's timeout passes (reason: TIMEOUT). */
+  signal: AbortSignal;
+}
+
+/** The reason the pipeline aborts an upstream call whose time ran out. */
+export const TIMEOUT = Symbol('tollgate.timeout');
+
+export interface CompletionResult {
+  choices: CompletionChoice[];
+  usage: Usage | undefined;
+  headers: Record<string, string>;
+}
+
+export type StreamPart =
+  | { kind: 'choices'; choices: ChunkChoice[] }
+  | { kind: 'usage'; usage: Usage };
+
+export interface UpstreamStream extends AsyncIterable<StreamPart> {
+  headers: Record<string, string>;
+}
+
+export interface Provider {
+  readonly name: string;
+  readonly config: ProviderConfig;
+  /** One answer; throws GatewayError on any failure. */
+  complete(call: ProviderCall): Promise<CompletionResult>;
+  /**
+   * Opens a stream once the upstream accepted the call; iterating it throws GatewayError when
+   * the upstream fails, including an error as its first event.
+   */
+  stream(call: ProviderCall): Promise<UpstreamStream>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,34 @@
+// Writes an event stream to a client with backpressure: a write that the socket cannot take
+// waits for 'drain' (or for the client to go).
+
+import type { ServerResponse } from 'node:http';
+
+export const SSE_HEADERS = Object.freeze({
+  'content-type': 'text/event-stream',
+  'cache-control': 'no-cache',
+  'x-accel-buffering': 'no',
+});
+
+export const DONE_FRAME = 'data: [DONE]\n\n';
+export const KEEPALIVE_FRAME = ': keep-alive\n\n';
+
+export function dataFrame(json: string): string {
+  return `data: ${json}\n\n`;
+}
+
+/** Writes one frame; resolves when the socket can take more. False when the client is gone. */
+export function writeFrame(res: ServerResponse, frame: string): Promise<boolean> | boolean {
+  if (res.destroyed) return false;
+  if (res.write(frame)) return true;
+  return new Promise((resolve) => {
+    const done = (ok: boolean) => {
+      res.off('drain', onDrain);
+      res.off('close', onClose);
+      resolve(ok);
+    };
+    const onDrain = () => done(true);
+    const onClose = () => done(false);
+    res.on('drain', onDrain);
+    res.on('close', onClose);
+  });
+}
