@@ -110,17 +110,18 @@ async function streamAnswer(
   state: GatewayState, metrics: Metrics, ctx: RequestContext, res: ServerResponse,
   provider: Provider, call: ProviderCall, started: number,
 ): Promise<void> {
-  const upstream = await provider.stream(call);
-  const iterator = upstream[Symbol.asyncIterator]();
   const includeUsage = call.request.includeUsage;
   const head = `{"id":"${completionId()}","object":"chat.completion.chunk","created":${Math.floor(Date.now() / 1000)},"model":${JSON.stringify(call.model.id)},"choices":`;
   const tail = includeUsage ? ',"usage":null}' : '}';
   const frame = (choices: readonly ChunkChoice[]) => dataFrame(head + JSON.stringify(choices) + tail);
 
+  // Keep-alives run from the moment the upstream is called: an upstream that is slow to send
+  // even its headers is silent too. The first one commits the stream (200 + headers).
   let committed = false;
+  let upstreamHeaders: Record<string, string> = {};
   const commit = () => {
     committed = true;
-    res.writeHead(200, { ...SSE_HEADERS, ...upstream.headers, 'x-request-id': ctx.id });
+    res.writeHead(200, { ...SSE_HEADERS, ...upstreamHeaders, 'x-request-id': ctx.id });
     metrics.openStreams.inc();
   };
   const keepalive = setTimeout(function tick() {
@@ -135,6 +136,9 @@ async function streamAnswer(
   let text = '';
   let usage: Usage | undefined;
   try {
+    const upstream = await provider.stream(call);
+    upstreamHeaders = upstream.headers;
+    const iterator = upstream[Symbol.asyncIterator]();
     for (;;) {
       const step = await iterator.next();
       keepalive.refresh();
@@ -157,8 +161,13 @@ async function streamAnswer(
         metrics.timeToFirstChunk.labels(provider.name).observe(ctx.ttfcMs / 1000);
       }
       for (const h of held.splice(0)) res.write(frame(h));
-      const ok = writeFrame(res, frame(part.choices));
-      if (ok !== true && !(await ok)) { void iterator.return?.(); return; }
+      const ok = writeFrame(res, frame(part.choices), call.signal);
+      if (ok !== true && !(await ok)) {
+        // The client left, or stopped reading until the time ran out: nothing more can reach it.
+        void iterator.return?.();
+        if (!res.destroyed) res.destroy();
+        return;
+      }
     }
     if (!committed) throw new GatewayError('provider_error', 'The model provider sent an empty answer.');
     ctx.usageSource = usage === undefined ? 'counted' : 'upstream';

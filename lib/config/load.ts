@@ -16,7 +16,7 @@ export class ConfigError extends Error {
   }
 }
 
-const ajv = new Ajv({ allErrors: true, useDefaults: true, verbose: true, strict: true });
+const ajv = new Ajv({ allErrors: true, useDefaults: true, coerceTypes: true, verbose: true, strict: true });
 ajv.addKeyword('x-msg');
 const validateSchema = ajv.compile(configSchema);
 
@@ -32,19 +32,14 @@ export function interpolate(text: string, env: NodeJS.ProcessEnv): string {
 }
 
 /**
- * Interpolates every string scalar of the document. An unquoted scalar takes the type
- * its new text has in YAML (so `port: ${PORT:-8080}` is a number); a quoted one stays a string.
+ * Interpolates every string scalar of the document. Values stay text; the schema converts
+ * them where it wants a number or a boolean (so `port: ${PORT:-8080}` works and an all-digit
+ * `api_key` stays a string).
  */
 function interpolateDocument(doc: YAML.Document, env: NodeJS.ProcessEnv): void {
   YAML.visit(doc, {
     Scalar(_key, node) {
-      if (typeof node.value !== 'string' || !node.value.includes('${')) return;
-      const text = interpolate(node.value, env);
-      node.value = text;
-      if (node.type === 'PLAIN' && text !== '') {
-        const typed: unknown = YAML.parse(text);
-        if (typeof typed === 'number' || typeof typed === 'boolean') node.value = typed;
-      }
+      if (typeof node.value === 'string' && node.value.includes('${')) node.value = interpolate(node.value, env);
     },
   });
 }

@@ -16,19 +16,24 @@ export function dataFrame(json: string): string {
   return `data: ${json}\n\n`;
 }
 
-/** Writes one frame; resolves when the socket can take more. False when the client is gone. */
-export function writeFrame(res: ServerResponse, frame: string): Promise<boolean> | boolean {
+/**
+ * Writes one frame; resolves when the socket can take more. False when the client is gone or
+ * `signal` aborted while waiting (a client that stopped reading cannot hold a stream forever).
+ */
+export function writeFrame(res: ServerResponse, frame: string, signal: AbortSignal): Promise<boolean> | boolean {
   if (res.destroyed) return false;
   if (res.write(frame)) return true;
   return new Promise((resolve) => {
     const done = (ok: boolean) => {
       res.off('drain', onDrain);
       res.off('close', onClose);
+      signal.removeEventListener('abort', onClose);
       resolve(ok);
     };
     const onDrain = () => done(true);
     const onClose = () => done(false);
     res.on('drain', onDrain);
     res.on('close', onClose);
+    signal.addEventListener('abort', onClose);
   });
 }

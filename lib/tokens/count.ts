@@ -9,6 +9,37 @@ type CountFn = (text: string) => number;
 const loaded = new Map<TokenizerName, CountFn>();
 const NO_SPECIAL = { disallowedSpecial: new Set<string>() };
 
+// BPE merging is quadratic in the length of one pre-token, and a run of 100 KB without a
+// break takes seconds: a hostile prompt could stall the event loop. A run of non-space (or of
+// space) longer than RUN_PIECE characters is cut there; each cut adds at most one token.
+// A plain scan, not a regular expression: a backtracking engine overflows on megabyte runs.
+const RUN_PIECE = 256;
+
+function isSpace(c: number): boolean {
+  return c <= 32 || c === 0x85 || c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
+    c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000;
+}
+
+function piecewise(count: (t: string) => number, text: string): number {
+  if (text.length <= RUN_PIECE) return count(text);
+  let total = 0;
+  let segment = 0;
+  let run = 0;
+  let space = isSpace(text.charCodeAt(0));
+  for (let i = 1; i < text.length; i++) {
+    const s = isSpace(text.charCodeAt(i));
+    if (s !== space) {
+      space = s;
+      run = i;
+    } else if (i - run >= RUN_PIECE) {
+      total += count(text.slice(segment, i));
+      segment = i;
+      run = i;
+    }
+  }
+  return total + count(text.slice(segment));
+}
+
 async function importEncoding(name: TokenizerName): Promise<{ countTokens: (t: string, o: object) => number }> {
   switch (name) {
     case 'o200k_base': return import('gpt-tokenizer/encoding/o200k_base');
@@ -24,7 +55,8 @@ export async function loadTokenizers(names: Iterable<TokenizerName>): Promise<vo
     if (loaded.has(name)) continue;
     const mod = await importEncoding(name);
     // Special-token text in user content is counted as ordinary text, never rejected.
-    loaded.set(name, (text) => (text === '' ? 0 : mod.countTokens(text, NO_SPECIAL)));
+    const count = (text: string) => mod.countTokens(text, NO_SPECIAL);
+    loaded.set(name, (text) => (text === '' ? 0 : piecewise(count, text)));
   }
 }
 
