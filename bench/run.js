@@ -20,6 +20,8 @@
 //   BENCH_TTFB_REQUESTS    sequential streaming requests per side for time to first byte (200)
 //   BENCH_STREAMS          streams held open for the RSS figure (500)
 //   BENCH_LOG_LEVEL        the gateway's TOLLGATE_LOG_LEVEL (default info)
+//   BENCH_BARE_PROXY=1     also measure a bare node:http + undici proxy (bench/bare-proxy.js) on
+//                          the gateway's CPU: the floor of one Node.js hop on this machine
 //   BENCH_GATEWAY_NODE_ARGS extra node flags for the gateway, e.g. "--cpu-prof --cpu-prof-dir=/tmp/p"
 //
 // Any non-2xx answer, transport error or timeout fails the run (exit code 1): the figures
@@ -51,6 +53,7 @@ const WARMUP_SECONDS = envNumber('BENCH_WARMUP_SECONDS', 2, 0);
 const TTFB_REQUESTS = Math.round(envNumber('BENCH_TTFB_REQUESTS', 200, 10));
 const OPEN_STREAMS = Math.round(envNumber('BENCH_STREAMS', 500, 1));
 const LOG_LEVEL = process.env.BENCH_LOG_LEVEL || 'info';
+const BARE_PROXY = process.env.BENCH_BARE_PROXY === '1';
 const GATEWAY_NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
 
 const KEY = 'tg_bench_000000000000000000000000';
@@ -135,21 +138,22 @@ function diedError(child) {
   return new Error(`${child.label} exited early (code ${code}, signal ${signal})\n${child.stderrTail}`);
 }
 
-async function startUpstream(pinned) {
-  const child = spawnNode('fake upstream', [join(ROOT, 'bench/upstream.js'), '0'], { cpu: 0, pinned, stdout: 'pipe' });
+/** Starts a helper script that prints "... listening on PORT" on stdout. */
+async function startHelper(name, script, args, pinned, cpu) {
+  const child = spawnNode(name, [join(ROOT, script), ...args], { cpu, pinned, stdout: 'pipe' });
   const port = await new Promise((resolve, reject) => {
     let buf = '';
-    const timer = setTimeout(() => reject(new Error('fake upstream did not start in 10 s')), 10_000);
+    const timer = setTimeout(() => reject(new Error(`${name} did not start in 10 s`)), 10_000);
     child.stdout.setEncoding('utf8');
     child.stdout.on('data', (s) => {
       buf += s;
-      const m = /upstream listening on (\d+)/.exec(buf);
+      const m = /listening on (\d+)/.exec(buf);
       if (m) { clearTimeout(timer); resolve(Number(m[1])); }
     });
     child.exited.then(() => { clearTimeout(timer); reject(diedError(child)); });
   });
   child.stdout.resume();
-  return { child, port, origin: `http://${HOST}:${port}` };
+  return { child, port, pid: child.pid, origin: `http://${HOST}:${port}` };
 }
 
 function gatewayConfig(upstreamPort) {
@@ -238,6 +242,28 @@ function procRssKb(pid) {
   const m = /VmRSS:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   if (!m) throw new Error(`no VmRSS in /proc/${pid}/status`);
   return Number(m[1]);
+}
+
+/** Machine-wide CPU ticks from /proc/stat: user+nice+system (busy), steal, and all. */
+function machineTicks() {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+  return { busy: f[0] + f[1] + f[2], steal: f[7] ?? 0, total: f.slice(0, 8).reduce((a, b) => a + b, 0) };
+}
+
+/**
+ * Measures how much CPU processes other than ours (this one and its children) took while it
+ * ran, and the hypervisor's steal time: on a shared machine both make every figure noisy.
+ */
+function noiseMeter(pids) {
+  const ours = () => pids().reduce((sum, pid) => { try { return sum + procCpuTicks(pid); } catch { return sum; } }, 0);
+  const m0 = machineTicks();
+  const o0 = ours();
+  return () => {
+    const m1 = machineTicks();
+    const total = m1.total - m0.total;
+    const others = Math.max(0, (m1.busy - m0.busy) - (ours() - o0));
+    return { othersPct: total > 0 ? (100 * others) / total : 0, stealPct: total > 0 ? (100 * (m1.steal - m0.steal)) / total : 0 };
+  };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -436,8 +462,7 @@ async function sanityCheck(gw) {
 const fmt = (v, digits = 2) => (v === undefined || v === null || Number.isNaN(v) ? '-' : v.toFixed(digits));
 const fmtInt = (v) => (v === undefined || Number.isNaN(v) ? '-' : Math.round(v).toLocaleString('en-US'));
 
-function table(rows) {
-  const header = ['metric', 'direct', 'tollgate', 'ratio/added', 'target', 'result'];
+function table(rows, header = ['metric', 'direct', 'tollgate', 'ratio/added', 'target', 'result']) {
   const all = [header, ...rows];
   const widths = header.map((_, i) => Math.max(...all.map((r) => String(r[i] ?? '').length)));
   const line = (r) => `| ${r.map((c, i) => (i === 0 ? String(c ?? '').padEnd(widths[i]) : String(c ?? '').padStart(widths[i]))).join(' | ')} |`;
@@ -468,18 +493,30 @@ async function main() {
     pinned = false;
   }
 
-  const up = await startUpstream(pinned);
+  // Other load on the machine makes every figure noisy: say so before and after.
+  const idle = noiseMeter(() => []);
+  await sleep(1000);
+  const before = idle();
+  if (before.othersPct > 10) {
+    log(`WARNING: the machine is busy before the bench starts (${fmt(before.othersPct, 0)}% of all CPU used by other processes); figures will be noisy`);
+  }
+
+  const up = await startHelper('fake upstream', 'bench/upstream.js', ['0'], pinned, 0);
   const gw = await startGateway(pinned, up.port);
+  const bare = BARE_PROXY ? await startHelper('bare proxy', 'bench/bare-proxy.js', [up.origin], pinned, 1) : undefined;
   log(`node ${process.version}, ${cpus().length} CPUs, ${pinned ? 'pinned: load+upstream CPU 0, gateway CPU 1' : 'unpinned'}; ` +
-    `gateway pid ${gw.pid} (${gw.origin}, log level ${LOG_LEVEL}, stdout -> /dev/null), upstream ${up.origin}`);
+    `gateway pid ${gw.pid} (${gw.origin}, log level ${LOG_LEVEL}, stdout -> /dev/null), upstream ${up.origin}` +
+    `${bare ? `, bare proxy ${bare.origin}` : ''}`);
   await sanityCheck(gw);
+  const noise = noiseMeter(() => [process.pid, up.pid, gw.pid, ...(bare ? [bare.pid] : [])]);
 
   const direct = { name: 'direct', origin: up.origin };
   const gateway = { name: 'tollgate', origin: gw.origin };
+  const targets = [direct, gateway, ...(bare ? [{ name: 'bare proxy', origin: bare.origin }] : [])];
 
   if (WARMUP_SECONDS > 0) {
     log(`warm-up: ${WARMUP_SECONDS} s per run`);
-    for (const t of [direct, gateway]) {
+    for (const t of targets) {
       await cannon(`warm-up ${t.name} non-streaming`, t.origin, { body: BODY_PLAIN, connections: 64, seconds: WARMUP_SECONDS });
       await cannon(`warm-up ${t.name} streaming`, t.origin, { body: BODY_STREAM, connections: 16, seconds: WARMUP_SECONDS });
     }
@@ -489,19 +526,22 @@ async function main() {
   const rss = await openStreamsRss(gw, up, OPEN_STREAMS);
 
   log(`non-streaming, concurrency 1: ${SECONDS} s per side (alternating)`);
-  const [c1Direct, c1Gw] = await sequentialLatency([direct, gateway], SECONDS);
+  const [c1Direct, c1Gw, c1Bare] = await sequentialLatency(targets, SECONDS);
 
   log(`streaming, time to first byte: ${TTFB_REQUESTS} sequential requests per side`);
-  const [ttfbDirect, ttfbGw] = await timeToFirstByte([direct, gateway], TTFB_REQUESTS);
+  const [ttfbDirect, ttfbGw, ttfbBare] = await timeToFirstByte(targets, TTFB_REQUESTS);
 
   log(`non-streaming, concurrency 64: ${SECONDS} s per side`);
   const c64Direct = await cannon('direct non-streaming c64', up.origin, { body: BODY_PLAIN, connections: 64, seconds: SECONDS });
   const c64Gw = await cannonWithCpu('tollgate non-streaming c64', gw, ticksPerSec, { body: BODY_PLAIN, connections: 64, seconds: SECONDS });
+  const c64Bare = bare && await cannonWithCpu('bare proxy non-streaming c64', bare, ticksPerSec, { body: BODY_PLAIN, connections: 64, seconds: SECONDS });
 
   log(`streaming (20 chunks), concurrency 16: ${SECONDS} s per side`);
   const sDirect = await cannon('direct streaming c16', up.origin, { body: BODY_STREAM, connections: 16, seconds: SECONDS });
   const sGw = await cannonWithCpu('tollgate streaming c16', gw, ticksPerSec, { body: BODY_STREAM, connections: 16, seconds: SECONDS });
+  const sBare = bare && await cannonWithCpu('bare proxy streaming c16', bare, ticksPerSec, { body: BODY_STREAM, connections: 16, seconds: SECONDS });
 
+  const during = noise();
   // The gateway must still be alive and healthy after all that.
   await sanityCheck(gw);
   const rssEnd = procRssKb(gw.pid);
@@ -531,11 +571,28 @@ async function main() {
     `${pinned ? 'load generator + fake upstream on CPU 0, gateway on CPU 1' : 'UNPINNED'}, ` +
     `${SECONDS} s per run, gateway log level ${LOG_LEVEL} (stdout -> /dev/null)\n\n`);
   process.stdout.write(`${table(rows)}\n\n`);
+  if (bare) {
+    const ref = [
+      ['non-streaming c1: p50 latency (ms)', fmt(c1Direct.p50, 3), fmt(c1Bare.p50, 3), `+${fmt(c1Bare.p50 - c1Direct.p50, 3)}`],
+      ['non-streaming c1: p99 latency (ms)', fmt(c1Direct.p99, 3), fmt(c1Bare.p99, 3), `+${fmt(c1Bare.p99 - c1Direct.p99, 3)}`],
+      ['non-streaming c64: req/s', fmtInt(c64Direct.requests.average), fmtInt(c64Bare.result.requests.average), `x${fmt(c64Bare.result.requests.average / c64Direct.requests.average)}`],
+      ['non-streaming c64: proxy CPU/request (us)', '', fmt(c64Bare.cpuUsPerRequest, 1), ''],
+      ['streaming c16 (20 chunks): req/s', fmtInt(sDirect.requests.average), fmtInt(sBare.result.requests.average), `x${fmt(sBare.result.requests.average / sDirect.requests.average)}`],
+      ['streaming c16: proxy CPU/request (us)', '', fmt(sBare.cpuUsPerRequest, 1), ''],
+      ['streaming: time to first byte p50 (ms)', fmt(ttfbDirect.p50, 3), fmt(ttfbBare.p50, 3), `+${fmt(ttfbBare.p50 - ttfbDirect.p50, 3)}`],
+    ];
+    process.stdout.write(`Reference, the floor of one Node.js hop: a bare node:http + undici pass-through proxy (bench/bare-proxy.js) on the gateway's CPU\n\n`);
+    process.stdout.write(`${table(ref, ['metric', 'direct', 'bare proxy', 'ratio/added'])}\n\n`);
+  }
   process.stdout.write(`c1: ${c1Direct.n} direct / ${c1Gw.n} gateway requests; time to first byte: ${ttfbGw.n} per side ` +
     `(p99 direct ${fmt(ttfbDirect.p99, 3)} ms, gateway ${fmt(ttfbGw.p99, 3)} ms); ` +
     `c64: ${c64Gw.result.requests.total} gateway requests, ${fmt(c64Gw.cpuSeconds)} CPU s; ` +
     `streaming: ${sGw.result.requests.total} gateway requests, ${fmt(sGw.cpuSeconds)} CPU s; ` +
     `${rss.n} streams opened in ${fmt(rss.openMs, 0)} ms, RSS after abort ${fmt(rss.rssAfter / 1024, 1)} MB, at the end ${fmt(rssEnd / 1024, 1)} MB\n`);
+
+  const noisy = during.othersPct > 5 || during.stealPct > 2;
+  process.stdout.write(`${noisy ? 'WARNING: ' : ''}other processes used ${fmt(during.othersPct, 1)}% of the machine's CPU during the runs ` +
+    `(steal ${fmt(during.stealPct, 1)}%)${noisy ? '; the figures are noisy, re-run on an idle machine' : ''}\n`);
 
   const summary = {
     node: process.version,
@@ -543,6 +600,8 @@ async function main() {
     pinned,
     seconds: SECONDS,
     log_level: LOG_LEVEL,
+    other_cpu_pct: +during.othersPct.toFixed(1),
+    steal_pct: +during.stealPct.toFixed(1),
     nonstream_c1: {
       direct_p50_ms: +c1Direct.p50.toFixed(3), direct_p99_ms: +c1Direct.p99.toFixed(3),
       tollgate_p50_ms: +c1Gw.p50.toFixed(3), tollgate_p99_ms: +c1Gw.p99.toFixed(3),
@@ -560,6 +619,14 @@ async function main() {
     open_streams: {
       n: rss.n, rss_before_kb: rss.rssBefore, rss_during_kb: rss.rssDuring, rss_per_stream_kb: +rss.perStreamKb.toFixed(1),
     },
+    ...(bare ? {
+      bare_proxy: {
+        added_p50_ms: +(c1Bare.p50 - c1Direct.p50).toFixed(3), added_p99_ms: +(c1Bare.p99 - c1Direct.p99).toFixed(3),
+        c64_rps: Math.round(c64Bare.result.requests.average), c64_cpu_us_per_request: +c64Bare.cpuUsPerRequest.toFixed(1),
+        stream_rps: Math.round(sBare.result.requests.average), stream_cpu_us_per_request: +sBare.cpuUsPerRequest.toFixed(1),
+        added_ttfb_p50_ms: +(ttfbBare.p50 - ttfbDirect.p50).toFixed(3),
+      },
+    } : {}),
     targets: {
       cpu_us_per_request: verdict(c64Gw.cpuUsPerRequest, TARGETS.cpuPerRequestUs),
       added_p50: verdict(added.p50, TARGETS.addedP50Ms),
