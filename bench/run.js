@@ -65,6 +65,12 @@ const BODY_PLAIN = JSON.stringify({ model: MODEL, messages: messages('Say hello.
 const BODY_STREAM = JSON.stringify({
   model: MODEL, messages: messages('Say hello.'), max_tokens: 64, stream: true, stream_options: { include_usage: true },
 });
+// The first chunk alone, the other 19 after TTFB_GAP_MS: a real model's tokens are spaced out,
+// and a burst of all 20 in one read would be flushed together, measuring the whole stream.
+const TTFB_GAP_MS = 5;
+const BODY_TTFB = JSON.stringify({
+  model: MODEL, messages: messages(`hold ${TTFB_GAP_MS}`), max_tokens: 64, stream: true, stream_options: { include_usage: true },
+});
 const BODY_HOLD = JSON.stringify({
   model: MODEL, messages: messages('hold'), max_tokens: 64, stream: true, stream_options: { include_usage: true },
 });
@@ -348,14 +354,15 @@ async function sequentialLatency(targets, seconds) {
 
 /**
  * Time to the first body byte of a streaming request, p50 over `n` sequential requests per
- * target (alternating request by request). Each stream is read to the end and checked for [DONE].
+ * target (alternating request by request). The upstream sends the first chunk, then the rest
+ * TTFB_GAP_MS later. Each stream is read to the end and checked for [DONE].
  */
 async function timeToFirstByte(targets, n) {
   const clients = targets.map((t) => new Client(t.origin, { pipelining: 1, keepAliveTimeout: 60_000 }));
   const samples = targets.map(() => []);
   const one = async (i, record) => {
     const t0 = performance.now();
-    const res = await clients[i].request({ method: 'POST', path: PATH, headers: HEADERS, body: BODY_STREAM });
+    const res = await clients[i].request({ method: 'POST', path: PATH, headers: HEADERS, body: BODY_TTFB });
     await expectOk(`${targets[i].name} stream`, res.statusCode, res.body);
     let first;
     let tail = '';

@@ -5,7 +5,9 @@
 //     "stream": true           -> SSE: 20 content chunks, a finish chunk ("stop"), a usage chunk
 //                                 (choices: [], when stream_options.include_usage is true), [DONE]
 //     stream + content "hold"  -> SSE: one content chunk, then the stream is held open until the
-//                                 client goes away (or HOLD_SECONDS pass, then it finishes normally)
+//                                 client goes away (or BENCH_HOLD_SECONDS pass, then it finishes)
+//     stream + content "hold N" -> the same, but the rest follows after N ms: the first chunk
+//                                 travels alone, as with a real model, for time-to-first-byte
 //
 // Usage: node bench/upstream.js [port]   (port 0 = any); prints "upstream listening on PORT".
 
@@ -99,10 +101,11 @@ const server = createServer({ keepAliveTimeout: 120_000, requestTimeout: 0 }, (r
     const includeUsage = body.stream_options?.include_usage === true;
     res.writeHead(200, SSE_HEADERS);
     const last = Array.isArray(body.messages) ? body.messages[body.messages.length - 1] : undefined;
-    if (last?.content === 'hold') {
+    const hold = typeof last?.content === 'string' ? /^hold(?: (\d+))?$/.exec(last.content) : null;
+    if (hold !== null) {
       held++;
       res.write(contentFrames[0]);
-      const timer = setTimeout(() => finishStream(res, includeUsage, 1), HOLD_MS);
+      const timer = setTimeout(() => finishStream(res, includeUsage, 1), hold[1] === undefined ? HOLD_MS : Number(hold[1]));
       res.on('close', () => { clearTimeout(timer); held--; });
       return;
     }

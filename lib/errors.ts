@@ -108,16 +108,16 @@ export function toGatewayError(err: unknown): GatewayError {
   return new GatewayError('internal_error', 'The gateway failed to handle the request.', { cause: err });
 }
 
-/** The envelope: the spec's fields at top level, and again under `error` for the OpenAI SDKs. */
+/**
+ * The envelope: the spec's fields at top level, and again under `error`. The official OpenAI
+ * SDKs expose only that nested object (as `err.error`), so it carries the extras too
+ * (suggested_models, wallet_balance_units, quota_code) for SDK users to read.
+ */
 export function envelope(err: GatewayError, requestId: string | undefined): Record<string, unknown> {
-  const body: Record<string, unknown> = {
-    message: err.message,
-    type: err.type,
-    param: err.param,
-    code: err.code,
-  };
+  const fields = { message: err.message, type: err.type, param: err.param, code: err.code };
+  const body: Record<string, unknown> = { ...fields };
   if (requestId !== undefined) body.request_id = requestId;
   if (err.extras !== undefined) Object.assign(body, err.extras);
-  body.error = { message: err.message, type: err.type, param: err.param, code: err.code };
+  body.error = err.extras === undefined ? fields : { ...fields, ...err.extras };
   return body;
 }

@@ -132,7 +132,7 @@ t.test('GatewayError carries code, status, type, param, extras, headers and caus
   t.notOk('cause' in bare, 'no cause member without a cause');
 });
 
-t.test('envelope: the spec fields at top level, extras, and the same fields under error', async (t) => {
+t.test('envelope: the spec fields and extras at top level, and again under error (what the SDKs expose)', async (t) => {
   const err = new GatewayError('insufficient_credits', 'Not enough credits.', {
     param: null,
     extras: { quota_code: 'units_per_month', wallet_balance_units: 17, suggested_models: ['echo-small', 'echo-vision'] },
@@ -147,7 +147,10 @@ t.test('envelope: the spec fields at top level, extras, and the same fields unde
     quota_code: 'units_per_month',
     wallet_balance_units: 17,
     suggested_models: ['echo-small', 'echo-vision'],
-    error: { message: 'Not enough credits.', type: 'insufficient_credits', param: null, code: 'insufficient_credits' },
+    error: {
+      message: 'Not enough credits.', type: 'insufficient_credits', param: null, code: 'insufficient_credits',
+      quota_code: 'units_per_month', wallet_balance_units: 17, suggested_models: ['echo-small', 'echo-vision'],
+    },
   });
   t.strictSame(Object.keys(body), ['message', 'type', 'param', 'code', 'request_id', 'quota_code', 'wallet_balance_units', 'suggested_models', 'error']);
   t.strictSame(schemas.error(body), []);

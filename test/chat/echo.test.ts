@@ -95,6 +95,7 @@ t.test('the official OpenAI SDK works unchanged', async (t) => {
   t.equal(err.code, 'model_not_found');
   t.equal(err.type, 'invalid_request_error');
   t.equal(err.param, 'model');
+  t.same(err.error.suggested_models, ['echo-small'], 'extras reach SDK users through err.error');
   t.match(err.requestID, /^req_/);
 
   const bad = new OpenAI({ apiKey: 'tg_wrong', baseURL: `${gw.url}/v1`, maxRetries: 0 });
