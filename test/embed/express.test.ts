@@ -49,7 +49,7 @@ t.test('mounted in Express: owns /v1 and the ops paths, hands everything else to
   t.equal(err.code, 'invalid_value');
   const unknown = await fetch(`${base}/v1/unknown`);
   t.equal(unknown.status, 404, '/v1 stays the gateway\'s even when nothing matches');
-  t.equal((await unknown.json()).code, 'unknown_url');
+  t.equal(((await unknown.json()) as any).code, 'unknown_url');
 });
 
 t.test('as a plain node:http listener: unknown paths are 404 unknown_url', async (t) => {
@@ -59,7 +59,7 @@ t.test('as a plain node:http listener: unknown paths are 404 unknown_url', async
   t.teardown(async () => { server.close(); await gateway.close(); });
   const res = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/not-mine`);
   t.equal(res.status, 404);
-  const body = await res.json();
+  const body: any = await res.json();
   t.equal(body.code, 'unknown_url');
   t.equal(body.request_id, res.headers.get('x-request-id'));
 });
