@@ -11,7 +11,8 @@ import { requestIdFor } from './http/request-id.js';
 import { newContext, sendError, sendJson, type RequestContext } from './http/respond.js';
 import { createLogger, type Logger } from './observe/log.js';
 import { Metrics } from './observe/metrics.js';
-import { buildState, closeState, type GatewayState } from './state.js';
+import { GatewayState } from './state.js';
+import { Health } from './upstream/health.js';
 
 export type Next = (err?: unknown) => void;
 export type Handler = (req: IncomingMessage, res: ServerResponse, next?: Next) => void;
@@ -35,6 +36,7 @@ const ALLOW: Record<V1Route, string> = { chat: 'POST', models: 'GET, HEAD', mode
 export class Gateway {
   readonly metrics = new Metrics();
   readonly logger: Logger;
+  readonly #health = new Health(this.metrics.upstreamHealthy);
   #state: GatewayState | undefined;
   #pending: Promise<GatewayState>;
   #refs = new Map<GatewayState, number>();
@@ -45,7 +47,13 @@ export class Gateway {
 
   constructor(config: Config | unknown, options: GatewayOptions = {}) {
     this.logger = options.logger ?? createLogger();
-    this.#pending = buildState(validateConfig(config)).then((s) => (this.#state = s));
+    this.#pending = this.#build(config).then((s) => (this.#state = s));
+  }
+
+  async #build(config: Config | unknown): Promise<GatewayState> {
+    const state = new GatewayState(validateConfig(config), this.#health, this.logger);
+    await state.start();
+    return state;
   }
 
   /** Resolves when tokenizers are loaded and the gateway serves. Rejects if it cannot. */
@@ -203,7 +211,7 @@ export class Gateway {
     const n = (this.#refs.get(state) ?? 1) - 1;
     if (n > 0) { this.#refs.set(state, n); return; }
     this.#refs.delete(state);
-    if (this.#retired.delete(state)) void closeState(state);
+    if (this.#retired.delete(state)) void state.close();
   }
 
   /**
@@ -212,13 +220,13 @@ export class Gateway {
    * when the new one is invalid.
    */
   async reload(config: Config | unknown): Promise<void> {
-    const next = await buildState(validateConfig(config));
+    const next = await this.#build(config);
     const old = this.#state;
     this.#state = next;
     this.#pending = Promise.resolve(next);
     if (old !== undefined) {
       if (this.#refs.has(old)) this.#retired.add(old);
-      else await closeState(old);
+      else await old.close();
     }
   }
 
@@ -241,7 +249,7 @@ export class Gateway {
     this.#draining = true;
     const states = new Set([...this.#retired, ...(this.#state ? [this.#state] : [])]);
     this.#retired.clear();
-    await Promise.allSettled([...states].map(closeState));
+    await Promise.allSettled([...states].map((s) => s.close()));
     this.logger.flush();
   };
 }

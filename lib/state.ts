@@ -1,34 +1,80 @@
 // Everything derived from one config: built once per load, swapped whole on reload. A request
-// keeps the state it started with, so a reload never changes a request in flight.
+// keeps the state it started with, so a reload never changes a request in flight. Only the
+// catalog changes within a state, when discovery finds models.
 
 import { KeyDirectory } from './auth/keys.js';
 import { Catalog } from './catalog/catalog.js';
+import { Discovery } from './catalog/discovery.js';
 import { ContentPolicy } from './chat/checks.js';
-import type { Config } from './config/types.js';
+import type { Config, ModelConfig } from './config/types.js';
+import type { Logger } from './observe/log.js';
 import { createProvider, type Provider } from './providers/index.js';
 import { loadTokenizers } from './tokens/count.js';
+import type { Circuit, Health } from './upstream/health.js';
 
-export interface GatewayState {
+/** One place a model can be served from: its provider, or one of its fallbacks. */
+export interface Target {
+  provider: Provider;
+  upstreamModel: string;
+  circuit: Circuit;
+}
+
+export class GatewayState {
   readonly config: Config;
-  readonly catalog: Catalog;
   readonly keys: KeyDirectory;
   readonly providers: ReadonlyMap<string, Provider>;
   readonly policy: ContentPolicy;
-}
+  catalog: Catalog;
+  readonly #health: Health;
+  readonly #targets = new WeakMap<ModelConfig, Target[]>();
+  readonly #discovery: Discovery;
+  readonly #createdAt = Math.floor(Date.now() / 1000);
 
-export async function buildState(config: Config): Promise<GatewayState> {
-  await loadTokenizers(config.models.map((m) => m.tokenizer));
-  const providers = new Map<string, Provider>();
-  for (const [name, p] of Object.entries(config.providers)) providers.set(name, createProvider(name, p));
-  return {
-    config,
-    catalog: new Catalog(config, Math.floor(Date.now() / 1000)),
-    keys: new KeyDirectory(config),
-    providers,
-    policy: new ContentPolicy(config.content_policy.block),
-  };
-}
+  constructor(config: Config, health: Health, logger: Logger) {
+    this.config = config;
+    this.#health = health;
+    const providers = new Map<string, Provider>();
+    for (const [name, p] of Object.entries(config.providers)) providers.set(name, createProvider(name, p));
+    this.providers = providers;
+    this.keys = new KeyDirectory(config);
+    this.policy = new ContentPolicy(config.content_policy.block);
+    this.catalog = new Catalog(config, this.#createdAt, []);
+    this.#discovery = new Discovery(providers.values(), (found) => {
+      this.catalog = new Catalog(config, this.#createdAt, found);
+    }, logger);
+  }
 
-export async function closeState(state: GatewayState): Promise<void> {
-  await Promise.allSettled([...state.providers.values()].map((p) => p.close()));
+  /** Loads tokenizers and starts discovery. */
+  async start(): Promise<void> {
+    await loadTokenizers(['o200k_base', ...this.config.models.map((m) => m.tokenizer), ...Object.values(this.config.providers).map((p) => p.model_defaults.tokenizer ?? 'o200k_base')]);
+    this.#discovery.start();
+  }
+
+  /** The model's provider, then its fallbacks, in order. */
+  targets(model: ModelConfig): Target[] {
+    let list = this.#targets.get(model);
+    if (list === undefined) {
+      const upstream = model.upstream_model ?? model.id;
+      list = [{ provider: model.provider, upstream_model: upstream }, ...model.fallbacks].map((f) => {
+        const provider = this.providers.get(f.provider)!;
+        const upstreamModel = f.upstream_model ?? upstream;
+        const circuit = this.#health.circuit(provider.name, upstreamModel, {
+          failures: provider.config.circuit_failures, cooldownMs: provider.config.circuit_cooldown_ms,
+        });
+        return { provider, upstreamModel, circuit };
+      });
+      this.#targets.set(model, list);
+    }
+    return list;
+  }
+
+  /** Worth routing to: some target's circuit is not open. */
+  healthy(model: ModelConfig): boolean {
+    return this.targets(model).some((t) => t.circuit.healthy);
+  }
+
+  async close(): Promise<void> {
+    this.#discovery.stop();
+    await Promise.allSettled([...this.providers.values()].map((p) => p.close()));
+  }
 }

@@ -2,6 +2,7 @@
 // GET /v1/models, serialized once per config rather than per request.
 
 import type { Config, ModelConfig, PlanConfig } from '../config/types.js';
+import { retryAfterHeaders } from '../errors.js';
 import { GatewayError } from '../errors.js';
 import { nearest } from './suggest.js';
 
@@ -22,10 +23,12 @@ export class Catalog {
   readonly #usable: { free: string[]; paid: string[] };
   readonly #auto: readonly string[];
 
-  constructor(config: Config, createdAt: number) {
+  /** The YAML's models, then discovered ones whose slug the YAML does not use. */
+  constructor(config: Config, createdAt: number, discovered: readonly ModelConfig[]) {
     const free: PublicModel[] = [];
     const paid: PublicModel[] = [];
-    for (const m of config.models) {
+    for (const m of [...config.models, ...discovered]) {
+      if (this.#models.has(m.id)) continue;
       this.#models.set(m.id, m);
       const pub: PublicModel = {
         id: m.id,
@@ -71,12 +74,13 @@ export class Catalog {
   }
 
   /**
-   * The model a request is served by: the slug itself, or for `auto` the first candidate the
-   * plan allows that supports the request's images. Throws model_not_found /
+   * The model a request is served by: the slug itself, or for `auto` the first candidate that
+   * the plan allows, that takes the request's images, and that `fits` (context window and
+   * health; it names what is wrong, or returns null). Throws model_not_found /
    * model_requires_paid_plan with suggestions the plan may use.
    */
-  resolve(slug: string, plan: PlanConfig, needsVision: boolean): ModelConfig {
-    if (slug === 'auto') return this.#resolveAuto(plan, needsVision);
+  resolve(slug: string, plan: PlanConfig, needsVision: boolean, fits: (m: ModelConfig) => 'context' | 'unhealthy' | null = () => null): ModelConfig {
+    if (slug === 'auto') return this.#resolveAuto(plan, needsVision, fits);
     const model = this.#models.get(slug);
     if (model === undefined) {
       throw new GatewayError('model_not_found', `The model '${slug}' does not exist.`, {
@@ -93,30 +97,39 @@ export class Catalog {
     return model;
   }
 
-  #resolveAuto(plan: PlanConfig, needsVision: boolean): ModelConfig {
-    let sawPaidOnly = false;
+  #resolveAuto(plan: PlanConfig, needsVision: boolean, fits: (m: ModelConfig) => 'context' | 'unhealthy' | null): ModelConfig {
+    const seen = { paid: false, vision: false, context: false, unhealthy: false };
+    let candidates = 0;
     for (const id of this.#auto) {
       const m = this.#models.get(id);
       if (m === undefined) continue;
-      if (m.paid_only && !plan.paid) { sawPaidOnly = true; continue; }
-      if (needsVision && !m.supports_vision) continue;
+      candidates++;
+      if (m.paid_only && !plan.paid) { seen.paid = true; continue; }
+      if (needsVision && !m.supports_vision) { seen.vision = true; continue; }
+      const problem = fits(m);
+      if (problem !== null) { seen[problem] = true; continue; }
       return m;
     }
-    if (this.#auto.length === 0) {
+    if (candidates === 0) {
       throw new GatewayError('model_not_found', "The model 'auto' is not configured on this gateway.", {
         param: 'model',
         extras: { suggested_models: this.usableBy(plan).slice(0, 3) },
       });
     }
-    if (needsVision) {
-      throw new GatewayError('model_does_not_support_images', "No model that 'auto' may choose for your plan accepts images.", { param: 'messages' });
-    }
-    if (sawPaidOnly) {
-      throw new GatewayError('model_requires_paid_plan', "Every model that 'auto' may choose requires a paid plan.", {
-        param: 'model',
-        extras: { suggested_models: this.usableBy(plan).slice(0, 3) },
+    if (seen.unhealthy) {
+      throw new GatewayError('model_unavailable', "No model that 'auto' may choose is available right now.", {
+        param: 'model', headers: retryAfterHeaders(5000),
       });
     }
-    throw new GatewayError('model_unavailable', "No model is available for 'auto' right now.", { param: 'model' });
+    if (seen.context) {
+      throw new GatewayError('context_length_exceeded', "The request does not fit the context window of any model 'auto' may choose.", { param: 'messages' });
+    }
+    if (seen.vision) {
+      throw new GatewayError('model_does_not_support_images', "No model that 'auto' may choose for your plan accepts images.", { param: 'messages' });
+    }
+    throw new GatewayError('model_requires_paid_plan', "Every model that 'auto' may choose requires a paid plan.", {
+      param: 'model',
+      extras: { suggested_models: this.usableBy(plan).slice(0, 3) },
+    });
   }
 }

@@ -55,14 +55,25 @@ function textBytesUpperBound(messages: readonly ChatMessage[]): number {
 }
 
 /**
- * Prompt estimate + requested output above the context window -> 422. A byte-level BPE token
- * is at least one byte, so a prompt whose UTF-8 size already fits skips the tokenizer.
+ * The prompt estimate, or undefined when the prompt surely fits: a byte-level BPE token is at
+ * least one byte, so a prompt whose UTF-8 size already fits skips the tokenizer.
  */
-export function checkContext(req: ChatRequest, model: ModelConfig): void {
+function overflow(req: ChatRequest, model: ModelConfig): number | undefined {
   const output = req.maxOutputTokens ?? model.max_output_tokens;
-  if (textBytesUpperBound(req.messages) + output <= model.context_window) return;
+  if (textBytesUpperBound(req.messages) + output <= model.context_window) return undefined;
   const prompt = estimatePromptTokens(req.messages, counter(model.tokenizer), IMAGE_TOKENS);
-  if (prompt + output > model.context_window) {
+  return prompt + output > model.context_window ? prompt : undefined;
+}
+
+export function fitsContext(req: ChatRequest, model: ModelConfig): boolean {
+  return overflow(req, model) === undefined;
+}
+
+/** Prompt estimate + requested output above the context window -> 422. */
+export function checkContext(req: ChatRequest, model: ModelConfig): void {
+  const prompt = overflow(req, model);
+  if (prompt !== undefined) {
+    const output = req.maxOutputTokens ?? model.max_output_tokens;
     throw new GatewayError(
       'context_length_exceeded',
       `This model's maximum context length is ${model.context_window} tokens; the request has about ${prompt} prompt tokens and asks for ${output} output tokens.`,

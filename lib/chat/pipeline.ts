@@ -1,32 +1,37 @@
 // POST /v1/chat/completions, in order: authenticate, read and validate the body, resolve the
-// model, check images, policy and context, then call the provider and answer as one JSON body
-// or as an event stream. Each step throws a GatewayError; the router writes it.
+// model, check images, policy and context, then call the model's targets (its provider, then
+// its fallbacks) and answer as one JSON body or as an event stream. Each step throws a
+// GatewayError; the router writes it.
 
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { GatewayError } from '../errors.js';
+import { GatewayError, envelope, retryAfterHeaders } from '../errors.js';
 import { isJsonContentType, readBody } from '../http/body.js';
 import { parseJsonBody } from '../http/json.js';
 import { sendJson, type RequestContext } from '../http/respond.js';
 import type { Metrics } from '../observe/metrics.js';
-import { TIMEOUT, type Provider, type ProviderCall } from '../providers/types.js';
+import { TIMEOUT, type ProviderCall } from '../providers/types.js';
 import { DONE_FRAME, KEEPALIVE_FRAME, SSE_HEADERS, dataFrame, writeFrame } from '../sse/writer.js';
+import type { GatewayState, Target } from '../state.js';
 import { counter, estimatePromptTokens } from '../tokens/count.js';
-import { IMAGE_TOKENS, checkContext, checkImages } from './checks.js';
-import type { ChatCompletion, ChunkChoice, Usage } from './types.js';
+import type { Admission, Outcome } from '../upstream/health.js';
+import { IMAGE_TOKENS, checkContext, checkImages, fitsContext } from './checks.js';
+import type { ChatCompletion, ChatRequest, ChunkChoice, Usage } from './types.js';
 import { validateChatRequest } from './validate.js';
-import type { GatewayState } from '../state.js';
-import { envelope } from '../errors.js';
+import type { ModelConfig } from '../config/types.js';
 
 const CLIENT_GONE = Symbol('tollgate.client-gone');
+
+/** Failures that another target may not repeat: the next fallback is worth a try. */
+const FALLBACK_CODES: ReadonlySet<string> = new Set(['provider_error', 'provider_timeout', 'model_unavailable']);
 
 function completionId(): string {
   return `chatcmpl-${randomUUID().replace(/-/g, '')}`;
 }
 
-function countedUsage(call: ProviderCall, completionText: string): Usage {
-  const count = counter(call.model.tokenizer);
-  const prompt = estimatePromptTokens(call.request.messages, count, IMAGE_TOKENS);
+function countedUsage(request: ChatRequest, model: ModelConfig, completionText: string): Usage {
+  const count = counter(model.tokenizer);
+  const prompt = estimatePromptTokens(request.messages, count, IMAGE_TOKENS);
   const completion = count(completionText);
   return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
 }
@@ -41,60 +46,131 @@ export async function handleChat(
   const body = parseJsonBody(await readBody(req, state.config.server.max_body_bytes));
   const request = validateChatRequest(body);
   ctx.stream = request.stream;
-  const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0);
+  const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, (m) => {
+    if (!state.healthy(m)) return 'unhealthy';
+    return fitsContext(request, m) ? null : 'context';
+  });
   ctx.model = model.id;
   checkImages(request, model);
   state.policy.check(request.messages);
-  checkContext(request, model);
+  if (request.model !== 'auto') checkContext(request, model);
 
-  const provider = state.providers.get(model.provider)!;
-  ctx.provider = provider.name;
-  const ac = new AbortController();
-  const call: ProviderCall = { request, model, upstreamModel: model.upstream_model ?? model.id, signal: ac.signal };
-  const onClose = () => { if (!res.writableFinished) ac.abort(CLIENT_GONE); };
-  res.on('close', onClose);
-  const timer = setTimeout(() => ac.abort(TIMEOUT), provider.config.timeout_ms);
-  const started = performance.now();
-  try {
-    if (request.stream) await streamAnswer(state, metrics, ctx, res, provider, call, started);
-    else await completeAnswer(metrics, ctx, res, provider, call, started);
-  } finally {
-    clearTimeout(timer);
-    res.off('close', onClose);
-    ctx.upstreamMs = performance.now() - started;
-    metrics.upstreamDuration.labels(provider.name).observe(ctx.upstreamMs / 1000);
+  const attempts = new Attempts(state, metrics, ctx, res, request, model);
+  if (request.stream) await streamAnswer(state, metrics, attempts, ctx, res);
+  else await completeAnswer(metrics, attempts, ctx, res);
+}
+
+/**
+ * Calls a model's targets in order. Each attempt has its own timer (its provider's
+ * timeout_ms) and is aborted when the client goes. A target whose circuit is open is skipped;
+ * when every one is, the answer is 503 with the time until the next probe.
+ */
+class Attempts {
+  readonly request: ChatRequest;
+  readonly model: ModelConfig;
+  readonly #targets: Target[];
+  readonly #metrics: Metrics;
+  readonly #ctx: RequestContext;
+  readonly #res: ServerResponse;
+  #index = 0;
+  #retryMs = Infinity;
+  #last: GatewayError | undefined;
+
+  constructor(state: GatewayState, metrics: Metrics, ctx: RequestContext, res: ServerResponse, request: ChatRequest, model: ModelConfig) {
+    this.request = request;
+    this.model = model;
+    this.#targets = state.targets(model);
+    this.#metrics = metrics;
+    this.#ctx = ctx;
+    this.#res = res;
+  }
+
+  /** The next target the circuits let through, or the error that ends the request. */
+  next(): { target: Target; admission: Admission } {
+    while (this.#index < this.#targets.length) {
+      const target = this.#targets[this.#index++]!;
+      const admission = target.circuit.admit();
+      if (admission.ok) return { target, admission };
+      this.#retryMs = Math.min(this.#retryMs, admission.retryMs);
+    }
+    if (this.#last !== undefined) throw this.#last;
+    throw new GatewayError('model_unavailable', `The model '${this.model.id}' is unavailable right now; retry later.`, {
+      headers: retryAfterHeaders(this.#retryMs),
+    });
+  }
+
+  /** Runs `fn` as one attempt on `target`; settles the circuit; records the error for fallback. */
+  async run<T>(target: Target, admission: Admission, fn: (call: ProviderCall) => Promise<T>): Promise<T> {
+    const ac = new AbortController();
+    const call: ProviderCall = { request: this.request, model: this.model, upstreamModel: target.upstreamModel, signal: ac.signal };
+    const res = this.#res;
+    const onClose = () => { if (!res.writableFinished) ac.abort(CLIENT_GONE); };
+    res.on('close', onClose);
+    const timer = setTimeout(() => ac.abort(TIMEOUT), target.provider.config.timeout_ms);
+    const started = performance.now();
+    this.#ctx.provider = target.provider.name;
+    let outcome: Outcome = 'neutral';
+    try {
+      const result = await fn(call);
+      outcome = 'success';
+      return result;
+    } catch (err) {
+      const e = err instanceof GatewayError ? err : new GatewayError('internal_error', 'The gateway failed while calling the provider.', { cause: err });
+      if (ac.signal.reason !== CLIENT_GONE && FALLBACK_CODES.has(e.code)) outcome = 'failure';
+      this.#last = e;
+      throw e;
+    } finally {
+      clearTimeout(timer);
+      res.off('close', onClose);
+      target.circuit.settle(admission, outcome);
+      this.#ctx.upstreamMs = performance.now() - started;
+      this.#metrics.upstreamDuration.labels(target.provider.name).observe(this.#ctx.upstreamMs / 1000);
+    }
+  }
+
+  /** May the request go on to the next target after `err`? Only if nothing reached the client. */
+  canFallBack(err: unknown): boolean {
+    return err instanceof GatewayError && FALLBACK_CODES.has(err.code) && !this.#res.destroyed && this.#index < this.#targets.length;
   }
 }
 
-async function completeAnswer(
-  metrics: Metrics, ctx: RequestContext, res: ServerResponse, provider: Provider, call: ProviderCall, started: number,
-): Promise<void> {
-  const result = await provider.complete(call);
-  let usage = result.usage;
-  ctx.usageSource = 'upstream';
-  if (usage === undefined) {
-    usage = countedUsage(call, result.choices.map((c) => c.message.content ?? '').join(''));
-    ctx.usageSource = 'counted';
+async function completeAnswer(metrics: Metrics, attempts: Attempts, ctx: RequestContext, res: ServerResponse): Promise<void> {
+  for (;;) {
+    const { target, admission } = attempts.next();
+    try {
+      const started = performance.now();
+      const result = await attempts.run(target, admission, (call) => target.provider.complete(call));
+      let usage = result.usage;
+      ctx.usageSource = 'upstream';
+      if (usage === undefined) {
+        usage = countedUsage(attempts.request, attempts.model, result.choices.map((c) => c.message.content ?? '').join(''));
+        ctx.usageSource = 'counted';
+      }
+      ctx.usage = usage;
+      ctx.ttfcMs = performance.now() - started;
+      const completion: ChatCompletion = {
+        id: completionId(),
+        object: 'chat.completion',
+        created: Math.floor(Date.now() / 1000),
+        model: attempts.model.id,
+        choices: result.choices,
+        usage,
+      };
+      if (res.destroyed) return;
+      sendJson(res, 200, JSON.stringify(completion), { ...result.headers, 'x-request-id': ctx.id });
+      metrics.timeToFirstChunk.labels(target.provider.name).observe(ctx.ttfcMs / 1000);
+      return;
+    } catch (err) {
+      if (!attempts.canFallBack(err)) throw err;
+    }
   }
-  ctx.usage = usage;
-  ctx.ttfcMs = performance.now() - started;
-  const completion: ChatCompletion = {
-    id: completionId(),
-    object: 'chat.completion',
-    created: Math.floor(Date.now() / 1000),
-    model: call.model.id,
-    choices: result.choices,
-    usage,
-  };
-  if (res.destroyed) return;
-  sendJson(res, 200, JSON.stringify(completion), { ...result.headers, 'x-request-id': ctx.id });
-  metrics.timeToFirstChunk.labels(provider.name).observe(ctx.ttfcMs / 1000);
 }
 
 /**
  * A chunk "commits" the stream (sends the 200 and headers) only once it carries something:
  * text, tool calls, a refusal, or a finish reason that explains an empty answer. Until then
- * chunks are held, so an upstream that fails or answers nothing still gets a real status.
+ * chunks are held, so an upstream that fails or answers nothing still gets a real status and
+ * the next fallback can be tried.
  */
 function isSubstantive(choices: readonly ChunkChoice[]): boolean {
   for (const c of choices) {
@@ -107,16 +183,17 @@ function isSubstantive(choices: readonly ChunkChoice[]): boolean {
 }
 
 async function streamAnswer(
-  state: GatewayState, metrics: Metrics, ctx: RequestContext, res: ServerResponse,
-  provider: Provider, call: ProviderCall, started: number,
+  state: GatewayState, metrics: Metrics, attempts: Attempts, ctx: RequestContext, res: ServerResponse,
 ): Promise<void> {
-  const includeUsage = call.request.includeUsage;
-  const head = `{"id":"${completionId()}","object":"chat.completion.chunk","created":${Math.floor(Date.now() / 1000)},"model":${JSON.stringify(call.model.id)},"choices":`;
+  const includeUsage = attempts.request.includeUsage;
+  const head = `{"id":"${completionId()}","object":"chat.completion.chunk","created":${Math.floor(Date.now() / 1000)},"model":${JSON.stringify(attempts.model.id)},"choices":`;
   const tail = includeUsage ? ',"usage":null}' : '}';
   const frame = (choices: readonly ChunkChoice[]) => dataFrame(head + JSON.stringify(choices) + tail);
+  const started = performance.now();
 
-  // Keep-alives run from the moment the upstream is called: an upstream that is slow to send
-  // even its headers is silent too. The first one commits the stream (200 + headers).
+  // Keep-alives run from the moment the first upstream is called: one that is slow to send even
+  // its headers is silent too. The first keep-alive commits the stream (200 + headers), and
+  // from then on no fallback is tried.
   let committed = false;
   let upstreamHeaders: Record<string, string> = {};
   const commit = () => {
@@ -131,51 +208,63 @@ async function streamAnswer(
     keepalive.refresh();
   }, state.config.server.sse_keepalive_ms);
 
-  const roleSent: boolean[] = [];
-  const held: ChunkChoice[][] = [];
   let text = '';
-  let usage: Usage | undefined;
   try {
-    const upstream = await provider.stream(call);
-    upstreamHeaders = upstream.headers;
-    const iterator = upstream[Symbol.asyncIterator]();
     for (;;) {
-      const step = await iterator.next();
-      keepalive.refresh();
-      if (step.done === true) break;
-      const part = step.value;
-      if (part.kind === 'usage') { usage = part.usage; continue; }
-      for (const c of part.choices) {
-        if (roleSent[c.index] !== true) {
-          roleSent[c.index] = true;
-          if (c.delta.role === undefined) c.delta = { role: 'assistant', ...c.delta };
-        }
-        if (typeof c.delta.content === 'string') text += c.delta.content;
+      const { target, admission } = attempts.next();
+      const roleSent: boolean[] = [];
+      const held: ChunkChoice[][] = [];
+      text = '';
+      let usage: Usage | undefined;
+      try {
+        const finished = await attempts.run(target, admission, async (call) => {
+          const upstream = await target.provider.stream(call);
+          upstreamHeaders = upstream.headers;
+          const iterator = upstream[Symbol.asyncIterator]();
+          for (;;) {
+            const step = await iterator.next();
+            keepalive.refresh();
+            if (step.done === true) break;
+            const part = step.value;
+            if (part.kind === 'usage') { usage = part.usage; continue; }
+            for (const c of part.choices) {
+              if (roleSent[c.index] !== true) {
+                roleSent[c.index] = true;
+                if (c.delta.role === undefined) c.delta = { role: 'assistant', ...c.delta };
+              }
+              if (typeof c.delta.content === 'string') text += c.delta.content;
+            }
+            if (!committed) {
+              if (!isSubstantive(part.choices)) { held.push(part.choices); continue; }
+              commit();
+            }
+            if (ctx.ttfcMs === undefined) {
+              ctx.ttfcMs = performance.now() - started;
+              metrics.timeToFirstChunk.labels(target.provider.name).observe(ctx.ttfcMs / 1000);
+            }
+            for (const h of held.splice(0)) res.write(frame(h));
+            const ok = writeFrame(res, frame(part.choices), call.signal);
+            if (ok !== true && !(await ok)) {
+              // The client left, or stopped reading until the time ran out.
+              void iterator.return?.();
+              if (!res.destroyed) res.destroy();
+              return false;
+            }
+          }
+          if (!committed) throw new GatewayError('provider_error', 'The model provider sent an empty answer.');
+          return true;
+        });
+        if (!finished) return;
+      } catch (err) {
+        if (!committed && attempts.canFallBack(err)) continue;
+        throw err;
       }
-      if (!committed) {
-        if (!isSubstantive(part.choices)) { held.push(part.choices); continue; }
-        commit();
-      }
-      if (ctx.ttfcMs === undefined) {
-        ctx.ttfcMs = performance.now() - started;
-        metrics.timeToFirstChunk.labels(provider.name).observe(ctx.ttfcMs / 1000);
-      }
-      for (const h of held.splice(0)) res.write(frame(h));
-      const ok = writeFrame(res, frame(part.choices), call.signal);
-      if (ok !== true && !(await ok)) {
-        // The client left, or stopped reading until the time ran out: nothing more can reach it.
-        void iterator.return?.();
-        if (!res.destroyed) res.destroy();
-        return;
-      }
+      ctx.usageSource = usage === undefined ? 'counted' : 'upstream';
+      ctx.usage = usage ?? countedUsage(attempts.request, attempts.model, text);
+      if (includeUsage) res.write(dataFrame(`${head}[],"usage":${JSON.stringify(ctx.usage)}}`));
+      res.end(DONE_FRAME);
+      return;
     }
-    if (!committed) throw new GatewayError('provider_error', 'The model provider sent an empty answer.');
-    ctx.usageSource = usage === undefined ? 'counted' : 'upstream';
-    ctx.usage = usage ?? countedUsage(call, text);
-    if (includeUsage) {
-      res.write(dataFrame(`${head}[],"usage":${JSON.stringify(ctx.usage)}}`));
-    }
-    res.end(DONE_FRAME);
   } catch (err) {
     if (!committed || res.destroyed) throw err;
     // After the first byte an error can only be told in the stream: one envelope event, and no
@@ -183,7 +272,7 @@ async function streamAnswer(
     const e = err instanceof GatewayError ? err : new GatewayError('internal_error', 'The gateway failed mid-stream.', { cause: err });
     ctx.code = e.code;
     ctx.usageSource = 'counted';
-    ctx.usage = countedUsage(call, text);
+    ctx.usage = countedUsage(attempts.request, attempts.model, text);
     res.end(dataFrame(JSON.stringify(envelope(e, ctx.id))));
     if (!(err instanceof GatewayError)) throw err;
   } finally {

@@ -116,8 +116,10 @@ function crossCheck(c: Config): string[] {
     if (m.supports_vision === false && m.max_images > 0) problems.push(`models[${i}].max_images: must be 0 when supports_vision is false`);
   });
 
+  // With discovery, auto may name models that only the upstream lists.
+  const discovers = Object.values(c.providers).some((p) => p.discover_models);
   c.routing.auto.forEach((id, i) => {
-    if (!modelIds.has(id)) problems.push(`routing.auto[${i}]: unknown model "${id}"`);
+    if (!modelIds.has(id) && !discovers) problems.push(`routing.auto[${i}]: unknown model "${id}"`);
   });
 
   c.content_policy.block.forEach((re, i) => {

@@ -34,6 +34,39 @@ const plan = obj({
   ),
 });
 
+const modelFields = {
+  context_window: { ...posInt, default: 8192 },
+  max_output_tokens: { ...posInt, default: 2048 },
+  supports_vision: { type: 'boolean', default: false },
+  max_images: { ...uint, default: 0 },
+  paid_only: { type: 'boolean', default: false },
+  tokenizer: { enum: ['o200k_base', 'cl100k_base', 'p50k_base', 'r50k_base'], default: 'o200k_base', 'x-msg': 'must be one of o200k_base, cl100k_base, p50k_base, r50k_base' },
+  price,
+  created: { ...uint },
+};
+
+/** Fields a provider gives the models it discovers: a model entry's, without the defaults. */
+const modelDefaults = obj(
+  Object.fromEntries(Object.entries(modelFields).map(([k, v]) => {
+    const { default: _unused, ...rest } = v as Record<string, unknown>;
+    return [k, k === 'price' ? obj({ input_per_mtok: uint, output_per_mtok: uint }) : rest];
+  })),
+  { default: {} },
+);
+
+const target = obj({ provider: str, upstream_model: str }, { required: ['provider'] });
+
+const model = obj(
+  {
+    id: slug,
+    provider: str,
+    upstream_model: str,
+    fallbacks: { type: 'array', items: target, default: [] },
+    ...modelFields,
+  },
+  { required: ['id', 'provider'] },
+);
+
 const provider = obj(
   {
     kind: { enum: ['openai', 'anthropic', 'echo'], 'x-msg': 'must be one of openai, anthropic, echo' },
@@ -45,32 +78,14 @@ const provider = obj(
     discover_models: { type: 'boolean', default: false },
     discover_interval_ms: { ...posInt, default: 60000 },
     headers: { type: 'object', additionalProperties: str, default: {} },
-    model_defaults: { type: 'object', default: {} },
+    model_defaults: modelDefaults,
     stream_usage: { type: 'boolean', default: true },
     anthropic_version: { ...str, default: '2023-06-01' },
+    circuit_failures: { ...posInt, default: 5 },
+    circuit_cooldown_ms: { ...posInt, default: 30000 },
     chunk_delay_ms: { ...uint, default: 0 },
   },
   { required: ['kind'] },
-);
-
-const target = obj({ provider: str, upstream_model: str }, { required: ['provider'] });
-
-const model = obj(
-  {
-    id: slug,
-    provider: str,
-    upstream_model: str,
-    fallbacks: { type: 'array', items: target, default: [] },
-    context_window: { ...posInt, default: 8192 },
-    max_output_tokens: { ...posInt, default: 2048 },
-    supports_vision: { type: 'boolean', default: false },
-    max_images: { ...uint, default: 0 },
-    paid_only: { type: 'boolean', default: false },
-    tokenizer: { enum: ['o200k_base', 'cl100k_base', 'p50k_base', 'r50k_base'], default: 'o200k_base', 'x-msg': 'must be one of o200k_base, cl100k_base, p50k_base, r50k_base' },
-    price,
-    created: { ...uint },
-  },
-  { required: ['id', 'provider'] },
 );
 
 const account = obj(

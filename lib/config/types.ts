@@ -22,9 +22,12 @@ export interface ProviderConfig {
   discover_models: boolean;
   discover_interval_ms: number;
   headers: Record<string, string>;
-  model_defaults: Record<string, unknown>;
+  model_defaults: Partial<Omit<ModelConfig, 'id' | 'provider' | 'upstream_model' | 'fallbacks'>>;
   stream_usage: boolean;
   anthropic_version: string;
+  /** Consecutive failures that open a target's circuit, and how long it stays open. */
+  circuit_failures: number;
+  circuit_cooldown_ms: number;
   /** echo only: pause between streamed words (smoke tests of slow streams). */
   chunk_delay_ms: number;
 }

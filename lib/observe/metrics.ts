@@ -26,6 +26,10 @@ export class Metrics {
     name: 'tollgate_tokens_total', help: 'Tokens metered, by kind.',
     labelNames: ['kind'] as const, registers: [this.registry],
   });
+  readonly upstreamHealthy = new Gauge({
+    name: 'tollgate_upstream_healthy', help: 'Per upstream target: 1 while its circuit is closed, 0 while open.',
+    labelNames: ['provider', 'upstream_model'] as const, registers: [this.registry],
+  });
   readonly unitsCharged = new Counter({
     name: 'tollgate_units_charged_total', help: 'Wallet units debited.', registers: [this.registry],
   });

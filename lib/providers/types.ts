@@ -30,6 +30,13 @@ export interface UpstreamStream extends AsyncIterable<StreamPart> {
   headers: Record<string, string>;
 }
 
+/** A model an upstream lists (GET {base_url}/models). */
+export interface DiscoveredModel {
+  id: string;
+  /** The context length the upstream reports (vLLM's max_model_len), if any. */
+  contextWindow: number | undefined;
+}
+
 export interface Provider {
   readonly name: string;
   readonly config: ProviderConfig;
@@ -40,5 +47,7 @@ export interface Provider {
    * the upstream fails, including an error as its first event.
    */
   stream(call: ProviderCall): Promise<UpstreamStream>;
+  /** The upstream's own model list, for `discover_models`. */
+  discover?(signal: AbortSignal): Promise<DiscoveredModel[]>;
   close(): Promise<void>;
 }

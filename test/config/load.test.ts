@@ -128,6 +128,8 @@ t.test('provider and model defaults; upstream_model defaults to the id', async (
     model_defaults: {},
     stream_usage: true,
     anthropic_version: '2023-06-01',
+    circuit_failures: 5,
+    circuit_cooldown_ms: 30000,
     chunk_delay_ms: 0,
   });
   t.strictSame(c.models[0], {

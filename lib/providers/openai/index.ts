@@ -9,8 +9,8 @@ import { SseParser, type SseEvent } from '../../sse/parser.js';
 import {
   createEndpoint, forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint,
 } from '../../upstream/http.js';
-import type { CompletionResult, Provider, ProviderCall, StreamPart, UpstreamStream } from '../types.js';
-import { mapErrorBody, normalizeChunk, normalizeCompletion } from './translate.js';
+import type { CompletionResult, DiscoveredModel, Provider, ProviderCall, StreamPart, UpstreamStream } from '../types.js';
+import { mapErrorBody, normalizeChunk, normalizeCompletion, parseModelList } from './translate.js';
 
 /** Chat parameters that OpenAI-compatible servers understand (CONTRACT section 4). */
 const FORWARDED_FIELDS = [
@@ -130,6 +130,22 @@ export class OpenAIProvider implements Provider {
     if (!sawDone && !sawFinish) {
       throw new GatewayError('provider_error', 'The model provider ended the stream before the answer was complete.');
     }
+  }
+
+  async discover(signal: AbortSignal): Promise<DiscoveredModel[]> {
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await this.#endpoint.pool.request({
+        method: 'GET', path: `${this.#endpoint.basePath}/models`, headers: this.#headers, signal,
+      });
+    } catch (err) {
+      throw transportError(err, signal, this.name);
+    }
+    if (res.statusCode !== 200) {
+      void readCapped(res.body, 0);
+      throw new GatewayError('provider_error', `GET /models answered ${res.statusCode}.`);
+    }
+    return parseModelList(await readCapped(res.body, 8 * 1024 * 1024));
   }
 
   async close(): Promise<void> {

@@ -7,7 +7,7 @@ import type {
 } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import type { ProviderCall, StreamPart } from '../types.js';
+import type { DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
 
 type Obj = Record<string, unknown>;
 
@@ -189,4 +189,17 @@ export function mapErrorValue(status: number, body: unknown, call: ProviderCall,
 export function mapErrorBody(status: number, text: string, call: ProviderCall, provider: string): GatewayError {
   const body = parseJson(text);
   return mapErrorValue(status, body === undefined ? text : body, call, provider);
+}
+
+/** GET /models: `{data: [{id, max_model_len?}]}` (OpenAI, vLLM, llama.cpp, Ollama, TGI). */
+export function parseModelList(text: string): DiscoveredModel[] {
+  const body = parseJson(text);
+  if (!isObj(body) || !Array.isArray(body.data)) throw new GatewayError('provider_error', 'GET /models did not answer a model list.');
+  const out: DiscoveredModel[] = [];
+  for (const m of body.data) {
+    if (!isObj(m) || typeof m.id !== 'string' || m.id === '') continue;
+    const len = m.max_model_len;
+    out.push({ id: m.id, contextWindow: typeof len === 'number' && Number.isInteger(len) && len > 0 ? len : undefined });
+  }
+  return out;
 }
