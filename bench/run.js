@@ -11,6 +11,11 @@
 //      time to the first body byte (p50 of sequential requests)
 //   4. the gateway's RSS growth per open stream, with BENCH_STREAMS streams held open
 //
+// For reference, the same runs (but 4.) go through a bare node:http + undici pass-through proxy
+// (bench/bare-proxy.js) on the gateway's CPU: what one Node.js hop costs on this machine.
+// Other processes' CPU use and steal time are measured too: on a busy machine the figures are
+// noisy, and the report says so.
+//
 // Pinning (taskset): this process (the load generator) and the upstream on CPU 0, the gateway
 // on CPU 1. Without taskset everything runs unpinned, with a warning.
 //
@@ -20,8 +25,10 @@
 //   BENCH_TTFB_REQUESTS    sequential streaming requests per side for time to first byte (200)
 //   BENCH_STREAMS          streams held open for the RSS figure (500)
 //   BENCH_LOG_LEVEL        the gateway's TOLLGATE_LOG_LEVEL (default info)
-//   BENCH_BARE_PROXY=1     also measure a bare node:http + undici proxy (bench/bare-proxy.js) on
-//                          the gateway's CPU: the floor of one Node.js hop on this machine
+//   BENCH_TTFB_GAP_MS      ms between a stream's first chunk and the rest in that test (5)
+//   BENCH_BARE_PROXY=0     skip the reference runs of a bare node:http + undici proxy
+//                          (bench/bare-proxy.js) on the gateway's CPU, which show the floor of
+//                          one Node.js hop on this machine (by default they run too)
 //   BENCH_GATEWAY_NODE_ARGS extra node flags for the gateway, e.g. "--cpu-prof --cpu-prof-dir=/tmp/p"
 //
 // Any non-2xx answer, transport error or timeout fails the run (exit code 1): the figures
@@ -53,7 +60,7 @@ const WARMUP_SECONDS = envNumber('BENCH_WARMUP_SECONDS', 2, 0);
 const TTFB_REQUESTS = Math.round(envNumber('BENCH_TTFB_REQUESTS', 200, 10));
 const OPEN_STREAMS = Math.round(envNumber('BENCH_STREAMS', 500, 1));
 const LOG_LEVEL = process.env.BENCH_LOG_LEVEL || 'info';
-const BARE_PROXY = process.env.BENCH_BARE_PROXY === '1';
+const BARE_PROXY = process.env.BENCH_BARE_PROXY !== '0';
 const GATEWAY_NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
 
 const KEY = 'tg_bench_000000000000000000000000';
@@ -67,7 +74,7 @@ const BODY_STREAM = JSON.stringify({
 });
 // The first chunk alone, the other 19 after TTFB_GAP_MS: a real model's tokens are spaced out,
 // and a burst of all 20 in one read would be flushed together, measuring the whole stream.
-const TTFB_GAP_MS = 5;
+const TTFB_GAP_MS = Math.round(envNumber('BENCH_TTFB_GAP_MS', 5, 1));
 const BODY_TTFB = JSON.stringify({
   model: MODEL, messages: messages(`hold ${TTFB_GAP_MS}`), max_tokens: 64, stream: true, stream_options: { include_usage: true },
 });
@@ -90,6 +97,7 @@ const log = (msg) => process.stderr.write(`[bench] ${msg}\n`);
 
 const children = new Set();
 let tmp;
+let gatewayChild;
 
 function haveTaskset() {
   try {
@@ -191,6 +199,7 @@ async function startGateway(pinned, upstreamPort) {
     ...GATEWAY_NODE_ARGS, join(ROOT, 'bin/tollgate.js'), 'serve', '--config', configPath, '--host', HOST, '--port', String(port),
   ], { cpu: 1, pinned, stdout: devnull, env: { TOLLGATE_LOG_LEVEL: LOG_LEVEL } });
   closeSync(devnull);
+  gatewayChild = child;
   const origin = `http://${HOST}:${port}`;
   const deadline = Date.now() + 20_000;
   for (;;) {
@@ -227,8 +236,11 @@ async function cleanup() {
 process.on('exit', () => {
   for (const c of children) { try { c.kill('SIGKILL'); } catch { /* gone */ } }
 });
+let interrupted = false;
 for (const sig of ['SIGINT', 'SIGTERM']) {
   process.on(sig, () => {
+    if (interrupted) return;
+    interrupted = true;
     log(`${sig}: stopping`);
     cleanup().finally(() => process.exit(130));
   });
@@ -317,8 +329,8 @@ async function expectOk(label, statusCode, body) {
 }
 
 /**
- * Sequential non-streaming requests on one keep-alive connection each, alternating between
- * direct and gateway in half-second blocks so drift hits both alike. Latency is measured with
+ * Sequential non-streaming requests on one keep-alive connection per target, alternating
+ * between the targets in half-second blocks so drift hits all alike. Latency is measured with
  * performance.now() (autocannon's histogram has 1 ms resolution, too coarse for this).
  */
 async function sequentialLatency(targets, seconds) {
@@ -409,7 +421,7 @@ async function openStreamsRss(gw, up, n) {
     const t0 = performance.now();
     await Promise.race([
       Promise.all(opened),
-      sleep(30_000).then(() => { throw new Error(`not all ${n} held streams got a first chunk in 30 s`); }),
+      sleep(30_000, undefined, { ref: false }).then(() => { throw new Error(`not all ${n} held streams got a first chunk in 30 s`); }),
       gw.child.exited.then(() => { throw diedError(gw.child); }),
     ]);
     const openMs = performance.now() - t0;
@@ -649,7 +661,12 @@ let exitCode = 0;
 try {
   await main();
 } catch (err) {
+  if (interrupted) await new Promise(() => {}); // the signal handler cleans up and exits
   process.stderr.write(`\nbench failed: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  if (gatewayChild?.exitInfo) {
+    const { code, signal } = gatewayChild.exitInfo;
+    process.stderr.write(`the gateway had exited (code ${code}, signal ${signal})${gatewayChild.stderrTail ? `; its stderr:\n${gatewayChild.stderrTail}` : ''}\n`);
+  }
   exitCode = 1;
 } finally {
   await cleanup();
