@@ -3,6 +3,7 @@
 // middleware. Owns the current config state, swapped whole on reload.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { handleChat } from './chat/pipeline.js';
 import { validateConfig } from './config/load.js';
 import type { Config } from './config/types.js';
@@ -78,12 +79,52 @@ export class Gateway {
       void this.#v1(req, res, path);
     } else if (path === '/healthz' || path === '/readyz' || path === '/metrics') {
       void this.#ops(req, res, path);
-    } else if (next !== undefined && !(path === '/admin' || path.startsWith('/admin/'))) {
-      next();
-    } else {
+    } else if (path === '/admin' || path.startsWith('/admin/')) {
       // /admin answers 404 while no admin API is enabled (CONTRACT section 5).
       sendError(res, new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`), requestIdFor(req.headers['x-request-id']));
+    } else {
+      void this.#elsewhere(req, res, path, next);
     }
+  };
+
+  /** Paths the gateway does not own: passthrough when configured, else the host app, else 404. */
+  async #elsewhere(req: IncomingMessage, res: ServerResponse, path: string, next: Next | undefined): Promise<void> {
+    const requestId = requestIdFor(req.headers['x-request-id']);
+    try {
+      const state = this.#state ?? (await this.#pending);
+      if (state.passthrough !== null) {
+        if (state.config.server.passthrough_auth) state.keys.authenticate(req.headers.authorization);
+        res.once('close', () => this.metrics.countRequest('passthrough', res.statusCode, ''));
+        state.passthrough.web(req, res, requestId);
+      } else if (next !== undefined) {
+        next();
+      } else {
+        throw new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`);
+      }
+    } catch (err) {
+      const e = toGatewayError(err);
+      this.metrics.countRequest('passthrough', e.status, e.code);
+      sendError(res, e, requestId);
+    }
+  }
+
+  /** The server's 'upgrade' listener: WebSocket upgrades go to the passthrough, if any. */
+  upgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
+    const path = (req.url ?? '/').split('?')[0]!;
+    const state = this.#state;
+    const owned = path === '/v1' || path.startsWith('/v1/') || path === '/admin' || path.startsWith('/admin/') ||
+      path === '/healthz' || path === '/readyz' || path === '/metrics';
+    if (state?.passthrough != null && !owned) {
+      try {
+        if (state.config.server.passthrough_auth) state.keys.authenticate(req.headers.authorization);
+        state.passthrough.ws(req, socket, head);
+        return;
+      } catch {
+        socket.end('HTTP/1.1 401 Unauthorized\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+        return;
+      }
+    }
+    socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
   };
 
   async #v1(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {

@@ -9,6 +9,7 @@ import { ContentPolicy } from './chat/checks.js';
 import type { Config, ModelConfig } from './config/types.js';
 import type { Logger } from './observe/log.js';
 import { createProvider, type Provider } from './providers/index.js';
+import { Passthrough } from './passthrough.js';
 import { loadTokenizers } from './tokens/count.js';
 import type { Circuit, Health } from './upstream/health.js';
 
@@ -24,6 +25,7 @@ export class GatewayState {
   readonly keys: KeyDirectory;
   readonly providers: ReadonlyMap<string, Provider>;
   readonly policy: ContentPolicy;
+  readonly passthrough: Passthrough | null;
   catalog: Catalog;
   readonly #health: Health;
   readonly #targets = new WeakMap<ModelConfig, Target[]>();
@@ -39,6 +41,8 @@ export class GatewayState {
     this.keys = new KeyDirectory(config);
     this.policy = new ContentPolicy(config.content_policy.block);
     this.catalog = new Catalog(config, this.#createdAt, []);
+    const target = config.server.passthrough;
+    this.passthrough = target === null ? null : new Passthrough(target, config.server.passthrough_auth, logger);
     this.#discovery = new Discovery(providers.values(), (found) => {
       this.catalog = new Catalog(config, this.#createdAt, found);
     }, logger);
@@ -75,6 +79,7 @@ export class GatewayState {
 
   async close(): Promise<void> {
     this.#discovery.stop();
+    this.passthrough?.close();
     await Promise.allSettled([...this.providers.values()].map((p) => p.close()));
   }
 }

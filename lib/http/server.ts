@@ -1,6 +1,7 @@
 // The standalone server: node:http around the gateway's handler, and a graceful drain.
 
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Gateway } from '../gateway.js';
 
@@ -14,6 +15,14 @@ export interface RunningServer {
 export async function listen(gateway: Gateway, host: string, port: number): Promise<RunningServer> {
   await gateway.ready;
   const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0, headersTimeout: 60_000 }, gateway.handler);
+  // Upgraded (WebSocket) sockets leave the HTTP server's connection tracking, so
+  // closeAllConnections() does not see them: the drain ends them itself.
+  const tunnels = new Set<Duplex>();
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    tunnels.add(socket);
+    socket.once('close', () => tunnels.delete(socket));
+    gateway.upgrade(req, socket, head);
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => { server.off('error', reject); resolve(); });
@@ -29,6 +38,7 @@ export async function listen(gateway: Gateway, host: string, port: number): Prom
     const idle = await gateway.waitIdle(timeoutMs);
     if (!idle) gateway.logger.warn({ inflight: gateway.inflight }, 'drain timeout passed; closing the remaining connections');
     server.closeAllConnections();
+    for (const socket of tunnels) socket.destroy();
     await closed;
     await gateway.close();
   };

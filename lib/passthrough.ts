@@ -1,0 +1,48 @@
+// Passthrough: paths outside /v1, /admin and the ops paths are reverse-proxied to the model
+// server (http-proxy-3), WebSocket upgrades included, so its own endpoints stay reachable
+// through the sidecar. With passthrough_auth the caller needs a Tollgate credential, which is
+// not forwarded (the model server never sees Tollgate keys).
+
+import { Agent as HttpAgent, type IncomingMessage, type ServerResponse } from 'node:http';
+import { Agent as HttpsAgent } from 'node:https';
+import type { Duplex } from 'node:stream';
+import { createProxyServer, type ProxyServer } from 'http-proxy-3';
+import { GatewayError } from './errors.js';
+import { sendError } from './http/respond.js';
+import type { Logger } from './observe/log.js';
+
+export class Passthrough {
+  readonly #proxy: ProxyServer;
+  readonly #agent: HttpAgent;
+  readonly #stripAuth: boolean;
+  readonly #logger: Logger;
+
+  constructor(target: string, stripAuth: boolean, logger: Logger) {
+    const https = target.startsWith('https:');
+    this.#agent = https ? new HttpsAgent({ keepAlive: true }) : new HttpAgent({ keepAlive: true });
+    this.#proxy = createProxyServer({ target, agent: this.#agent, xfwd: true, changeOrigin: true, ws: true });
+    this.#stripAuth = stripAuth;
+    this.#logger = logger;
+  }
+
+  web(req: IncomingMessage, res: ServerResponse, requestId: string): void {
+    if (this.#stripAuth) delete req.headers.authorization;
+    this.#proxy.web(req, res, {}, (err: Error) => {
+      this.#logger.warn({ request_id: requestId, err: err.message, path: req.url }, 'passthrough upstream failed');
+      sendError(res, new GatewayError('provider_error', 'The model server behind this gateway did not answer.'), requestId);
+    });
+  }
+
+  ws(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    if (this.#stripAuth) delete req.headers.authorization;
+    this.#proxy.ws(req, socket, head, {}, (err: Error) => {
+      this.#logger.warn({ err: err.message, path: req.url }, 'passthrough WebSocket failed');
+      socket.destroy();
+    });
+  }
+
+  close(): void {
+    this.#proxy.close();
+    this.#agent.destroy();
+  }
+}
