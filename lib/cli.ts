@@ -1,6 +1,7 @@
 // The `tollgate` command: serve a config, or check one.
 
 import { watch } from 'node:fs';
+import { basename, dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import { createGateway } from './gateway.js';
@@ -66,8 +67,11 @@ async function serve(argv: string[]): Promise<void> {
   };
   process.on('SIGHUP', () => reload('SIGHUP'));
   if (config.server.watch_config) {
+    // The folder, not the file: editors often save by writing a new file and renaming it.
+    const name = basename(path);
     let debounce: NodeJS.Timeout | undefined;
-    watch(path, () => {
+    watch(dirname(path), (_event, changed) => {
+      if (changed !== null && changed !== name) return;
       clearTimeout(debounce);
       debounce = setTimeout(() => reload('file changed'), 200);
     }).unref();

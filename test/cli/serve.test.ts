@@ -2,7 +2,7 @@
 
 import t from 'tap';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, writeFile, rm } from 'node:fs/promises';
+import { mkdtemp, writeFile, rm, rename } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -93,6 +93,28 @@ t.test('serve, reload on SIGHUP, reject a bad reload, drain on SIGTERM', async (
   t.ok(drained.done, 'the open stream finished during the drain');
   t.equal(await exited, 0, 'exit 0');
   t.notMatch(child.out(), new RegExp(DEMO_KEY), 'the key never reaches the logs');
+});
+
+t.test('watch_config: true reloads when the file changes, also when it is replaced by a rename', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'tollgate-watch-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const file = join(dir, 'tollgate.yaml');
+  const watched = (models: string) => yaml(models).replace('  drain_timeout_ms: 5000', '  drain_timeout_ms: 5000\n  watch_config: true');
+  await writeFile(file, watched('  - { id: first, provider: echo }'));
+  const child = await serve(t, file);
+  t.equal((await chat(child.url, 'second', 'a')).status, 404);
+
+  await writeFile(file, watched('  - { id: second, provider: echo }'));
+  let status = 0;
+  for (let i = 0; i < 150 && status !== 200; i++) { await sleep(20); status = (await chat(child.url, 'second', 'a')).status; }
+  t.equal(status, 200, 'reloaded after an in-place write');
+
+  await writeFile(join(dir, 'tmp.yaml'), watched('  - { id: third, provider: echo }'));
+  await rename(join(dir, 'tmp.yaml'), file);
+  status = 0;
+  for (let i = 0; i < 150 && status !== 200; i++) { await sleep(20); status = (await chat(child.url, 'third', 'a')).status; }
+  t.equal(status, 200, 'reloaded after a rename over the file');
+  child.proc.kill('SIGTERM');
 });
 
 t.test('bad invocations', async (t) => {

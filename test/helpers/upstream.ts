@@ -23,6 +23,8 @@ export interface FakeUpstream {
   baseUrl: string;
   requests: SeenRequest[];
   setScript(script: Script): void;
+  /** Open client connections (keep-alive sockets included). */
+  connections(): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -55,6 +57,7 @@ export async function startUpstream(script: Script): Promise<FakeUpstream> {
     baseUrl: `${url}/v1`,
     requests,
     setScript(s) { current = s; },
+    connections: () => new Promise((r, j) => server.getConnections((err, n) => (err ? j(err) : r(n)))),
     close: () => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }),
   };
 }
