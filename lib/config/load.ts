@@ -96,7 +96,6 @@ function crossCheck(c: Config): string[] {
   });
 
   for (const [name, p] of Object.entries(c.providers)) {
-    if (p.kind === 'anthropic') problems.push(`providers.${name}.kind: anthropic is not supported by this release yet`);
     if (p.kind !== 'echo' && p.base_url === undefined) problems.push(`providers.${name}.base_url: is required for kind ${p.kind}`);
     if (p.base_url !== undefined) {
       try { new URL(p.base_url); } catch { problems.push(`providers.${name}.base_url: must be an http:// or https:// URL`); }

@@ -149,6 +149,19 @@ t.test('provider and model defaults; upstream_model defaults to the id', async (
   t.notOk('created' in c.models[0]!, 'created has no default');
 });
 
+t.test('an anthropic provider is accepted: anthropic_version defaults, base_url is required', async (t) => {
+  const c = parseConfig(
+    'providers:\n  claude:\n    kind: anthropic\n    base_url: https://api.anthropic.com\n    api_key: sk-ant-x\n' +
+    'models:\n  - id: sonnet\n    provider: claude\n',
+    {},
+  );
+  t.equal(c.providers.claude!.kind, 'anthropic');
+  t.equal(c.providers.claude!.anthropic_version, '2023-06-01');
+  t.equal(c.providers.claude!.api_key, 'sk-ant-x');
+  t.equal(parseConfig('providers:\n  c:\n    kind: anthropic\n    base_url: http://x\n    anthropic_version: 2024-01-01\n', {}).providers.c!.anthropic_version, '2024-01-01');
+  t.strictSame(problemsOf(t, 'providers:\n  c:\n    kind: anthropic\n'), ['providers.c.base_url: is required for kind anthropic']);
+});
+
 t.test('account defaults', async (t) => {
   const c = parseConfig('accounts:\n  - id: a\n    plan: pro\n', {});
   t.strictSame(c.accounts, [{ id: 'a', plan: 'pro', wallet_units: 0, keys: [], key_sha256: [] }]);

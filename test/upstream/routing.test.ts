@@ -89,7 +89,7 @@ t.test('streaming: fallback before the first byte, never after', async (t) => {
 
   // After real content reached the client, a failure is in-stream and the fallback is not tried.
   const bBefore = b.requests.length;
-  a.setScript(async (_req, res) => { await writeSse(res, streamFrames(['partial']).slice(0, 2), { end: false }); await sleep(30); res.socket.destroy(); });
+  a.setScript(async (_req, res) => { await writeSse(res, streamFrames(['partial']).slice(0, 2), { end: false }); await sleep(30); res.socket?.destroy(); });
   res = await postChat(gw.url, ask('m', { stream: true }));
   parsed = sseData(res.text);
   t.notOk(parsed.done);

@@ -10,7 +10,8 @@ import {
   createEndpoint, forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint,
 } from '../../upstream/http.js';
 import type { CompletionResult, DiscoveredModel, Provider, ProviderCall, StreamPart, UpstreamStream } from '../types.js';
-import { mapErrorBody, normalizeChunk, normalizeCompletion, parseModelList } from './translate.js';
+import { ENDED_EARLY, isEventStream, mapErrorBody } from '../shared.js';
+import { normalizeChunk, normalizeCompletion, parseModelList } from './translate.js';
 
 /** Chat parameters that OpenAI-compatible servers understand (CONTRACT section 4). */
 const FORWARDED_FIELDS = [
@@ -18,11 +19,6 @@ const FORWARDED_FIELDS = [
   'presence_penalty', 'frequency_penalty', 'logit_bias', 'logprobs', 'top_logprobs', 'tools',
   'tool_choice', 'parallel_tool_calls', 'response_format', 'user',
 ] as const;
-
-function isEventStream(headers: Dispatcher.ResponseData['headers']): boolean {
-  const ct = headers['content-type'];
-  return typeof ct === 'string' && ct.toLowerCase().includes('text/event-stream');
-}
 
 export class OpenAIProvider implements Provider {
   readonly name: string;
@@ -128,7 +124,7 @@ export class OpenAIProvider implements Provider {
       if (!body.destroyed) body.destroy();
     }
     if (!sawDone && !sawFinish) {
-      throw new GatewayError('provider_error', 'The model provider ended the stream before the answer was complete.');
+      throw new GatewayError('provider_error', ENDED_EARLY);
     }
   }
 

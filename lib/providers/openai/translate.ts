@@ -7,13 +7,8 @@ import type {
 } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
+import { EMPTY_ANSWER, isEmptyAnswer, isObj, mapErrorValue, parseJson, type Obj } from '../shared.js';
 import type { DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
-
-type Obj = Record<string, unknown>;
-
-function isObj(v: unknown): v is Obj {
-  return v !== null && typeof v === 'object' && !Array.isArray(v);
-}
 
 function finishReason(v: unknown, hasToolCalls: boolean): FinishReason {
   switch (v) {
@@ -72,21 +67,6 @@ function toolCallDeltas(v: unknown): ToolCallDelta[] | undefined {
   });
 }
 
-/** A legitimate answer has text, tool calls or a refusal, or says why it has none. */
-function isEmpty(c: CompletionChoice): boolean {
-  return (c.message.content === null || c.message.content === '') &&
-    c.message.tool_calls === undefined && c.message.refusal === null &&
-    c.finish_reason !== 'length' && c.finish_reason !== 'content_filter';
-}
-
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-}
-
 export function normalizeCompletion(text: string, call: ProviderCall, provider: string): { choices: CompletionChoice[]; usage: Usage | undefined } {
   const body = parseJson(text);
   if (!isObj(body)) throw new GatewayError('provider_error', 'The model provider sent an answer that is not valid JSON.');
@@ -110,8 +90,8 @@ export function normalizeCompletion(text: string, call: ProviderCall, provider: 
       finish_reason: finishReason(c.finish_reason, calls !== undefined),
     };
   });
-  if (choices.length === 0 || choices.every(isEmpty)) {
-    throw new GatewayError('provider_error', 'The model provider sent an empty answer.');
+  if (choices.length === 0 || choices.every(isEmptyAnswer)) {
+    throw new GatewayError('provider_error', EMPTY_ANSWER);
   }
   return { choices, usage: usageOf(body.usage) };
 }
@@ -147,48 +127,6 @@ export function normalizeChunk(ev: SseEvent, call: ProviderCall, provider: strin
   const usage = usageOf(body.usage);
   if (usage !== undefined) parts.push({ kind: 'usage', usage });
   return parts;
-}
-
-const CONTEXT_ERROR = /context[ _-]?length|maximum context|context window|context size|too many tokens|prompt is too long|input is too long|exceeds? the (?:available )?context/i;
-
-function errorFields(body: unknown): { message: string; code: unknown; status: unknown } {
-  if (!isObj(body)) return { message: typeof body === 'string' ? body : '', code: undefined, status: undefined };
-  const e = isObj(body.error) ? body.error : body;
-  const message = typeof e.message === 'string' ? e.message
-    : typeof body.error === 'string' ? body.error
-      : typeof body.detail === 'string' ? body.detail : '';
-  return { message, code: e.code ?? e.type, status: e.code ?? body.code };
-}
-
-/** The upstream's words, with its internal model name replaced by the client's slug. */
-function sanitize(message: string, call: ProviderCall): string {
-  const clean = message.split(call.upstreamModel).join(call.model.id).replace(/\s+/g, ' ').trim();
-  return clean.length > 500 ? `${clean.slice(0, 500)}…` : clean;
-}
-
-/** An upstream error (HTTP status + parsed body) -> the code clients see. */
-export function mapErrorValue(status: number, body: unknown, call: ProviderCall, provider: string): GatewayError {
-  const { message, code, status: inner } = errorFields(body);
-  const effective = typeof inner === 'number' ? inner : status;
-  if (code === 'context_length_exceeded' || CONTEXT_ERROR.test(message)) {
-    return new GatewayError('context_length_exceeded', message !== ''
-      ? `The request does not fit the model's context window: ${sanitize(message, call)}`
-      : "The request does not fit the model's context window.", { param: 'messages' });
-  }
-  if (effective === 429 || effective === 503 || code === 'rate_limit_exceeded' || code === 'overloaded_error') {
-    return new GatewayError('model_unavailable', `The model provider '${provider}' is overloaded or rate-limited; retry later.`, {
-      headers: { 'retry-after': '1', 'retry-after-ms': '1000' },
-    });
-  }
-  if (effective === 400 || effective === 422) {
-    return new GatewayError('invalid_value', `The model provider rejected the request${message !== '' ? `: ${sanitize(message, call)}` : '.'}`);
-  }
-  return new GatewayError('provider_error', `The model provider '${provider}' failed (upstream status ${status}).`);
-}
-
-export function mapErrorBody(status: number, text: string, call: ProviderCall, provider: string): GatewayError {
-  const body = parseJson(text);
-  return mapErrorValue(status, body === undefined ? text : body, call, provider);
 }
 
 /** GET /models: `{data: [{id, max_model_len?}]}` (OpenAI, vLLM, llama.cpp, Ollama, TGI). */

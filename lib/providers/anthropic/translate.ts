@@ -1,0 +1,294 @@
+// Our chat requests -> Anthropic Messages API requests, and its answers, events and errors
+// back -> ours. A streamed answer is rebuilt chunk for chunk as an OpenAI-compatible server
+// would have sent it, so clients cannot tell the two kinds of upstream apart.
+
+import type {
+  ChatMessage, ChunkChoice, ChunkDelta, CompletionChoice, ContentPart, FinishReason, ToolCall, Usage,
+} from '../../chat/types.js';
+import { GatewayError } from '../../errors.js';
+import type { SseEvent } from '../../sse/parser.js';
+import { EMPTY_ANSWER, isEmptyAnswer, isObj, mapErrorValue, parseJson, type Obj } from '../shared.js';
+import type { ProviderCall, StreamPart } from '../types.js';
+
+type Block = Obj;
+interface Turn { role: 'user' | 'assistant'; content: string | Block[] }
+
+// ---- request ---------------------------------------------------------------------------
+
+/** A message's text: a string as is, text parts joined by newlines. */
+function textOf(content: ChatMessage['content']): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  return content.map((p) => (p.type === 'text' ? p.text : '')).filter((t) => t !== '').join('\n');
+}
+
+const DATA_URL = /^data:(image\/[A-Za-z0-9.+-]+);base64,(.*)$/s;
+
+function partBlock(p: ContentPart): Block | undefined {
+  if (p.type === 'text') return p.text === '' ? undefined : { type: 'text', text: p.text };
+  const url = p.image_url.url;
+  const m = DATA_URL.exec(url);
+  if (m !== null) return { type: 'image', source: { type: 'base64', media_type: m[1], data: m[2] } };
+  return { type: 'image', source: { type: 'url', url } };
+}
+
+function contentOf(content: ChatMessage['content']): string | Block[] | undefined {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return undefined;
+  return content.map(partBlock).filter((b): b is Block => b !== undefined);
+}
+
+function toolInput(args: string): Obj {
+  const v = parseJson(args);
+  return isObj(v) ? v : {};
+}
+
+function asBlocks(content: string | Block[]): Block[] {
+  if (typeof content !== 'string') return content;
+  return content === '' ? [] : [{ type: 'text', text: content }];
+}
+
+/** Appends a turn; Anthropic wants user and assistant to alternate, so a repeat is merged. */
+function push(turns: Turn[], role: Turn['role'], content: string | Block[]): void {
+  const last = turns.at(-1);
+  if (last !== undefined && last.role === role) last.content = [...asBlocks(last.content), ...asBlocks(content)];
+  else turns.push({ role, content });
+}
+
+function conversation(messages: readonly ChatMessage[]): { system: string; turns: Turn[] } {
+  const system: string[] = [];
+  const turns: Turn[] = [];
+  for (const m of messages) {
+    switch (m.role) {
+      case 'system': case 'developer': {
+        const text = textOf(m.content);
+        if (text !== '') system.push(text);
+        break;
+      }
+      case 'user': {
+        const content = contentOf(m.content);
+        if (content !== undefined) push(turns, 'user', content);
+        break;
+      }
+      case 'tool':
+        push(turns, 'user', [{ type: 'tool_result', tool_use_id: m.tool_call_id ?? '', content: textOf(m.content) }]);
+        break;
+      case 'assistant': {
+        const calls = m.tool_calls ?? [];
+        if (calls.length === 0) {
+          const content = contentOf(m.content);
+          if (content !== undefined) push(turns, 'assistant', content);
+          break;
+        }
+        const text = textOf(m.content);
+        const blocks: Block[] = text === '' ? [] : [{ type: 'text', text }];
+        for (const c of calls) {
+          blocks.push({ type: 'tool_use', id: c.id, name: c.function.name, input: toolInput(c.function.arguments) });
+        }
+        push(turns, 'assistant', blocks);
+        break;
+      }
+    }
+  }
+  return { system: system.join('\n\n'), turns };
+}
+
+function tools(v: unknown): Block[] {
+  if (!Array.isArray(v)) return [];
+  const out: Block[] = [];
+  for (const t of v) {
+    if (!isObj(t) || t.type !== 'function' || !isObj(t.function) || typeof t.function.name !== 'string') continue;
+    const f = t.function;
+    const tool: Block = { name: f.name };
+    if (typeof f.description === 'string') tool.description = f.description;
+    tool.input_schema = isObj(f.parameters) ? f.parameters : { type: 'object', properties: {} };
+    out.push(tool);
+  }
+  return out;
+}
+
+function toolChoice(v: unknown, parallel: unknown): Block | undefined {
+  let choice: Block | undefined;
+  if (v === 'auto') choice = { type: 'auto' };
+  else if (v === 'required') choice = { type: 'any' };
+  else if (v === 'none') choice = { type: 'none' };
+  else if (isObj(v) && v.type === 'function' && isObj(v.function) && typeof v.function.name === 'string') {
+    choice = { type: 'tool', name: v.function.name };
+  }
+  if (parallel === false) {
+    choice ??= { type: 'auto' };
+    if (choice.type !== 'none') choice.disable_parallel_tool_use = true;
+  }
+  return choice;
+}
+
+function stopSequences(v: unknown): string[] | undefined {
+  const list = typeof v === 'string' ? [v] : Array.isArray(v) ? v.filter((s): s is string => typeof s === 'string') : [];
+  return list.length > 0 ? list : undefined;
+}
+
+/** The body of POST /v1/messages. */
+export function buildRequest(call: ProviderCall, stream: boolean): Obj {
+  const request = call.request;
+  const src = request.body;
+  const { system, turns } = conversation(request.messages);
+  const out: Obj = { model: call.upstreamModel, max_tokens: request.maxOutputTokens ?? call.model.max_output_tokens };
+  if (system !== '') out.system = system;
+  out.messages = turns;
+  const stop = stopSequences(src.stop);
+  if (stop !== undefined) out.stop_sequences = stop;
+  if (typeof src.temperature === 'number') out.temperature = src.temperature;
+  if (typeof src.top_p === 'number') out.top_p = src.top_p;
+  if (typeof src.user === 'string') out.metadata = { user_id: src.user };
+  const defs = tools(src.tools);
+  if (defs.length > 0) {
+    out.tools = defs;
+    const choice = toolChoice(src.tool_choice, src.parallel_tool_calls);
+    if (choice !== undefined) out.tool_choice = choice;
+  }
+  if (stream) out.stream = true;
+  return out;
+}
+
+// ---- answers -----------------------------------------------------------------------------
+
+export function finishReason(v: unknown): FinishReason {
+  switch (v) {
+    case 'max_tokens': case 'model_context_window_exceeded': return 'length';
+    case 'tool_use': return 'tool_calls';
+    case 'refusal': return 'content_filter';
+    default: return 'stop'; // end_turn, stop_sequence, pause_turn and any newer reason
+  }
+}
+
+function count(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : undefined;
+}
+
+/** Anthropic usage -> ours: the prompt includes the tokens written to and read from the cache. */
+export function usageOf(v: unknown): Usage | undefined {
+  if (!isObj(v)) return undefined;
+  const input = count(v.input_tokens);
+  const output = count(v.output_tokens);
+  if (input === undefined || output === undefined) return undefined;
+  const prompt = input + (count(v.cache_creation_input_tokens) ?? 0) + (count(v.cache_read_input_tokens) ?? 0);
+  return { prompt_tokens: prompt, completion_tokens: output, total_tokens: prompt + output };
+}
+
+export function toCompletion(text: string, call: ProviderCall, provider: string): { choices: CompletionChoice[]; usage: Usage | undefined } {
+  const body = parseJson(text);
+  if (!isObj(body)) throw new GatewayError('provider_error', 'The model provider sent an answer that is not valid JSON.');
+  if (body.type === 'error' || (body.error !== undefined && body.error !== null)) throw mapErrorValue(502, body, call, provider);
+  if (!Array.isArray(body.content)) throw new GatewayError('provider_error', 'The model provider sent an answer with no content.');
+  let content: string | null = null;
+  const calls: ToolCall[] = [];
+  for (const b of body.content) {
+    if (!isObj(b)) continue;
+    if (b.type === 'text' && typeof b.text === 'string') content = (content ?? '') + b.text;
+    else if (b.type === 'tool_use') {
+      calls.push({
+        id: typeof b.id === 'string' ? b.id : `call_${calls.length}`,
+        type: 'function',
+        function: { name: typeof b.name === 'string' ? b.name : '', arguments: JSON.stringify(b.input ?? {}) },
+      });
+    }
+  }
+  const message: CompletionChoice['message'] = { role: 'assistant', content, refusal: null };
+  if (calls.length > 0) message.tool_calls = calls;
+  const choice: CompletionChoice = { index: 0, message, logprobs: null, finish_reason: finishReason(body.stop_reason) };
+  if (isEmptyAnswer(choice)) throw new GatewayError('provider_error', EMPTY_ANSWER);
+  return { choices: [choice], usage: usageOf(body.usage) };
+}
+
+/** An `error` event: overloaded and rate-limited are 503, a too-long prompt is 422. */
+export function eventError(body: unknown, call: ProviderCall, provider: string): GatewayError {
+  const type = isObj(body) && isObj(body.error) ? body.error.type : undefined;
+  return mapErrorValue(type === 'rate_limit_error' ? 429 : 502, body, call, provider);
+}
+
+// ---- streams -----------------------------------------------------------------------------
+
+function choices(delta: ChunkDelta, finish: FinishReason | null = null): StreamPart {
+  const choice: ChunkChoice = { index: 0, delta, finish_reason: finish, logprobs: null };
+  return { kind: 'choices', choices: [choice] };
+}
+
+/** One stream's events -> parts. Remembers which block is which tool call, and the usage. */
+export class StreamTranslator {
+  readonly #call: ProviderCall;
+  readonly #provider: string;
+  /** Content block index -> tool call index (tool blocks counted from 0). */
+  readonly #tools = new Map<number, number>();
+  readonly #usage: Obj = {};
+  #finished = false;
+  /** message_stop was seen: the answer is complete. */
+  ended = false;
+
+  constructor(call: ProviderCall, provider: string) {
+    this.#call = call;
+    this.#provider = provider;
+  }
+
+  #addUsage(v: unknown): void {
+    if (!isObj(v)) return;
+    for (const [k, n] of Object.entries(v)) if (count(n) !== undefined) this.#usage[k] = n;
+  }
+
+  handle(ev: SseEvent): StreamPart[] {
+    if (this.ended) return [];
+    const body = parseJson(ev.data);
+    if (!isObj(body)) throw new GatewayError('provider_error', 'The model provider sent an event that is not valid JSON.');
+    const type = typeof body.type === 'string' ? body.type : ev.event;
+    if (type === 'error' || ev.event === 'error') throw eventError(body, this.#call, this.#provider);
+    switch (type) {
+      case 'message_start':
+        this.#addUsage(isObj(body.message) ? body.message.usage : undefined);
+        return [choices({ role: 'assistant', content: '' })];
+      case 'content_block_start': return this.#blockStart(body);
+      case 'content_block_delta': return this.#blockDelta(body);
+      case 'message_delta': {
+        this.#addUsage(body.usage);
+        const reason = isObj(body.delta) ? body.delta.stop_reason : undefined;
+        if (typeof reason !== 'string' || this.#finished) return [];
+        this.#finished = true;
+        return [choices({}, finishReason(reason))];
+      }
+      case 'message_stop': {
+        this.ended = true;
+        const parts = this.#finished ? [] : [choices({}, 'stop')];
+        this.#finished = true;
+        const usage = usageOf(this.#usage);
+        if (usage !== undefined) parts.push({ kind: 'usage', usage });
+        return parts;
+      }
+      default: return []; // ping, content_block_stop, and event types added later
+    }
+  }
+
+  #blockStart(body: Obj): StreamPart[] {
+    const block = body.content_block;
+    if (!isObj(block) || typeof body.index !== 'number') return [];
+    if (block.type === 'text') return typeof block.text === 'string' && block.text !== '' ? [choices({ content: block.text })] : [];
+    if (block.type !== 'tool_use') return [];
+    const index = this.#tools.size;
+    this.#tools.set(body.index, index);
+    return [choices({
+      tool_calls: [{
+        index,
+        id: typeof block.id === 'string' ? block.id : `call_${index}`,
+        type: 'function',
+        function: { name: typeof block.name === 'string' ? block.name : '', arguments: '' },
+      }],
+    })];
+  }
+
+  #blockDelta(body: Obj): StreamPart[] {
+    const d = body.delta;
+    if (!isObj(d)) return [];
+    if (d.type === 'text_delta') return typeof d.text === 'string' && d.text !== '' ? [choices({ content: d.text })] : [];
+    if (d.type !== 'input_json_delta' || typeof d.partial_json !== 'string' || d.partial_json === '') return [];
+    const index = typeof body.index === 'number' ? this.#tools.get(body.index) : undefined;
+    if (index === undefined) return [];
+    return [choices({ tool_calls: [{ index, function: { arguments: d.partial_json } }] })];
+  }
+}

@@ -1,0 +1,78 @@
+// Helpers every HTTP provider shares: defensive JSON reading, the "is this answer empty" rule,
+// and the mapping of an upstream error (status + body) to the code clients see.
+
+import type { Dispatcher } from 'undici';
+import type { CompletionChoice } from '../chat/types.js';
+import { GatewayError } from '../errors.js';
+import type { ProviderCall } from './types.js';
+
+export type Obj = Record<string, unknown>;
+
+export function isObj(v: unknown): v is Obj {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+export function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+export function isEventStream(headers: Dispatcher.ResponseData['headers']): boolean {
+  const ct = headers['content-type'];
+  return typeof ct === 'string' && ct.toLowerCase().includes('text/event-stream');
+}
+
+/** A legitimate answer has text, tool calls or a refusal, or says why it has none. */
+export function isEmptyAnswer(c: CompletionChoice): boolean {
+  return (c.message.content === null || c.message.content === '') &&
+    c.message.tool_calls === undefined && c.message.refusal === null &&
+    c.finish_reason !== 'length' && c.finish_reason !== 'content_filter';
+}
+
+export const EMPTY_ANSWER = 'The model provider sent an empty answer.';
+export const ENDED_EARLY = 'The model provider ended the stream before the answer was complete.';
+
+const CONTEXT_ERROR = /context[ _-]?length|maximum context|context window|context size|too many tokens|prompt is too long|input is too long|exceeds? the (?:available )?context/i;
+
+function errorFields(body: unknown): { message: string; code: unknown; status: unknown } {
+  if (!isObj(body)) return { message: typeof body === 'string' ? body : '', code: undefined, status: undefined };
+  const e = isObj(body.error) ? body.error : body;
+  const message = typeof e.message === 'string' ? e.message
+    : typeof body.error === 'string' ? body.error
+      : typeof body.detail === 'string' ? body.detail : '';
+  return { message, code: e.code ?? e.type, status: e.code ?? body.code };
+}
+
+/** The upstream's words, with its internal model name replaced by the client's slug. */
+export function sanitize(message: string, call: ProviderCall): string {
+  const clean = message.split(call.upstreamModel).join(call.model.id).replace(/\s+/g, ' ').trim();
+  return clean.length > 500 ? `${clean.slice(0, 500)}…` : clean;
+}
+
+/** An upstream error (HTTP status + parsed body) -> the code clients see. */
+export function mapErrorValue(status: number, body: unknown, call: ProviderCall, provider: string): GatewayError {
+  const { message, code, status: inner } = errorFields(body);
+  const effective = typeof inner === 'number' ? inner : status;
+  if (code === 'context_length_exceeded' || CONTEXT_ERROR.test(message)) {
+    return new GatewayError('context_length_exceeded', message !== ''
+      ? `The request does not fit the model's context window: ${sanitize(message, call)}`
+      : "The request does not fit the model's context window.", { param: 'messages' });
+  }
+  if (effective === 429 || effective === 503 || code === 'rate_limit_exceeded' || code === 'overloaded_error') {
+    return new GatewayError('model_unavailable', `The model provider '${provider}' is overloaded or rate-limited; retry later.`, {
+      headers: { 'retry-after': '1', 'retry-after-ms': '1000' },
+    });
+  }
+  if (effective === 400 || effective === 422) {
+    return new GatewayError('invalid_value', `The model provider rejected the request${message !== '' ? `: ${sanitize(message, call)}` : '.'}`);
+  }
+  return new GatewayError('provider_error', `The model provider '${provider}' failed (upstream status ${status}).`);
+}
+
+export function mapErrorBody(status: number, text: string, call: ProviderCall, provider: string): GatewayError {
+  const body = parseJson(text);
+  return mapErrorValue(status, body === undefined ? text : body, call, provider);
+}
