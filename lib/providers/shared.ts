@@ -2,11 +2,17 @@
 // and the mapping of an upstream error (status + body) to the code clients see.
 
 import type { Dispatcher } from 'undici';
-import type { CompletionChoice } from '../chat/types.js';
+import type { CompletionChoice, Usage } from '../chat/types.js';
 import { GatewayError } from '../errors.js';
 import type { ProviderCall } from './types.js';
 
 export type Obj = Record<string, unknown>;
+
+/** A translated answer, before the pipeline adds id, model and created. */
+export interface ChoicesAndUsage {
+  choices: CompletionChoice[];
+  usage: Usage | undefined;
+}
 
 export function isObj(v: unknown): v is Obj {
   return v !== null && typeof v === 'object' && !Array.isArray(v);

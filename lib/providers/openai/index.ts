@@ -5,12 +5,11 @@
 import type { Dispatcher } from 'undici';
 import type { ProviderConfig } from '../../config/types.js';
 import { GatewayError } from '../../errors.js';
-import { SseParser, type SseEvent } from '../../sse/parser.js';
-import {
-  createEndpoint, forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint,
-} from '../../upstream/http.js';
-import type { CompletionResult, DiscoveredModel, Provider, ProviderCall, StreamPart, UpstreamStream } from '../types.js';
-import { ENDED_EARLY, isEventStream, mapErrorBody } from '../shared.js';
+import type { SseEvent } from '../../sse/parser.js';
+import { readCapped, transportError } from '../../upstream/http.js';
+import { HttpProvider, type StreamTranslator } from '../http-provider.js';
+import type { ChoicesAndUsage } from '../shared.js';
+import type { DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
 import { normalizeChunk, normalizeCompletion, parseModelList } from './translate.js';
 
 /** Chat parameters that OpenAI-compatible servers understand (CONTRACT section 4). */
@@ -20,24 +19,38 @@ const FORWARDED_FIELDS = [
   'tool_choice', 'parallel_tool_calls', 'response_format', 'user',
 ] as const;
 
-export class OpenAIProvider implements Provider {
-  readonly name: string;
-  readonly config: ProviderConfig;
-  readonly #endpoint: UpstreamEndpoint;
-  readonly #path: string;
-  readonly #headers: Record<string, string>;
+/** A stream is whole once it said [DONE] or gave a finish reason (some servers omit [DONE]). */
+class ChunkTranslator implements StreamTranslator {
+  ended = false;
+  readonly #call: ProviderCall;
+  readonly #provider: string;
 
-  constructor(name: string, config: ProviderConfig) {
-    this.name = name;
-    this.config = config;
-    this.#endpoint = createEndpoint(config);
-    this.#path = `${this.#endpoint.basePath}/chat/completions`;
-    const headers: Record<string, string> = { 'content-type': 'application/json', ...config.headers };
-    if (config.api_key !== '') headers.authorization = `Bearer ${config.api_key}`;
-    this.#headers = headers;
+  constructor(call: ProviderCall, provider: string) {
+    this.#call = call;
+    this.#provider = provider;
   }
 
-  #body(call: ProviderCall, stream: boolean): string {
+  handle(ev: SseEvent): StreamPart[] {
+    if (ev.data === '[DONE]') {
+      this.ended = true;
+      return [];
+    }
+    const parts = normalizeChunk(ev, this.#call, this.#provider);
+    for (const p of parts) {
+      if (p.kind === 'choices' && p.choices.some((c) => c.finish_reason !== null)) this.ended = true;
+    }
+    return parts;
+  }
+}
+
+export class OpenAIProvider extends HttpProvider {
+  constructor(name: string, config: ProviderConfig) {
+    const headers: Record<string, string> = { 'content-type': 'application/json', ...config.headers };
+    if (config.api_key !== '') headers.authorization = `Bearer ${config.api_key}`;
+    super(name, config, { path: '/chat/completions', headers, unavailable: new Set([429, 503]) });
+  }
+
+  protected body(call: ProviderCall, stream: boolean): string {
     const src = call.request.body;
     const out: Record<string, unknown> = { model: call.upstreamModel, messages: call.request.messages };
     for (const key of FORWARDED_FIELDS) {
@@ -51,88 +64,19 @@ export class OpenAIProvider implements Provider {
     return JSON.stringify(out);
   }
 
-  async #send(call: ProviderCall, stream: boolean): Promise<Dispatcher.ResponseData> {
-    try {
-      return await this.#endpoint.pool.request({
-        method: 'POST',
-        path: this.#path,
-        headers: this.#headers,
-        body: this.#body(call, stream),
-        signal: call.signal,
-      });
-    } catch (err) {
-      throw transportError(err, call.signal, this.name);
-    }
+  protected completion(text: string, call: ProviderCall): ChoicesAndUsage {
+    return normalizeCompletion(text, call, this.name);
   }
 
-  async #failure(res: Dispatcher.ResponseData, call: ProviderCall): Promise<GatewayError> {
-    if (res.statusCode === 429 || res.statusCode === 503) {
-      void readCapped(res.body, 0);
-      return unavailable(res.headers, this.name);
-    }
-    const text = await readCapped(res.body);
-    return mapErrorBody(res.statusCode, text, call, this.name);
-  }
-
-  async complete(call: ProviderCall): Promise<CompletionResult> {
-    const res = await this.#send(call, false);
-    if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
-    let text: string;
-    try {
-      text = await res.body.text();
-    } catch (err) {
-      throw transportError(err, call.signal, this.name);
-    }
-    const { choices, usage } = normalizeCompletion(text, call, this.name);
-    return { choices, usage, headers: forwardedHeaders(res.headers) };
-  }
-
-  async stream(call: ProviderCall): Promise<UpstreamStream> {
-    const res = await this.#send(call, true);
-    if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
-    if (!isEventStream(res.headers)) {
-      // Some servers answer a failing stream request with a JSON error and a 2xx.
-      throw mapErrorBody(502, await readCapped(res.body), call, this.name);
-    }
-    const headers = forwardedHeaders(res.headers);
-    return Object.assign(this.#parts(res.body, call), { headers });
-  }
-
-  async *#parts(body: Dispatcher.ResponseData['body'], call: ProviderCall): AsyncGenerator<StreamPart> {
-    const parser = new SseParser();
-    let sawDone = false;
-    let sawFinish = false;
-    const handle = (ev: SseEvent): StreamPart[] => {
-      if (ev.data === '[DONE]') {
-        sawDone = true;
-        return [];
-      }
-      const parts = normalizeChunk(ev, call, this.name);
-      for (const p of parts) {
-        if (p.kind === 'choices' && p.choices.some((c) => c.finish_reason !== null)) sawFinish = true;
-      }
-      return parts;
-    };
-    try {
-      for await (const buf of body as AsyncIterable<Buffer>) {
-        for (const ev of parser.push(buf)) yield* handle(ev);
-      }
-      for (const ev of parser.end()) yield* handle(ev);
-    } catch (err) {
-      throw transportError(err, call.signal, this.name);
-    } finally {
-      if (!body.destroyed) body.destroy();
-    }
-    if (!sawDone && !sawFinish) {
-      throw new GatewayError('provider_error', ENDED_EARLY);
-    }
+  protected translator(call: ProviderCall): StreamTranslator {
+    return new ChunkTranslator(call, this.name);
   }
 
   async discover(signal: AbortSignal): Promise<DiscoveredModel[]> {
     let res: Dispatcher.ResponseData;
     try {
-      res = await this.#endpoint.pool.request({
-        method: 'GET', path: `${this.#endpoint.basePath}/models`, headers: this.#headers, signal,
+      res = await this.endpoint.pool.request({
+        method: 'GET', path: `${this.endpoint.basePath}/models`, headers: this.headers, signal,
       });
     } catch (err) {
       throw transportError(err, signal, this.name);
@@ -142,9 +86,5 @@ export class OpenAIProvider implements Provider {
       throw new GatewayError('provider_error', `GET /models answered ${res.statusCode}.`);
     }
     return parseModelList(await readCapped(res.body, 8 * 1024 * 1024));
-  }
-
-  async close(): Promise<void> {
-    await this.#endpoint.pool.close();
   }
 }

@@ -1,0 +1,115 @@
+// What every HTTP provider does the same way: send a JSON POST over the provider's undici
+// pool, turn a failing status into our error, read an answer, and turn an event stream into
+// parts. A provider supplies only its translation: the request body, the answer, and a
+// per-stream translator of events.
+
+import type { Dispatcher } from 'undici';
+import type { ChoicesAndUsage } from './shared.js';
+import type { ProviderConfig } from '../config/types.js';
+import { GatewayError } from '../errors.js';
+import { SseParser, type SseEvent } from '../sse/parser.js';
+import {
+  createEndpoint, forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint,
+} from '../upstream/http.js';
+import { ENDED_EARLY, isEventStream, mapErrorBody } from './shared.js';
+import type { CompletionResult, Provider, ProviderCall, StreamPart, UpstreamStream } from './types.js';
+
+/** Turns one stream's events into parts; `ended` once the upstream said the answer is whole. */
+export interface StreamTranslator {
+  handle(ev: SseEvent): StreamPart[];
+  readonly ended: boolean;
+}
+
+export interface HttpShape {
+  /** Path under the base URL's path, e.g. "/chat/completions". */
+  path: string;
+  /** Headers of every call (auth included). */
+  headers: Record<string, string>;
+  /** Statuses that mean "not now" (503 model_unavailable, Retry-After passed on). */
+  unavailable: ReadonlySet<number>;
+}
+
+export abstract class HttpProvider implements Provider {
+  readonly name: string;
+  readonly config: ProviderConfig;
+  protected readonly endpoint: UpstreamEndpoint;
+  protected readonly headers: Record<string, string>;
+  readonly #path: string;
+  readonly #unavailable: ReadonlySet<number>;
+
+  constructor(name: string, config: ProviderConfig, shape: HttpShape) {
+    this.name = name;
+    this.config = config;
+    this.endpoint = createEndpoint(config);
+    this.headers = shape.headers;
+    this.#path = `${this.endpoint.basePath}${shape.path}`;
+    this.#unavailable = shape.unavailable;
+  }
+
+  /** The upstream request body. */
+  protected abstract body(call: ProviderCall, stream: boolean): string;
+  /** A 2xx answer's text -> our choices and usage; throws GatewayError. */
+  protected abstract completion(text: string, call: ProviderCall): ChoicesAndUsage;
+  /** A fresh translator for one stream. */
+  protected abstract translator(call: ProviderCall): StreamTranslator;
+
+  async #send(call: ProviderCall, stream: boolean): Promise<Dispatcher.ResponseData> {
+    try {
+      return await this.endpoint.pool.request({
+        method: 'POST', path: this.#path, headers: this.headers, body: this.body(call, stream), signal: call.signal,
+      });
+    } catch (err) {
+      throw transportError(err, call.signal, this.name);
+    }
+  }
+
+  async #failure(res: Dispatcher.ResponseData, call: ProviderCall): Promise<GatewayError> {
+    if (this.#unavailable.has(res.statusCode)) {
+      void readCapped(res.body, 0);
+      return unavailable(res.headers, this.name);
+    }
+    return mapErrorBody(res.statusCode, await readCapped(res.body), call, this.name);
+  }
+
+  async complete(call: ProviderCall): Promise<CompletionResult> {
+    const res = await this.#send(call, false);
+    if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
+    let text: string;
+    try {
+      text = await res.body.text();
+    } catch (err) {
+      throw transportError(err, call.signal, this.name);
+    }
+    return { ...this.completion(text, call), headers: forwardedHeaders(res.headers) };
+  }
+
+  async stream(call: ProviderCall): Promise<UpstreamStream> {
+    const res = await this.#send(call, true);
+    if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
+    if (!isEventStream(res.headers)) {
+      // Some servers answer a failing stream request with a JSON error and a 2xx.
+      throw mapErrorBody(502, await readCapped(res.body), call, this.name);
+    }
+    return Object.assign(this.#parts(res.body, call), { headers: forwardedHeaders(res.headers) });
+  }
+
+  async *#parts(body: Dispatcher.ResponseData['body'], call: ProviderCall): AsyncGenerator<StreamPart> {
+    const parser = new SseParser();
+    const translator = this.translator(call);
+    try {
+      for await (const buf of body as AsyncIterable<Buffer>) {
+        for (const ev of parser.push(buf)) yield* translator.handle(ev);
+      }
+      for (const ev of parser.end()) yield* translator.handle(ev);
+    } catch (err) {
+      throw transportError(err, call.signal, this.name);
+    } finally {
+      if (!body.destroyed) body.destroy();
+    }
+    if (!translator.ended) throw new GatewayError('provider_error', ENDED_EARLY);
+  }
+
+  async close(): Promise<void> {
+    await this.endpoint.pool.close();
+  }
+}
