@@ -4,12 +4,14 @@ import { watch } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfigFile } from './config/load.js';
+import { ADMIN_COMMANDS, ADMIN_USAGE, admin } from './cli-admin.js';
 import { createGateway } from './gateway.js';
 import { listen } from './http/server.js';
 
 const USAGE = `usage:
   tollgate serve --config FILE [--host H] [--port N]
-  tollgate check --config FILE`;
+  tollgate check --config FILE
+${ADMIN_USAGE}`;
 
 function fail(message: string, code = 2): never {
   process.stderr.write(`${message}\n`);
@@ -93,6 +95,10 @@ async function serve(argv: string[]): Promise<void> {
 
 export async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
+  if (command !== undefined && ADMIN_COMMANDS.has(command)) {
+    process.exitCode = await admin(command, rest);
+    return;
+  }
   try {
     switch (command) {
       case 'serve': return await serve(rest);

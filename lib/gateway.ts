@@ -12,7 +12,9 @@ import { requestIdFor } from './http/request-id.js';
 import { newContext, sendError, sendJson, type RequestContext } from './http/respond.js';
 import { createLogger, type Logger } from './observe/log.js';
 import { Metrics } from './observe/metrics.js';
+import { TokenShapeError } from './auth/jwt.js';
 import { GatewayState } from './state.js';
+import { openStore, type Store } from './store/index.js';
 import { Health } from './upstream/health.js';
 
 export type Next = (err?: unknown) => void;
@@ -38,6 +40,8 @@ export class Gateway {
   readonly metrics = new Metrics();
   readonly logger: Logger;
   readonly #health = new Health(this.metrics.upstreamHealthy);
+  #store: Promise<Store>;
+  #storeConfig: string;
   #state: GatewayState | undefined;
   #pending: Promise<GatewayState>;
   #refs = new Map<GatewayState, number>();
@@ -48,12 +52,20 @@ export class Gateway {
 
   constructor(config: Config | unknown, options: GatewayOptions = {}) {
     this.logger = options.logger ?? createLogger();
-    this.#pending = this.#build(config).then((s) => (this.#state = s));
+    const valid = validateConfig(config);
+    this.#storeConfig = JSON.stringify(valid.store);
+    this.#store = openStore(valid.store);
+    this.#pending = this.#build(valid).then((s) => (this.#state = s));
   }
 
-  async #build(config: Config | unknown): Promise<GatewayState> {
-    const state = new GatewayState(validateConfig(config), this.#health, this.logger);
-    await state.start();
+  async #build(config: Config): Promise<GatewayState> {
+    const state = new GatewayState(config, await this.#store, this.#health, this.logger);
+    try {
+      await state.start();
+    } catch (err) {
+      await state.close();
+      throw err;
+    }
     return state;
   }
 
@@ -80,12 +92,25 @@ export class Gateway {
     } else if (path === '/healthz' || path === '/readyz' || path === '/metrics') {
       void this.#ops(req, res, path);
     } else if (path === '/admin' || path.startsWith('/admin/')) {
-      // /admin answers 404 while no admin API is enabled (CONTRACT section 5).
-      sendError(res, new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`), requestIdFor(req.headers['x-request-id']));
+      void this.#admin(req, res, path);
     } else {
       void this.#elsewhere(req, res, path, next);
     }
   };
+
+  /** /admin: the admin API when admin.token is set, else 404 for every path (CONTRACT section 5). */
+  async #admin(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const ctx = newContext(requestIdFor(req.headers['x-request-id']), 'admin');
+    this.#inflight++;
+    res.once('close', () => this.#finished(ctx, res, undefined));
+    try {
+      const state = this.#state ?? (await this.#pending);
+      if (state.admin === null) throw new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`);
+      await state.admin.handle(req, res, path, ctx.id);
+    } catch (err) {
+      this.#fail(ctx, res, err);
+    }
+  }
 
   /** Paths the gateway does not own: passthrough when configured, else the host app, else 404. */
   async #elsewhere(req: IncomingMessage, res: ServerResponse, path: string, next: Next | undefined): Promise<void> {
@@ -93,7 +118,7 @@ export class Gateway {
     try {
       const state = this.#state ?? (await this.#pending);
       if (state.passthrough !== null) {
-        if (state.config.server.passthrough_auth) state.keys.authenticate(req.headers.authorization);
+        if (state.config.server.passthrough_auth) await state.auth.authenticate(req.headers.authorization);
         res.once('close', () => this.metrics.countRequest('passthrough', res.statusCode, ''));
         state.passthrough.web(req, res, requestId);
       } else if (next !== undefined) {
@@ -110,13 +135,17 @@ export class Gateway {
 
   /** The server's 'upgrade' listener: WebSocket upgrades go to the passthrough, if any. */
   upgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
+    void this.#upgrade(req, socket, head);
+  };
+
+  async #upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     const path = (req.url ?? '/').split('?')[0]!;
     const state = this.#state;
     const owned = path === '/v1' || path.startsWith('/v1/') || path === '/admin' || path.startsWith('/admin/') ||
       path === '/healthz' || path === '/readyz' || path === '/metrics';
     if (state?.passthrough != null && !owned) {
       try {
-        if (state.config.server.passthrough_auth) state.keys.authenticate(req.headers.authorization);
+        if (state.config.server.passthrough_auth) await state.auth.authenticate(req.headers.authorization);
         state.passthrough.ws(req, socket, head);
         return;
       } catch {
@@ -125,7 +154,7 @@ export class Gateway {
       }
     }
     socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
-  };
+  }
 
   async #v1(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     const route = v1Route(path);
@@ -143,14 +172,14 @@ export class Gateway {
       state = this.#state ?? (await this.#pending);
       this.#refs.set(state, (this.#refs.get(state) ?? 0) + 1);
       if (route === 'chat') await handleChat(state, this.metrics, ctx, req, res);
-      else this.#models(state, ctx, req, res, path);
+      else await this.#models(state, ctx, req, res, path);
     } catch (err) {
       this.#fail(ctx, res, err);
     }
   }
 
-  #models(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): void {
-    const principal = state.keys.authenticate(req.headers.authorization);
+  async #models(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const principal = await state.auth.authenticate(req.headers.authorization);
     ctx.principal = principal;
     if (ctx.route === 'models') {
       if (state.catalog.size === 0) {
@@ -177,6 +206,12 @@ export class Gateway {
   #fail(ctx: RequestContext, res: ServerResponse, err: unknown): void {
     if (res.destroyed && !res.writableFinished) {
       ctx.code ||= 'client_closed_request';
+      return;
+    }
+    if (err instanceof TokenShapeError) {
+      // A malformed dashboard token: the spec's {"msg": ...} body, not the envelope (spec 5.4).
+      ctx.code = 'invalid_token';
+      if (!res.headersSent) sendJson(res, 422, JSON.stringify({ msg: err.message }), { 'x-request-id': ctx.id });
       return;
     }
     const e = toGatewayError(err);
@@ -233,7 +268,14 @@ export class Gateway {
       const problems: string[] = [];
       if (this.#draining) problems.push('draining');
       if (this.#state === undefined) problems.push('starting');
-      else if (this.#state.catalog.size === 0) problems.push('catalog empty');
+      else {
+        if (this.#state.catalog.size === 0) problems.push('catalog empty');
+        try {
+          await this.#state.store.ping();
+        } catch {
+          problems.push('store unreachable');
+        }
+      }
       const ok = problems.length === 0;
       sendJson(res, ok ? 200 : 503, JSON.stringify(ok ? { status: 'ready' } : { status: 'not_ready', problems }), { 'cache-control': 'no-store' });
     } else {
@@ -261,7 +303,11 @@ export class Gateway {
    * when the new one is invalid.
    */
   async reload(config: Config | unknown): Promise<void> {
-    const next = await this.#build(config);
+    const valid = validateConfig(config);
+    if (JSON.stringify(valid.store) !== this.#storeConfig) {
+      this.logger.warn('the store section changed; it takes effect at the next restart');
+    }
+    const next = await this.#build(valid);
     const old = this.#state;
     this.#state = next;
     this.#pending = Promise.resolve(next);
@@ -291,6 +337,7 @@ export class Gateway {
     const states = new Set([...this.#retired, ...(this.#state ? [this.#state] : [])]);
     this.#retired.clear();
     await Promise.allSettled([...states].map((s) => s.close()));
+    await this.#store.then((s) => s.close(), () => undefined);
     this.logger.flush();
   };
 }

@@ -2,7 +2,8 @@
 // keeps the state it started with, so a reload never changes a request in flight. Only the
 // catalog changes within a state, when discovery finds models.
 
-import { KeyDirectory } from './auth/keys.js';
+import { AdminApi } from './admin/api.js';
+import { Authenticator } from './auth/authenticator.js';
 import { Catalog } from './catalog/catalog.js';
 import { Discovery } from './catalog/discovery.js';
 import { ContentPolicy } from './chat/checks.js';
@@ -10,6 +11,7 @@ import type { Config, ModelConfig } from './config/types.js';
 import type { Logger } from './observe/log.js';
 import { createProvider, type Provider } from './providers/index.js';
 import { Passthrough } from './passthrough.js';
+import type { Store } from './store/types.js';
 import { loadTokenizers } from './tokens/count.js';
 import type { Circuit, Health } from './upstream/health.js';
 
@@ -22,7 +24,10 @@ export interface Target {
 
 export class GatewayState {
   readonly config: Config;
-  readonly keys: KeyDirectory;
+  readonly store: Store;
+  readonly auth: Authenticator;
+  /** Null when no admin.token is configured: /admin answers 404. */
+  readonly admin: AdminApi | null;
   readonly providers: ReadonlyMap<string, Provider>;
   readonly policy: ContentPolicy;
   readonly passthrough: Passthrough | null;
@@ -32,13 +37,15 @@ export class GatewayState {
   readonly #discovery: Discovery;
   readonly #createdAt = Math.floor(Date.now() / 1000);
 
-  constructor(config: Config, health: Health, logger: Logger) {
+  constructor(config: Config, store: Store, health: Health, logger: Logger) {
     this.config = config;
+    this.store = store;
     this.#health = health;
     const providers = new Map<string, Provider>();
     for (const [name, p] of Object.entries(config.providers)) providers.set(name, createProvider(name, p));
     this.providers = providers;
-    this.keys = new KeyDirectory(config);
+    this.auth = new Authenticator(store, config);
+    this.admin = config.admin.token === null ? null : new AdminApi(store, config);
     this.policy = new ContentPolicy(config.content_policy.block);
     this.catalog = new Catalog(config, this.#createdAt, []);
     const target = config.server.passthrough;
@@ -48,8 +55,9 @@ export class GatewayState {
     }, logger);
   }
 
-  /** Loads tokenizers and starts discovery. */
+  /** Seeds the config's accounts into the store, loads tokenizers and starts discovery. */
   async start(): Promise<void> {
+    await this.store.seed(this.config.accounts);
     await loadTokenizers(['o200k_base', ...this.config.models.map((m) => m.tokenizer), ...Object.values(this.config.providers).map((p) => p.model_defaults.tokenizer ?? 'o200k_base')]);
     this.#discovery.start();
   }
@@ -79,6 +87,7 @@ export class GatewayState {
 
   async close(): Promise<void> {
     this.#discovery.stop();
+    this.auth.close();
     this.passthrough?.close();
     await Promise.allSettled([...this.providers.values()].map((p) => p.close()));
   }

@@ -39,7 +39,7 @@ function countedUsage(request: ChatRequest, model: ModelConfig, completionText: 
 export async function handleChat(
   state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
 ): Promise<void> {
-  ctx.principal = state.keys.authenticate(req.headers.authorization);
+  ctx.principal = await state.auth.authenticate(req.headers.authorization);
   if (!isJsonContentType(req.headers['content-type'])) {
     throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
   }

@@ -1,0 +1,105 @@
+// Who is calling, from the Authorization header: a developer key (`<key_prefix>_...`), looked
+// up in the store by its SHA-256 digest, or a dashboard JWT. Lookups are cached briefly
+// (lru-cache); a revocation on any instance evicts at once through the store's revocation
+// feed, and the short TTL bounds the delay even if that feed is interrupted.
+
+import { LRUCache } from 'lru-cache';
+import type { Config } from '../config/types.js';
+import { GatewayError, retryAfterHeaders } from '../errors.js';
+import type { Revocation, Store } from '../store/types.js';
+import { JwtVerifier, looksLikeJwt } from './jwt.js';
+import { bearer, sha256Hex } from './keys.js';
+import type { Principal } from './principal.js';
+
+/** How long a looked-up key (or its absence) or a session's state may be served from cache. */
+export const CACHE_TTL_MS = 1000;
+
+function invalidKey(): GatewayError {
+  return new GatewayError('invalid_api_key', 'Invalid API key. Send "Authorization: Bearer <key>" with a valid key.');
+}
+
+/** A store that cannot answer makes the request 503 service_unavailable, never a 500 or a hang. */
+async function fromStore<T>(call: Promise<T>): Promise<T> {
+  try {
+    return await call;
+  } catch (err) {
+    throw new GatewayError('service_unavailable', 'The account store is unavailable; retry shortly.', {
+      headers: retryAfterHeaders(1000), cause: err,
+    });
+  }
+}
+
+export class Authenticator {
+  readonly #store: Store;
+  readonly #config: Config;
+  readonly #prefix: string;
+  readonly #jwt: JwtVerifier | null;
+  readonly #keys = new LRUCache<string, Principal | 'none'>({ max: 50_000, ttl: CACHE_TTL_MS });
+  readonly #revokedSessions = new LRUCache<string, boolean>({ max: 50_000, ttl: CACHE_TTL_MS });
+  readonly #unsubscribe: () => void;
+
+  constructor(store: Store, config: Config) {
+    this.#store = store;
+    this.#config = config;
+    this.#prefix = `${config.service.key_prefix}_`;
+    this.#jwt = config.auth.jwt === null ? null : new JwtVerifier(config.auth.jwt);
+    this.#unsubscribe = store.onRevoke((r: Revocation) => {
+      if (r.kind === 'key') this.#keys.delete(r.digest);
+      else this.#revokedSessions.set(r.sid, true);
+    });
+  }
+
+  /** The principal behind an Authorization header; throws 401 (or 422 TokenShapeError). */
+  async authenticate(header: string | undefined): Promise<Principal> {
+    const token = bearer(header);
+    if (token === undefined) throw invalidKey();
+    if (token.startsWith(this.#prefix)) return this.#developerKey(token);
+    if (this.#jwt !== null && looksLikeJwt(token)) return this.#dashboard(this.#jwt, token);
+    throw invalidKey();
+  }
+
+  async #developerKey(token: string): Promise<Principal> {
+    const digest = sha256Hex(token);
+    const cached = this.#keys.get(digest);
+    if (cached === 'none') throw invalidKey();
+    if (cached !== undefined) return cached;
+    const record = await fromStore(this.#store.keyByDigest(digest));
+    const principal = record === undefined || record.revoked_at !== null
+      ? undefined
+      : await this.#principal(record.account, record.id);
+    this.#keys.set(digest, principal ?? 'none');
+    if (principal === undefined) throw invalidKey();
+    return principal;
+  }
+
+  async #dashboard(jwt: JwtVerifier, token: string): Promise<Principal> {
+    const identity = await jwt.verify(token);
+    if (identity.sessionId !== undefined && (await this.#sessionRevoked(identity.sessionId))) {
+      throw new GatewayError('session_revoked', 'This dashboard session was revoked; sign in again.');
+    }
+    const principal = await this.#principal(identity.accountId, identity.sessionId === undefined ? 'jwt' : `session_${identity.sessionId}`);
+    if (principal === undefined) throw invalidKey();
+    return principal;
+  }
+
+  async #sessionRevoked(sid: string): Promise<boolean> {
+    const cached = this.#revokedSessions.get(sid);
+    if (cached !== undefined) return cached;
+    const revoked = await fromStore(this.#store.isSessionRevoked(sid));
+    this.#revokedSessions.set(sid, revoked);
+    return revoked;
+  }
+
+  async #principal(accountId: string, credentialId: string): Promise<Principal | undefined> {
+    const account = await fromStore(this.#store.getAccount(accountId));
+    if (account === undefined) return undefined;
+    const plan = this.#config.plans[account.plan];
+    // A plan removed from the config while accounts still use it: the detail goes to the log.
+    if (plan === undefined) throw new Error(`account '${accountId}' is on plan '${account.plan}', which the config does not define`);
+    return { accountId, planName: account.plan, plan, credentialId };
+  }
+
+  close(): void {
+    this.#unsubscribe();
+  }
+}

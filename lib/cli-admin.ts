@@ -1,0 +1,130 @@
+// Admin sub-commands of `tollgate`: each calls the admin API of a running gateway
+// (--url, --token or TOLLGATE_ADMIN_TOKEN) and prints a readable line, or with --json the
+// API's JSON answer.
+
+import { randomUUID } from 'node:crypto';
+import { parseArgs } from 'node:util';
+import { request } from 'undici';
+
+export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADMIN_TOKEN, --json):
+  tollgate accounts create ID --plan P [--wallet-units N]
+  tollgate accounts show ID
+  tollgate keys create ACCOUNT
+  tollgate keys revoke KEY_ID
+  tollgate credits add ACCOUNT UNITS [--idempotency-key K]
+  tollgate sessions revoke SID`;
+
+class CliError extends Error {
+  readonly exitCode: number;
+  constructor(message: string, exitCode: number) {
+    super(message);
+    this.exitCode = exitCode;
+  }
+}
+
+interface Call { method: 'GET' | 'POST' | 'DELETE'; path: string; body?: unknown }
+
+async function call(url: string, token: string, c: Call): Promise<{ status: number; body: unknown }> {
+  let res;
+  try {
+    res = await request(`${url.replace(/\/+$/, '')}${c.path}`, {
+      method: c.method,
+      headers: { authorization: `Bearer ${token}`, ...(c.body === undefined ? {} : { 'content-type': 'application/json' }) },
+      body: c.body === undefined ? undefined : JSON.stringify(c.body),
+      headersTimeout: 10_000,
+      bodyTimeout: 10_000,
+    });
+  } catch (err) {
+    throw new CliError(`cannot reach ${url}: ${(err as Error).message}`, 1);
+  }
+  const text = await res.body.text();
+  let body: unknown = text;
+  try { body = text === '' ? null : JSON.parse(text); } catch { /* not JSON: shown as text */ }
+  return { status: res.statusCode, body };
+}
+
+const enc = encodeURIComponent;
+
+function plan(command: string, sub: string | undefined, args: string[], opts: Record<string, string | undefined>): { call: Call; show: (b: any) => string } {
+  const need = (n: number, usage: string) => { if (args.length !== n) throw new CliError(`usage: tollgate ${usage}`, 2); };
+  const account = (b: any) => `${b.id}  plan=${b.plan}  balance=${b.balance_units}  held=${b.held_units}  available=${b.available_units}`;
+  switch (`${command} ${sub}`) {
+    case 'accounts create': {
+      need(1, 'accounts create ID --plan P [--wallet-units N]');
+      if (opts.plan === undefined) throw new CliError('accounts create: --plan is required', 2);
+      const body: Record<string, unknown> = { id: args[0], plan: opts.plan };
+      if (opts['wallet-units'] !== undefined) body.wallet_units = Number(opts['wallet-units']);
+      return { call: { method: 'POST', path: '/admin/accounts', body }, show: (b) => `created ${account(b)}` };
+    }
+    case 'accounts show':
+      need(1, 'accounts show ID');
+      return {
+        call: { method: 'GET', path: `/admin/accounts/${enc(args[0]!)}` },
+        show: (b) => `${account(b)}\n  today: ${b.usage.day.requests} requests, ${b.usage.day.tokens} tokens, ${b.usage.day.units} units\n  this month: ${b.usage.month.requests} requests, ${b.usage.month.tokens} tokens, ${b.usage.month.units} units`,
+      };
+    case 'keys create':
+      need(1, 'keys create ACCOUNT');
+      return {
+        call: { method: 'POST', path: `/admin/accounts/${enc(args[0]!)}/keys` },
+        show: (b) => `key ${b.id} for ${b.account}:\n${b.key}\n(shown once: only its SHA-256 is stored)`,
+      };
+    case 'keys revoke':
+      need(1, 'keys revoke KEY_ID');
+      return { call: { method: 'DELETE', path: `/admin/keys/${enc(args[0]!)}` }, show: () => `revoked ${args[0]}` };
+    case 'credits add': {
+      need(2, 'credits add ACCOUNT UNITS [--idempotency-key K]');
+      const units = Number(args[1]);
+      if (!Number.isSafeInteger(units)) throw new CliError('credits add: UNITS must be an integer', 2);
+      const key = opts['idempotency-key'] ?? randomUUID();
+      return {
+        call: { method: 'POST', path: `/admin/accounts/${enc(args[0]!)}/credits`, body: { units, idempotency_key: key } },
+        show: (b) => `${b.applied ? 'applied' : 'already applied (same idempotency key), nothing changed'}: ${account(b)}  idempotency-key=${key}`,
+      };
+    }
+    case 'sessions revoke':
+      need(1, 'sessions revoke SID');
+      return { call: { method: 'POST', path: `/admin/sessions/${enc(args[0]!)}/revoke` }, show: () => `revoked session ${args[0]}` };
+    default:
+      throw new CliError(`tollgate: unknown command '${[command, sub].filter(Boolean).join(' ')}'\n${ADMIN_USAGE}`, 2);
+  }
+}
+
+export const ADMIN_COMMANDS: ReadonlySet<string> = new Set(['accounts', 'keys', 'credits', 'sessions']);
+
+/** Runs an admin sub-command; returns the exit code. */
+export async function admin(command: string, argv: string[]): Promise<number> {
+  try {
+    const { values, positionals } = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      strict: true,
+      options: {
+        url: { type: 'string' }, token: { type: 'string' }, json: { type: 'boolean' },
+        plan: { type: 'string' }, 'wallet-units': { type: 'string' }, 'idempotency-key': { type: 'string' },
+      },
+    });
+    const [sub, ...args] = positionals;
+    const step = plan(command, sub, args, values as Record<string, string | undefined>);
+    const token = values.token ?? process.env.TOLLGATE_ADMIN_TOKEN;
+    if (token === undefined || token === '') throw new CliError('no admin token: pass --token or set TOLLGATE_ADMIN_TOKEN', 2);
+    const { status, body } = await call(values.url ?? 'http://127.0.0.1:8080', token, step.call);
+    if (status >= 400) {
+      const e = body as { code?: string; message?: string } | null;
+      if (values.json === true) process.stdout.write(`${JSON.stringify(body)}\n`);
+      process.stderr.write(`error ${status}${e?.code ? ` ${e.code}` : ''}: ${e?.message ?? String(body)}\n`);
+      return 1;
+    }
+    process.stdout.write(`${values.json === true ? JSON.stringify(body ?? {}) : step.show(body)}\n`);
+    return 0;
+  } catch (err) {
+    if (err instanceof CliError) {
+      process.stderr.write(`${err.message}\n`);
+      return err.exitCode;
+    }
+    if (err instanceof TypeError && (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
+      process.stderr.write(`tollgate: ${err.message}\n${ADMIN_USAGE}\n`);
+      return 2;
+    }
+    throw err;
+  }
+}

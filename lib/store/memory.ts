@@ -1,0 +1,363 @@
+// The embedded store: accounts, keys and sessions in this process's memory. With a `path` it
+// is durable: every change goes through a journal (./journal.ts) before it is acknowledged, and
+// the state is rebuilt from the snapshot and journal on open. Without one it is a plain
+// in-memory store (tests, demos).
+//
+// Every change is applied to the state synchronously (so checks and changes are atomic in this
+// single-threaded process), journaled, and acknowledged once written. Every answer, reads
+// included, waits until what it saw is written, so nothing that could be lost in a crash is
+// ever reported, not even as "already applied".
+
+import { keyIdOf, sha256Hex } from '../auth/keys.js';
+import type { AccountConfig } from '../config/types.js';
+import { Journal } from './journal.js';
+import type { AccountRecord, CreditResult, KeyRecord, Revocation, Store } from './types.js';
+
+export interface MemoryStoreOptions {
+  /** Directory of the journal and snapshot (created when absent); null keeps nothing on disk. */
+  path: string | null;
+  /** Longest time between fsyncs of written changes; 0 syncs before acknowledging. Default 1000. */
+  fsyncMs?: number;
+  /** Journal size (bytes) that triggers compaction into a snapshot. Default 1 MiB. */
+  compactBytes?: number;
+  /** Errors of background work (periodic fsync, compaction), which the store survives. */
+  onError?: (err: Error) => void;
+}
+
+/** One change, as journaled and as replayed. */
+type Entry =
+  | { op: 'account'; id: string; plan: string; balance_units: number; created_at: number }
+  | { op: 'credit'; account: string; units: number; ik: string }
+  | { op: 'key'; id: string; account: string; digest: string; created_at: number }
+  | { op: 'revoke'; id: string; at: number }
+  | { op: 'session'; sid: string };
+
+interface SnapshotState {
+  accounts: AccountRecord[];
+  keys: KeyRecord[];
+  sessions: string[];
+  /** Used idempotency keys per account. */
+  credits: Record<string, string[]>;
+}
+
+const DIGEST = /^[0-9a-f]{64}$/;
+
+const str = (v: unknown): v is string => typeof v === 'string';
+const int = (v: unknown): v is number => Number.isSafeInteger(v);
+
+function toEntry(v: Record<string, unknown>): Entry | undefined {
+  switch (v.op) {
+    case 'account':
+      return str(v.id) && str(v.plan) && int(v.balance_units) && int(v.created_at)
+        ? { op: 'account', id: v.id, plan: v.plan, balance_units: v.balance_units, created_at: v.created_at } : undefined;
+    case 'credit':
+      return str(v.account) && int(v.units) && str(v.ik) ? { op: 'credit', account: v.account, units: v.units, ik: v.ik } : undefined;
+    case 'key':
+      return str(v.id) && str(v.account) && str(v.digest) && int(v.created_at)
+        ? { op: 'key', id: v.id, account: v.account, digest: v.digest, created_at: v.created_at } : undefined;
+    case 'revoke':
+      return str(v.id) && int(v.at) ? { op: 'revoke', id: v.id, at: v.at } : undefined;
+    case 'session':
+      return str(v.sid) ? { op: 'session', sid: v.sid } : undefined;
+    default:
+      return undefined;
+  }
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function toSnapshotState(v: unknown): SnapshotState {
+  const bad = (): never => { throw new Error('store snapshot: unexpected state'); };
+  const list = (x: unknown): Record<string, unknown>[] =>
+    Array.isArray(x) && x.every(isRecord) ? x : bad();
+  if (!isRecord(v) || !isRecord(v.credits)) return bad();
+  const credits: Record<string, string[]> = {};
+  for (const [id, used] of Object.entries(v.credits)) credits[id] = Array.isArray(used) && used.every(str) ? used : bad();
+  const sessions = Array.isArray(v.sessions) && v.sessions.every(str) ? v.sessions : bad();
+  const accounts = list(v.accounts).map((a): AccountRecord =>
+    str(a.id) && str(a.plan) && int(a.balance_units) && int(a.created_at)
+      ? { id: a.id, plan: a.plan, balance_units: a.balance_units, created_at: a.created_at } : bad());
+  const keys = list(v.keys).map((k): KeyRecord =>
+    str(k.id) && str(k.account) && str(k.digest) && int(k.created_at) && (k.revoked_at === null || int(k.revoked_at))
+      ? { id: k.id, account: k.account, digest: k.digest, created_at: k.created_at, revoked_at: k.revoked_at } : bad());
+  return { accounts, keys, sessions, credits };
+}
+
+function requireId(what: string, v: unknown): void {
+  if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
+}
+
+function requireUnits(what: string, v: unknown): void {
+  if (!Number.isSafeInteger(v)) throw new RangeError(`${what} must be a safe integer`);
+}
+
+export class MemoryStore implements Store {
+  readonly #opts: MemoryStoreOptions;
+  readonly #accounts = new Map<string, AccountRecord>();
+  readonly #credits = new Map<string, Set<string>>();
+  /** Keys by digest, and digests by key id. */
+  readonly #keys = new Map<string, KeyRecord>();
+  readonly #keyIds = new Map<string, string>();
+  readonly #sessions = new Set<string>();
+  readonly #listeners = new Set<(r: Revocation) => void>();
+  #journal: Journal | null = null;
+  /** Set while a durable store is still loading its files. */
+  #loading: Promise<void> | null = null;
+  #loadError: Error | null = null;
+  #closed = false;
+
+  /** Prefer MemoryStore.open() for a durable store: it reports a failure to load at once. */
+  constructor(opts: MemoryStoreOptions) {
+    this.#opts = opts;
+    if (opts.path !== null) {
+      this.#loading = this.#load(opts.path).then(
+        () => { this.#loading = null; },
+        (e: unknown) => { this.#loading = null; this.#loadError = e instanceof Error ? e : new Error(String(e)); },
+      );
+    }
+  }
+
+  /** Opens a store, loading the snapshot and journal under `path` when it is set. */
+  static async open(opts: MemoryStoreOptions): Promise<MemoryStore> {
+    const store = new MemoryStore(opts);
+    await store.#begin();
+    return store;
+  }
+
+  async #load(dir: string): Promise<void> {
+    const { journal, recovered } = await Journal.open({
+      dir,
+      fsyncMs: this.#opts.fsyncMs ?? 1000,
+      compactBytes: this.#opts.compactBytes ?? 1024 * 1024,
+      snapshot: () => this.#snapshot(),
+      onError: this.#opts.onError ?? (() => {}),
+    });
+    try {
+      if (recovered.state !== undefined) this.#restore(toSnapshotState(recovered.state));
+      for (const raw of recovered.entries) {
+        const entry = toEntry(raw);
+        if (entry === undefined) throw new Error(`${dir}: journal entry ${String(raw.seq)} is not a store change`);
+        this.#apply(entry);
+      }
+    } catch (e) {
+      await journal.close();
+      throw e;
+    }
+    this.#journal = journal;
+    await journal.compactIfLarge();
+  }
+
+  /** Waits for loading; throws when the store cannot serve. */
+  async #begin(): Promise<void> {
+    if (this.#loading !== null) await this.#loading;
+    if (this.#loadError !== null) throw this.#loadError;
+    if (this.#closed) throw new Error('store closed');
+    const failed = this.#journal?.failed;
+    if (failed) throw failed;
+  }
+
+  /** Resolves once everything the state shows is written. */
+  #settled(): Promise<void> {
+    return this.#journal?.barrier() ?? Promise.resolve();
+  }
+
+  /** Applies a change to the state and journals it; resolves once it is written. */
+  #change(entry: Entry): Promise<void> {
+    this.#apply(entry);
+    return this.#journal?.append(entry) ?? Promise.resolve();
+  }
+
+  /** Changes the state. Shared by live changes and replay, so it tolerates repeats. */
+  #apply(e: Entry): void {
+    switch (e.op) {
+      case 'account':
+        if (!this.#accounts.has(e.id)) {
+          this.#accounts.set(e.id, { id: e.id, plan: e.plan, balance_units: e.balance_units, created_at: e.created_at });
+        }
+        return;
+      case 'credit': {
+        const account = this.#accounts.get(e.account);
+        if (account === undefined) return;
+        let used = this.#credits.get(e.account);
+        if (used === undefined) this.#credits.set(e.account, (used = new Set()));
+        if (used.has(e.ik)) return;
+        used.add(e.ik);
+        account.balance_units += e.units;
+        return;
+      }
+      case 'key':
+        if (this.#accounts.has(e.account) && !this.#keys.has(e.digest) && !this.#keyIds.has(e.id)) {
+          this.#keys.set(e.digest, { id: e.id, account: e.account, digest: e.digest, created_at: e.created_at, revoked_at: null });
+          this.#keyIds.set(e.id, e.digest);
+        }
+        return;
+      case 'revoke': {
+        const key = this.#keys.get(this.#keyIds.get(e.id) ?? '');
+        if (key !== undefined && key.revoked_at === null) key.revoked_at = e.at;
+        return;
+      }
+      case 'session':
+        this.#sessions.add(e.sid);
+        return;
+    }
+  }
+
+  #snapshot(): SnapshotState {
+    return {
+      accounts: [...this.#accounts.values()],
+      keys: [...this.#keys.values()],
+      sessions: [...this.#sessions],
+      credits: Object.fromEntries([...this.#credits].map(([id, used]) => [id, [...used]])),
+    };
+  }
+
+  #restore(s: SnapshotState): void {
+    for (const a of s.accounts) this.#accounts.set(a.id, { ...a });
+    for (const k of s.keys) {
+      this.#keys.set(k.digest, { ...k });
+      this.#keyIds.set(k.id, k.digest);
+    }
+    for (const sid of s.sessions) this.#sessions.add(sid);
+    for (const [id, used] of Object.entries(s.credits)) this.#credits.set(id, new Set(used));
+  }
+
+  #notify(r: Revocation): void {
+    for (const listener of [...this.#listeners]) {
+      try {
+        listener(r);
+      } catch {
+        // A failing listener must not stop the others or the revocation.
+      }
+    }
+  }
+
+  /** Creates the account when absent; the pending write, or undefined when it exists. */
+  #createAccount(a: { id: string; plan: string; balance_units: number }): Promise<void> | undefined {
+    requireId('account id', a.id);
+    requireId('plan', a.plan);
+    requireUnits('balance_units', a.balance_units);
+    if (this.#accounts.has(a.id)) return undefined;
+    return this.#change({ op: 'account', id: a.id, plan: a.plan, balance_units: a.balance_units, created_at: Date.now() });
+  }
+
+  /** Creates the key when its account exists and its digest and id are new; the pending write. */
+  #createKey(k: { id: string; account: string; digest: string }): Promise<void> | undefined {
+    requireId('key id', k.id);
+    requireId('account id', k.account);
+    if (typeof k.digest !== 'string' || !DIGEST.test(k.digest)) throw new TypeError('digest must be 64 lowercase hex digits');
+    if (!this.#accounts.has(k.account) || this.#keys.has(k.digest) || this.#keyIds.has(k.id)) return undefined;
+    return this.#change({ op: 'key', id: k.id, account: k.account, digest: k.digest, created_at: Date.now() });
+  }
+
+  async createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean> {
+    await this.#begin();
+    const written = this.#createAccount(account);
+    await (written ?? this.#settled());
+    return written !== undefined;
+  }
+
+  async getAccount(id: string): Promise<AccountRecord | undefined> {
+    await this.#begin();
+    const a = this.#accounts.get(id);
+    const copy = a === undefined ? undefined : { ...a };
+    await this.#settled();
+    return copy;
+  }
+
+  async addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined> {
+    await this.#begin();
+    requireUnits('units', units);
+    requireId('idempotency key', idempotencyKey);
+    const account = this.#accounts.get(accountId);
+    if (account === undefined) {
+      await this.#settled();
+      return undefined;
+    }
+    if (this.#credits.get(accountId)?.has(idempotencyKey) === true) {
+      await this.#settled();
+      return { applied: false, balance_units: account.balance_units };
+    }
+    const written = this.#change({ op: 'credit', account: accountId, units, ik: idempotencyKey });
+    const balance = account.balance_units;
+    await written;
+    return { applied: true, balance_units: balance };
+  }
+
+  async createKey(key: { id: string; account: string; digest: string }): Promise<boolean> {
+    await this.#begin();
+    const written = this.#createKey(key);
+    await (written ?? this.#settled());
+    return written !== undefined;
+  }
+
+  async keyByDigest(digest: string): Promise<KeyRecord | undefined> {
+    await this.#begin();
+    const k = this.#keys.get(digest);
+    const copy = k === undefined ? undefined : { ...k };
+    await this.#settled();
+    return copy;
+  }
+
+  async revokeKey(id: string): Promise<KeyRecord | undefined> {
+    await this.#begin();
+    const key = this.#keys.get(this.#keyIds.get(id) ?? '');
+    if (key === undefined || key.revoked_at !== null) {
+      const copy = key === undefined ? undefined : { ...key };
+      await this.#settled();
+      return copy;
+    }
+    const written = this.#change({ op: 'revoke', id, at: Date.now() });
+    const copy = { ...key };
+    // Tell listeners at once: dropping a key from a cache early is always safe.
+    this.#notify({ kind: 'key', digest: key.digest });
+    await written;
+    return copy;
+  }
+
+  async revokeSession(sid: string): Promise<void> {
+    await this.#begin();
+    requireId('session id', sid);
+    if (this.#sessions.has(sid)) return this.#settled();
+    const written = this.#change({ op: 'session', sid });
+    this.#notify({ kind: 'session', sid });
+    await written;
+  }
+
+  async isSessionRevoked(sid: string): Promise<boolean> {
+    await this.#begin();
+    const revoked = this.#sessions.has(sid);
+    await this.#settled();
+    return revoked;
+  }
+
+  async seed(accounts: readonly AccountConfig[]): Promise<void> {
+    await this.#begin();
+    // All checks and changes happen in one synchronous pass; then one wait for the writes.
+    for (const a of accounts) {
+      this.#createAccount({ id: a.id, plan: a.plan, balance_units: a.wallet_units });
+      const digests = [...a.keys.map(sha256Hex), ...a.key_sha256.map((d) => d.toLowerCase())];
+      for (const digest of digests) this.#createKey({ id: keyIdOf(digest), account: a.id, digest });
+    }
+    await this.#settled();
+  }
+
+  onRevoke(listener: (r: Revocation) => void): () => void {
+    const own = (r: Revocation): void => listener(r);
+    this.#listeners.add(own);
+    return () => { this.#listeners.delete(own); };
+  }
+
+  async ping(): Promise<void> {
+    await this.#begin();
+  }
+
+  async close(): Promise<void> {
+    if (this.#loading !== null) await this.#loading;
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#listeners.clear();
+    await this.#journal?.close();
+  }
+}

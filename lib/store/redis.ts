@@ -1,0 +1,361 @@
+// The shared store: accounts, keys and revocations in Redis, so every gateway instance sees
+// the same balances and revocations.
+//
+// Key layout (P = the configured prefix, default "tollgate:"; nothing outside it is touched):
+//   P{acct:ID}            hash   id, plan, balance_units, created_at
+//   P{acct:ID}:credits    set    idempotency keys of credits applied to that account
+//   P{key:DIGEST}         hash   id, account, digest, created_at[, revoked_at]
+//   P{keyid:ID}           string the digest of key ID (revocation is by id, lookup by digest)
+//   P{sess:SID}           string revocation time of session SID
+//   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>}
+//
+// Atomicity and Redis Cluster: every mutation is one Lua script, and every script touches keys
+// of one `{...}` hash tag only, so the same scripts work on a cluster. A script's keys all begin
+// with the same string up to and including the tag's closing brace (`P{acct:ID}` and
+// `P{acct:ID}:credits`), so they hash alike whatever the prefix or the ID contain.
+//
+// Two operations span two tags and run as atomic steps in a safe order:
+// - createKey: (1) EXISTS P{acct:ID}. Accounts are never deleted, so once it exists it stays.
+//   (2) claim the index P{keyid:ID} -> DIGEST (set if absent). (3) create the record
+//   P{key:DIGEST} if absent. The index is written before the record, so a usable key is always
+//   revocable by id; a crash between (2) and (3) leaves an index that points at no record,
+//   which revokeKey treats as unknown and a retry (or the next seed) completes. If the record
+//   turns out to belong to another id, the index just claimed is removed again.
+// - revokeKey: (1) GET P{keyid:ID}. An index is removed only while its digest's record carries
+//   another id, so one that names a record of this id stays; and (2) the revoke script checks
+//   that the record carries this id before it sets revoked_at (only if unset) and publishes.
+// Idempotency keys are kept for good (the set grows with the account's credits).
+//
+// Revocations: the script that records a revocation also publishes it, so a revocation is
+// announced if and only if it was newly recorded. This instance's listeners are called directly
+// (before revokeKey/revokeSession resolve); messages from the subscription that carry this
+// instance's id are ignored, so each listener hears each revocation exactly once. Pub/sub is
+// fire-and-forget: an instance whose subscriber connection is down at that moment misses it,
+// and so does this instance when the script applied but its reply was lost (the call rejected).
+//
+// Failure: every command is bounded by `commandTimeoutMs`; once connected, commands fail at
+// once while the connection is down (no offline queue). ioredis reconnects by itself and the
+// scripts are sent again (EVAL) on each new connection, so the store recovers without help.
+// A rejected command may still have been applied; retrying is safe (no script applies anything
+// twice), though the retry may then answer "already there" (false, applied: false).
+
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { keyIdOf, sha256Hex } from '../auth/keys.js';
+import type { AccountConfig } from '../config/types.js';
+import type { AccountRecord, CreditResult, KeyRecord, Revocation, Store } from './types.js';
+
+export interface RedisStoreOptions {
+  url: string;
+  /** Prepended to every key and to the channel; default "tollgate:". */
+  prefix?: string;
+  /** Upper bound on each command, in ms; default 1000. */
+  commandTimeoutMs?: number;
+  /** Connection errors (ioredis emits them while reconnecting); ignored by default. */
+  onError?: (err: Error) => void;
+}
+
+type Reply = Promise<unknown>;
+
+/** The Lua scripts, registered with defineCommand (EVALSHA, falling back to EVAL). */
+interface Scripts {
+  tgCreateAccount(acct: string, id: string, plan: string, balance: string, now: string): Reply;
+  tgAddCredits(acct: string, credits: string, units: string, idempotencyKey: string): Reply;
+  tgClaimKeyId(index: string, digest: string): Reply;
+  tgReleaseKeyId(index: string, digest: string): Reply;
+  tgCreateKey(record: string, id: string, account: string, digest: string, now: string): Reply;
+  tgRevokeKey(record: string, id: string, now: string, channel: string, message: string): Reply;
+  tgRevokeSession(session: string, now: string, channel: string, message: string): Reply;
+}
+
+const SCRIPTS: Record<keyof Scripts, { keys: number; lua: string }> = {
+  // 1 created, 0 exists (unchanged).
+  tgCreateAccount: { keys: 1, lua: `
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'id', ARGV[1], 'plan', ARGV[2], 'balance_units', ARGV[3], 'created_at', ARGV[4])
+return 1` },
+  // nil: no account; {applied, balance}. HINCRBY runs before SADD: if it fails, nothing changed.
+  // (The balance goes back as an integer reply: Lua's tostring keeps only 14 digits.)
+  tgAddCredits: { keys: 2, lua: `
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then
+  return {0, redis.call('HGET', KEYS[1], 'balance_units')}
+end
+local balance = redis.call('HINCRBY', KEYS[1], 'balance_units', ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[2])
+return {1, balance}` },
+  // 1 claimed, 0 already this digest's, -1 taken by another digest.
+  tgClaimKeyId: { keys: 1, lua: `
+local cur = redis.call('GET', KEYS[1])
+if cur == false then redis.call('SET', KEYS[1], ARGV[1]) return 1 end
+if cur == ARGV[1] then return 0 end
+return -1` },
+  tgReleaseKeyId: { keys: 1, lua: `
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
+return 0` },
+  // 1 created, 0 exists with this id, -1 exists with another id.
+  tgCreateKey: { keys: 1, lua: `
+local cur = redis.call('HGET', KEYS[1], 'id')
+if cur == false then
+  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'account', ARGV[2], 'digest', ARGV[3], 'created_at', ARGV[4])
+  return 1
+end
+if cur == ARGV[1] then return 0 end
+return -1` },
+  // nil: unknown (or another id's record); {newly, id, account, digest, created_at, revoked_at}.
+  tgRevokeKey: { keys: 1, lua: `
+local r = redis.call('HMGET', KEYS[1], 'id', 'account', 'digest', 'created_at', 'revoked_at')
+if r[1] ~= ARGV[1] then return false end
+local newly = 0
+if r[5] == false then
+  redis.call('HSET', KEYS[1], 'revoked_at', ARGV[2])
+  redis.call('PUBLISH', ARGV[3], ARGV[4])
+  r[5] = ARGV[2]
+  newly = 1
+end
+return {newly, r[1], r[2], r[3], r[4], r[5]}` },
+  // 1 newly revoked, 0 already.
+  tgRevokeSession: { keys: 1, lua: `
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  return 1
+end
+return 0` },
+};
+
+interface Message { from: string; r: Revocation }
+
+export class RedisStore implements Store {
+  readonly prefix: string;
+  readonly #redis: Redis & Scripts;
+  readonly #sub: Redis;
+  readonly #channel: string;
+  /** Tells this instance's own messages apart from other instances'. */
+  readonly #instance = randomUUID();
+  readonly #listeners = new Set<(r: Revocation) => void>();
+  readonly #subscribed: Promise<void>;
+  readonly #timeout: number;
+  /** Rejects on close(), so ready() cannot wait on a connection that will never come. */
+  readonly #closing: Promise<never>;
+  #markClosed: (err: Error) => void = () => {};
+  #closed = false;
+
+  constructor(options: RedisStoreOptions) {
+    this.prefix = options.prefix ?? 'tollgate:';
+    this.#channel = `${this.prefix}revocations`;
+    const timeout = options.commandTimeoutMs ?? 1000;
+    this.#timeout = timeout;
+    this.#closing = new Promise<never>((_, reject) => { this.#markClosed = reject; });
+    this.#closing.catch(() => {});
+    const onError = options.onError ?? (() => {});
+    const common = {
+      connectTimeout: Math.max(2 * timeout, 2000),
+      retryStrategy: (times: number) => Math.min(times * 50, 1000),
+      lazyConnect: false,
+    };
+    // Commands queue only until the first connect; afterwards they fail at once while the
+    // connection is down, and are never resent after a reconnect (the caller has seen them fail).
+    const redis = new Redis(options.url, {
+      ...common,
+      connectionName: 'tollgate',
+      commandTimeout: timeout,
+      maxRetriesPerRequest: 1,
+      enableOfflineQueue: true,
+      autoResendUnfulfilledCommands: false,
+    });
+    redis.once('ready', () => { redis.options.enableOfflineQueue = false; });
+    redis.on('error', onError);
+    for (const [name, s] of Object.entries(SCRIPTS)) redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
+    this.#redis = redis as Redis & Scripts;
+
+    // A subscriber connection runs no other command. Its SUBSCRIBE waits for the first connect
+    // however long that takes; ioredis subscribes again after every reconnect.
+    this.#sub = new Redis(options.url, { ...common, connectionName: 'tollgate-sub', maxRetriesPerRequest: null, autoResubscribe: true });
+    this.#sub.on('error', onError);
+    this.#sub.on('message', (channel: string, text: string) => {
+      if (channel !== this.#channel) return;
+      const m = parseMessage(text);
+      if (m !== undefined && m.from !== this.#instance) this.#emit(m.r);
+    });
+    this.#subscribed = this.#sub.subscribe(this.#channel).then(() => undefined);
+    this.#subscribed.catch(() => {}); // surfaced by ready()
+  }
+
+  /** Opens a store and waits until it is connected and hears other instances' revocations. */
+  static async open(options: RedisStoreOptions): Promise<RedisStore> {
+    const store = new RedisStore(options);
+    try {
+      await store.ready();
+    } catch (err) {
+      await store.close();
+      throw err;
+    }
+    return store;
+  }
+
+  /** Resolves once subscribed to revocations and the command connection answers. */
+  async ready(): Promise<void> {
+    await Promise.race([this.#subscribed, this.#closing]);
+    await this.ping();
+  }
+
+  async createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean> {
+    requireId('account id', account.id);
+    requireId('plan', account.plan);
+    const balance = integer(account.balance_units, 'balance_units');
+    const r = await this.#redis.tgCreateAccount(this.#acct(account.id), account.id, account.plan, balance, String(Date.now()));
+    return r === 1;
+  }
+
+  async getAccount(id: string): Promise<AccountRecord | undefined> {
+    const h = await this.#redis.hgetall(this.#acct(id));
+    if (h.id === undefined) return undefined;
+    return { id: h.id, plan: h.plan ?? '', balance_units: Number(h.balance_units), created_at: Number(h.created_at) };
+  }
+
+  async addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined> {
+    requireId('idempotency key', idempotencyKey);
+    const acct = this.#acct(accountId);
+    const r = await this.#redis.tgAddCredits(acct, `${acct}:credits`, integer(units, 'units'), idempotencyKey);
+    if (r === null) return undefined;
+    const [applied, balance] = tuple(r, 2);
+    return { applied: applied === 1, balance_units: Number(balance) };
+  }
+
+  async createKey(key: { id: string; account: string; digest: string }): Promise<boolean> {
+    requireId('key id', key.id);
+    requireId('account id', key.account);
+    if (typeof key.digest !== 'string' || !DIGEST.test(key.digest)) throw new TypeError('digest must be 64 lowercase hex digits');
+    // Three atomic steps in this order; see the header for why the order is safe.
+    if ((await this.#redis.exists(this.#acct(key.account))) !== 1) return false;
+    const index = this.#keyId(key.id);
+    const claimed = await this.#redis.tgClaimKeyId(index, key.digest);
+    if (claimed === -1) return false;
+    const created = await this.#redis.tgCreateKey(this.#key(key.digest), key.id, key.account, key.digest, String(Date.now()));
+    if (created === -1 && claimed === 1) await this.#redis.tgReleaseKeyId(index, key.digest);
+    return created === 1;
+  }
+
+  async keyByDigest(digest: string): Promise<KeyRecord | undefined> {
+    const h = await this.#redis.hgetall(this.#key(digest));
+    if (h.id === undefined) return undefined;
+    return {
+      id: h.id,
+      account: h.account ?? '',
+      digest: h.digest ?? digest,
+      created_at: Number(h.created_at),
+      revoked_at: h.revoked_at === undefined ? null : Number(h.revoked_at),
+    };
+  }
+
+  async revokeKey(id: string): Promise<KeyRecord | undefined> {
+    const digest = await this.#redis.get(this.#keyId(id));
+    if (digest === null) return undefined;
+    const r = await this.#redis.tgRevokeKey(this.#key(digest), id, String(Date.now()), this.#channel, this.#message({ kind: 'key', digest }));
+    if (r === null) return undefined;
+    const [newly, rid, account, rdigest, created, revoked] = tuple(r, 6);
+    if (newly === 1) this.#emit({ kind: 'key', digest });
+    return { id: String(rid), account: String(account), digest: String(rdigest), created_at: Number(created), revoked_at: Number(revoked) };
+  }
+
+  async revokeSession(sid: string): Promise<void> {
+    requireId('session id', sid);
+    const r = await this.#redis.tgRevokeSession(this.#sess(sid), String(Date.now()), this.#channel, this.#message({ kind: 'session', sid }));
+    if (r === 1) this.#emit({ kind: 'session', sid });
+  }
+
+  async isSessionRevoked(sid: string): Promise<boolean> {
+    return (await this.#redis.exists(this.#sess(sid))) === 1;
+  }
+
+  async seed(accounts: readonly AccountConfig[]): Promise<void> {
+    // Create-if-absent all the way down: existing accounts and keys are never changed.
+    for (const a of accounts) {
+      await this.createAccount({ id: a.id, plan: a.plan, balance_units: a.wallet_units });
+      const digests = new Set([...a.keys.map(sha256Hex), ...a.key_sha256.map((d) => d.toLowerCase())]);
+      await Promise.all([...digests].map((digest) => this.createKey({ id: keyIdOf(digest), account: a.id, digest })));
+    }
+  }
+
+  onRevoke(listener: (r: Revocation) => void): () => void {
+    const wrapped = (r: Revocation) => listener(r);
+    this.#listeners.add(wrapped);
+    return () => { this.#listeners.delete(wrapped); };
+  }
+
+  async ping(): Promise<void> {
+    await this.#redis.ping();
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#listeners.clear();
+    this.#markClosed(new Error('the store is closed'));
+    await Promise.all([quit(this.#redis, this.#timeout), quit(this.#sub, this.#timeout)]);
+  }
+
+  #acct(id: string): string { return `${this.prefix}{acct:${id}}`; }
+  #key(digest: string): string { return `${this.prefix}{key:${digest}}`; }
+  #keyId(id: string): string { return `${this.prefix}{keyid:${id}}`; }
+  #sess(sid: string): string { return `${this.prefix}{sess:${sid}}`; }
+
+  #message(r: Revocation): string {
+    const m: Message = { from: this.#instance, r };
+    return JSON.stringify(m);
+  }
+
+  #emit(r: Revocation): void {
+    for (const l of [...this.#listeners]) {
+      try {
+        l(r);
+      } catch {
+        // One listener's failure must not keep the others from hearing the revocation.
+      }
+    }
+  }
+}
+
+/** QUIT, or drop the connection when it is down or Redis does not answer in time. */
+async function quit(redis: Redis, ms: number): Promise<void> {
+  if (redis.status === 'ready') {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error('QUIT timed out')), ms); });
+    try {
+      await Promise.race([redis.quit(), late]);
+      return;
+    } catch {
+      // fall through
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+  redis.disconnect();
+}
+
+const DIGEST = /^[0-9a-f]{64}$/;
+
+function requireId(what: string, v: unknown): void {
+  if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
+}
+
+function integer(n: number, what: string): string {
+  if (!Number.isSafeInteger(n)) throw new RangeError(`${what} must be a safe integer`);
+  return String(n);
+}
+
+function tuple(reply: unknown, length: number): unknown[] {
+  if (!Array.isArray(reply) || reply.length !== length) throw new Error(`unexpected reply from Redis: ${JSON.stringify(reply)}`);
+  return reply;
+}
+
+function parseMessage(text: string): Message | undefined {
+  let m: unknown;
+  try { m = JSON.parse(text); } catch { return undefined; }
+  if (typeof m !== 'object' || m === null) return undefined;
+  const { from, r } = m as { from?: unknown; r?: { kind?: unknown; digest?: unknown; sid?: unknown } };
+  if (typeof from !== 'string' || typeof r !== 'object' || r === null) return undefined;
+  if (r.kind === 'key' && typeof r.digest === 'string') return { from, r: { kind: 'key', digest: r.digest } };
+  if (r.kind === 'session' && typeof r.sid === 'string') return { from, r: { kind: 'session', sid: r.sid } };
+  return undefined;
+}

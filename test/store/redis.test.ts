@@ -1,0 +1,364 @@
+// RedisStore against a real redis-server: the shared Store contract, then what only Redis has
+// to get right: revocations across instances, prefixes, atomic idempotent credits from two
+// instances, hash-tagged keys (checked on a one-node cluster), and outages.
+
+import t from 'tap';
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { keyIdOf, sha256Hex } from '../../lib/auth/keys.js';
+import { RedisStore } from '../../lib/store/redis.js';
+import type { Revocation } from '../../lib/store/types.js';
+import { startRedis } from '../helpers/redis.js';
+import { storeContract } from './contract.js';
+
+const redis = await startRedis();
+t.teardown(() => redis.stop());
+
+const prefixes: string[] = [];
+/** A prefix of its own for each store family; an external Redis is cleaned up afterwards. */
+function freshPrefix(): string {
+  const p = `tgtest:${randomUUID()}:`;
+  prefixes.push(p);
+  return p;
+}
+
+/** A plain client for looking at what the store wrote. */
+function inspector(url = redis.url): Redis {
+  return new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: true });
+}
+
+async function keysOf(client: Redis, match = '*'): Promise<string[]> {
+  const keys: string[] = [];
+  let cursor = '0';
+  do {
+    const [next, batch] = await client.scan(cursor, 'MATCH', match, 'COUNT', 1000);
+    keys.push(...batch);
+    cursor = next;
+  } while (cursor !== '0');
+  return keys.sort();
+}
+
+if (redis.external) {
+  t.teardown(async () => {
+    const c = inspector();
+    for (const p of prefixes) {
+      const keys = await keysOf(c, `${p}*`);
+      if (keys.length > 0) await c.del(...keys);
+    }
+    c.disconnect();
+  });
+}
+
+/** Opens stores and closes whatever is still open when the subtest ends. */
+function opener(t: any, url = redis.url) {
+  const opened: RedisStore[] = [];
+  t.teardown(() => Promise.all(opened.map((s) => s.close())));
+  return async (prefix: string, commandTimeoutMs?: number) => {
+    const s = await RedisStore.open({ url, prefix, commandTimeoutMs });
+    opened.push(s);
+    return s;
+  };
+}
+
+async function until(cond: () => boolean, what: string, ms = 3000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(2);
+  }
+}
+
+storeContract(t, 'redis', async () => {
+  const prefix = freshPrefix();
+  let current = await RedisStore.open({ url: redis.url, prefix });
+  return {
+    store: current,
+    reopen: async () => {
+      await current.close();
+      current = await RedisStore.open({ url: redis.url, prefix });
+      return current;
+    },
+  };
+});
+
+t.test('a revocation by one instance reaches the other within 1 s, and each listener once', async (t) => {
+  const open = opener(t);
+  const prefix = freshPrefix();
+  const [a, b] = [await open(prefix), await open(prefix)];
+  const d = sha256Hex('tg_cross_1');
+  await a.createAccount({ id: 'acme', plan: 'pro', balance_units: 0 });
+  await a.createKey({ id: keyIdOf(d), account: 'acme', digest: d });
+
+  const heardA: Revocation[] = [];
+  const heardB: Revocation[] = [];
+  let at = 0;
+  a.onRevoke((r) => heardA.push(r));
+  b.onRevoke((r) => { heardB.push(r); at = Date.now(); });
+
+  const started = Date.now();
+  t.ok(await a.revokeKey(keyIdOf(d)));
+  t.strictSame(heardA, [{ kind: 'key', digest: d }], 'the revoking instance has heard it when revokeKey resolves');
+  await until(() => heardB.length > 0, 'the other instance', 1000);
+  t.ok(at - started < 1000, `the other instance heard it after ${at - started} ms`);
+  t.strictSame(heardB, [{ kind: 'key', digest: d }]);
+
+  await b.revokeSession('sid-1');
+  await until(() => heardA.length > 1, 'the session revocation', 1000);
+  await a.revokeKey(keyIdOf(d)); // already revoked: no new event
+  await b.revokeSession('sid-1'); // likewise
+  await b.revokeSession('marker');
+  await until(() => heardA.length > 2 && heardB.length > 2, 'the marker', 1000);
+  await sleep(50); // a duplicate of its own message would arrive about now
+  const expected = [{ kind: 'key', digest: d }, { kind: 'session', sid: 'sid-1' }, { kind: 'session', sid: 'marker' }];
+  t.strictSame(heardA, expected, 'instance A heard each revocation once');
+  t.strictSame(heardB, expected, 'instance B heard each revocation once, its own included');
+});
+
+t.test('two prefixes on one Redis do not see each other', async (t) => {
+  const open = opener(t);
+  const [p1, p2] = [freshPrefix(), freshPrefix()];
+  const [s1, s2] = [await open(p1), await open(p2)];
+  const d = sha256Hex('tg_prefix_1');
+
+  t.equal(await s1.createAccount({ id: 'acme', plan: 'pro', balance_units: 10 }), true);
+  t.equal(await s2.getAccount('acme'), undefined, 'an account of one prefix is unknown to the other');
+  t.equal(await s2.createAccount({ id: 'acme', plan: 'free', balance_units: 99 }), true, 'and the same id can be created there');
+  t.strictSame(await s1.addCredits('acme', 5, 'k'), { applied: true, balance_units: 15 });
+  t.strictSame(await s2.addCredits('acme', 5, 'k'), { applied: true, balance_units: 104 }, 'idempotency keys are per prefix');
+  t.equal((await s1.getAccount('acme'))!.plan, 'pro');
+
+  t.equal(await s1.createKey({ id: keyIdOf(d), account: 'acme', digest: d }), true);
+  t.equal(await s2.keyByDigest(d), undefined, 'keys too');
+  t.equal(await s2.revokeKey(keyIdOf(d)), undefined);
+  await s1.revokeSession('sid');
+  t.equal(await s2.isSessionRevoked('sid'), false, 'and session revocations');
+
+  const heard2: Revocation[] = [];
+  s2.onRevoke((r) => heard2.push(r));
+  await s1.revokeKey(keyIdOf(d));
+  await s2.revokeSession('marker');
+  await until(() => heard2.length > 0, 'the marker');
+  await sleep(50);
+  t.strictSame(heard2, [{ kind: 'session', sid: 'marker' }], 'revocations stay on their prefix\'s channel');
+});
+
+t.test('an idempotent credit applies exactly once under concurrency from two instances', async (t) => {
+  const open = opener(t);
+  const prefix = freshPrefix();
+  const [a, b] = [await open(prefix), await open(prefix)];
+  await a.createAccount({ id: 'acme', plan: 'pro', balance_units: 1000 });
+
+  const calls = Array.from({ length: 100 }, (_, i) => (i % 2 === 0 ? a : b).addCredits('acme', 37, 'same-key'));
+  const results = await Promise.all(calls);
+  t.equal(results.filter((r) => r!.applied).length, 1, '50 calls from each instance: applied once');
+  t.strictSame(new Set(results.map((r) => r!.balance_units)), new Set([1037]), 'every call reports the one credited balance');
+  t.equal((await b.getAccount('acme'))!.balance_units, 1037);
+
+  const distinct = await Promise.all(Array.from({ length: 100 }, (_, i) => (i % 2 === 0 ? a : b).addCredits('acme', -3, `k-${i}`)));
+  t.equal(distinct.filter((r) => r!.applied).length, 100, 'distinct keys: every one applies');
+  t.equal((await a.getAccount('acme'))!.balance_units, 1037 - 300, 'and no update is lost');
+});
+
+t.test('balances keep every digit; bad input is refused before Redis sees it', async (t) => {
+  const s = await opener(t)(freshPrefix());
+  const big = Number.MAX_SAFE_INTEGER - 10;
+  await s.createAccount({ id: 'big', plan: 'pro', balance_units: big });
+  t.strictSame(await s.addCredits('big', 7, 'k1'), { applied: true, balance_units: big + 7 });
+  t.strictSame(await s.addCredits('big', 7, 'k1'), { applied: false, balance_units: big + 7 });
+  t.equal((await s.getAccount('big'))!.balance_units, big + 7);
+
+  await t.rejects(s.addCredits('big', 1.5, 'k2'), RangeError);
+  await t.rejects(s.addCredits('big', 1, ''), TypeError);
+  await t.rejects(s.createAccount({ id: '', plan: 'pro', balance_units: 0 }), TypeError);
+  await t.rejects(s.createKey({ id: 'key_x', account: 'big', digest: 'ABC' }), TypeError);
+  await t.rejects(s.revokeSession(''), TypeError);
+  t.equal((await s.getAccount('big'))!.balance_units, big + 7, 'nothing changed');
+});
+
+t.test('every key the store writes starts with its prefix', async (t) => {
+  // A server of its own (unless external), so any key outside the prefix would show.
+  const own = redis.external ? redis : await startRedis();
+  if (own !== redis) t.teardown(() => own.stop());
+  const c = inspector(own.url);
+  t.teardown(() => c.disconnect());
+  const before = new Set(await keysOf(c));
+  const open = opener(t, own.url);
+  const prefix = freshPrefix();
+  const s = await open(prefix);
+  const d = sha256Hex('tg_scan_1');
+
+  await s.seed([{ id: 'seeded', plan: 'free', wallet_units: 5, keys: ['tg_scan_2'], key_sha256: [] }]);
+  await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 0 });
+  await s.addCredits('acme', 5, 'k');
+  await s.createKey({ id: keyIdOf(d), account: 'acme', digest: d });
+  await s.revokeKey(keyIdOf(d));
+  await s.revokeSession('sid');
+
+  const written = (await keysOf(c)).filter((k) => !before.has(k));
+  t.strictSame(written.filter((k) => !k.startsWith(prefix)), [], 'nothing outside the prefix');
+  const d2 = sha256Hex('tg_scan_2');
+  t.strictSame(written.map((k) => k.slice(prefix.length)).sort(), [
+    '{acct:acme}', '{acct:acme}:credits', '{acct:seeded}',
+    `{key:${d2}}`, `{key:${d}}`, `{keyid:${keyIdOf(d2)}}`, `{keyid:${keyIdOf(d)}}`, '{sess:sid}',
+  ].sort(), 'the documented layout');
+});
+
+t.test('on a one-node Redis Cluster no script touches two slots', { skip: redis.external ? 'needs a local redis-server' : false }, async (t) => {
+  const cluster = await startRedis({ cluster: true });
+  t.teardown(() => cluster.stop());
+  const open = opener(t, cluster.url);
+  // Braces in the prefix and the ids must not split one script's keys across slots.
+  const prefix = `tg{${randomUUID()}:`;
+  const [a, b] = [await open(prefix), await open(prefix)];
+  const heard: Revocation[] = [];
+  b.onRevoke((r) => heard.push(r));
+  const d = sha256Hex('tg_cluster_1');
+  for (const id of ['acme', 'a}b{c', '{x}']) {
+    t.equal(await a.createAccount({ id, plan: 'pro', balance_units: 1 }), true, `account ${id}`);
+    t.strictSame(await a.addCredits(id, 2, 'k'), { applied: true, balance_units: 3 });
+    t.strictSame(await a.addCredits(id, 2, 'k'), { applied: false, balance_units: 3 });
+  }
+  t.equal(await a.createKey({ id: keyIdOf(d), account: 'a}b{c', digest: d }), true);
+  t.equal((await a.keyByDigest(d))!.account, 'a}b{c');
+  t.ok((await a.revokeKey(keyIdOf(d)))!.revoked_at);
+  await a.revokeSession('s}i{d');
+  t.equal(await a.isSessionRevoked('s}i{d'), true);
+  await a.seed([{ id: 'seeded', plan: 'free', wallet_units: 5, keys: ['tg_cluster_2'], key_sha256: [] }]);
+  t.equal((await a.keyByDigest(sha256Hex('tg_cluster_2')))!.account, 'seeded');
+  await until(() => heard.length === 2, 'both revocations on the other instance');
+  t.strictSame(heard, [{ kind: 'key', digest: d }, { kind: 'session', sid: 's}i{d' }]);
+});
+
+t.test('while Redis is down calls fail fast; afterwards the same store works again', { skip: redis.external ? 'needs a redis-server this test can stop' : false }, async (t) => {
+  const server = await startRedis();
+  t.teardown(() => server.stop());
+  const open = opener(t, server.url);
+  const prefix = freshPrefix();
+  const [a, b] = [await open(prefix), await open(prefix)];
+  t.equal(await a.createAccount({ id: 'acme', plan: 'pro', balance_units: 1 }), true);
+  await a.ping();
+
+  await server.stop();
+  const d = sha256Hex('tg_down_1');
+  const calls: Array<[string, () => Promise<unknown>]> = [
+    ['ping', () => a.ping()],
+    ['getAccount', () => a.getAccount('acme')],
+    ['createAccount', () => a.createAccount({ id: 'x', plan: 'free', balance_units: 0 })],
+    ['addCredits', () => a.addCredits('acme', 1, 'k')],
+    ['createKey', () => a.createKey({ id: keyIdOf(d), account: 'acme', digest: d })],
+    ['keyByDigest', () => a.keyByDigest(d)],
+    ['revokeKey', () => a.revokeKey(keyIdOf(d))],
+    ['revokeSession', () => a.revokeSession('sid')],
+    ['isSessionRevoked', () => a.isSessionRevoked('sid')],
+    ['seed', () => a.seed([{ id: 'y', plan: 'free', wallet_units: 0, keys: ['tg_down_2'], key_sha256: [] }])],
+  ];
+  for (const [name, call] of calls) {
+    const started = Date.now();
+    await t.rejects(call(), `${name} rejects`);
+    const took = Date.now() - started;
+    t.ok(took < 2000, `${name} rejected after ${took} ms`);
+  }
+  // Again, in parallel and after a pause: still bounded while ioredis keeps reconnecting.
+  await sleep(300);
+  const started = Date.now();
+  const settled = await Promise.allSettled(calls.map(([, call]) => call()));
+  t.ok(settled.every((r) => r.status === 'rejected'), 'all reject');
+  t.ok(Date.now() - started < 2000, `all rejected within ${Date.now() - started} ms`);
+
+  await server.restart();
+  const back = Date.now();
+  for (;;) {
+    try { await a.ping(); await b.ping(); break; } catch { /* still reconnecting */ }
+    if (Date.now() - back > 5000) throw new Error('the stores did not reconnect within 5 s');
+    await sleep(50);
+  }
+  t.pass(`both stores answer again after ${Date.now() - back} ms`);
+  // The restarted server lost its data and its script cache (--save ''): scripts load again.
+  t.equal(await a.getAccount('acme'), undefined, 'the data went with the old server');
+  t.equal(await a.createAccount({ id: 'acme', plan: 'pro', balance_units: 1 }), true);
+  t.strictSame(await a.addCredits('acme', 4, 'k'), { applied: true, balance_units: 5 });
+  t.equal(await a.createKey({ id: keyIdOf(d), account: 'acme', digest: d }), true);
+
+  // The subscriber connection has subscribed again, too.
+  const heard: Revocation[] = [];
+  b.onRevoke((r) => heard.push(r));
+  const deadline = Date.now() + 5000;
+  await a.revokeKey(keyIdOf(d));
+  // Resubscribing may lag the command connection; later revocations must get through.
+  for (let i = 0; !heard.some((r) => r.kind === 'session') && Date.now() < deadline; i++) {
+    await a.revokeSession(`probe-${i}`);
+    await sleep(50);
+  }
+  t.ok(heard.some((r) => r.kind === 'session'), 'revocations reach the other instance again');
+});
+
+t.test('a hung Redis (connections open, no answers) cannot hang a call', { skip: redis.external ? 'needs a redis-server this test can freeze' : false }, async (t) => {
+  const server = await startRedis();
+  t.teardown(() => server.stop());
+  const open = opener(t, server.url);
+  const s = await open(freshPrefix()); // the default command timeout, 1000 ms
+  await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 1 });
+  const d = sha256Hex('tg_hung_1');
+
+  server.freeze();
+  t.teardown(() => server.thaw());
+  const started = Date.now();
+  const settled = await Promise.allSettled([
+    s.ping(),
+    s.getAccount('acme'),
+    s.addCredits('acme', 1, 'k'),
+    s.createKey({ id: keyIdOf(d), account: 'acme', digest: d }),
+    s.revokeKey(keyIdOf(d)),
+    s.revokeSession('sid'),
+    s.isSessionRevoked('sid'),
+  ]);
+  const took = Date.now() - started;
+  t.strictSame(settled.map((r) => r.status), Array(7).fill('rejected'), 'every call rejects');
+  t.ok(took < 2000, `within ${took} ms`);
+
+  server.thaw();
+  t.equal((await s.getAccount('acme'))!.plan, 'pro', 'once it answers again, so does the store');
+  await s.ping();
+});
+
+t.test('close() quits both connections, also while Redis is down', async (t) => {
+  const server = redis.external ? undefined : await startRedis();
+  if (server !== undefined) t.teardown(() => server.stop());
+  const url = server?.url ?? redis.url;
+  const c = inspector(url);
+  t.teardown(() => c.disconnect());
+  const clients = async () => (await c.client('LIST') as string).split('\n').filter((l) => /name=tollgate/.test(l)).length;
+
+  const s = await RedisStore.open({ url, prefix: freshPrefix() });
+  if (server !== undefined) t.equal(await clients(), 2, 'a command and a subscriber connection');
+  await s.close();
+  if (server !== undefined) {
+    const end = Date.now() + 2000;
+    while ((await clients()) !== 0 && Date.now() < end) await sleep(20);
+    t.equal(await clients(), 0, 'both are gone');
+  }
+  await t.rejects(s.ping(), 'a closed store rejects');
+
+  if (server !== undefined) {
+    const s2 = await RedisStore.open({ url, prefix: freshPrefix() });
+    await server.stop();
+    const started = Date.now();
+    await s2.close();
+    t.ok(Date.now() - started < 2000, 'close() does not wait for a dead server');
+  }
+});
+
+t.test('a store created while Redis is unreachable fails fast and connects later', { skip: redis.external ? 'needs a local redis-server' : false }, async (t) => {
+  const server = await startRedis();
+  t.teardown(() => server.stop());
+  await server.stop();
+  const s = new RedisStore({ url: server.url, prefix: freshPrefix(), commandTimeoutMs: 500 });
+  t.teardown(() => s.close());
+  const started = Date.now();
+  await t.rejects(s.ping(), 'ping rejects');
+  t.ok(Date.now() - started < 2000, `within ${Date.now() - started} ms`);
+  await server.restart();
+  await s.ready();
+  t.equal(await s.createAccount({ id: 'late', plan: 'free', balance_units: 0 }), true, 'works once Redis is up');
+});
