@@ -13,7 +13,7 @@
 import t from 'tap';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,28 +29,33 @@ interface Run { events: any[]; signal: string | null; code: number | null; stder
 async function runUntilKilled(dir: string, round: number, killAfter: number): Promise<Run> {
   const env: Record<string, string | undefined> = { ...process.env, TS_NODE_TRANSPILE_ONLY: '1' };
   delete env.NODE_OPTIONS;
-  const child = spawn(process.execPath, ['--import', '@tapjs/typescript/import', CHILD, dir, String(round), '16384'], {
-    cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'],
+  const log = join(dir, `events-${round}.jsonl`);
+  const child = spawn(process.execPath, ['--import', '@tapjs/typescript/import', CHILD, join(dir, 'store'), String(round), '16384', log], {
+    cwd: ROOT, env, stdio: ['ignore', 'ignore', 'pipe'],
   });
-  const events: any[] = [];
-  let acks = 0;
-  let rest = '';
   let stderr = '';
   child.stderr.setEncoding('utf8').on('data', (d: string) => { stderr += d; });
-  child.stdout.setEncoding('utf8').on('data', (d: string) => {
-    rest += d;
-    let nl: number;
-    while ((nl = rest.indexOf('\n')) >= 0) {
-      const e = JSON.parse(rest.slice(0, nl));
-      rest = rest.slice(nl + 1);
-      events.push(e);
-      if (e.t === 'ack' && ++acks === killAfter) child.kill('SIGKILL');
-    }
-  });
+  const closed = once(child, 'close');
   const guard = setTimeout(() => child.kill('SIGKILL'), 60_000);
-  const [code, signal] = await once(child, 'close');
+  // Poll the child's event file; kill once enough changes were acknowledged.
+  const poll = setInterval(() => {
+    readFile(log, 'utf8').then((text) => {
+      if (countAcks(text) >= killAfter) child.kill('SIGKILL');
+    }, () => undefined);
+  }, 10);
+  const [code, signal] = await closed;
+  clearInterval(poll);
   clearTimeout(guard);
+  const text = await readFile(log, 'utf8').catch(() => '');
+  // Whole lines only: the kill may have cut the last one.
+  const events = text.slice(0, text.lastIndexOf('\n') + 1).split('\n').filter(Boolean).map((l) => JSON.parse(l));
   return { events, signal, code, stderr };
+}
+
+function countAcks(text: string): number {
+  let n = 0;
+  for (let i = text.indexOf('"t":"ack"'); i !== -1; i = text.indexOf('"t":"ack"', i + 1)) n++;
+  return n;
 }
 
 t.test('SIGKILL mid-load loses no acknowledged change and applies none twice', async (t) => {
@@ -65,13 +70,13 @@ t.test('SIGKILL mid-load loses no acknowledged change and applies none twice', a
     t.ok(acked >= killAfter, `round ${round}: ${acked} changes acknowledged before the kill`);
     events.push(...run.events);
   }
-  t.ok(await stat(join(dir, SNAPSHOT_FILE)).then(() => true, () => false), 'compaction ran during the load');
+  t.ok(await stat(join(dir, 'store', SNAPSHOT_FILE)).then(() => true, () => false), 'compaction ran during the load');
 
   const begun = events.filter((e) => e.t === 'begin');
   const acked = events.filter((e) => e.t === 'ack');
   const isAcked = (op: string, id: string) => acked.some((e) => e.op === op && (e.id ?? e.ik) === id);
 
-  const store = await MemoryStore.open({ path: dir, fsyncMs: 1000 });
+  const store = await MemoryStore.open({ path: join(dir, 'store'), fsyncMs: 1000 });
   t.teardown(() => store.close());
 
   // Accounts: every acknowledged one exists.
