@@ -12,7 +12,8 @@ export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADM
   tollgate keys create ACCOUNT
   tollgate keys revoke KEY_ID
   tollgate credits add ACCOUNT UNITS [--idempotency-key K]
-  tollgate sessions revoke SID`;
+  tollgate sessions revoke SID
+  tollgate usage [--account A] [--since DATE]`;
 
 class CliError extends Error {
   readonly exitCode: number;
@@ -48,7 +49,8 @@ const enc = encodeURIComponent;
 function plan(command: string, sub: string | undefined, args: string[], opts: Record<string, string | undefined>): { call: Call; show: (b: any) => string } {
   const need = (n: number, usage: string) => { if (args.length !== n) throw new CliError(`usage: tollgate ${usage}`, 2); };
   const account = (b: any) => `${b.id}  plan=${b.plan}  balance=${b.balance_units}  held=${b.held_units}  available=${b.available_units}`;
-  switch (`${command} ${sub}`) {
+  // `usage` has no sub-command: its words are all options.
+  switch (command === 'usage' ? 'usage' : `${command} ${sub}`) {
     case 'accounts create': {
       need(1, 'accounts create ID --plan P [--wallet-units N]');
       if (opts.plan === undefined) throw new CliError('accounts create: --plan is required', 2);
@@ -81,6 +83,20 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Re
         show: (b) => `${b.applied ? 'applied' : 'already applied (same idempotency key), nothing changed'}: ${account(b)}  idempotency-key=${key}`,
       };
     }
+    case 'usage': {
+      if (sub !== undefined) throw new CliError('usage: tollgate usage [--account A] [--since DATE]', 2);
+      const q = new URLSearchParams();
+      if (opts.account !== undefined) q.set('account', opts.account);
+      if (opts.since !== undefined) q.set('since', opts.since);
+      const qs = q.toString();
+      return {
+        call: { method: 'GET', path: `/admin/usage${qs === '' ? '' : `?${qs}`}` },
+        show: (b) => [
+          `usage since ${b.since}${b.account === null ? ' (all accounts)' : ` for ${b.account}`}: ${b.requests} requests, ${b.prompt_tokens} prompt + ${b.completion_tokens} completion tokens, ${b.units} units`,
+          ...Object.entries(b.by_model as Record<string, any>).map(([m, u]) => `  ${m}: ${u.requests} requests, ${u.prompt_tokens} + ${u.completion_tokens} tokens, ${u.units} units`),
+        ].join('\n'),
+      };
+    }
     case 'sessions revoke':
       need(1, 'sessions revoke SID');
       return { call: { method: 'POST', path: `/admin/sessions/${enc(args[0]!)}/revoke` }, show: () => `revoked session ${args[0]}` };
@@ -89,7 +105,7 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Re
   }
 }
 
-export const ADMIN_COMMANDS: ReadonlySet<string> = new Set(['accounts', 'keys', 'credits', 'sessions']);
+export const ADMIN_COMMANDS: ReadonlySet<string> = new Set(['accounts', 'keys', 'credits', 'sessions', 'usage']);
 
 /** Runs an admin sub-command; returns the exit code. */
 export async function admin(command: string, argv: string[]): Promise<number> {
@@ -101,6 +117,7 @@ export async function admin(command: string, argv: string[]): Promise<number> {
       options: {
         url: { type: 'string' }, token: { type: 'string' }, json: { type: 'boolean' },
         plan: { type: 'string' }, 'wallet-units': { type: 'string' }, 'idempotency-key': { type: 'string' },
+        account: { type: 'string' }, since: { type: 'string' },
       },
     });
     const [sub, ...args] = positionals;

@@ -230,10 +230,13 @@ export class Gateway {
     if (!completed && ctx.code === '') ctx.code = 'client_closed_request';
     const status = completed || res.headersSent ? res.statusCode : 499;
     this.metrics.countRequest(ctx.route, status, ctx.code);
-    if (ctx.usage !== undefined) {
+    const charged = ctx.charge?.charged;
+    if (ctx.usage !== undefined && charged !== undefined) {
       this.metrics.tokens.labels('prompt').inc(ctx.usage.prompt_tokens);
       this.metrics.tokens.labels('completion').inc(ctx.usage.completion_tokens);
     }
+    if (charged !== undefined) this.metrics.unitsCharged.inc(charged);
+    if (state !== undefined && ctx.charge !== undefined && ctx.principal !== undefined) this.#record(state, ctx, status);
     this.logger.info({
       request_id: ctx.id,
       route: ctx.route,
@@ -250,8 +253,32 @@ export class Gateway {
       prompt_tokens: ctx.usage?.prompt_tokens,
       completion_tokens: ctx.usage?.completion_tokens,
       usage_source: ctx.usageSource,
+      units: charged,
     }, 'request');
     if (this.#inflight === 0) for (const w of this.#idleWaiters.splice(0)) w();
+  }
+
+  /** One usage record per admitted chat request, charged or not. */
+  #record(state: GatewayState, ctx: RequestContext, status: number): void {
+    const charged = ctx.charge?.charged;
+    const usage = charged === undefined ? undefined : ctx.usage;
+    state.store.recordUsage({
+      request_id: ctx.id,
+      at: Date.now(),
+      account: ctx.principal!.accountId,
+      credential: ctx.principal!.credentialId,
+      model: ctx.model ?? '',
+      provider: ctx.provider ?? '',
+      upstream_model: ctx.upstreamModel ?? '',
+      prompt_tokens: usage?.prompt_tokens ?? 0,
+      completion_tokens: usage?.completion_tokens ?? 0,
+      units: charged ?? 0,
+      usage_source: usage === undefined ? 'none' : ctx.usageSource ?? 'counted',
+      status,
+      code: ctx.code,
+      latency_ms: round(performance.now() - ctx.start),
+      ttfc_ms: ctx.ttfcMs === undefined ? null : round(ctx.ttfcMs),
+    }).catch((err: unknown) => this.logger.warn({ request_id: ctx.id, err: (err as Error).message }, 'usage record not written'));
   }
 
   async #ops(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {

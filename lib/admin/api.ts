@@ -10,7 +10,8 @@ import { GatewayError } from '../errors.js';
 import { isJsonContentType, readBody } from '../http/body.js';
 import { parseJsonBody } from '../http/json.js';
 import { sendJson } from '../http/respond.js';
-import type { AccountRecord, Store } from '../store/types.js';
+import { windows } from '../billing/meter.js';
+import type { AccountRecord, Store, UsageTotals } from '../store/types.js';
 
 const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/;
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,200}$/;
@@ -43,7 +44,7 @@ function methodNotAllowed(method: string | undefined, path: string, allow: strin
   return new GatewayError('method_not_allowed', `Method ${method} is not allowed on ${path}; use ${allow}.`, { headers: { allow } });
 }
 
-/** The contract's account view. Holds and usage are filled in by metering. */
+/** The contract's account view: balance, open holds, and usage this UTC day and month. */
 export interface AccountView {
   id: string;
   plan: string;
@@ -51,12 +52,6 @@ export interface AccountView {
   held_units: number;
   available_units: number;
   usage: { day: UsageTotals; month: UsageTotals };
-}
-interface UsageTotals { requests: number; tokens: number; units: number }
-
-function accountView(a: AccountRecord): AccountView {
-  const zero = (): UsageTotals => ({ requests: 0, tokens: 0, units: 0 });
-  return { id: a.id, plan: a.plan, balance_units: a.balance_units, held_units: 0, available_units: a.balance_units, usage: { day: zero(), month: zero() } };
 }
 
 export class AdminApi {
@@ -82,17 +77,18 @@ export class AdminApi {
     const headers = { 'x-request-id': requestId };
     const send = (status: number, body: unknown) => sendJson(res, status, JSON.stringify(body), { ...headers });
     const [a, b, c, d] = parts;
+    const accountView = (acct: AccountRecord) => this.#view(acct);
 
     if (a === 'accounts' && parts.length === 1) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
-      send(201, accountView(await this.#createAccount(await this.#body(req))));
+      send(201, await accountView(await this.#createAccount(await this.#body(req))));
     } else if (a === 'accounts' && b !== undefined && parts.length === 2) {
       if (method !== 'GET') throw methodNotAllowed(method, path, 'GET');
-      send(200, accountView(await this.#account(b)));
+      send(200, await accountView(await this.#account(b)));
     } else if (a === 'accounts' && b !== undefined && c === 'credits' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
       const { applied, account } = await this.#credit(b, await this.#body(req));
-      send(200, { ...accountView(account), applied });
+      send(200, { ...(await accountView(account)), applied });
     } else if (a === 'accounts' && b !== undefined && c === 'keys' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
       send(201, await this.#issueKey(b));
@@ -105,9 +101,37 @@ export class AdminApi {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
       await this.#store.revokeSession(b);
       send(200, { sid: b, revoked: true });
+    } else if (a === 'usage' && parts.length === 1) {
+      if (method !== 'GET' && method !== 'HEAD') throw methodNotAllowed(method, path, 'GET');
+      send(200, await this.#usage(req.url ?? ''));
     } else {
       throw notFound(path);
     }
+  }
+
+  async #view(a: AccountRecord): Promise<AccountView> {
+    const w = windows();
+    const u = await this.#store.accountUsage(a.id, w.day, w.month);
+    return {
+      id: a.id, plan: a.plan, balance_units: a.balance_units, held_units: u.held_units,
+      available_units: a.balance_units - u.held_units, usage: { day: u.day, month: u.month },
+    };
+  }
+
+  /** GET /admin/usage?account=A&since=ISO-8601 (default: the start of this UTC month). */
+  async #usage(url: string): Promise<Record<string, unknown>> {
+    const q = new URL(url, 'http://admin').searchParams;
+    const account = q.get('account') ?? undefined;
+    const sinceText = q.get('since') ?? `${windows().month}-01T00:00:00Z`;
+    const since = Date.parse(sinceText);
+    if (!Number.isFinite(since)) {
+      throw new GatewayError('invalid_value', "Invalid value for 'since': an ISO-8601 date or time, e.g. 2026-11-01T00:00:00Z.", { param: 'since' });
+    }
+    if (account !== undefined && (await this.#store.getAccount(account)) === undefined) {
+      throw new GatewayError('account_not_found', `No account with id '${account}'.`);
+    }
+    const report = await this.#store.usageReport(account, since);
+    return { account: account ?? null, since: new Date(since).toISOString(), ...report };
   }
 
   async #body(req: IncomingMessage): Promise<Record<string, unknown>> {

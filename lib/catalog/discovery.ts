@@ -24,6 +24,7 @@ export function discoveredModel(name: string, config: ProviderConfig, m: Discove
     max_images: d.supports_vision === true ? d.max_images ?? 0 : 0,
     paid_only: d.paid_only ?? false,
     tokenizer: d.tokenizer ?? 'o200k_base',
+    image_tokens: d.image_tokens ?? 85,
     price: { input_per_mtok: d.price?.input_per_mtok ?? 0, output_per_mtok: d.price?.output_per_mtok ?? 0 },
     ...(d.created === undefined ? {} : { created: d.created }),
   };

@@ -6,9 +6,6 @@ import { GatewayError } from '../errors.js';
 import { counter, estimatePromptTokens } from '../tokens/count.js';
 import type { ChatMessage, ChatRequest } from './types.js';
 
-/** Tokens an image is taken to cost when estimating a prompt. */
-export const IMAGE_TOKENS = 85;
-
 export function checkImages(req: ChatRequest, model: ModelConfig): void {
   if (req.imageCount === 0) return;
   if (!model.supports_vision) {
@@ -42,11 +39,11 @@ export class ContentPolicy {
   }
 }
 
-function textBytesUpperBound(messages: readonly ChatMessage[]): number {
+function textBytesUpperBound(messages: readonly ChatMessage[], imageTokens: number): number {
   let n = 0;
   for (const m of messages) {
     if (typeof m.content === 'string') n += m.content.length * 3;
-    else if (Array.isArray(m.content)) for (const p of m.content) n += p.type === 'text' ? p.text.length * 3 : IMAGE_TOKENS;
+    else if (Array.isArray(m.content)) for (const p of m.content) n += p.type === 'text' ? p.text.length * 3 : imageTokens;
     if (m.name !== undefined) n += m.name.length * 3 + 1;
     if (m.tool_calls !== undefined) for (const c of m.tool_calls) n += (c.function.name.length + c.function.arguments.length) * 3 + 3;
     n += 3;
@@ -58,22 +55,21 @@ function textBytesUpperBound(messages: readonly ChatMessage[]): number {
  * The prompt estimate, or undefined when the prompt surely fits: a byte-level BPE token is at
  * least one byte, so a prompt whose UTF-8 size already fits skips the tokenizer.
  */
-function overflow(req: ChatRequest, model: ModelConfig): number | undefined {
+export function fitsContext(req: ChatRequest, model: ModelConfig): boolean {
   const output = req.maxOutputTokens ?? model.max_output_tokens;
-  if (textBytesUpperBound(req.messages) + output <= model.context_window) return undefined;
-  const prompt = estimatePromptTokens(req.messages, counter(model.tokenizer), IMAGE_TOKENS);
-  return prompt + output > model.context_window ? prompt : undefined;
+  if (textBytesUpperBound(req.messages, model.image_tokens) + output <= model.context_window) return true;
+  return promptTokens(req, model) + output <= model.context_window;
 }
 
-export function fitsContext(req: ChatRequest, model: ModelConfig): boolean {
-  return overflow(req, model) === undefined;
+/** The prompt estimate with the model's tokenizer and image cost. */
+export function promptTokens(req: ChatRequest, model: ModelConfig): number {
+  return estimatePromptTokens(req.messages, counter(model.tokenizer), model.image_tokens);
 }
 
 /** Prompt estimate + requested output above the context window -> 422. */
-export function checkContext(req: ChatRequest, model: ModelConfig): void {
-  const prompt = overflow(req, model);
-  if (prompt !== undefined) {
-    const output = req.maxOutputTokens ?? model.max_output_tokens;
+export function checkContext(req: ChatRequest, model: ModelConfig, prompt: number): void {
+  const output = req.maxOutputTokens ?? model.max_output_tokens;
+  if (prompt + output > model.context_window) {
     throw new GatewayError(
       'context_length_exceeded',
       `This model's maximum context length is ${model.context_window} tokens; the request has about ${prompt} prompt tokens and asks for ${output} output tokens.`,

@@ -13,9 +13,10 @@ import type { Metrics } from '../observe/metrics.js';
 import { TIMEOUT, type ProviderCall } from '../providers/types.js';
 import { DONE_FRAME, KEEPALIVE_FRAME, SSE_HEADERS, dataFrame, writeFrame } from '../sse/writer.js';
 import type { GatewayState, Target } from '../state.js';
-import { counter, estimatePromptTokens } from '../tokens/count.js';
+import { counter } from '../tokens/count.js';
 import type { Admission, Outcome } from '../upstream/health.js';
-import { IMAGE_TOKENS, checkContext, checkImages, fitsContext } from './checks.js';
+import { hold, type Charge } from '../billing/meter.js';
+import { checkContext, checkImages, fitsContext, promptTokens } from './checks.js';
 import type { ChatCompletion, ChatRequest, ChunkChoice, Usage } from './types.js';
 import { validateChatRequest } from './validate.js';
 import type { ModelConfig } from '../config/types.js';
@@ -29,12 +30,8 @@ function completionId(): string {
   return `chatcmpl-${randomUUID().replace(/-/g, '')}`;
 }
 
-function countedUsage(request: ChatRequest, model: ModelConfig, completionText: string): Usage {
-  const count = counter(model.tokenizer);
-  const prompt = estimatePromptTokens(request.messages, count, IMAGE_TOKENS);
-  const completion = count(completionText);
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
-}
+/** Hold lifetime: every target may use its whole timeout, plus slack for the settle. */
+const HOLD_SLACK_MS = 60_000;
 
 export async function handleChat(
   state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
@@ -53,11 +50,23 @@ export async function handleChat(
   ctx.model = model.id;
   checkImages(request, model);
   state.policy.check(request.messages);
-  if (request.model !== 'auto') checkContext(request, model);
+  const prompt = promptTokens(request, model);
+  checkContext(request, model, prompt);
 
-  const attempts = new Attempts(state, metrics, ctx, res, request, model);
-  if (request.stream) await streamAnswer(state, metrics, attempts, ctx, res);
-  else await completeAnswer(metrics, attempts, ctx, res);
+  const targets = state.targets(model);
+  const ttl = targets.reduce((sum, t) => sum + t.provider.config.timeout_ms, HOLD_SLACK_MS);
+  // Billing has its own id: x-request-id may come from the client, and must not collide.
+  const charge = await hold(state.store, ctx.principal, randomUUID(), model, request, prompt, ttl);
+  ctx.charge = charge;
+  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt);
+  try {
+    if (request.stream) await streamAnswer(state, metrics, attempts, charge, ctx, res);
+    else await completeAnswer(metrics, attempts, charge, ctx, res);
+  } finally {
+    // Whatever did not settle (a failure before any output, a client gone before the answer)
+    // is charged nothing; a store that cannot answer lets the hold expire.
+    if (!charge.settled) await charge.release().catch(() => undefined);
+  }
 }
 
 /**
@@ -68,6 +77,8 @@ export async function handleChat(
 class Attempts {
   readonly request: ChatRequest;
   readonly model: ModelConfig;
+  /** The prompt estimate, with the model's tokenizer. */
+  readonly prompt: number;
   readonly #targets: Target[];
   readonly #metrics: Metrics;
   readonly #ctx: RequestContext;
@@ -76,9 +87,10 @@ class Attempts {
   #retryMs = Infinity;
   #last: GatewayError | undefined;
 
-  constructor(state: GatewayState, metrics: Metrics, ctx: RequestContext, res: ServerResponse, request: ChatRequest, model: ModelConfig) {
+  constructor(state: GatewayState, metrics: Metrics, ctx: RequestContext, res: ServerResponse, request: ChatRequest, model: ModelConfig, prompt: number) {
     this.request = request;
     this.model = model;
+    this.prompt = prompt;
     this.#targets = state.targets(model);
     this.#metrics = metrics;
     this.#ctx = ctx;
@@ -109,6 +121,7 @@ class Attempts {
     const timer = setTimeout(() => ac.abort(TIMEOUT), target.provider.config.timeout_ms);
     const started = performance.now();
     this.#ctx.provider = target.provider.name;
+    this.#ctx.upstreamModel = target.upstreamModel;
     let outcome: Outcome = 'neutral';
     try {
       const result = await fn(call);
@@ -128,13 +141,19 @@ class Attempts {
     }
   }
 
+  /** Usage counted by the gateway: the prompt estimate and the tokens of `completion`. */
+  counted(completion: string): Usage {
+    const c = counter(this.model.tokenizer)(completion);
+    return { prompt_tokens: this.prompt, completion_tokens: c, total_tokens: this.prompt + c };
+  }
+
   /** May the request go on to the next target after `err`? Only if nothing reached the client. */
   canFallBack(err: unknown): boolean {
     return err instanceof GatewayError && FALLBACK_CODES.has(err.code) && !this.#res.destroyed && this.#index < this.#targets.length;
   }
 }
 
-async function completeAnswer(metrics: Metrics, attempts: Attempts, ctx: RequestContext, res: ServerResponse): Promise<void> {
+async function completeAnswer(metrics: Metrics, attempts: Attempts, charge: Charge, ctx: RequestContext, res: ServerResponse): Promise<void> {
   for (;;) {
     const { target, admission } = attempts.next();
     try {
@@ -143,11 +162,14 @@ async function completeAnswer(metrics: Metrics, attempts: Attempts, ctx: Request
       let usage = result.usage;
       ctx.usageSource = 'upstream';
       if (usage === undefined) {
-        usage = countedUsage(attempts.request, attempts.model, result.choices.map((c) => c.message.content ?? '').join(''));
+        usage = attempts.counted(result.choices.map((c) => c.message.content ?? '').join(''));
         ctx.usageSource = 'counted';
       }
       ctx.usage = usage;
       ctx.ttfcMs = performance.now() - started;
+      // A client that left after the answer arrived is charged its usage all the same; the
+      // debit is durable before the answer reports it.
+      await charge.settle(usage);
       const completion: ChatCompletion = {
         id: completionId(),
         object: 'chat.completion',
@@ -157,7 +179,12 @@ async function completeAnswer(metrics: Metrics, attempts: Attempts, ctx: Request
         usage,
       };
       if (res.destroyed) return;
-      sendJson(res, 200, JSON.stringify(completion), { ...result.headers, 'x-request-id': ctx.id });
+      sendJson(res, 200, JSON.stringify(completion), {
+        ...result.headers,
+        'x-request-id': ctx.id,
+        'x-tollgate-units-charged': String(charge.charged),
+        'x-tollgate-wallet-balance-units': String(charge.available),
+      });
       metrics.timeToFirstChunk.labels(target.provider.name).observe(ctx.ttfcMs / 1000);
       return;
     } catch (err) {
@@ -183,7 +210,7 @@ function isSubstantive(choices: readonly ChunkChoice[]): boolean {
 }
 
 async function streamAnswer(
-  state: GatewayState, metrics: Metrics, attempts: Attempts, ctx: RequestContext, res: ServerResponse,
+  state: GatewayState, metrics: Metrics, attempts: Attempts, charge: Charge, ctx: RequestContext, res: ServerResponse,
 ): Promise<void> {
   const includeUsage = attempts.request.includeUsage;
   const head = `{"id":"${completionId()}","object":"chat.completion.chunk","created":${Math.floor(Date.now() / 1000)},"model":${JSON.stringify(attempts.model.id)},"choices":`;
@@ -233,6 +260,7 @@ async function streamAnswer(
                 if (c.delta.role === undefined) c.delta = { role: 'assistant', ...c.delta };
               }
               if (typeof c.delta.content === 'string') text += c.delta.content;
+              if (c.delta.tool_calls !== undefined) for (const tc of c.delta.tool_calls) text += tc.function?.arguments ?? '';
             }
             if (!committed) {
               if (!isSubstantive(part.choices)) { held.push(part.choices); continue; }
@@ -245,7 +273,8 @@ async function streamAnswer(
             for (const h of held.splice(0)) res.write(frame(h));
             const ok = writeFrame(res, frame(part.choices), call.signal);
             if (ok !== true && !(await ok)) {
-              // The client left, or stopped reading until the time ran out.
+              // The client left, or stopped reading until the time ran out: the upstream is
+              // aborted and what was generated so far is charged.
               void iterator.return?.();
               if (!res.destroyed) res.destroy();
               return false;
@@ -254,25 +283,38 @@ async function streamAnswer(
           if (!committed) throw new GatewayError('provider_error', 'The model provider sent an empty answer.');
           return true;
         });
-        if (!finished) return;
+        if (!finished) {
+          if (text !== '') {
+            ctx.usageSource = 'counted';
+            ctx.usage = attempts.counted(text);
+            await charge.settle(ctx.usage);
+          }
+          return;
+        }
       } catch (err) {
         if (!committed && attempts.canFallBack(err)) continue;
         throw err;
       }
       ctx.usageSource = usage === undefined ? 'counted' : 'upstream';
-      ctx.usage = usage ?? countedUsage(attempts.request, attempts.model, text);
+      ctx.usage = usage ?? attempts.counted(text);
+      await charge.settle(ctx.usage);
       if (includeUsage) res.write(dataFrame(`${head}[],"usage":${JSON.stringify(ctx.usage)}}`));
       res.end(DONE_FRAME);
       return;
     }
   } catch (err) {
+    // A stream cut short, by the client leaving or the upstream failing, is charged for what
+    // reached the client (nothing, if only keep-alives did).
+    if (committed && !charge.settled && text !== '') {
+      ctx.usageSource = 'counted';
+      ctx.usage = attempts.counted(text);
+      await charge.settle(ctx.usage).catch(() => undefined);
+    }
     if (!committed || res.destroyed) throw err;
     // After the first byte an error can only be told in the stream: one envelope event, and no
     // [DONE], so the client knows the answer is incomplete.
     const e = err instanceof GatewayError ? err : new GatewayError('internal_error', 'The gateway failed mid-stream.', { cause: err });
     ctx.code = e.code;
-    ctx.usageSource = 'counted';
-    ctx.usage = countedUsage(attempts.request, attempts.model, text);
     res.end(dataFrame(JSON.stringify(envelope(e, ctx.id))));
     if (!(err instanceof GatewayError)) throw err;
   } finally {

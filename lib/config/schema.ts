@@ -41,6 +41,7 @@ const modelFields = {
   max_images: { ...uint, default: 0 },
   paid_only: { type: 'boolean', default: false },
   tokenizer: { enum: ['o200k_base', 'cl100k_base', 'p50k_base', 'r50k_base'], default: 'o200k_base', 'x-msg': 'must be one of o200k_base, cl100k_base, p50k_base, r50k_base' },
+  image_tokens: { ...uint, default: 85 },
   price,
   created: { ...uint },
 };

@@ -47,6 +47,8 @@ export interface ModelConfig {
   max_images: number;
   paid_only: boolean;
   tokenizer: TokenizerName;
+  /** Prompt tokens an image is taken to cost when estimating. */
+  image_tokens: number;
   price: PriceConfig;
   created?: number;
 }

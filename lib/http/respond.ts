@@ -3,6 +3,7 @@
 
 import type { ServerResponse } from 'node:http';
 import type { Principal } from '../auth/principal.js';
+import type { Charge } from '../billing/meter.js';
 import type { Usage } from '../chat/types.js';
 import { envelope, type GatewayError } from '../errors.js';
 
@@ -13,18 +14,21 @@ export interface RequestContext {
   principal: Principal | undefined;
   model: string | undefined;
   provider: string | undefined;
+  upstreamModel: string | undefined;
   stream: boolean;
   code: string;
   usage: Usage | undefined;
   usageSource: 'upstream' | 'counted' | undefined;
+  /** The request's credit hold, once admitted. */
+  charge: Charge | undefined;
   upstreamMs: number | undefined;
   ttfcMs: number | undefined;
 }
 
 export function newContext(id: string, route: string): RequestContext {
   return {
-    id, start: performance.now(), route, principal: undefined, model: undefined, provider: undefined,
-    stream: false, code: '', usage: undefined, usageSource: undefined, upstreamMs: undefined, ttfcMs: undefined,
+    id, start: performance.now(), route, principal: undefined, model: undefined, provider: undefined, upstreamModel: undefined,
+    stream: false, code: '', usage: undefined, usageSource: undefined, charge: undefined, upstreamMs: undefined, ttfcMs: undefined,
   };
 }
 

@@ -7,11 +7,23 @@
 // single-threaded process), journaled, and acknowledged once written. Every answer, reads
 // included, waits until what it saw is written, so nothing that could be lost in a crash is
 // ever reported, not even as "already applied".
+//
+// Metering (./memory-metering.ts): holds are in memory only (a restart drops them, as if their
+// TTL ran out); a settlement is one journal entry; settled request ids are kept for 48 hours
+// and usage windows for about 40 days / 13 months (pruned at snapshots). Usage records go to
+// their own file, <path>/usage.jsonl, or to a ring of the last 100,000 in memory
+// (./usage-log.ts).
 
 import { keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
 import { Journal } from './journal.js';
-import type { AccountRecord, CreditResult, KeyRecord, Revocation, Store } from './types.js';
+import { MemoryMetering, validateHold, validateSettlement } from './memory-metering.js';
+import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './memory-state.js';
+import type {
+  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyRecord, Revocation, SettleResult, Settlement, Store,
+  UsageRecord, UsageReport, UsageTotals,
+} from './types.js';
+import { FileUsageLog, RingUsageLog, validateUsageRecord, type UsageLog } from './usage-log.js';
 
 export interface MemoryStoreOptions {
   /** Directory of the journal and snapshot (created when absent); null keeps nothing on disk. */
@@ -24,66 +36,7 @@ export interface MemoryStoreOptions {
   onError?: (err: Error) => void;
 }
 
-/** One change, as journaled and as replayed. */
-type Entry =
-  | { op: 'account'; id: string; plan: string; balance_units: number; created_at: number }
-  | { op: 'credit'; account: string; units: number; ik: string }
-  | { op: 'key'; id: string; account: string; digest: string; created_at: number }
-  | { op: 'revoke'; id: string; at: number }
-  | { op: 'session'; sid: string };
-
-interface SnapshotState {
-  accounts: AccountRecord[];
-  keys: KeyRecord[];
-  sessions: string[];
-  /** Used idempotency keys per account. */
-  credits: Record<string, string[]>;
-}
-
 const DIGEST = /^[0-9a-f]{64}$/;
-
-const str = (v: unknown): v is string => typeof v === 'string';
-const int = (v: unknown): v is number => Number.isSafeInteger(v);
-
-function toEntry(v: Record<string, unknown>): Entry | undefined {
-  switch (v.op) {
-    case 'account':
-      return str(v.id) && str(v.plan) && int(v.balance_units) && int(v.created_at)
-        ? { op: 'account', id: v.id, plan: v.plan, balance_units: v.balance_units, created_at: v.created_at } : undefined;
-    case 'credit':
-      return str(v.account) && int(v.units) && str(v.ik) ? { op: 'credit', account: v.account, units: v.units, ik: v.ik } : undefined;
-    case 'key':
-      return str(v.id) && str(v.account) && str(v.digest) && int(v.created_at)
-        ? { op: 'key', id: v.id, account: v.account, digest: v.digest, created_at: v.created_at } : undefined;
-    case 'revoke':
-      return str(v.id) && int(v.at) ? { op: 'revoke', id: v.id, at: v.at } : undefined;
-    case 'session':
-      return str(v.sid) ? { op: 'session', sid: v.sid } : undefined;
-    default:
-      return undefined;
-  }
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function toSnapshotState(v: unknown): SnapshotState {
-  const bad = (): never => { throw new Error('store snapshot: unexpected state'); };
-  const list = (x: unknown): Record<string, unknown>[] =>
-    Array.isArray(x) && x.every(isRecord) ? x : bad();
-  if (!isRecord(v) || !isRecord(v.credits)) return bad();
-  const credits: Record<string, string[]> = {};
-  for (const [id, used] of Object.entries(v.credits)) credits[id] = Array.isArray(used) && used.every(str) ? used : bad();
-  const sessions = Array.isArray(v.sessions) && v.sessions.every(str) ? v.sessions : bad();
-  const accounts = list(v.accounts).map((a): AccountRecord =>
-    str(a.id) && str(a.plan) && int(a.balance_units) && int(a.created_at)
-      ? { id: a.id, plan: a.plan, balance_units: a.balance_units, created_at: a.created_at } : bad());
-  const keys = list(v.keys).map((k): KeyRecord =>
-    str(k.id) && str(k.account) && str(k.digest) && int(k.created_at) && (k.revoked_at === null || int(k.revoked_at))
-      ? { id: k.id, account: k.account, digest: k.digest, created_at: k.created_at, revoked_at: k.revoked_at } : bad());
-  return { accounts, keys, sessions, credits };
-}
 
 function requireId(what: string, v: unknown): void {
   if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
@@ -102,6 +55,8 @@ export class MemoryStore implements Store {
   readonly #keyIds = new Map<string, string>();
   readonly #sessions = new Set<string>();
   readonly #listeners = new Set<(r: Revocation) => void>();
+  readonly #metering = new MemoryMetering();
+  #usageLog: UsageLog = new RingUsageLog();
   #journal: Journal | null = null;
   /** Set while a durable store is still loading its files. */
   #loading: Promise<void> | null = null;
@@ -141,6 +96,7 @@ export class MemoryStore implements Store {
         if (entry === undefined) throw new Error(`${dir}: journal entry ${String(raw.seq)} is not a store change`);
         this.#apply(entry);
       }
+      this.#usageLog = await FileUsageLog.open(dir);
     } catch (e) {
       await journal.close();
       throw e;
@@ -201,6 +157,9 @@ export class MemoryStore implements Store {
       case 'session':
         this.#sessions.add(e.sid);
         return;
+      case 'settle':
+        this.#metering.apply(this.#accounts.get(e.account), e);
+        return;
     }
   }
 
@@ -210,6 +169,7 @@ export class MemoryStore implements Store {
       keys: [...this.#keys.values()],
       sessions: [...this.#sessions],
       credits: Object.fromEntries([...this.#credits].map(([id, used]) => [id, [...used]])),
+      metering: this.#metering.snapshot(),
     };
   }
 
@@ -221,6 +181,7 @@ export class MemoryStore implements Store {
     }
     for (const sid of s.sessions) this.#sessions.add(sid);
     for (const [id, used] of Object.entries(s.credits)) this.#credits.set(id, new Set(used));
+    this.#metering.restore(s.metering);
   }
 
   #notify(r: Revocation): void {
@@ -343,6 +304,59 @@ export class MemoryStore implements Store {
     await this.#settled();
   }
 
+  async hold(h: HoldRequest): Promise<HoldResult | undefined> {
+    await this.#begin();
+    validateHold(h);
+    const account = this.#accounts.get(h.account);
+    const result = account === undefined ? undefined : this.#metering.hold(account, h);
+    await this.#settled();
+    return result;
+  }
+
+  async settle(s: Settlement): Promise<SettleResult | undefined> {
+    await this.#begin();
+    validateSettlement(s);
+    const account = this.#accounts.get(s.account);
+    const repeated = account === undefined ? undefined : this.#metering.repeated(account, s.requestId);
+    if (account === undefined || repeated !== undefined) {
+      await this.#settled();
+      return repeated;
+    }
+    const entry = this.#metering.entry(account, s);
+    const written = this.#change(entry);
+    const result: SettleResult = {
+      applied: true,
+      charged_units: entry.charged,
+      balance_units: account.balance_units,
+      available_units: account.balance_units - this.#metering.heldUnits(account.id),
+    };
+    await written;
+    return result;
+  }
+
+  async release(account: string, requestId: string): Promise<void> {
+    await this.#begin();
+    this.#metering.release(account, requestId);
+  }
+
+  async accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }> {
+    await this.#begin();
+    const usage = this.#metering.usage(account, day, month);
+    await this.#settled();
+    return usage;
+  }
+
+  async recordUsage(r: UsageRecord): Promise<void> {
+    await this.#begin();
+    validateUsageRecord(r);
+    await this.#usageLog.record(r);
+  }
+
+  async usageReport(account: string | undefined, since: number): Promise<UsageReport> {
+    await this.#begin();
+    return this.#usageLog.report(account, since);
+  }
+
   onRevoke(listener: (r: Revocation) => void): () => void {
     const own = (r: Revocation): void => listener(r);
     this.#listeners.add(own);
@@ -358,6 +372,10 @@ export class MemoryStore implements Store {
     if (this.#closed) return;
     this.#closed = true;
     this.#listeners.clear();
-    await this.#journal?.close();
+    try {
+      await this.#journal?.close();
+    } finally {
+      await this.#usageLog.close();
+    }
   }
 }

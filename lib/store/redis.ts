@@ -8,6 +8,7 @@
 //   P{keyid:ID}           string the digest of key ID (revocation is by id, lookup by digest)
 //   P{sess:SID}           string revocation time of session SID
 //   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>}
+//   metering (holds, settlements, usage windows, the usage stream): see redis-metering.ts
 //
 // Atomicity and Redis Cluster: every mutation is one Lua script, and every script touches keys
 // of one `{...}` hash tag only, so the same scripts work on a cluster. A script's keys all begin
@@ -43,7 +44,11 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
-import type { AccountRecord, CreditResult, KeyRecord, Revocation, Store } from './types.js';
+import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-metering.js';
+import type {
+  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyRecord, Revocation, SettleResult, Settlement, Store,
+  UsageRecord, UsageReport, UsageTotals,
+} from './types.js';
 
 export interface RedisStoreOptions {
   url: string;
@@ -53,12 +58,14 @@ export interface RedisStoreOptions {
   commandTimeoutMs?: number;
   /** Connection errors (ioredis emits them while reconnecting); ignored by default. */
   onError?: (err: Error) => void;
+  /** The usage stream is trimmed to about this many records; default 1,000,000. */
+  usageStreamMaxLen?: number;
 }
 
 type Reply = Promise<unknown>;
 
 /** The Lua scripts, registered with defineCommand (EVALSHA, falling back to EVAL). */
-interface Scripts {
+interface Scripts extends MeteringScripts {
   tgCreateAccount(acct: string, id: string, plan: string, balance: string, now: string): Reply;
   tgAddCredits(acct: string, credits: string, units: string, idempotencyKey: string): Reply;
   tgClaimKeyId(index: string, digest: string): Reply;
@@ -68,7 +75,7 @@ interface Scripts {
   tgRevokeSession(session: string, now: string, channel: string, message: string): Reply;
 }
 
-const SCRIPTS: Record<keyof Scripts, { keys: number; lua: string }> = {
+const SCRIPTS: Record<Exclude<keyof Scripts, keyof MeteringScripts>, { keys: number; lua: string }> = {
   // 1 created, 0 exists (unchanged).
   tgCreateAccount: { keys: 1, lua: `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
@@ -135,6 +142,7 @@ export class RedisStore implements Store {
   readonly #listeners = new Set<(r: Revocation) => void>();
   readonly #subscribed: Promise<void>;
   readonly #timeout: number;
+  readonly #metering: RedisMetering;
   /** Rejects on close(), so ready() cannot wait on a connection that will never come. */
   readonly #closing: Promise<never>;
   #markClosed: (err: Error) => void = () => {};
@@ -142,6 +150,8 @@ export class RedisStore implements Store {
 
   constructor(options: RedisStoreOptions) {
     this.prefix = options.prefix ?? 'tollgate:';
+    const maxLen = options.usageStreamMaxLen ?? 1_000_000;
+    if (!Number.isSafeInteger(maxLen) || maxLen < 1) throw new RangeError('usageStreamMaxLen must be a positive integer');
     this.#channel = `${this.prefix}revocations`;
     const timeout = options.commandTimeoutMs ?? 1000;
     this.#timeout = timeout;
@@ -165,8 +175,11 @@ export class RedisStore implements Store {
     });
     redis.once('ready', () => { redis.options.enableOfflineQueue = false; });
     redis.on('error', onError);
-    for (const [name, s] of Object.entries(SCRIPTS)) redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
+    for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS)]) {
+      redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
+    }
     this.#redis = redis as Redis & Scripts;
+    this.#metering = new RedisMetering(this.#redis, this.prefix, maxLen);
 
     // A subscriber connection runs no other command. Its SUBSCRIBE waits for the first connect
     // however long that takes; ioredis subscribes again after every reconnect.
@@ -276,6 +289,16 @@ export class RedisStore implements Store {
       await Promise.all([...digests].map((digest) => this.createKey({ id: keyIdOf(digest), account: a.id, digest })));
     }
   }
+
+  // Metering: one script per call, all keys in the account's slot (see redis-metering.ts).
+  hold(h: HoldRequest): Promise<HoldResult | undefined> { return this.#metering.hold(h); }
+  settle(s: Settlement): Promise<SettleResult | undefined> { return this.#metering.settle(s); }
+  release(account: string, requestId: string): Promise<void> { return this.#metering.release(account, requestId); }
+  accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }> {
+    return this.#metering.accountUsage(account, day, month);
+  }
+  recordUsage(r: UsageRecord): Promise<void> { return this.#metering.recordUsage(r); }
+  usageReport(account: string | undefined, since: number): Promise<UsageReport> { return this.#metering.usageReport(account, since); }
 
   onRevoke(listener: (r: Revocation) => void): () => void {
     const wrapped = (r: Revocation) => listener(r);

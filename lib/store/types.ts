@@ -30,6 +30,96 @@ export interface CreditResult {
   balance_units: number;
 }
 
+/** Request, token and unit totals of one window (a UTC day or month). */
+export interface UsageTotals {
+  requests: number;
+  tokens: number;
+  units: number;
+}
+
+export type QuotaCode = 'requests_per_day' | 'tokens_per_day' | 'units_per_month';
+
+export interface Quotas {
+  requests_per_day: number | null;
+  tokens_per_day: number | null;
+  units_per_month: number | null;
+}
+
+/** A worst-case reservation made before calling the upstream. */
+export interface HoldRequest {
+  account: string;
+  /** The request's id: holds and settlements are keyed by it. */
+  requestId: string;
+  /** Worst-case cost in integer units (>= 0). */
+  units: number;
+  /** The hold expires after this long unless settled or released (a crashed instance's holds). */
+  ttlMs: number;
+  /** UTC windows the request falls in: 'YYYY-MM-DD' and 'YYYY-MM'. */
+  day: string;
+  month: string;
+  /** The plan's quotas; null = unlimited. */
+  quotas: Quotas;
+}
+
+/**
+ * The outcome of a hold. Refused when available units (balance minus open, unexpired holds)
+ * are below `units` (insufficient_credits), or when a quota is already used up:
+ * requests_per_day counts settled requests of the day plus open holds; tokens_per_day and
+ * units_per_month count settled usage. A refusal changes nothing.
+ */
+export type HoldResult =
+  | { ok: true; available_units: number }
+  | { ok: false; code: 'insufficient_credits'; available_units: number }
+  | { ok: false; code: 'quota_exceeded'; quota_code: QuotaCode; available_units: number };
+
+export interface Settlement {
+  account: string;
+  requestId: string;
+  /** The actual cost in integer units (>= 0). */
+  units: number;
+  promptTokens: number;
+  completionTokens: number;
+  day: string;
+  month: string;
+}
+
+export interface SettleResult {
+  /** False when this request id was settled before: nothing changed, the first result stands. */
+  applied: boolean;
+  /** Units actually debited: `units`, or less if the balance could not cover it (never below 0). */
+  charged_units: number;
+  balance_units: number;
+  available_units: number;
+}
+
+/** One finished request, kept for usage reports. */
+export interface UsageRecord {
+  request_id: string;
+  /** Unix milliseconds when the request finished. */
+  at: number;
+  account: string;
+  credential: string;
+  model: string;
+  provider: string;
+  upstream_model: string;
+  prompt_tokens: number;
+  completion_tokens: number;
+  units: number;
+  usage_source: 'upstream' | 'counted' | 'none';
+  status: number;
+  code: string;
+  latency_ms: number;
+  ttfc_ms: number | null;
+}
+
+export interface UsageReport {
+  requests: number;
+  prompt_tokens: number;
+  completion_tokens: number;
+  units: number;
+  by_model: Record<string, { requests: number; prompt_tokens: number; completion_tokens: number; units: number }>;
+}
+
 /** A revocation, seen by every instance sharing the store. */
 export type Revocation = { kind: 'key'; digest: string } | { kind: 'session'; sid: string };
 
@@ -55,6 +145,25 @@ export interface Store {
    * overwritten (the store is authoritative once it has them).
    */
   seed(accounts: readonly AccountConfig[]): Promise<void>;
+  // ---- metering ------------------------------------------------------------------------
+  /** Reserves worst-case units atomically with the quota checks; undefined for an unknown account. */
+  hold(h: HoldRequest): Promise<HoldResult | undefined>;
+  /**
+   * Debits the actual cost once per request id, releases its hold (if still open), and adds the
+   * request to the day's and month's usage (requests + 1, tokens = prompt + completion,
+   * units = charged). A repeated request id changes nothing and returns applied: false with the
+   * current balances. Durable before it resolves.
+   */
+  settle(s: Settlement): Promise<SettleResult | undefined>;
+  /** Drops a hold without charging (a request that failed before any output); no-op if none. */
+  release(account: string, requestId: string): Promise<void>;
+  /** Units held by open, unexpired holds, and the usage of the given windows. */
+  accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }>;
+  /** Appends one usage record (memory: a JSONL file beside the journal; redis: a capped stream). */
+  recordUsage(r: UsageRecord): Promise<void>;
+  /** Totals of the records since `since` (Unix ms), for one account or all. */
+  usageReport(account: string | undefined, since: number): Promise<UsageReport>;
+
   /** Calls `listener` on every revocation, by this instance or (redis) any other one. */
   onRevoke(listener: (r: Revocation) => void): () => void;
   /** Resolves when the store answers; rejects when it is unreachable. */

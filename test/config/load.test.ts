@@ -142,6 +142,7 @@ t.test('provider and model defaults; upstream_model defaults to the id', async (
     max_images: 0,
     paid_only: false,
     tokenizer: 'o200k_base',
+    image_tokens: 85,
     price: { input_per_mtok: 0, output_per_mtok: 0 },
     upstream_model: 'llama',
   });

@@ -7,8 +7,10 @@
 //
 //   every acknowledged change is present; a change begun but not acknowledged may or may not
 //   be (it may have been written just before the kill); nothing is applied twice; and each
-//   balance is exactly its opening balance plus the units of the credits the store remembers
-//   as applied (acknowledged ones included), so no credit is counted twice or out of nowhere.
+//   balance is exactly its opening balance plus the units of the credits, minus the units of
+//   the settlements, the store remembers as applied (acknowledged ones included), so no credit
+//   or debit is counted twice or out of nowhere. Each account's usage counts exactly those
+//   settlements.
 
 import t from 'tap';
 import { spawn } from 'node:child_process';
@@ -74,7 +76,7 @@ t.test('SIGKILL mid-load loses no acknowledged change and applies none twice', a
 
   const begun = events.filter((e) => e.t === 'begin');
   const acked = events.filter((e) => e.t === 'ack');
-  const isAcked = (op: string, id: string) => acked.some((e) => e.op === op && (e.id ?? e.ik) === id);
+  const isAcked = (op: string, id: string) => acked.some((e) => e.op === op && (e.id ?? e.ik ?? e.rid) === id);
 
   const store = await MemoryStore.open({ path: join(dir, 'store'), fsyncMs: 1000 });
   t.teardown(() => store.close());
@@ -114,8 +116,34 @@ t.test('SIGKILL mid-load loses no acknowledged change and applies none twice', a
   t.strictSame(lost, [], `all ${ackedCredits.length - retries.length} acknowledged credits are applied`);
   const inflight = [...applied].filter((ik) => !isAcked('credit', ik)).length;
   t.comment(`${inflight} credits were begun, not acknowledged, and still written before the kill`);
+  // Settlements, likewise: a zero-unit settle of the same request id is refused once settled.
+  // The usage is read first, since such a probe settles an id the store does not know.
+  const window = { day: '2099-12-31', month: '2099-12' };
+  const firstSettle = new Map<string, { account: string; units: number }>();
+  for (const e of begun) if (e.op === 'settle' && !firstSettle.has(e.rid)) firstSettle.set(e.rid, { account: e.account, units: e.units });
+  const ackedSettles = acked.filter((e) => e.op === 'settle');
+  const settleRetries = ackedSettles.filter((e) => e.units === 1_000_000);
+  t.ok(settleRetries.length > 0 && settleRetries.every((e) => e.applied === false), `${settleRetries.length} acknowledged settlement retries were refused`);
+  t.ok(ackedSettles.filter((e) => e.units !== 1_000_000).every((e) => e.applied === true && e.charged === e.units), 'every first settlement applied and charged its units');
+  const usage = new Map<string, { requests: number; tokens: number; units: number }>();
+  for (const id of balances.keys()) usage.set(id, (await store.accountUsage(id, window.day, window.month)).month);
+  const settled = new Set<string>();
+  const expectedUsage = new Map<string, { requests: number; tokens: number; units: number }>([...balances.keys()].map((id) => [id, { requests: 0, tokens: 0, units: 0 }]));
+  for (const [rid, { account, units }] of firstSettle) {
+    const r = await store.settle({ account, requestId: rid, units: 0, promptTokens: 0, completionTokens: 0, ...window });
+    if (r?.applied !== false) continue;
+    settled.add(rid);
+    expected.set(account, (expected.get(account) ?? 0) - units);
+    const u = expectedUsage.get(account);
+    if (u !== undefined) { u.requests += 1; u.tokens += 3; u.units += units; }
+  }
+  const lostSettles = ackedSettles.filter((e) => !settled.has(e.rid)).map((e) => e.rid);
+  t.strictSame(lostSettles, [], `all ${ackedSettles.length - settleRetries.length} acknowledged settlements are applied`);
+  t.comment(`${[...settled].filter((rid) => !isAcked('settle', rid)).length} settlements were begun, not acknowledged, and still written before the kill`);
+  t.strictSame(Object.fromEntries(usage), Object.fromEntries(expectedUsage), 'each account\'s usage counts exactly its settlements, each once');
+
   const wrong = [...balances].filter(([id, balance]) => balance !== expected.get(id)).map(([id, balance]) => ({ id, balance, expected: expected.get(id) }));
-  t.strictSame(wrong, [], `all ${balances.size} balances equal opening balance + the credits applied, each once`);
+  t.strictSame(wrong, [], `all ${balances.size} balances equal opening balance + the credits - the settlements applied, each once`);
 
   // Keys and revocations.
   const ackedKeys = acked.filter((e) => e.op === 'key');

@@ -1,5 +1,5 @@
-// The memory store: the shared contract (in memory, durable, durable with an fsync per write
-// and constant compaction), then what only the journal has: compaction, a torn last line,
+// The memory store: the shared store and metering contracts (in memory, durable, durable with
+// an fsync per write and constant compaction), then what only the journal has: compaction, a torn last line,
 // a crash between snapshot and truncation, and broken files.
 
 import t from 'tap';
@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { JOURNAL_FILE, SNAPSHOT_FILE } from '../../lib/store/journal.js';
 import { MemoryStore, type MemoryStoreOptions } from '../../lib/store/memory.js';
 import { storeContract } from './contract.js';
+import { meteringContract } from './metering-contract.js';
 
 const dirs: string[] = [];
 t.teardown(async () => { for (const d of dirs) await rm(d, { recursive: true, force: true }); });
@@ -37,6 +38,9 @@ function durable(opts: Omit<MemoryStoreOptions, 'path'>) {
 storeContract(t, 'memory', async () => ({ store: new MemoryStore({ path: null, fsyncMs: 1000 }) }));
 storeContract(t, 'durable memory', durable({ fsyncMs: 1000 }));
 storeContract(t, 'durable memory (fsync per write, compacting often)', durable({ fsyncMs: 0, compactBytes: 256 }));
+meteringContract(t, 'memory', async () => ({ store: new MemoryStore({ path: null, fsyncMs: 1000 }) }));
+meteringContract(t, 'durable memory', durable({ fsyncMs: 1000 }));
+meteringContract(t, 'durable memory (fsync per write, compacting often)', durable({ fsyncMs: 0, compactBytes: 256 }));
 
 const journalOf = (dir: string) => join(dir, JOURNAL_FILE);
 const snapshotOf = (dir: string) => join(dir, SNAPSHOT_FILE);

@@ -1,6 +1,7 @@
-// RedisStore against a real redis-server: the shared Store contract, then what only Redis has
-// to get right: revocations across instances, prefixes, atomic idempotent credits from two
-// instances, hash-tagged keys (checked on a one-node cluster), and outages.
+// RedisStore against a real redis-server: the shared Store and metering contracts, then what
+// only Redis has to get right: revocations across instances, prefixes, atomic idempotent credits,
+// holds and settlements from two instances, key expiry and pruning, the capped usage stream,
+// hash-tagged keys (checked on a one-node cluster), and outages.
 
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
@@ -8,9 +9,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { keyIdOf, sha256Hex } from '../../lib/auth/keys.js';
 import { RedisStore } from '../../lib/store/redis.js';
-import type { Revocation } from '../../lib/store/types.js';
+import type { Revocation, UsageRecord } from '../../lib/store/types.js';
 import { startRedis } from '../helpers/redis.js';
 import { storeContract } from './contract.js';
+import { meteringContract } from './metering-contract.js';
 
 const redis = await startRedis();
 t.teardown(() => redis.stop());
@@ -69,7 +71,8 @@ async function until(cond: () => boolean, what: string, ms = 3000): Promise<void
   }
 }
 
-storeContract(t, 'redis', async () => {
+/** A fresh store (and prefix) that reopen() closes and opens again on the same data. */
+async function openFresh() {
   const prefix = freshPrefix();
   let current = await RedisStore.open({ url: redis.url, prefix });
   return {
@@ -80,7 +83,10 @@ storeContract(t, 'redis', async () => {
       return current;
     },
   };
-});
+}
+
+storeContract(t, 'redis', openFresh);
+meteringContract(t, 'redis', openFresh);
 
 t.test('a revocation by one instance reaches the other within 1 s, and each listener once', async (t) => {
   const open = opener(t);
@@ -160,6 +166,125 @@ t.test('an idempotent credit applies exactly once under concurrency from two ins
   t.equal((await a.getAccount('acme'))!.balance_units, 1037 - 300, 'and no update is lost');
 });
 
+const NO_QUOTAS = { requests_per_day: null, tokens_per_day: null, units_per_month: null };
+const DAY = '2031-05-06';
+const MONTH = '2031-05';
+function holdOf(account: string, requestId: string, units: number, ttlMs = 60_000) {
+  return { account, requestId, units, ttlMs, day: DAY, month: MONTH, quotas: NO_QUOTAS };
+}
+function settlementOf(account: string, requestId: string, units: number, promptTokens = 1, completionTokens = 2) {
+  return { account, requestId, units, promptTokens, completionTokens, day: DAY, month: MONTH };
+}
+function usageRecord(i: number, account: string, model: string, at = Date.now()): UsageRecord {
+  return {
+    request_id: `req-${i}`, at, account, credential: 'key_0123456789abcdef', model, provider: 'local', upstream_model: model,
+    prompt_tokens: 1, completion_tokens: 2, units: 3, usage_source: 'upstream', status: 200, code: '', latency_ms: 5, ttfc_ms: null,
+  };
+}
+
+t.test('holds from two instances never overdraw; a settle from both applies once', async (t) => {
+  const open = opener(t);
+  const prefix = freshPrefix();
+  const [a, b] = [await open(prefix), await open(prefix)];
+  const K = 13;
+  const N = 7;
+  await a.createAccount({ id: 'acme', plan: 'pro', balance_units: K * N + N - 1 });
+  const results = await Promise.all(Array.from({ length: 50 }, (_, i) => (i % 2 === 0 ? a : b).hold(holdOf('acme', `race-${i}`, N))));
+  const won = results.flatMap((r, i) => (r!.ok ? [i] : []));
+  t.equal(won.length, K, `exactly ${K} of 50 holds (25 from each instance) succeed`);
+  t.ok(won.some((i) => i % 2 === 0) && won.some((i) => i % 2 === 1), 'both instances won some');
+  t.ok(results.every((r) => r!.ok || (r!.code === 'insufficient_credits' && r!.available_units === N - 1)), 'the rest are refused for credits');
+  t.equal((await b.accountUsage('acme', DAY, MONTH)).held_units, K * N, 'both instances see the same holds');
+
+  const first = won[0]!;
+  const settles = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? a : b).settle(settlementOf('acme', `race-${first}`, 5))));
+  t.equal(settles.filter((r) => r!.applied).length, 1, '40 settles of one id from two instances: applied once');
+  t.strictSame(new Set(settles.map((r) => r!.charged_units)), new Set([5]), 'the repeats report the first charge');
+  t.strictSame(new Set(settles.map((r) => r!.balance_units)), new Set([K * N + N - 1 - 5]), 'and the one debited balance');
+  t.equal((await a.getAccount('acme'))!.balance_units, K * N + N - 1 - 5);
+  const usage = await a.accountUsage('acme', DAY, MONTH);
+  t.strictSame(usage, { held_units: (K - 1) * N, day: { requests: 1, tokens: 3, units: 5 }, month: { requests: 1, tokens: 3, units: 5 } });
+});
+
+t.test('metering keeps every digit, expires its keys and prunes old settlements', async (t) => {
+  const s = await opener(t)(freshPrefix());
+  const c = inspector();
+  t.teardown(() => c.disconnect());
+  const big = Number.MAX_SAFE_INTEGER - 10;
+  await s.createAccount({ id: 'big', plan: 'pro', balance_units: big });
+  t.strictSame(await s.hold(holdOf('big', 'h1', big - 3)), { ok: true, available_units: 3 });
+  t.strictSame(await s.settle(settlementOf('big', 'h1', big - 4)), { applied: true, charged_units: big - 4, balance_units: 4, available_units: 4 });
+  t.strictSame(await s.settle(settlementOf('big', 'h2', 9)), { applied: true, charged_units: 4, balance_units: 0, available_units: 0 }, 'a charge above the balance takes the balance');
+  t.strictSame((await s.accountUsage('big', DAY, MONTH)).month, { requests: 2, tokens: 6, units: big });
+
+  const acct = `${s.prefix}{acct:big}`;
+  const ttl = async (key: string) => Number(await c.pttl(key));
+  await s.hold(holdOf('big', 'h3', 0, 5_000));
+  t.ok(await ttl(`${acct}:holds`) > 5_000 && await ttl(`${acct}:holds`) <= 65_000, 'the holds key outlives its longest hold by a minute at most');
+  await s.hold(holdOf('big', 'h4', 0, 600_000));
+  t.ok(await ttl(`${acct}:holds`) > 600_000, 'a longer hold extends it');
+  const days = (ms: number) => ms / 86_400_000;
+  t.ok(days(await ttl(`${acct}:usage:D:${DAY}`)) > 39.9 && days(await ttl(`${acct}:usage:D:${DAY}`)) <= 40, 'day usage is kept 40 days');
+  t.ok(days(await ttl(`${acct}:usage:M:${MONTH}`)) > 399.9 && days(await ttl(`${acct}:usage:M:${MONTH}`)) <= 400, 'month usage 400 days');
+  t.ok(await ttl(`${acct}:settled`) > 48 * 3600_000, 'settled ids are kept over 48 h');
+  t.ok(await ttl(`${acct}:settled:at`) > 48 * 3600_000);
+
+  // Settlements older than 48 h are pruned by the next settle: their ids apply again.
+  const old = Date.now() - 49 * 3600_000;
+  await c.zadd(`${acct}:settled:at`, old, 'h1', old, 'ancient');
+  await c.hset(`${acct}:settled`, 'ancient', '1');
+  await s.addCredits('big', 100, 'refill');
+  t.equal((await s.settle(settlementOf('big', 'h5', 1)))!.applied, true);
+  t.strictSame(await c.zrange(`${acct}:settled:at`, 0, -1), ['h2', 'h5'], 'old entries leave the index');
+  t.strictSame((await c.hkeys(`${acct}:settled`)).sort(), ['h2', 'h5'], 'and the results');
+  t.equal((await s.settle(settlementOf('big', 'h1', 1)))!.applied, true, 'a request id settled over 48 h ago applies again');
+  t.equal((await s.settle(settlementOf('big', 'h2', 1)))!.applied, false, 'a recent one does not');
+
+  // Expired holds are purged by the next hold, not just ignored.
+  await s.hold(holdOf('big', 'short', 1, 20));
+  await sleep(60);
+  await s.hold(holdOf('big', 'h6', 1));
+  t.notOk(await c.hexists(`${acct}:holds`, 'short'), 'an expired hold is deleted by the next hold');
+
+  await t.rejects(s.hold(holdOf('big', 'x', -1)), RangeError);
+  await t.rejects(s.hold(holdOf('big', 'x', 1.5)), RangeError);
+  await t.rejects(s.hold(holdOf('big', '', 1)), TypeError);
+  await t.rejects(s.hold({ ...holdOf('big', 'x', 1), day: '2031-5-6' }), TypeError);
+  await t.rejects(s.hold({ ...holdOf('big', 'x', 1), quotas: { ...NO_QUOTAS, tokens_per_day: -1 } }), RangeError);
+  await t.rejects(s.settle({ ...settlementOf('big', 'x', 1), month: 'May' }), TypeError);
+  await t.rejects(s.settle(settlementOf('big', 'x', 1, -1)), RangeError);
+  await t.rejects(s.usageReport(undefined, Number.NaN), TypeError);
+  t.notOk(await c.hexists(`${acct}:holds`, 'x'), 'bad input never reaches Redis');
+});
+
+t.test('usage reports page through the stream, which stays capped', async (t) => {
+  const open = opener(t);
+  const prefix = freshPrefix();
+  const s = await open(prefix);
+  const since = Date.now();
+  for (let i = 0; i < 2500; i += 250) {
+    await Promise.all(Array.from({ length: 250 }, (_, j) => s.recordUsage(usageRecord(i + j, (i + j) % 5 === 0 ? 'five' : 'other', `m${(i + j) % 3}`, since + 1))));
+  }
+  const all = await s.usageReport(undefined, since);
+  t.equal(all.requests, 2500, 'all 2500 records, over three pages');
+  t.strictSame([all.prompt_tokens, all.completion_tokens, all.units], [2500, 5000, 7500]);
+  t.strictSame(Object.keys(all.by_model).sort(), ['m0', 'm1', 'm2']);
+  t.equal(all.by_model.m0!.requests, 834);
+  t.equal((await s.usageReport('five', since)).requests, 500, 'filtered by account');
+  t.equal((await s.usageReport(undefined, since + 2)).requests, 0, 'and by time');
+
+  const c = inspector();
+  t.teardown(() => c.disconnect());
+  const capped = new RedisStore({ url: redis.url, prefix: freshPrefix(), usageStreamMaxLen: 200 });
+  t.teardown(() => capped.close());
+  for (let i = 0; i < 2000; i += 100) {
+    await Promise.all(Array.from({ length: 100 }, (_, j) => capped.recordUsage(usageRecord(i + j, 'acme', 'm'))));
+  }
+  const len = await c.xlen(`${capped.prefix}usage`);
+  t.ok(len >= 200 && len < 500, `the stream is trimmed near its cap (${len} of 2000 records)`);
+  t.throws(() => new RedisStore({ url: redis.url, usageStreamMaxLen: 0 }), RangeError);
+});
+
 t.test('balances keep every digit; bad input is refused before Redis sees it', async (t) => {
   const s = await opener(t)(freshPrefix());
   const big = Number.MAX_SAFE_INTEGER - 10;
@@ -194,6 +319,14 @@ t.test('every key the store writes starts with its prefix', async (t) => {
   await s.createKey({ id: keyIdOf(d), account: 'acme', digest: d });
   await s.revokeKey(keyIdOf(d));
   await s.revokeSession('sid');
+  await s.hold(holdOf('acme', 'r1', 1));
+  await s.hold(holdOf('acme', 'r2', 1));
+  await s.settle(settlementOf('acme', 'r1', 1));
+  await s.release('acme', 'r2');
+  await s.hold(holdOf('acme', 'r3', 1));
+  await s.accountUsage('acme', DAY, MONTH);
+  await s.recordUsage(usageRecord(1, 'acme', 'm'));
+  await s.usageReport('acme', 0);
 
   const written = (await keysOf(c)).filter((k) => !before.has(k));
   t.strictSame(written.filter((k) => !k.startsWith(prefix)), [], 'nothing outside the prefix');
@@ -201,6 +334,8 @@ t.test('every key the store writes starts with its prefix', async (t) => {
   t.strictSame(written.map((k) => k.slice(prefix.length)).sort(), [
     '{acct:acme}', '{acct:acme}:credits', '{acct:seeded}',
     `{key:${d2}}`, `{key:${d}}`, `{keyid:${keyIdOf(d2)}}`, `{keyid:${keyIdOf(d)}}`, '{sess:sid}',
+    '{acct:acme}:holds', '{acct:acme}:settled', '{acct:acme}:settled:at', `{acct:acme}:usage:D:${DAY}`, `{acct:acme}:usage:M:${MONTH}`,
+    'usage',
   ].sort(), 'the documented layout');
 });
 
@@ -228,6 +363,19 @@ t.test('on a one-node Redis Cluster no script touches two slots', { skip: redis.
   t.equal((await a.keyByDigest(sha256Hex('tg_cluster_2')))!.account, 'seeded');
   await until(() => heard.length === 2, 'both revocations on the other instance');
   t.strictSame(heard, [{ kind: 'key', digest: d }, { kind: 'session', sid: 's}i{d' }]);
+
+  // Metering: every script's keys share the account's slot, whatever braces the ids hold.
+  for (const id of ['acme', 'a}b{c', '{x}']) {
+    t.strictSame(await a.hold(holdOf(id, 'r}1{', 2)), { ok: true, available_units: 1 }, `hold on ${id}`);
+    t.strictSame(await b.hold({ ...holdOf(id, 'r2', 1), quotas: { requests_per_day: 5, tokens_per_day: 5, units_per_month: 5 } }), { ok: true, available_units: 0 });
+    t.strictSame(await b.settle(settlementOf(id, 'r}1{', 2)), { applied: true, charged_units: 2, balance_units: 1, available_units: 0 });
+    t.equal((await a.settle(settlementOf(id, 'r}1{', 2)))!.applied, false);
+    await a.release(id, 'r2');
+    t.strictSame(await b.accountUsage(id, DAY, MONTH), { held_units: 0, day: { requests: 1, tokens: 3, units: 2 }, month: { requests: 1, tokens: 3, units: 2 } });
+    await a.recordUsage(usageRecord(1, id, 'm'));
+  }
+  t.equal((await b.usageReport(undefined, 0)).requests, 3, 'the usage stream too');
+  t.equal((await b.usageReport('a}b{c', 0)).requests, 1);
 });
 
 t.test('while Redis is down calls fail fast; afterwards the same store works again', { skip: redis.external ? 'needs a redis-server this test can stop' : false }, async (t) => {
@@ -252,6 +400,12 @@ t.test('while Redis is down calls fail fast; afterwards the same store works aga
     ['revokeSession', () => a.revokeSession('sid')],
     ['isSessionRevoked', () => a.isSessionRevoked('sid')],
     ['seed', () => a.seed([{ id: 'y', plan: 'free', wallet_units: 0, keys: ['tg_down_2'], key_sha256: [] }])],
+    ['hold', () => a.hold(holdOf('acme', 'r1', 1))],
+    ['settle', () => a.settle(settlementOf('acme', 'r1', 1))],
+    ['release', () => a.release('acme', 'r1')],
+    ['accountUsage', () => a.accountUsage('acme', DAY, MONTH)],
+    ['recordUsage', () => a.recordUsage(usageRecord(1, 'acme', 'm'))],
+    ['usageReport', () => a.usageReport(undefined, 0)],
   ];
   for (const [name, call] of calls) {
     const started = Date.now();
@@ -279,6 +433,12 @@ t.test('while Redis is down calls fail fast; afterwards the same store works aga
   t.equal(await a.createAccount({ id: 'acme', plan: 'pro', balance_units: 1 }), true);
   t.strictSame(await a.addCredits('acme', 4, 'k'), { applied: true, balance_units: 5 });
   t.equal(await a.createKey({ id: keyIdOf(d), account: 'acme', digest: d }), true);
+  t.strictSame(await a.hold(holdOf('acme', 'r1', 5)), { ok: true, available_units: 0 }, 'metering scripts load again too');
+  t.strictSame(await b.settle(settlementOf('acme', 'r1', 3)), { applied: true, charged_units: 3, balance_units: 2, available_units: 2 });
+  await b.release('acme', 'r1');
+  t.equal((await a.accountUsage('acme', DAY, MONTH)).day.units, 3);
+  await a.recordUsage(usageRecord(1, 'acme', 'm'));
+  t.equal((await b.usageReport('acme', 0)).requests, 1);
 
   // The subscriber connection has subscribed again, too.
   const heard: Revocation[] = [];
@@ -312,9 +472,12 @@ t.test('a hung Redis (connections open, no answers) cannot hang a call', { skip:
     s.revokeKey(keyIdOf(d)),
     s.revokeSession('sid'),
     s.isSessionRevoked('sid'),
+    s.hold(holdOf('acme', 'r1', 1)),
+    s.settle(settlementOf('acme', 'r1', 1)),
+    s.accountUsage('acme', DAY, MONTH),
   ]);
   const took = Date.now() - started;
-  t.strictSame(settled.map((r) => r.status), Array(7).fill('rejected'), 'every call rejects');
+  t.strictSame(settled.map((r) => r.status), Array(10).fill('rejected'), 'every call rejects');
   t.ok(took < 2000, `within ${took} ms`);
 
   server.thaw();

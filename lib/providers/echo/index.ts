@@ -35,7 +35,7 @@ function answer(call: ProviderCall): Answer {
     words.push(w);
     completion += n;
   }
-  const prompt = estimatePromptTokens(call.request.messages, count, 85);
+  const prompt = estimatePromptTokens(call.request.messages, count, call.model.image_tokens);
   return { words, finish, usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion } };
 }
 

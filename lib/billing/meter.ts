@@ -1,0 +1,124 @@
+// Credits are money: every request is priced, held, settled and recorded exactly once.
+// Before the upstream call the worst case is held (estimated prompt x input price + requested
+// output x output price); after it the actual cost is debited, keyed by the request id so a
+// retried settle never charges twice, and the hold released. A request that fails before any
+// output is charged nothing.
+
+import type { Principal } from '../auth/principal.js';
+import type { ChatRequest, Usage } from '../chat/types.js';
+import type { ModelConfig, PriceConfig } from '../config/types.js';
+import { GatewayError, retryAfterHeaders } from '../errors.js';
+import type { Store } from '../store/types.js';
+
+const MTOK = 1_000_000;
+
+/**
+ * ceil((prompt x input_per_mtok + completion x output_per_mtok) / 1,000,000) in exact integer
+ * arithmetic (every intermediate stays below 2^53 for any realistic token count and price).
+ */
+export function cost(promptTokens: number, completionTokens: number, price: PriceConfig): number {
+  const n = promptTokens * price.input_per_mtok + completionTokens * price.output_per_mtok;
+  if (!Number.isSafeInteger(n)) throw new Error(`cost overflow: ${promptTokens}/${completionTokens} tokens`);
+  const rest = n % MTOK;
+  return (n - rest) / MTOK + (rest > 0 ? 1 : 0);
+}
+
+/** The UTC day and month a moment falls in: quota and usage windows. */
+export function windows(now = new Date()): { day: string; month: string } {
+  const iso = now.toISOString();
+  return { day: iso.slice(0, 10), month: iso.slice(0, 7) };
+}
+
+function unavailable(err: unknown): GatewayError {
+  return new GatewayError('service_unavailable', 'The account store is unavailable; retry shortly.', {
+    headers: retryAfterHeaders(1000), cause: err,
+  });
+}
+
+/** One request's reservation: settle it with the actual usage, or release it. */
+export class Charge {
+  readonly #store: Store;
+  readonly #account: string;
+  readonly #requestId: string;
+  readonly #price: PriceConfig;
+  readonly #day: string;
+  readonly #month: string;
+  #done = false;
+  /** Units debited and the available balance after, once settled. */
+  charged: number | undefined;
+  available: number | undefined;
+
+  constructor(store: Store, account: string, requestId: string, price: PriceConfig, w: { day: string; month: string }) {
+    this.#store = store;
+    this.#account = account;
+    this.#requestId = requestId;
+    this.#price = price;
+    this.#day = w.day;
+    this.#month = w.month;
+  }
+
+  get settled(): boolean {
+    return this.#done;
+  }
+
+  /** Debits the actual cost of `usage` once; durable before it resolves. */
+  async settle(usage: Usage): Promise<void> {
+    if (this.#done) return;
+    this.#done = true;
+    const units = cost(usage.prompt_tokens, usage.completion_tokens, this.#price);
+    let result;
+    try {
+      result = await this.#store.settle({
+        account: this.#account, requestId: this.#requestId, units,
+        promptTokens: usage.prompt_tokens, completionTokens: usage.completion_tokens,
+        day: this.#day, month: this.#month,
+      });
+    } catch (err) {
+      this.#done = false;
+      throw unavailable(err);
+    }
+    if (result === undefined) throw new Error(`settle: account '${this.#account}' vanished`);
+    this.charged = result.applied ? result.charged_units : 0;
+    this.available = result.available_units;
+  }
+
+  /** Drops the hold without charging; safe to call on any path, any number of times. */
+  async release(): Promise<void> {
+    if (this.#done) return;
+    this.#done = true;
+    await this.#store.release(this.#account, this.#requestId);
+  }
+}
+
+/**
+ * Holds the worst case for a request, or refuses it: 402 insufficient_credits or
+ * quota_exceeded (with wallet_balance_units = the available balance).
+ */
+export async function hold(
+  store: Store, principal: Principal, requestId: string, model: ModelConfig, request: ChatRequest,
+  promptTokens: number, ttlMs: number,
+): Promise<Charge> {
+  const output = request.maxOutputTokens ?? model.max_output_tokens;
+  const units = cost(promptTokens, output, model.price);
+  const w = windows();
+  let result;
+  try {
+    result = await store.hold({
+      account: principal.accountId, requestId, units, ttlMs, day: w.day, month: w.month, quotas: principal.plan.quotas,
+    });
+  } catch (err) {
+    throw unavailable(err);
+  }
+  if (result === undefined) throw new GatewayError('invalid_api_key', 'The account behind this credential no longer exists.');
+  if (!result.ok) {
+    if (result.code === 'insufficient_credits') {
+      throw new GatewayError('insufficient_credits', `This request may cost up to ${units} units; ${result.available_units} are available.`, {
+        extras: { wallet_balance_units: result.available_units },
+      });
+    }
+    throw new GatewayError('quota_exceeded', `The plan's ${result.quota_code} quota is used up.`, {
+      extras: { quota_code: result.quota_code, wallet_balance_units: result.available_units },
+    });
+  }
+  return new Charge(store, principal.accountId, requestId, model.price, w);
+}

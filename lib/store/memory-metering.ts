@@ -1,0 +1,273 @@
+// Metering state of the memory store (./memory.ts): holds, settled request ids and usage
+// windows. Every method is synchronous, so a check and the change it decides are atomic in
+// this single-threaded process; the store journals settlements around these calls.
+//
+// - Holds live in memory only and are never journaled: a restart drops them, which is the same
+//   as their TTL running out (a crashed instance's holds). Expired holds are ignored everywhere
+//   and purged lazily (when their account is touched, and in an hourly sweep). Their expiry
+//   uses the monotonic clock, so a wall-clock jump neither frees nor pins them.
+// - A settlement is one journal entry ({op: 'settle'}: debit + usage + request id). Settled
+//   request ids (with the units first charged) are remembered for SETTLED_TTL_MS (48 hours):
+//   a retry within that time never charges twice. Older ids are dropped as new settlements
+//   arrive and when a snapshot is taken, so they survive a restart only until then.
+// - Usage totals per account per UTC day and month are part of the snapshot; day windows older
+//   than DAY_WINDOWS_KEPT days and month windows older than MONTH_WINDOWS_KEPT months are
+//   dropped at snapshot time (and in the hourly sweep).
+// - Quotas are checked before credits: a hold that breaks both is refused as quota_exceeded.
+//   requests_per_day counts the day's settled requests plus the account's open holds for that
+//   day; a hold's own request id (re-holding it replaces the old hold) is not counted twice.
+
+import type { AccountRecord, HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageTotals } from './types.js';
+
+export const SETTLED_TTL_MS = 48 * 3_600_000;
+export const DAY_WINDOWS_KEPT = 40;
+export const MONTH_WINDOWS_KEPT = 13;
+const SWEEP_MS = 3_600_000;
+
+/** The journal entry of one settlement: the units actually charged, the tokens counted. */
+// A type, not an interface: journal entries must be assignable to Record<string, unknown>.
+export type SettleEntry = {
+  op: 'settle';
+  account: string;
+  rid: string;
+  charged: number;
+  tokens: number;
+  day: string;
+  month: string;
+  /** Unix ms of the settlement: when its request id may be forgotten. */
+  at: number;
+};
+
+/** The metering part of the snapshot. */
+export interface MeteringSnapshot {
+  /** [account, request id, settled at, units charged], oldest first. */
+  settled: [string, string, number, number][];
+  /** Per account, per window ('YYYY-MM-DD' or 'YYYY-MM'): [requests, tokens, units]. */
+  usage: Record<string, Record<string, [number, number, number]>>;
+}
+
+interface Hold { units: number; day: string; expires: number }
+
+const DAY = /^\d{4}-\d{2}-\d{2}$/;
+const MONTH = /^\d{4}-\d{2}$/;
+const str = (v: unknown): v is string => typeof v === 'string';
+const int = (v: unknown): v is number => Number.isSafeInteger(v);
+const count = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** An unambiguous map key for a request id of an account. */
+const ridKey = (account: string, rid: string): string => `${account.length}:${account}${rid}`;
+
+export function toSettleEntry(v: Record<string, unknown>): SettleEntry | undefined {
+  return str(v.account) && str(v.rid) && count(v.charged) && count(v.tokens) && str(v.day) && str(v.month) && int(v.at)
+    ? { op: 'settle', account: v.account, rid: v.rid, charged: v.charged, tokens: v.tokens, day: v.day, month: v.month, at: v.at }
+    : undefined;
+}
+
+function requireWindows(day: unknown, month: unknown): void {
+  if (typeof day !== 'string' || !DAY.test(day)) throw new TypeError('day must be YYYY-MM-DD');
+  if (typeof month !== 'string' || !MONTH.test(month)) throw new TypeError('month must be YYYY-MM');
+}
+
+function requireCount(what: string, v: unknown): void {
+  if (!count(v)) throw new RangeError(`${what} must be a non-negative safe integer`);
+}
+
+function requireId(what: string, v: unknown): void {
+  if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
+}
+
+export function validateHold(h: HoldRequest): void {
+  requireId('account id', h.account);
+  requireId('request id', h.requestId);
+  requireCount('units', h.units);
+  if (typeof h.ttlMs !== 'number' || !(h.ttlMs > 0)) throw new RangeError('ttlMs must be a positive number');
+  requireWindows(h.day, h.month);
+  if (!isRecord(h.quotas)) throw new TypeError('quotas must be an object');
+  for (const q of ['requests_per_day', 'tokens_per_day', 'units_per_month'] as const) {
+    if (h.quotas[q] !== null) requireCount(`quotas.${q}`, h.quotas[q]);
+  }
+}
+
+export function validateSettlement(s: Settlement): void {
+  requireId('account id', s.account);
+  requireId('request id', s.requestId);
+  requireCount('units', s.units);
+  requireCount('promptTokens', s.promptTokens);
+  requireCount('completionTokens', s.completionTokens);
+  requireWindows(s.day, s.month);
+}
+
+const zero = (): UsageTotals => ({ requests: 0, tokens: 0, units: 0 });
+
+export class MemoryMetering {
+  /** Open holds per account, by request id. */
+  readonly #holds = new Map<string, Map<string, Hold>>();
+  /** Settled request ids (ridKey) -> [settled at, units charged], in settlement order. */
+  readonly #settled = new Map<string, [number, number]>();
+  /** Usage per account, per window. */
+  readonly #usage = new Map<string, Map<string, UsageTotals>>();
+  #lastSweep = performance.now();
+
+  /** Units held by the account's open holds (purging expired ones), except request `except`. */
+  #held(account: string, now: number, except?: string, day?: string): { units: number; count: number } {
+    const holds = this.#holds.get(account);
+    let units = 0;
+    let n = 0;
+    if (holds === undefined) return { units, count: n };
+    for (const [rid, h] of holds) {
+      if (h.expires <= now) {
+        holds.delete(rid);
+        continue;
+      }
+      if (rid === except) continue;
+      units += h.units;
+      if (h.day === day) n++;
+    }
+    if (holds.size === 0) this.#holds.delete(account);
+    return { units, count: n };
+  }
+
+  #window(account: string, window: string): UsageTotals {
+    return this.#usage.get(account)?.get(window) ?? zero();
+  }
+
+  heldUnits(account: string): number {
+    return this.#held(account, performance.now()).units;
+  }
+
+  hold(account: AccountRecord, h: HoldRequest): HoldResult {
+    const now = performance.now();
+    this.#maybeSweep(now);
+    const held = this.#held(account.id, now, h.requestId, h.day);
+    const available = account.balance_units - held.units;
+    const day = this.#window(account.id, h.day);
+    const month = this.#window(account.id, h.month);
+    let quota: QuotaCode | undefined;
+    const { requests_per_day: rpd, tokens_per_day: tpd, units_per_month: upm } = h.quotas;
+    if (rpd !== null && day.requests + held.count >= rpd) quota = 'requests_per_day';
+    else if (tpd !== null && day.tokens >= tpd) quota = 'tokens_per_day';
+    else if (upm !== null && month.units >= upm) quota = 'units_per_month';
+    if (quota !== undefined) return { ok: false, code: 'quota_exceeded', quota_code: quota, available_units: available };
+    if (available < h.units) return { ok: false, code: 'insufficient_credits', available_units: available };
+    let holds = this.#holds.get(account.id);
+    if (holds === undefined) this.#holds.set(account.id, (holds = new Map()));
+    holds.set(h.requestId, { units: h.units, day: h.day, expires: now + h.ttlMs });
+    return { ok: true, available_units: available - h.units };
+  }
+
+  release(account: string, rid: string): void {
+    const holds = this.#holds.get(account);
+    if (holds === undefined) return;
+    holds.delete(rid);
+    if (holds.size === 0) this.#holds.delete(account);
+  }
+
+  /** The outcome of a repeated settlement, or undefined when the request id is new. */
+  repeated(account: AccountRecord, rid: string): SettleResult | undefined {
+    const first = this.#settled.get(ridKey(account.id, rid));
+    if (first === undefined) return undefined;
+    return { applied: false, charged_units: first[1], balance_units: account.balance_units, available_units: account.balance_units - this.heldUnits(account.id) };
+  }
+
+  /** The journal entry settling `s` now: the cost, capped at what the balance covers. */
+  entry(account: AccountRecord, s: Settlement): SettleEntry {
+    const charged = Math.min(s.units, Math.max(0, account.balance_units));
+    return { op: 'settle', account: account.id, rid: s.requestId, charged, tokens: s.promptTokens + s.completionTokens, day: s.day, month: s.month, at: Date.now() };
+  }
+
+  /** Applies a settlement (live or replayed); a request id already settled changes nothing. */
+  apply(account: AccountRecord | undefined, e: SettleEntry): void {
+    if (account === undefined) return;
+    const key = ridKey(e.account, e.rid);
+    if (this.#settled.has(key)) return;
+    this.#settled.set(key, [e.at, e.charged]);
+    account.balance_units -= e.charged;
+    this.release(e.account, e.rid);
+    let windows = this.#usage.get(e.account);
+    if (windows === undefined) this.#usage.set(e.account, (windows = new Map()));
+    for (const w of [e.day, e.month]) {
+      let u = windows.get(w);
+      if (u === undefined) windows.set(w, (u = zero()));
+      u.requests += 1;
+      u.tokens += e.tokens;
+      u.units += e.charged;
+    }
+    this.#forgetSettled(Date.now() - SETTLED_TTL_MS, true);
+  }
+
+  usage(account: string, day: string, month: string): { held_units: number; day: UsageTotals; month: UsageTotals } {
+    return { held_units: this.heldUnits(account), day: { ...this.#window(account, day) }, month: { ...this.#window(account, month) } };
+  }
+
+  /** Drops settled ids older than `cutoff`; `oldestOnly` stops at the first newer one (cheap). */
+  #forgetSettled(cutoff: number, oldestOnly: boolean): void {
+    for (const [key, [at]] of this.#settled) {
+      if (at < cutoff) this.#settled.delete(key);
+      else if (oldestOnly) return;
+    }
+  }
+
+  #maybeSweep(now: number): void {
+    if (now - this.#lastSweep < SWEEP_MS) return;
+    this.#lastSweep = now;
+    this.prune();
+  }
+
+  /** Drops expired holds, settled ids past their 48 hours and old usage windows. */
+  prune(): void {
+    const now = performance.now();
+    for (const account of [...this.#holds.keys()]) this.#held(account, now);
+    this.#forgetSettled(Date.now() - SETTLED_TTL_MS, false);
+    const today = new Date();
+    const oldestDay = new Date(Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), today.getUTCDate() - DAY_WINDOWS_KEPT)).toISOString().slice(0, 10);
+    const oldestMonth = new Date(Date.UTC(today.getUTCFullYear(), today.getUTCMonth() - MONTH_WINDOWS_KEPT, 1)).toISOString().slice(0, 7);
+    for (const [account, windows] of this.#usage) {
+      for (const w of windows.keys()) {
+        if (w.length === 10 ? w < oldestDay : w < oldestMonth) windows.delete(w);
+      }
+      if (windows.size === 0) this.#usage.delete(account);
+    }
+  }
+
+  /** The durable part (holds are not), pruned first. */
+  snapshot(): MeteringSnapshot {
+    this.prune();
+    const settled: MeteringSnapshot['settled'] = [];
+    for (const [key, [at, charged]] of this.#settled) {
+      const colon = key.indexOf(':');
+      const len = Number(key.slice(0, colon));
+      settled.push([key.slice(colon + 1, colon + 1 + len), key.slice(colon + 1 + len), at, charged]);
+    }
+    const usage: MeteringSnapshot['usage'] = {};
+    for (const [account, windows] of this.#usage) {
+      usage[account] = Object.fromEntries([...windows].map(([w, u]) => [w, [u.requests, u.tokens, u.units]]));
+    }
+    return { settled, usage };
+  }
+
+  /** Loads a snapshot's metering part; undefined (a snapshot from before metering) is empty. */
+  restore(v: unknown): void {
+    if (v === undefined) return;
+    const bad = (): never => { throw new Error('store snapshot: unexpected metering state'); };
+    if (!isRecord(v) || !Array.isArray(v.settled) || !isRecord(v.usage)) return bad();
+    for (const s of v.settled) {
+      if (!Array.isArray(s) || s.length !== 4 || !str(s[0]) || !str(s[1]) || !int(s[2]) || !count(s[3])) return bad();
+      this.#settled.set(ridKey(s[0], s[1]), [s[2], s[3]]);
+    }
+    for (const [account, windows] of Object.entries(v.usage)) {
+      if (!isRecord(windows)) return bad();
+      const map = new Map<string, UsageTotals>();
+      for (const [w, u] of Object.entries(windows)) {
+        if (!Array.isArray(u) || u.length !== 3) return bad();
+        const [requests, tokens, units] = u as unknown[];
+        if (!count(requests) || !count(tokens) || !count(units)) return bad();
+        map.set(w, { requests, tokens, units });
+      }
+      this.#usage.set(account, map);
+    }
+  }
+}

@@ -1,0 +1,305 @@
+// Metering for the Redis store: holds, settlements, usage windows and usage records.
+//
+// Key layout (P = the store's prefix; ID = the account id):
+//   P{acct:ID}:holds            hash  requestId -> "units:expiresAtMs" (open holds; expired ones
+//                                     are purged by the next hold/settle of the account; the key
+//                                     itself expires a minute after its longest hold would)
+//   P{acct:ID}:settled          hash  requestId -> units charged by its settlement
+//   P{acct:ID}:settled:at       zset  requestId scored by settle time (ms); entries older than
+//                                     48 h are pruned (at most 100 per settle) from both keys,
+//                                     and both expire 49 h after the account's last settlement
+//   P{acct:ID}:usage:D:<day>    hash  requests, tokens, units of a UTC day ('YYYY-MM-DD'); 40 days
+//   P{acct:ID}:usage:M:<month>  hash  the same for a UTC month ('YYYY-MM'); 400 days
+//   P + "usage"                 stream one entry per usage record: field "r" = the record's JSON,
+//                                     capped near `usageStreamMaxLen` (MAXLEN ~)
+//
+// Atomicity: hold and settle are one Lua script each, over keys of the account's hash tag only
+// (like every other script of the store, so they run on a cluster too). A hold purges expired
+// holds, checks the balance and the quotas and adds the hold in one step, so concurrent holds
+// from any number of instances can never together exceed the balance. A settle checks whether
+// the request id was settled, debits, drops the hold, adds to both windows and remembers the id
+// in one step, so it applies exactly once (within the 48 h the id is remembered). The usage
+// stream is a single key written by single commands (XADD) and read in pages (XRANGE).
+//
+// Time: scripts never read the Redis clock; callers pass Date.now(). Instances whose clocks
+// disagree by more than a hold's TTL see each other's holds expire early or late. Numbers go
+// into Redis only as strings the caller produced or as integers Redis computed (HINCRBY), never
+// through Lua's number formatting, so every safe integer keeps its digits.
+//
+// Durability: a settlement is acknowledged once the Redis server has applied it; surviving a
+// Redis crash then depends on the server's persistence (appendonly yes, appendfsync always for
+// no loss at all).
+
+import type { Redis } from 'ioredis';
+import type { HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageRecord, UsageReport, UsageTotals } from './types.js';
+
+type Reply = Promise<unknown>;
+
+/** The metering scripts, registered by RedisStore with defineCommand. */
+export interface MeteringScripts {
+  tgHold(acct: string, holds: string, day: string, month: string,
+    requestId: string, units: string, expiresAt: string, now: string, rpd: string, tpd: string, upm: string, keepMs: string): Reply;
+  tgSettle(acct: string, holds: string, settled: string, settledAt: string, day: string, month: string,
+    requestId: string, units: string, tokens: string, now: string, cutoff: string, keepMs: string): Reply;
+  tgAccountUsage(holds: string, day: string, month: string, now: string): Reply;
+}
+
+/**
+ * Sums the open holds of `key` (not counting `skip`) as of `now`; with `purge`, deletes the
+ * expired (and any unreadable) ones. Returns the units held and the number of holds.
+ */
+const OPEN_HOLDS = `
+local function openHolds(key, now, skip, purge)
+  local h = redis.call('HGETALL', key)
+  local held, count = 0, 0
+  for i = 1, #h, 2 do
+    local u, e = string.match(h[i + 1], '^(%d+):(%d+)$')
+    if u == nil or tonumber(e) <= now then
+      if purge then redis.call('HDEL', key, h[i]) end
+    elseif h[i] ~= skip then
+      held = held + tonumber(u)
+      count = count + 1
+    end
+  end
+  return held, count
+end
+`;
+
+export const METERING_SCRIPTS: Record<keyof MeteringScripts, { keys: number; lua: string }> = {
+  // nil: no account; {1, '', available after} or {0, code, available}. A hold of the same request
+  // id that is still open is replaced (it counts neither against the balance nor the quota).
+  // Quota arguments are '' for unlimited.
+  tgHold: { keys: 4, lua: `${OPEN_HOLDS}
+local bal = redis.call('HGET', KEYS[1], 'balance_units')
+if bal == false then return false end
+local units = tonumber(ARGV[2])
+local held, open = openHolds(KEYS[2], tonumber(ARGV[4]), ARGV[1], true)
+local available = tonumber(bal) - held
+local function used(key, field) return tonumber(redis.call('HGET', key, field) or '0') end
+if ARGV[5] ~= '' and used(KEYS[3], 'requests') + open >= tonumber(ARGV[5]) then return {0, 'requests_per_day', available} end
+if ARGV[6] ~= '' and used(KEYS[3], 'tokens') >= tonumber(ARGV[6]) then return {0, 'tokens_per_day', available} end
+if ARGV[7] ~= '' and used(KEYS[4], 'units') >= tonumber(ARGV[7]) then return {0, 'units_per_month', available} end
+-- Quotas before credits, as in the memory store: a hold that breaks both is quota_exceeded.
+if available < units then return {0, 'insufficient_credits', available} end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ':' .. ARGV[3])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[8]) then redis.call('PEXPIRE', KEYS[2], ARGV[8]) end
+return {1, '', available - units}` },
+
+  // nil: no account; {applied, charged, balance, available}. The charge is min(units, balance),
+  // and nothing when the balance is not positive; it is kept as a string Redis or the caller
+  // wrote, so no digit is lost.
+  tgSettle: { keys: 6, lua: `${OPEN_HOLDS}
+local bal = redis.call('HGET', KEYS[1], 'balance_units')
+if bal == false then return false end
+local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[5], 'LIMIT', '0', '100')
+if #old > 0 then
+  redis.call('HDEL', KEYS[3], unpack(old))
+  redis.call('ZREM', KEYS[4], unpack(old))
+end
+local charged = redis.call('HGET', KEYS[3], ARGV[1])
+local applied = 0
+if charged == false then
+  applied = 1
+  local b, u = tonumber(bal), tonumber(ARGV[2])
+  if b <= 0 or u == 0 then
+    charged = '0'
+  elseif b <= u then
+    charged = bal
+    bal = '0'
+    redis.call('HSET', KEYS[1], 'balance_units', '0')
+  else
+    charged = ARGV[2]
+    bal = redis.call('HINCRBY', KEYS[1], 'balance_units', '-' .. ARGV[2])
+  end
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  for _, key in ipairs({KEYS[5], KEYS[6]}) do
+    redis.call('HINCRBY', key, 'requests', '1')
+    redis.call('HINCRBY', key, 'tokens', ARGV[3])
+    redis.call('HINCRBY', key, 'units', charged)
+  end
+  redis.call('EXPIRE', KEYS[5], '3456000')
+  redis.call('EXPIRE', KEYS[6], '34560000')
+  redis.call('HSET', KEYS[3], ARGV[1], charged)
+  redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
+  redis.call('PEXPIRE', KEYS[3], ARGV[6])
+  redis.call('PEXPIRE', KEYS[4], ARGV[6])
+end
+local held = openHolds(KEYS[2], tonumber(ARGV[4]), '', applied == 1)
+return {applied, tonumber(charged), tonumber(bal), tonumber(bal) - held}` },
+
+  // {held, day requests, tokens, units, month requests, tokens, units}; reads only.
+  tgAccountUsage: { keys: 3, lua: `${OPEN_HOLDS}
+local held = openHolds(KEYS[1], tonumber(ARGV[1]), '', false)
+local d = redis.call('HMGET', KEYS[2], 'requests', 'tokens', 'units')
+local m = redis.call('HMGET', KEYS[3], 'requests', 'tokens', 'units')
+local r = {held}
+for i = 1, 3 do r[i + 1] = tonumber(d[i] or '0') end
+for i = 1, 3 do r[i + 4] = tonumber(m[i] or '0') end
+return r` },
+};
+
+/** Settled request ids are remembered this long (a repeated settle within it changes nothing). */
+export const SETTLED_KEEP_MS = 48 * 3600_000;
+/** Holds keys outlive their longest hold by this much (they are purged by time, not by expiry). */
+const HOLDS_GRACE_MS = 60_000;
+/** usageReport starts reading this long before `since`: entry ids carry Redis's clock, records the caller's. */
+const REPORT_SKEW_MS = 5 * 60_000;
+const REPORT_PAGE = 1000;
+
+const QUOTA_CODES: readonly string[] = ['requests_per_day', 'tokens_per_day', 'units_per_month'] satisfies QuotaCode[];
+
+export class RedisMetering {
+  readonly #redis: Redis & MeteringScripts;
+  readonly #prefix: string;
+  readonly #stream: string;
+  readonly #streamMaxLen: number;
+
+  constructor(redis: Redis & MeteringScripts, prefix: string, streamMaxLen: number) {
+    this.#redis = redis;
+    this.#prefix = prefix;
+    this.#stream = `${prefix}usage`;
+    this.#streamMaxLen = streamMaxLen;
+  }
+
+  async hold(h: HoldRequest): Promise<HoldResult | undefined> {
+    requireId('account id', h.account);
+    requireId('request id', h.requestId);
+    const units = count(h.units, 'units');
+    const ttl = Number(count(h.ttlMs, 'ttlMs'));
+    const [day, month] = windowsOf(h.day, h.month);
+    const now = Date.now();
+    const acct = this.#acct(h.account);
+    const r = await this.#redis.tgHold(acct, `${acct}:holds`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`,
+      h.requestId, units, String(now + ttl), String(now),
+      quota(h.quotas.requests_per_day, 'requests_per_day'), quota(h.quotas.tokens_per_day, 'tokens_per_day'),
+      quota(h.quotas.units_per_month, 'units_per_month'), String(ttl + HOLDS_GRACE_MS));
+    if (r === null) return undefined;
+    const [ok, code, available] = tuple(r, 3);
+    const available_units = Number(available);
+    if (ok === 1) return { ok: true, available_units };
+    if (code === 'insufficient_credits') return { ok: false, code, available_units };
+    if (typeof code === 'string' && QUOTA_CODES.includes(code)) {
+      return { ok: false, code: 'quota_exceeded', quota_code: code as QuotaCode, available_units };
+    }
+    throw new Error(`unexpected reply from Redis: ${JSON.stringify(r)}`);
+  }
+
+  async settle(s: Settlement): Promise<SettleResult | undefined> {
+    requireId('account id', s.account);
+    requireId('request id', s.requestId);
+    const units = count(s.units, 'units');
+    count(s.promptTokens, 'promptTokens');
+    count(s.completionTokens, 'completionTokens');
+    const tokens = count(s.promptTokens + s.completionTokens, 'promptTokens + completionTokens');
+    const [day, month] = windowsOf(s.day, s.month);
+    const now = Date.now();
+    const acct = this.#acct(s.account);
+    const r = await this.#redis.tgSettle(acct, `${acct}:holds`, `${acct}:settled`, `${acct}:settled:at`,
+      `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`,
+      s.requestId, units, tokens, String(now), String(now - SETTLED_KEEP_MS), String(SETTLED_KEEP_MS + 3600_000));
+    if (r === null) return undefined;
+    const [applied, charged, balance, available] = tuple(r, 4);
+    return { applied: applied === 1, charged_units: Number(charged), balance_units: Number(balance), available_units: Number(available) };
+  }
+
+  async release(account: string, requestId: string): Promise<void> {
+    requireId('account id', account);
+    requireId('request id', requestId);
+    await this.#redis.hdel(`${this.#acct(account)}:holds`, requestId);
+  }
+
+  async accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }> {
+    requireId('account id', account);
+    const [d, m] = windowsOf(day, month);
+    const acct = this.#acct(account);
+    const r = await this.#redis.tgAccountUsage(`${acct}:holds`, `${acct}:usage:D:${d}`, `${acct}:usage:M:${m}`, String(Date.now()));
+    const n = tuple(r, 7).map(Number);
+    return {
+      held_units: n[0] ?? 0,
+      day: { requests: n[1] ?? 0, tokens: n[2] ?? 0, units: n[3] ?? 0 },
+      month: { requests: n[4] ?? 0, tokens: n[5] ?? 0, units: n[6] ?? 0 },
+    };
+  }
+
+  async recordUsage(r: UsageRecord): Promise<void> {
+    requireId('request id', r.request_id);
+    requireId('account id', r.account);
+    if (!Number.isFinite(r.at)) throw new RangeError('at must be a finite number');
+    await this.#redis.xadd(this.#stream, 'MAXLEN', '~', this.#streamMaxLen, '*', 'r', JSON.stringify(r));
+  }
+
+  async usageReport(account: string | undefined, since: number): Promise<UsageReport> {
+    if (typeof since !== 'number' || Number.isNaN(since)) throw new TypeError('since must be a number');
+    const report: UsageReport = { requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0, by_model: {} };
+    const models = new Map<string, UsageReport['by_model'][string]>();
+    let start = `${Math.max(0, Math.floor(Math.min(since, Number.MAX_SAFE_INTEGER)) - REPORT_SKEW_MS)}-0`;
+    for (;;) {
+      const page = await this.#redis.xrange(this.#stream, start, '+', 'COUNT', REPORT_PAGE);
+      for (const [, fields] of page) {
+        const rec = recordOf(fields);
+        if (rec === undefined || rec.at < since || (account !== undefined && rec.account !== account)) continue;
+        let m = models.get(rec.model);
+        if (m === undefined) {
+          m = { requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0 };
+          models.set(rec.model, m);
+        }
+        for (const total of [report, m]) {
+          total.requests += 1;
+          total.prompt_tokens += rec.prompt_tokens;
+          total.completion_tokens += rec.completion_tokens;
+          total.units += rec.units;
+        }
+      }
+      const last = page[page.length - 1];
+      if (page.length < REPORT_PAGE || last === undefined) break;
+      start = `(${last[0]}`;
+    }
+    report.by_model = Object.fromEntries(models);
+    return report;
+  }
+
+  #acct(id: string): string { return `${this.#prefix}{acct:${id}}`; }
+}
+
+/** The fields a report needs, from a stream entry's field list; undefined when unreadable. */
+function recordOf(fields: string[]): Pick<UsageRecord, 'at' | 'account' | 'model' | 'prompt_tokens' | 'completion_tokens' | 'units'> | undefined {
+  const i = fields.indexOf('r');
+  const text = i >= 0 && i % 2 === 0 ? fields[i + 1] : undefined;
+  if (text === undefined) return undefined;
+  let v: unknown;
+  try { v = JSON.parse(text); } catch { return undefined; }
+  if (typeof v !== 'object' || v === null) return undefined;
+  const r = v as Record<string, unknown>;
+  const { at, account, model, prompt_tokens, completion_tokens, units } = r;
+  if (typeof at !== 'number' || typeof account !== 'string' || typeof model !== 'string') return undefined;
+  if (typeof prompt_tokens !== 'number' || typeof completion_tokens !== 'number' || typeof units !== 'number') return undefined;
+  return { at, account, model, prompt_tokens, completion_tokens, units };
+}
+
+const DAY = /^\d{4}-\d{2}-\d{2}$/;
+const MONTH = /^\d{4}-\d{2}$/;
+
+function windowsOf(day: string, month: string): [string, string] {
+  if (typeof day !== 'string' || !DAY.test(day)) throw new TypeError("day must be 'YYYY-MM-DD'");
+  if (typeof month !== 'string' || !MONTH.test(month)) throw new TypeError("month must be 'YYYY-MM'");
+  return [day, month];
+}
+
+function requireId(what: string, v: unknown): void {
+  if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
+}
+
+/** A non-negative safe integer, as the decimal string Redis gets. */
+function count(n: number, what: string): string {
+  if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`${what} must be a non-negative safe integer`);
+  return String(n);
+}
+
+function quota(n: number | null, what: string): string {
+  return n === null ? '' : count(n, `quotas.${what}`);
+}
+
+function tuple(reply: unknown, length: number): unknown[] {
+  if (!Array.isArray(reply) || reply.length !== length) throw new Error(`unexpected reply from Redis: ${JSON.stringify(reply)}`);
+  return reply;
+}

@@ -1,0 +1,142 @@
+// Metering behaviour only the memory store has (the shared part is metering-contract.ts, run
+// from memory.test.ts): what is journaled, what is pruned at compaction, holds not surviving a
+// restart, the usage file and the in-memory ring.
+
+import t from 'tap';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { JOURNAL_FILE, SNAPSHOT_FILE } from '../../lib/store/journal.js';
+import { MemoryStore } from '../../lib/store/memory.js';
+import type { Quotas, UsageRecord } from '../../lib/store/types.js';
+import { RING_SIZE, USAGE_FILE } from '../../lib/store/usage-log.js';
+
+const dirs: string[] = [];
+t.teardown(async () => { for (const d of dirs) await rm(d, { recursive: true, force: true }); });
+
+async function tempDir(): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'tollgate-metering-'));
+  dirs.push(dir);
+  return dir;
+}
+
+const NONE: Quotas = { requests_per_day: null, tokens_per_day: null, units_per_month: null };
+const DAY = new Date().toISOString().slice(0, 10);
+const MONTH = DAY.slice(0, 7);
+const hold = (account: string, requestId: string, units: number) =>
+  ({ account, requestId, units, ttlMs: 60_000, day: DAY, month: MONTH, quotas: NONE });
+const settlement = (account: string, requestId: string, units: number, day = DAY, month = MONTH) =>
+  ({ account, requestId, units, promptTokens: 1, completionTokens: 2, day, month });
+const record = (request_id: string, model = 'm'): UsageRecord => ({
+  request_id, at: Date.now(), account: 'acme', credential: 'key_x', model, provider: 'p', upstream_model: 'u',
+  prompt_tokens: 1, completion_tokens: 2, units: 3, usage_source: 'upstream', status: 200, code: '', latency_ms: 1, ttfc_ms: 1,
+});
+const journal = async (dir: string) =>
+  (await readFile(join(dir, JOURNAL_FILE), 'utf8')).split('\n').filter((l) => l !== '').map((l) => JSON.parse(l));
+
+t.test('a settlement is one journal entry; holds, releases and repeats are not journaled', async (t) => {
+  const dir = await tempDir();
+  const s = await MemoryStore.open({ path: dir, fsyncMs: 1000 });
+  t.teardown(() => s.close());
+  await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 100 });
+  await s.hold(hold('acme', 'r1', 50));
+  await s.hold(hold('acme', 'r2', 10));
+  await s.release('acme', 'r2');
+  await s.settle(settlement('acme', 'r1', 40));
+  await s.settle(settlement('acme', 'r1', 40));
+  await s.recordUsage(record('r1'));
+  const entries = await journal(dir);
+  t.strictSame(entries.map((e) => e.op), ['account', 'settle']);
+  t.match(entries[1], { seq: 2, op: 'settle', account: 'acme', rid: 'r1', charged: 40, tokens: 3, day: DAY, month: MONTH, at: Number });
+  const usage = (await readFile(join(dir, USAGE_FILE), 'utf8')).split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  t.strictSame(usage, [record('r1')].map((r) => ({ ...r, at: usage[0].at })), 'usage records go to their own file');
+});
+
+t.test('open holds do not survive a restart (as if their TTL ran out)', async (t) => {
+  const dir = await tempDir();
+  let s = await MemoryStore.open({ path: dir, fsyncMs: 1000 });
+  await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 100 });
+  t.strictSame(await s.hold(hold('acme', 'r1', 100)), { ok: true, available_units: 0 });
+  await s.close();
+  s = await MemoryStore.open({ path: dir, fsyncMs: 1000 });
+  t.teardown(() => s.close());
+  t.equal((await s.accountUsage('acme', DAY, MONTH)).held_units, 0);
+  t.strictSame(await s.settle(settlement('acme', 'r1', 30)), { applied: true, charged_units: 30, balance_units: 70, available_units: 70 }, 'the request can still be settled');
+});
+
+t.test('compaction prunes settled ids after 48 hours and old usage windows', async (t) => {
+  const dir = await tempDir();
+  const now = Date.now();
+  const oldDay = new Date(now - 60 * 86_400_000).toISOString().slice(0, 10);
+  const oldMonth = new Date(now - 430 * 86_400_000).toISOString().slice(0, 7);
+  const lines = [
+    { seq: 1, op: 'account', id: 'acme', plan: 'pro', balance_units: 1000, created_at: now },
+    { seq: 2, op: 'settle', account: 'acme', rid: 'old', charged: 10, tokens: 1, day: oldDay, month: oldMonth, at: now - 49 * 3_600_000 },
+    { seq: 3, op: 'settle', account: 'acme', rid: 'recent', charged: 20, tokens: 2, day: DAY, month: MONTH, at: now - 47 * 3_600_000 },
+  ];
+  await writeFile(join(dir, JOURNAL_FILE), lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
+  let s = await MemoryStore.open({ path: dir, fsyncMs: 0, compactBytes: 1 });
+  const snap = JSON.parse(await readFile(join(dir, SNAPSHOT_FILE), 'utf8'));
+  t.strictSame(snap.state.metering.settled, [['acme', 'recent', now - 47 * 3_600_000, 20]], 'only ids settled in the last 48 hours are kept');
+  t.strictSame(snap.state.metering.usage, { acme: { [DAY]: [1, 2, 20], [MONTH]: [1, 2, 20] } }, 'old day and month windows are dropped');
+  await s.close();
+
+  s = await MemoryStore.open({ path: dir, fsyncMs: 0 });
+  t.teardown(() => s.close());
+  t.equal((await s.getAccount('acme'))?.balance_units, 970, 'the debits stay');
+  t.equal((await s.settle(settlement('acme', 'recent', 5)))?.applied, false, 'a recent id is still refused');
+  t.equal((await s.settle(settlement('acme', 'old', 5)))?.applied, true, 'a forgotten id applies again');
+});
+
+t.test('a snapshot from before metering loads; a corrupt metering state does not', async (t) => {
+  const dir = await tempDir();
+  const state = { accounts: [{ id: 'acme', plan: 'pro', balance_units: 50, created_at: 1 }], keys: [], sessions: [], credits: {} };
+  const write = (st: unknown) => writeFile(join(dir, SNAPSHOT_FILE), JSON.stringify({ format: 'tollgate-store-snapshot', version: 1, seq: 0, state: st }));
+  await write(state);
+  const s = await MemoryStore.open({ path: dir, fsyncMs: 1000 });
+  t.strictSame(await s.settle(settlement('acme', 'r1', 20)), { applied: true, charged_units: 20, balance_units: 30, available_units: 30 });
+  await s.close();
+  await rm(join(dir, JOURNAL_FILE));
+  await write({ ...state, metering: { settled: [['acme', 'r1', 'yesterday', 20]], usage: {} } });
+  await t.rejects(MemoryStore.open({ path: dir, fsyncMs: 1000 }), { message: 'store snapshot: unexpected metering state' });
+});
+
+t.test('a torn last line of the usage file is skipped, and later records are intact', async (t) => {
+  const dir = await tempDir();
+  let s = await MemoryStore.open({ path: dir, fsyncMs: 1000 });
+  await s.recordUsage(record('r1'));
+  await s.close();
+  await writeFile(join(dir, USAGE_FILE), `${await readFile(join(dir, USAGE_FILE), 'utf8')}{"request_id":"r2","at":`);
+  s = await MemoryStore.open({ path: dir, fsyncMs: 1000 });
+  t.teardown(() => s.close());
+  await s.recordUsage(record('r3'));
+  t.equal((await s.usageReport(undefined, 0)).requests, 2);
+});
+
+t.test('without a path, the last 100,000 records are kept', async (t) => {
+  const s = new MemoryStore({ path: null });
+  t.teardown(() => s.close());
+  for (let i = 0; i < 10; i++) await s.recordUsage(record(`first-${i}`, 'first'));
+  for (let i = 0; i < RING_SIZE; i++) await s.recordUsage(record(`r-${i}`));
+  const report = await s.usageReport(undefined, 0);
+  t.equal(report.requests, RING_SIZE);
+  t.strictSame(Object.keys(report.by_model), ['m'], 'the oldest were dropped');
+});
+
+t.test('bad metering input is refused before anything is journaled', async (t) => {
+  const dir = await tempDir();
+  const s = await MemoryStore.open({ path: dir, fsyncMs: 1000 });
+  t.teardown(() => s.close());
+  await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 100 });
+  await t.rejects(s.hold({ ...hold('acme', 'r', 1), units: -1 }), RangeError);
+  await t.rejects(s.hold({ ...hold('acme', 'r', 1), units: 1.5 }), RangeError);
+  await t.rejects(s.hold({ ...hold('acme', 'r', 1), ttlMs: 0 }), RangeError);
+  await t.rejects(s.hold({ ...hold('acme', 'r', 1), day: '2024-1-1' }), TypeError);
+  await t.rejects(s.hold({ ...hold('acme', 'r', 1), quotas: { ...NONE, tokens_per_day: -1 } }), RangeError);
+  await t.rejects(s.hold({ ...hold('acme', '', 1) }), TypeError);
+  await t.rejects(s.settle({ ...settlement('acme', 'r', 1), promptTokens: -1 }), RangeError);
+  await t.rejects(s.settle({ ...settlement('acme', 'r', 1), month: '2024' }), TypeError);
+  await t.rejects(s.recordUsage({ ...record('r'), units: Number.NaN }), TypeError);
+  t.equal((await journal(dir)).length, 1);
+  t.equal((await s.accountUsage('acme', DAY, MONTH)).held_units, 0);
+});
