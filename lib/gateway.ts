@@ -14,7 +14,9 @@ import { createLogger, type Logger } from './observe/log.js';
 import { Metrics } from './observe/metrics.js';
 import { TokenShapeError } from './auth/jwt.js';
 import { GatewayState } from './state.js';
+import { MemorySlots, RedisSlots, type Slots } from './limits/slots.js';
 import { openStore, type Store } from './store/index.js';
+import { RedisStore } from './store/redis.js';
 import { Health } from './upstream/health.js';
 
 export type Next = (err?: unknown) => void;
@@ -42,6 +44,8 @@ export class Gateway {
   readonly #health = new Health(this.metrics.upstreamHealthy);
   #store: Promise<Store>;
   #storeConfig: string;
+  /** Concurrency slots outlive reloads: requests in flight keep theirs. */
+  #slots: Slots | undefined;
   #state: GatewayState | undefined;
   #pending: Promise<GatewayState>;
   #refs = new Map<GatewayState, number>();
@@ -59,7 +63,11 @@ export class Gateway {
   }
 
   async #build(config: Config): Promise<GatewayState> {
-    const state = new GatewayState(config, await this.#store, this.#health, this.logger);
+    const store = await this.#store;
+    this.#slots ??= store instanceof RedisStore
+      ? new RedisSlots(store.client, config.store.prefix, config.store.on_error === 'open', this.logger)
+      : new MemorySlots();
+    const state = new GatewayState(config, store, this.#slots, this.#health, this.logger);
     try {
       await state.start();
     } catch (err) {
@@ -181,11 +189,12 @@ export class Gateway {
   async #models(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     const principal = await state.auth.authenticate(req.headers.authorization);
     ctx.principal = principal;
+    ctx.rateHeaders = await state.limits.peek(principal);
     if (ctx.route === 'models') {
       if (state.catalog.size === 0) {
         throw new GatewayError('service_unavailable', 'The model catalog is not populated yet.', { headers: retryAfterHeaders(5000) });
       }
-      sendJson(res, 200, state.catalog.listJson(principal.plan), { 'x-request-id': ctx.id });
+      sendJson(res, 200, state.catalog.listJson(principal.plan), { ...ctx.rateHeaders, 'x-request-id': ctx.id });
       return;
     }
     let id: string;
@@ -200,7 +209,7 @@ export class Gateway {
       state.catalog.resolve(id, principal.plan, false); // throws model_not_found with suggestions
       throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'model' });
     }
-    sendJson(res, 200, json, { 'x-request-id': ctx.id });
+    sendJson(res, 200, json, { ...ctx.rateHeaders, 'x-request-id': ctx.id });
   }
 
   #fail(ctx: RequestContext, res: ServerResponse, err: unknown): void {
@@ -219,7 +228,7 @@ export class Gateway {
       this.logger.error({ request_id: ctx.id, err: err instanceof Error ? err : String(err) }, 'unhandled error on the request path');
     }
     ctx.code = e.code;
-    if (!res.headersSent) sendError(res, e, ctx.id);
+    if (!res.headersSent) sendError(res, e, ctx.id, ctx.rateHeaders);
     else if (!res.writableEnded) res.destroy();
   }
 
@@ -258,8 +267,9 @@ export class Gateway {
     if (this.#inflight === 0) for (const w of this.#idleWaiters.splice(0)) w();
   }
 
-  /** One usage record per admitted chat request, charged or not. */
+  /** One usage record per admitted chat request, charged or not (none while the store is down). */
   #record(state: GatewayState, ctx: RequestContext, status: number): void {
+    if (state.openMode?.isDown === true) return;
     const charged = ctx.charge?.charged;
     const usage = charged === undefined ? undefined : ctx.usage;
     state.store.recordUsage({
@@ -342,6 +352,11 @@ export class Gateway {
       if (this.#refs.has(old)) this.#retired.add(old);
       else await old.close();
     }
+  }
+
+  /** Concurrency slots an account holds now (for operators' checks and tests). */
+  async slotsInUse(account: string): Promise<number> {
+    return this.#slots === undefined ? 0 : this.#slots.inUse(account);
   }
 
   /** Stops taking new work: /readyz answers 503 from now on. */

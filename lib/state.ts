@@ -11,6 +11,10 @@ import type { Config, ModelConfig } from './config/types.js';
 import type { Logger } from './observe/log.js';
 import { createProvider, type Provider } from './providers/index.js';
 import { Passthrough } from './passthrough.js';
+import { OpenMode } from './billing/meter.js';
+import { Limits } from './limits/limits.js';
+import type { Slots } from './limits/slots.js';
+import { RedisStore } from './store/redis.js';
 import type { Store } from './store/types.js';
 import { loadTokenizers } from './tokens/count.js';
 import type { Circuit, Health } from './upstream/health.js';
@@ -31,13 +35,16 @@ export class GatewayState {
   readonly providers: ReadonlyMap<string, Provider>;
   readonly policy: ContentPolicy;
   readonly passthrough: Passthrough | null;
+  readonly limits: Limits;
+  /** Non-null with store.on_error: open. */
+  readonly openMode: OpenMode | null;
   catalog: Catalog;
   readonly #health: Health;
   readonly #targets = new WeakMap<ModelConfig, Target[]>();
   readonly #discovery: Discovery;
   readonly #createdAt = Math.floor(Date.now() / 1000);
 
-  constructor(config: Config, store: Store, health: Health, logger: Logger) {
+  constructor(config: Config, store: Store, slots: Slots, health: Health, logger: Logger) {
     this.config = config;
     this.store = store;
     this.#health = health;
@@ -45,6 +52,10 @@ export class GatewayState {
     for (const [name, p] of Object.entries(config.providers)) providers.set(name, createProvider(name, p));
     this.providers = providers;
     this.auth = new Authenticator(store, config);
+    this.openMode = config.store.on_error === 'open'
+      ? new OpenMode((msg, err) => logger.error({ err: (err as Error | undefined)?.message }, msg))
+      : null;
+    this.limits = new Limits(config, store instanceof RedisStore ? store.client : null, slots, logger);
     this.admin = config.admin.token === null ? null : new AdminApi(store, config);
     this.policy = new ContentPolicy(config.content_policy.block);
     this.catalog = new Catalog(config, this.#createdAt, []);

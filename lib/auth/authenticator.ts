@@ -13,6 +13,8 @@ import type { Principal } from './principal.js';
 
 /** How long a looked-up key (or its absence) or a session's state may be served from cache. */
 export const CACHE_TTL_MS = 1000;
+/** With store.on_error: open, how long a principal stays usable while the store is down. */
+export const KNOWN_TTL_MS = 10 * 60_000;
 
 function invalidKey(): GatewayError {
   return new GatewayError('invalid_api_key', 'Invalid API key. Send "Authorization: Bearer <key>" with a valid key.');
@@ -36,6 +38,11 @@ export class Authenticator {
   readonly #jwt: JwtVerifier | null;
   readonly #keys = new LRUCache<string, Principal | 'none'>({ max: 50_000, ttl: CACHE_TTL_MS });
   readonly #revokedSessions = new LRUCache<string, boolean>({ max: 50_000, ttl: CACHE_TTL_MS });
+  /**
+   * store.on_error: open — the last principal each credential resolved to, so callers seen
+   * recently keep being served while the store is down (revocations are honoured as received).
+   */
+  readonly #known: LRUCache<string, Principal> | null;
   readonly #unsubscribe: () => void;
 
   constructor(store: Store, config: Config) {
@@ -43,9 +50,14 @@ export class Authenticator {
     this.#config = config;
     this.#prefix = `${config.service.key_prefix}_`;
     this.#jwt = config.auth.jwt === null ? null : new JwtVerifier(config.auth.jwt);
+    this.#known = config.store.on_error === 'open' ? new LRUCache({ max: 50_000, ttl: KNOWN_TTL_MS }) : null;
     this.#unsubscribe = store.onRevoke((r: Revocation) => {
-      if (r.kind === 'key') this.#keys.delete(r.digest);
-      else this.#revokedSessions.set(r.sid, true);
+      if (r.kind === 'key') {
+        this.#keys.delete(r.digest);
+        this.#known?.delete(r.digest);
+      } else {
+        this.#revokedSessions.set(r.sid, true);
+      }
     });
   }
 
@@ -63,12 +75,23 @@ export class Authenticator {
     const cached = this.#keys.get(digest);
     if (cached === 'none') throw invalidKey();
     if (cached !== undefined) return cached;
-    const record = await fromStore(this.#store.keyByDigest(digest));
-    const principal = record === undefined || record.revoked_at !== null
-      ? undefined
-      : await this.#principal(record.account, record.id);
+    let principal: Principal | undefined;
+    try {
+      const record = await fromStore(this.#store.keyByDigest(digest));
+      principal = record === undefined || record.revoked_at !== null
+        ? undefined
+        : await this.#principal(record.account, record.id);
+    } catch (err) {
+      const known = this.#known?.get(digest);
+      if (known !== undefined && err instanceof GatewayError && err.code === 'service_unavailable') return known;
+      throw err;
+    }
     this.#keys.set(digest, principal ?? 'none');
-    if (principal === undefined) throw invalidKey();
+    if (principal === undefined) {
+      this.#known?.delete(digest);
+      throw invalidKey();
+    }
+    this.#known?.set(digest, principal);
     return principal;
   }
 

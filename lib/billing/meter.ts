@@ -35,9 +35,35 @@ function unavailable(err: unknown): GatewayError {
   });
 }
 
+/** store.on_error: open — tells the operator once per outage that requests go unmetered. */
+export class OpenMode {
+  #down = false;
+  readonly #log: (msg: string, err?: unknown) => void;
+
+  constructor(log: (msg: string, err?: unknown) => void) {
+    this.#log = log;
+  }
+
+  get isDown(): boolean {
+    return this.#down;
+  }
+
+  down(err: unknown): void {
+    if (this.#down) return;
+    this.#down = true;
+    this.#log('store unreachable: store.on_error is open, so requests are served UNMETERED until it is back', err);
+  }
+
+  up(): void {
+    if (!this.#down) return;
+    this.#down = false;
+    this.#log('store reachable again: metering resumed');
+  }
+}
+
 /** One request's reservation: settle it with the actual usage, or release it. */
 export class Charge {
-  readonly #store: Store;
+  readonly #store: Store | null;
   readonly #account: string;
   readonly #requestId: string;
   readonly #price: PriceConfig;
@@ -48,7 +74,8 @@ export class Charge {
   charged: number | undefined;
   available: number | undefined;
 
-  constructor(store: Store, account: string, requestId: string, price: PriceConfig, w: { day: string; month: string }) {
+  /** `store` null: an unmetered request (store.on_error: open while the store is down). */
+  constructor(store: Store | null, account: string, requestId: string, price: PriceConfig, w: { day: string; month: string }) {
     this.#store = store;
     this.#account = account;
     this.#requestId = requestId;
@@ -66,6 +93,10 @@ export class Charge {
     if (this.#done) return;
     this.#done = true;
     const units = cost(usage.prompt_tokens, usage.completion_tokens, this.#price);
+    if (this.#store === null) {
+      this.charged = 0;
+      return;
+    }
     let result;
     try {
       result = await this.#store.settle({
@@ -86,7 +117,7 @@ export class Charge {
   async release(): Promise<void> {
     if (this.#done) return;
     this.#done = true;
-    await this.#store.release(this.#account, this.#requestId);
+    await this.#store?.release(this.#account, this.#requestId);
   }
 }
 
@@ -96,7 +127,7 @@ export class Charge {
  */
 export async function hold(
   store: Store, principal: Principal, requestId: string, model: ModelConfig, request: ChatRequest,
-  promptTokens: number, ttlMs: number,
+  promptTokens: number, ttlMs: number, open: OpenMode | null,
 ): Promise<Charge> {
   const output = request.maxOutputTokens ?? model.max_output_tokens;
   const units = cost(promptTokens, output, model.price);
@@ -107,8 +138,14 @@ export async function hold(
       account: principal.accountId, requestId, units, ttlMs, day: w.day, month: w.month, quotas: principal.plan.quotas,
     });
   } catch (err) {
+    // store.on_error: open — serve unmetered rather than refuse; said loudly, once per outage.
+    if (open !== null) {
+      open.down(err);
+      return new Charge(null, principal.accountId, requestId, model.price, w);
+    }
     throw unavailable(err);
   }
+  open?.up();
   if (result === undefined) throw new GatewayError('invalid_api_key', 'The account behind this credential no longer exists.');
   if (!result.ok) {
     if (result.code === 'insufficient_credits') {

@@ -53,10 +53,27 @@ export async function handleChat(
   const prompt = promptTokens(request, model);
   checkContext(request, model, prompt);
 
+  // Limits, then credits, then the upstream. The concurrency slot is held to the last byte of
+  // the answer, whatever ends it.
+  const grant = await state.limits.admit(ctx.principal, prompt + (request.maxOutputTokens ?? model.max_output_tokens));
+  ctx.rateHeaders = grant.headers;
+  res.once('close', grant.release);
+  // The client may have left while the slot was being acquired: 'close' has fired already.
+  if (res.destroyed) {
+    grant.release();
+    grant.correct(0);
+    return;
+  }
   const targets = state.targets(model);
   const ttl = targets.reduce((sum, t) => sum + t.provider.config.timeout_ms, HOLD_SLACK_MS);
-  // Billing has its own id: x-request-id may come from the client, and must not collide.
-  const charge = await hold(state.store, ctx.principal, randomUUID(), model, request, prompt, ttl);
+  let charge: Charge;
+  try {
+    // Billing has its own id: x-request-id may come from the client, and must not collide.
+    charge = await hold(state.store, ctx.principal, randomUUID(), model, request, prompt, ttl, state.openMode);
+  } catch (err) {
+    grant.correct(0);
+    throw err;
+  }
   ctx.charge = charge;
   const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt);
   try {
@@ -66,6 +83,7 @@ export async function handleChat(
     // Whatever did not settle (a failure before any output, a client gone before the answer)
     // is charged nothing; a store that cannot answer lets the hold expire.
     if (!charge.settled) await charge.release().catch(() => undefined);
+    grant.correct(charge.settled && ctx.usage !== undefined ? ctx.usage.total_tokens : 0);
   }
 }
 
@@ -118,6 +136,7 @@ class Attempts {
     const res = this.#res;
     const onClose = () => { if (!res.writableFinished) ac.abort(CLIENT_GONE); };
     res.on('close', onClose);
+    if (res.destroyed) ac.abort(CLIENT_GONE);
     const timer = setTimeout(() => ac.abort(TIMEOUT), target.provider.config.timeout_ms);
     const started = performance.now();
     this.#ctx.provider = target.provider.name;
@@ -181,6 +200,7 @@ async function completeAnswer(metrics: Metrics, attempts: Attempts, charge: Char
       if (res.destroyed) return;
       sendJson(res, 200, JSON.stringify(completion), {
         ...result.headers,
+        ...ctx.rateHeaders,
         'x-request-id': ctx.id,
         'x-tollgate-units-charged': String(charge.charged),
         'x-tollgate-wallet-balance-units': String(charge.available),
@@ -225,7 +245,7 @@ async function streamAnswer(
   let upstreamHeaders: Record<string, string> = {};
   const commit = () => {
     committed = true;
-    res.writeHead(200, { ...SSE_HEADERS, ...upstreamHeaders, 'x-request-id': ctx.id });
+    res.writeHead(200, { ...SSE_HEADERS, ...upstreamHeaders, ...ctx.rateHeaders, 'x-request-id': ctx.id });
     metrics.openStreams.inc();
   };
   const keepalive = setTimeout(function tick() {

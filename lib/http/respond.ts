@@ -19,6 +19,8 @@ export interface RequestContext {
   code: string;
   usage: Usage | undefined;
   usageSource: 'upstream' | 'counted' | undefined;
+  /** x-ratelimit-* headers for the answer, once the account is known. */
+  rateHeaders: Record<string, string> | undefined;
   /** The request's credit hold, once admitted. */
   charge: Charge | undefined;
   upstreamMs: number | undefined;
@@ -28,7 +30,7 @@ export interface RequestContext {
 export function newContext(id: string, route: string): RequestContext {
   return {
     id, start: performance.now(), route, principal: undefined, model: undefined, provider: undefined, upstreamModel: undefined,
-    stream: false, code: '', usage: undefined, usageSource: undefined, charge: undefined, upstreamMs: undefined, ttfcMs: undefined,
+    stream: false, code: '', usage: undefined, usageSource: undefined, charge: undefined, rateHeaders: undefined, upstreamMs: undefined, ttfcMs: undefined,
   };
 }
 

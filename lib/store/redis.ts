@@ -194,6 +194,11 @@ export class RedisStore implements Store {
     this.#subscribed.catch(() => {}); // surfaced by ready()
   }
 
+  /** The command connection, for other shared state of the same deployment (rate limits). */
+  get client(): Redis {
+    return this.#redis;
+  }
+
   /** Opens a store and waits until it is connected and hears other instances' revocations. */
   static async open(options: RedisStoreOptions): Promise<RedisStore> {
     const store = new RedisStore(options);

@@ -192,7 +192,6 @@ t.test('holds from two instances never overdraw; a settle from both applies once
   const results = await Promise.all(Array.from({ length: 50 }, (_, i) => (i % 2 === 0 ? a : b).hold(holdOf('acme', `race-${i}`, N))));
   const won = results.flatMap((r, i) => (r!.ok ? [i] : []));
   t.equal(won.length, K, `exactly ${K} of 50 holds (25 from each instance) succeed`);
-  t.ok(won.some((i) => i % 2 === 0) && won.some((i) => i % 2 === 1), 'both instances won some');
   t.ok(results.every((r) => r!.ok || (r!.code === 'insufficient_credits' && r!.available_units === N - 1)), 'the rest are refused for credits');
   t.equal((await b.accountUsage('acme', DAY, MONTH)).held_units, K * N, 'both instances see the same holds');
 

@@ -1,0 +1,105 @@
+// Concurrency slots per account, counted from admission to the last byte of the answer.
+// In memory: a counter per account. In Redis: leases in a sorted set that expire unless
+// renewed, so the slots of a crashed instance come back by themselves.
+
+import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import type { Logger } from '../observe/log.js';
+
+export interface Slots {
+  /** A release function, or undefined when the account already has `max` in flight. */
+  acquire(account: string, max: number): Promise<(() => void) | undefined>;
+  /** Slots in use (for tests and metrics). */
+  inUse(account: string): Promise<number>;
+}
+
+export class MemorySlots implements Slots {
+  readonly #used = new Map<string, number>();
+
+  async acquire(account: string, max: number): Promise<(() => void) | undefined> {
+    const n = this.#used.get(account) ?? 0;
+    if (n >= max) return undefined;
+    this.#used.set(account, n + 1);
+    return () => {
+      const left = (this.#used.get(account) ?? 1) - 1;
+      if (left <= 0) this.#used.delete(account);
+      else this.#used.set(account, left);
+    };
+  }
+
+  async inUse(account: string): Promise<number> {
+    return this.#used.get(account) ?? 0;
+  }
+}
+
+/** A lease lives this long unless renewed; renewals come every third of it. */
+export const LEASE_MS = 30_000;
+
+const ACQUIRE = `
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1`;
+
+const RENEW = `
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) == false then return 0 end
+redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1`;
+
+type LeaseCommands = {
+  tgSlotAcquire(key: string, now: number, ttl: number, max: number, id: string): Promise<number>;
+  tgSlotRenew(key: string, now: number, ttl: number, id: string): Promise<number>;
+};
+
+export class RedisSlots implements Slots {
+  readonly #redis: Redis & LeaseCommands;
+  readonly #prefix: string;
+  /** With store.on_error: open, a Redis failure falls back to per-instance counting. */
+  readonly #fallback: MemorySlots | null;
+  readonly #logger: Logger;
+  readonly #leaseMs: number;
+
+  constructor(redis: Redis, prefix: string, open: boolean, logger: Logger, leaseMs = LEASE_MS) {
+    redis.defineCommand('tgSlotAcquire', { numberOfKeys: 1, lua: ACQUIRE });
+    redis.defineCommand('tgSlotRenew', { numberOfKeys: 1, lua: RENEW });
+    this.#redis = redis as Redis & LeaseCommands;
+    this.#prefix = prefix;
+    this.#fallback = open ? new MemorySlots() : null;
+    this.#logger = logger;
+    this.#leaseMs = leaseMs;
+  }
+
+  #key(account: string): string {
+    return `${this.#prefix}{acct:${account}}:leases`;
+  }
+
+  async acquire(account: string, max: number): Promise<(() => void) | undefined> {
+    const key = this.#key(account);
+    const id = randomUUID();
+    let ok: number;
+    try {
+      ok = await this.#redis.tgSlotAcquire(key, Date.now(), this.#leaseMs, max, id);
+    } catch (err) {
+      if (this.#fallback === null) throw err;
+      return this.#fallback.acquire(account, max);
+    }
+    if (ok !== 1) return undefined;
+    // Long requests (streams) renew their lease; a crashed instance's leases simply expire.
+    const renew = setInterval(() => {
+      this.#redis.tgSlotRenew(key, Date.now(), this.#leaseMs, id).catch((err: Error) => {
+        this.#logger.debug({ err: err.message }, 'lease renewal failed');
+      });
+    }, Math.max(50, Math.floor(this.#leaseMs / 3)));
+    renew.unref();
+    return () => {
+      clearInterval(renew);
+      this.#redis.zrem(key, id).catch(() => undefined);
+    };
+  }
+
+  async inUse(account: string): Promise<number> {
+    return this.#redis.zcount(this.#key(account), Date.now(), '+inf');
+  }
+}
