@@ -206,3 +206,29 @@ t.test('Redis down: closed answers 503 at once; open serves unmetered on per-ins
     t.equal(after.filter((r) => r.status === 200).length, 5, `${mode}: limits exact again (5 per minute)`);
   }
 });
+
+t.test("a crashed instance's Redis leases expire by themselves; live ones are renewed", async (t) => {
+  const { Redis } = await import('ioredis');
+  const { RedisSlots } = await import('../../lib/limits/slots.js');
+  const pino = (await import('pino')).default;
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const crashed = new Redis(redis.url);
+  const alive = new Redis(redis.url);
+  t.teardown(() => { crashed.disconnect(); alive.disconnect(); });
+  const log = pino({ level: 'silent' });
+  const a = new RedisSlots(crashed, 'lease-test:', false, log, 300);
+  const b = new RedisSlots(alive, 'lease-test:', false, log, 300);
+  const held = await a.acquire('acct', 1);
+  t.type(held, 'function');
+  t.equal(await b.acquire('acct', 1), undefined, 'the slot is taken');
+  crashed.disconnect(); // the instance dies without releasing: no more renewals
+  await sleep(450);
+  const mine = await b.acquire('acct', 1);
+  t.type(mine, 'function', 'the dead lease expired and the slot came back');
+  await sleep(700); // more than two lease lifetimes: renewals keep it
+  t.equal(await b.inUse('acct'), 1, 'a live lease is renewed past its lifetime');
+  mine!();
+  await sleep(50);
+  t.equal(await b.inUse('acct'), 0);
+});
