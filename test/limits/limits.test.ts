@@ -232,3 +232,42 @@ t.test("a crashed instance's Redis leases expire by themselves; live ones are re
   await sleep(50);
   t.equal(await b.inUse('acct'), 0);
 });
+
+t.test('two gateway processes on one Redis share the rate limit; Redis stopped mid-load hangs nothing', async (t) => {
+  const { spawn } = await import('node:child_process');
+  const { mkdtemp, writeFile, rm } = await import('node:fs/promises');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const bin = new URL('../../bin/tollgate.js', import.meta.url).pathname;
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const dir = await mkdtemp(join(tmpdir(), 'tollgate-limits-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const file = join(dir, 'tollgate.yaml');
+  await writeFile(file, `server: { port: 0 }
+store: { kind: redis, url: "${redis.url}", prefix: "procs-${process.pid}:" }
+plans: { free: { paid: false, requests_per_minute: 12 } }
+accounts: [{ id: demo, plan: free, wallet_units: 1000000, keys: [${DEMO_KEY}] }]
+providers: { echo: { kind: echo } }
+models: [{ id: echo-small, provider: echo }]
+`);
+  const urls: string[] = [];
+  for (let i = 0; i < 2; i++) {
+    const proc = spawn(process.execPath, [bin, 'serve', '--config', file], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' } });
+    t.teardown(() => { if (proc.exitCode === null) proc.kill('SIGKILL'); });
+    let out = '';
+    proc.stdout!.on('data', (d) => { out += d; });
+    for (let j = 0; j < 400 && !/listening on (\S+)/.test(out); j++) await sleep(25);
+    urls.push(/listening on (\S+)/.exec(out)![1]!);
+  }
+  const results = await Promise.all(Array.from({ length: 30 }, (_, i) => postChat(urls[i % 2]!, ask())));
+  t.equal(results.filter((r) => r.status === 200).length, 12, 'exactly 12 of 30 across two processes, not 24');
+
+  // Redis goes away while requests are in flight: every one of them ends, none hangs.
+  const started = Date.now();
+  const inflight = Promise.all(Array.from({ length: 40 }, (_, i) => postChat(urls[i % 2]!, ask()).then((r) => r.status, () => 0)));
+  await redis.stop();
+  const statuses = await inflight;
+  t.ok(Date.now() - started < 10000, 'all ended');
+  t.ok(statuses.every((s) => s === 200 || s === 429 || s === 503), `only served, limited or 503: ${[...new Set(statuses)].join(',')}`);
+});
