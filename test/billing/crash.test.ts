@@ -2,29 +2,15 @@
 // and every debit reported to a client before the crash is still there.
 
 import t from 'tap';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { serveChild } from '../helpers/child.js';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { completionBody, json, startUpstream, streamFrames, writeSse } from '../helpers/upstream.js';
 
-const bin = fileURLToPath(new URL('../../bin/tollgate.js', import.meta.url));
 const ADMIN = 'crash-billing-admin';
 const KEY = 'tg_crash_000000000000000000000000';
 
-async function serve(t: any, file: string): Promise<{ proc: ChildProcess; url: string }> {
-  const proc = spawn(process.execPath, [bin, 'serve', '--config', file], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' } });
-  t.teardown(() => { if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL'); });
-  let out = '';
-  proc.stdout!.on('data', (d) => { out += d; });
-  proc.stderr!.on('data', (d) => { out += d; });
-  for (let i = 0; i < 400 && !/listening on (\S+)/.test(out); i++) await sleep(25);
-  const m = /listening on (\S+)/.exec(out);
-  if (m === null) throw new Error(`gateway did not start: ${out}`);
-  return { proc, url: m[1]! };
-}
 
 t.test('SIGKILL with holds open loses no reported debit and leaves no hold', async (t) => {
   const up = await startUpstream(async (req, res, body) => {
@@ -48,7 +34,7 @@ accounts: [{ id: payer, plan: p, wallet_units: 100000, keys: [${KEY}] }]
 providers: { up: { kind: openai, base_url: ${up.baseUrl}, timeout_ms: 30000 } }
 models: [{ id: m, provider: up, context_window: 32768, max_output_tokens: 1000, price: { input_per_mtok: 1000, output_per_mtok: 1000 } }]
 `);
-  let gw = await serve(t, file);
+  let gw = await serveChild(t, file);
   const chat = (url: string, stream: boolean) => fetch(`${url}/v1/chat/completions`, {
     method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'm', stream, max_tokens: 1000, messages: [{ role: 'user', content: 'x' }] }),
@@ -71,7 +57,7 @@ models: [{ id: m, provider: up, context_window: 32768, max_output_tokens: 1000, 
   await new Promise((r) => gw.proc.once('exit', r));
   for (const s of streams) await s.body?.cancel().catch(() => undefined);
 
-  gw = await serve(t, file);
+  gw = await serveChild(t, file);
   const after = await account(gw.url);
   t.equal(after.balance_units, 100000 - reported, 'every reported debit survived, nothing else was charged');
   t.equal(after.held_units, 0, 'no hold survives the crash');

@@ -4,6 +4,7 @@
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DEMO_KEY, baseConfig, postChat, sseData, startGateway, type TestGateway } from '../helpers/gateway.js';
+import { serveChild } from '../helpers/child.js';
 import { startRedis } from '../helpers/redis.js';
 import { completionBody, json, startUpstream, streamFrames, writeSse } from '../helpers/upstream.js';
 import { schemas } from '../helpers/schemas.js';
@@ -234,11 +235,9 @@ t.test("a crashed instance's Redis leases expire by themselves; live ones are re
 });
 
 t.test('two gateway processes on one Redis share the rate limit; Redis stopped mid-load hangs nothing', async (t) => {
-  const { spawn } = await import('node:child_process');
   const { mkdtemp, writeFile, rm } = await import('node:fs/promises');
   const { tmpdir } = await import('node:os');
   const { join } = await import('node:path');
-  const bin = new URL('../../bin/tollgate.js', import.meta.url).pathname;
   const redis = await startRedis();
   t.teardown(() => redis.stop());
   const dir = await mkdtemp(join(tmpdir(), 'tollgate-limits-'));
@@ -251,15 +250,7 @@ accounts: [{ id: demo, plan: free, wallet_units: 1000000, keys: [${DEMO_KEY}] }]
 providers: { echo: { kind: echo } }
 models: [{ id: echo-small, provider: echo }]
 `);
-  const urls: string[] = [];
-  for (let i = 0; i < 2; i++) {
-    const proc = spawn(process.execPath, [bin, 'serve', '--config', file], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' } });
-    t.teardown(() => { if (proc.exitCode === null) proc.kill('SIGKILL'); });
-    let out = '';
-    proc.stdout!.on('data', (d) => { out += d; });
-    for (let j = 0; j < 400 && !/listening on (\S+)/.test(out); j++) await sleep(25);
-    urls.push(/listening on (\S+)/.exec(out)![1]!);
-  }
+  const urls = [(await serveChild(t, file)).url, (await serveChild(t, file)).url];
   const results = await Promise.all(Array.from({ length: 30 }, (_, i) => postChat(urls[i % 2]!, ask())));
   t.equal(results.filter((r) => r.status === 200).length, 12, 'exactly 12 of 30 across two processes, not 24');
 

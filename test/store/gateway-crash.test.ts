@@ -2,27 +2,14 @@
 // API acknowledged (a key issued, a credit added) is still there after a restart.
 
 import t from 'tap';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { serveChild } from '../helpers/child.js';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-const bin = fileURLToPath(new URL('../../bin/tollgate.js', import.meta.url));
 const ADMIN = 'crash-admin-token';
 
-async function serve(t: any, file: string): Promise<{ proc: ChildProcess; url: string }> {
-  const proc = spawn(process.execPath, [bin, 'serve', '--config', file], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' } });
-  t.teardown(() => { if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL'); });
-  let out = '';
-  proc.stdout!.on('data', (d) => { out += d; });
-  proc.stderr!.on('data', (d) => { out += d; });
-  for (let i = 0; i < 400 && !/listening on (\S+)/.test(out); i++) await sleep(25);
-  const m = /listening on (\S+)/.exec(out);
-  if (m === null) throw new Error(`gateway did not start: ${out}`);
-  return { proc, url: m[1]! };
-}
 
 t.test('SIGKILL mid-load loses no acknowledged admin mutation', async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'tollgate-gwcrash-'));
@@ -36,7 +23,7 @@ accounts:
 providers: { echo: { kind: echo } }
 models: [{ id: m, provider: echo }]
 `);
-  let gw = await serve(t, file);
+  let gw = await serveChild(t, file);
   const post = (url: string, path: string, body?: unknown) => fetch(`${url}${path}`, {
     method: 'POST', headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body),
   });
@@ -68,7 +55,7 @@ models: [{ id: m, provider: echo }]
   await Promise.all(workers);
   t.ok(ackedCredits.length >= 300 && ackedKeys.length > 0, `${ackedCredits.length} credits and ${ackedKeys.length} keys acknowledged`);
 
-  gw = await serve(t, file);
+  gw = await serveChild(t, file);
   const account: any = await (await fetch(`${gw.url}/admin/accounts/victim`, { headers: { authorization: `Bearer ${ADMIN}` } })).json();
   const ackedSum = ackedCredits.reduce((a, b) => a + b, 0);
   t.ok(account.balance_units >= ackedSum, `balance ${account.balance_units} includes every acknowledged credit (${ackedSum})`);
