@@ -426,7 +426,7 @@ t.test('while Redis is down calls fail fast; afterwards the same store works aga
     if (Date.now() - back > 5000) throw new Error('the stores did not reconnect within 5 s');
     await sleep(50);
   }
-  t.pass(`both stores answer again after ${Date.now() - back} ms`);
+  t.ok(Date.now() - back <= 5000, `both stores answer again after ${Date.now() - back} ms`);
   // The restarted server lost its data and its script cache (--save ''): scripts load again.
   t.equal(await a.getAccount('acme'), undefined, 'the data went with the old server');
   t.equal(await a.createAccount({ id: 'acme', plan: 'pro', balance_units: 1 }), true);
