@@ -109,15 +109,29 @@ export class Gateway {
   /** /admin: the admin API when admin.token is set, else 404 for every path (CONTRACT section 5). */
   async #admin(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     const ctx = newContext(requestIdFor(req.headers['x-request-id']), 'admin');
-    this.#inflight++;
-    res.once('close', () => this.#finished(ctx, res, undefined));
-    try {
+    await this.#track(ctx, res, async () => {
       const state = this.#state ?? (await this.#pending);
       if (state.admin === null) throw new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`);
       await state.admin.handle(req, res, path, ctx.id);
+    });
+  }
+
+  /**
+   * Runs one request's work and writes its record (metrics, access log, usage record) once
+   * BOTH the answer is closed and the work is done: a client that leaves mid-stream closes the
+   * answer before its debit lands, and the record must carry the debited figures (CONTRACT
+   * section 10: ledger, usage records and metrics agree to the unit).
+   */
+  async #track(ctx: RequestContext, res: ServerResponse, work: () => Promise<void>): Promise<void> {
+    this.#inflight++;
+    const closed = new Promise<void>((resolve) => res.once('close', resolve));
+    try {
+      await work();
     } catch (err) {
       this.#fail(ctx, res, err);
     }
+    await closed;
+    this.#finished(ctx, res, ctx.state);
   }
 
   /** Paths the gateway does not own: passthrough when configured, else the host app, else 404. */
@@ -167,23 +181,20 @@ export class Gateway {
   async #v1(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     const route = v1Route(path);
     const ctx = newContext(requestIdFor(req.headers['x-request-id']), route);
-    this.#inflight++;
-    let state: GatewayState | undefined;
-    res.once('close', () => this.#finished(ctx, res, state));
-    try {
+    await this.#track(ctx, res, async () => {
       if (route === 'unknown') throw new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`);
       if (!ALLOW[route].includes(req.method ?? '')) {
         throw new GatewayError('method_not_allowed', `Method ${req.method} is not allowed on ${path}; use ${ALLOW[route]}.`, {
           headers: { allow: ALLOW[route] },
         });
       }
-      state = this.#state ?? (await this.#pending);
+      const state = this.#state ?? (await this.#pending);
+      // The state is pinned before any await below: a reload must not close its pools under us.
+      ctx.state = state;
       this.#refs.set(state, (this.#refs.get(state) ?? 0) + 1);
       if (route === 'chat') await handleChat(state, this.metrics, ctx, req, res);
       else await this.#models(state, ctx, req, res, path);
-    } catch (err) {
-      this.#fail(ctx, res, err);
-    }
+    });
   }
 
   async #models(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {

@@ -10,17 +10,27 @@ import type { ModelConfig, PriceConfig } from '../config/types.js';
 import { GatewayError, retryAfterHeaders } from '../errors.js';
 import type { Store } from '../store/types.js';
 
-const MTOK = 1_000_000;
+const MTOK = 1_000_000n;
+const MAX_UNITS = BigInt(Number.MAX_SAFE_INTEGER);
 
 /**
- * ceil((prompt x input_per_mtok + completion x output_per_mtok) / 1,000,000) in exact integer
- * arithmetic (every intermediate stays below 2^53 for any realistic token count and price).
+ * ceil((prompt x input_per_mtok + completion x output_per_mtok) / 1,000,000), exact at any
+ * magnitude the config accepts: prices are uncapped integers (1e300 is one), so a product can
+ * pass 2^53 long before a balance could; BigInt keeps every digit. Token counts and prices are
+ * non-negative integers (the config schema and the providers' usage readers see to it).
  */
-export function cost(promptTokens: number, completionTokens: number, price: PriceConfig): number {
-  const n = promptTokens * price.input_per_mtok + completionTokens * price.output_per_mtok;
-  if (!Number.isSafeInteger(n)) throw new Error(`cost overflow: ${promptTokens}/${completionTokens} tokens`);
-  const rest = n % MTOK;
-  return (n - rest) / MTOK + (rest > 0 ? 1 : 0);
+export function cost(promptTokens: number, completionTokens: number, price: PriceConfig): bigint {
+  const n = BigInt(promptTokens) * BigInt(price.input_per_mtok) + BigInt(completionTokens) * BigInt(price.output_per_mtok);
+  return (n + MTOK - 1n) / MTOK;
+}
+
+/**
+ * A cost as the stores take it. Balances never exceed 2^53-1 (the admin API and the config
+ * refuse more), so a cost above that is "more than any balance": debiting it takes what the
+ * balance has, exactly as debiting the true figure would.
+ */
+function storeUnits(units: bigint): number {
+  return units > MAX_UNITS ? Number.MAX_SAFE_INTEGER : Number(units);
 }
 
 /** The UTC day and month a moment falls in: quota and usage windows. */
@@ -92,7 +102,7 @@ export class Charge {
   async settle(usage: Usage): Promise<void> {
     if (this.#done) return;
     this.#done = true;
-    const units = cost(usage.prompt_tokens, usage.completion_tokens, this.#price);
+    const units = storeUnits(cost(usage.prompt_tokens, usage.completion_tokens, this.#price));
     if (this.#store === null) {
       this.charged = 0;
       return;
@@ -131,11 +141,14 @@ export async function hold(
 ): Promise<Charge> {
   const output = request.maxOutputTokens ?? model.max_output_tokens;
   const units = cost(promptTokens, output, model.price);
+  // A worst case above 2^53-1 is more than any balance holds; the store still runs its quota
+  // checks (a quota refusal comes first) and reports the available balance for the 402.
+  const unpayable = units > MAX_UNITS;
   const w = windows();
   let result;
   try {
     result = await store.hold({
-      account: principal.accountId, requestId, units, ttlMs, day: w.day, month: w.month, quotas: principal.plan.quotas,
+      account: principal.accountId, requestId, units: storeUnits(units), ttlMs, day: w.day, month: w.month, quotas: principal.plan.quotas,
     });
   } catch (err) {
     // store.on_error: open — serve unmetered rather than refuse; said loudly, once per outage.
@@ -147,6 +160,11 @@ export async function hold(
   }
   open?.up();
   if (result === undefined) throw new GatewayError('invalid_api_key', 'The account behind this credential no longer exists.');
+  if (result.ok && unpayable) {
+    // Only a balance of exactly 2^53-1 with nothing held gets here: still short by the rest.
+    await store.release(principal.accountId, requestId).catch(() => undefined);
+    result = { ok: false, code: 'insufficient_credits', available_units: Number.MAX_SAFE_INTEGER };
+  }
   if (!result.ok) {
     if (result.code === 'insufficient_credits') {
       throw new GatewayError('insufficient_credits', `This request may cost up to ${units} units; ${result.available_units} are available.`, {

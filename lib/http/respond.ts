@@ -5,6 +5,7 @@ import type { ServerResponse } from 'node:http';
 import type { Principal } from '../auth/principal.js';
 import type { Charge } from '../billing/meter.js';
 import type { Usage } from '../chat/types.js';
+import type { GatewayState } from '../state.js';
 import { envelope, type GatewayError } from '../errors.js';
 
 export interface RequestContext {
@@ -25,12 +26,15 @@ export interface RequestContext {
   charge: Charge | undefined;
   upstreamMs: number | undefined;
   ttfcMs: number | undefined;
+  /** The config state the request runs on, once pinned (a reload leaves it in force for it). */
+  state: GatewayState | undefined;
 }
 
 export function newContext(id: string, route: string): RequestContext {
   return {
     id, start: performance.now(), route, principal: undefined, model: undefined, provider: undefined, upstreamModel: undefined,
     stream: false, code: '', usage: undefined, usageSource: undefined, charge: undefined, rateHeaders: undefined, upstreamMs: undefined, ttfcMs: undefined,
+    state: undefined,
   };
 }
 

@@ -18,6 +18,22 @@ export function isObj(v: unknown): v is Obj {
   return v !== null && typeof v === 'object' && !Array.isArray(v);
 }
 
+/**
+ * A token count an upstream reported, or undefined when it is not one: a count is a
+ * non-negative safe integer. Anything else (1.5, -3, 1e300) is no usage at all, so the
+ * gateway counts the tokens itself rather than bill a figure it cannot represent exactly.
+ */
+export function tokenCount(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : undefined;
+}
+
+/** Usage from prompt and completion counts, undefined when either is missing or the sum is not exact. */
+export function usageFrom(prompt: number | undefined, completion: number | undefined): Usage | undefined {
+  if (prompt === undefined || completion === undefined) return undefined;
+  const total = prompt + completion;
+  return Number.isSafeInteger(total) ? { prompt_tokens: prompt, completion_tokens: completion, total_tokens: total } : undefined;
+}
+
 export function parseJson(text: string): unknown {
   try {
     return JSON.parse(text);

@@ -33,11 +33,14 @@ async function account(gw: TestGateway, id = 'demo'): Promise<any> {
 const ask = (extra: Record<string, any> = {}) => ({ model: 'm', messages: [{ role: 'user', content: 'price me' }], max_tokens: 100, ...extra });
 
 t.test('cost is ceil((p x in + c x out) / 1e6) in exact integers', async (t) => {
-  t.equal(cost(1234, 567, PRICE), 3);
-  t.equal(cost(1000, 0, { input_per_mtok: 1000, output_per_mtok: 0 }), 1, 'exactly 1 unit');
-  t.equal(cost(1001, 0, { input_per_mtok: 1000, output_per_mtok: 0 }), 2, 'a hair over rounds up');
-  t.equal(cost(0, 0, PRICE), 0);
-  t.equal(cost(3_000_000_000, 1, { input_per_mtok: 1_000_000, output_per_mtok: 1 }), 3_000_000_001, '3e15 + 1 before the division, exact');
+  t.equal(cost(1234, 567, PRICE), 3n);
+  t.equal(cost(1000, 0, { input_per_mtok: 1000, output_per_mtok: 0 }), 1n, 'exactly 1 unit');
+  t.equal(cost(1001, 0, { input_per_mtok: 1000, output_per_mtok: 0 }), 2n, 'a hair over rounds up');
+  t.equal(cost(0, 0, PRICE), 0n);
+  t.equal(cost(3_000_000_000, 1, { input_per_mtok: 1_000_000, output_per_mtok: 1 }), 3_000_000_001n, '3e15 + 1 before the division, exact');
+  t.equal(cost(Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER, { input_per_mtok: 1e300, output_per_mtok: 7 }),
+    (BigInt(Number.MAX_SAFE_INTEGER) * BigInt(1e300) + BigInt(Number.MAX_SAFE_INTEGER) * 7n + 999_999n) / 1_000_000n,
+    'past 2^53: every digit kept');
 });
 
 t.test('exact arithmetic: N non-streaming and N streaming requests, to the unit', async (t) => {
@@ -49,7 +52,7 @@ t.test('exact arithmetic: N non-streaming and N streaming requests, to the unit'
     up.setScript((_req, res) => json(res, 200, completionBody('answer', { usage: { prompt_tokens: p, completion_tokens: c, total_tokens: p + c } })));
     const res = await postChat(gw.url, ask(), { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json' });
     t.equal(res.status, 200);
-    const units = cost(p, c, PRICE);
+    const units = Number(cost(p, c, PRICE));
     expected += units;
     t.equal(res.headers['x-tollgate-units-charged'], String(units), `charged ${units} for ${p}/${c}`);
     reported = Number(res.headers['x-tollgate-wallet-balance-units']);
@@ -59,7 +62,7 @@ t.test('exact arithmetic: N non-streaming and N streaming requests, to the unit'
     up.setScript((_req, res) => writeSse(res, streamFrames(['a', 'b'], { prompt_tokens: p, completion_tokens: c, total_tokens: p + c }), { split: 5 }));
     const res = await postChat(gw.url, ask({ stream: true }));
     t.ok(sseData(res.text).done);
-    expected += cost(p, c, PRICE);
+    expected += Number(cost(p, c, PRICE));
   }
   const acct = await account(gw);
   t.equal(acct.balance_units, 1_000_000 - expected, 'final balance = initial - sum of costs');

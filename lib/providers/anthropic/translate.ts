@@ -7,7 +7,7 @@ import type {
 } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import { EMPTY_ANSWER, isEmptyAnswer, isObj, mapErrorValue, parseJson, type Obj } from '../shared.js';
+import { EMPTY_ANSWER, isEmptyAnswer, isObj, mapErrorValue, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
 import type { ProviderCall, StreamPart } from '../types.js';
 
 type Block = Obj;
@@ -161,18 +161,14 @@ export function finishReason(v: unknown): FinishReason {
   }
 }
 
-function count(v: unknown): number | undefined {
-  return typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : undefined;
-}
-
 /** Anthropic usage -> ours: the prompt includes the tokens written to and read from the cache. */
 export function usageOf(v: unknown): Usage | undefined {
   if (!isObj(v)) return undefined;
-  const input = count(v.input_tokens);
-  const output = count(v.output_tokens);
+  const input = tokenCount(v.input_tokens);
+  const output = tokenCount(v.output_tokens);
   if (input === undefined || output === undefined) return undefined;
-  const prompt = input + (count(v.cache_creation_input_tokens) ?? 0) + (count(v.cache_read_input_tokens) ?? 0);
-  return { prompt_tokens: prompt, completion_tokens: output, total_tokens: prompt + output };
+  const prompt = input + (tokenCount(v.cache_creation_input_tokens) ?? 0) + (tokenCount(v.cache_read_input_tokens) ?? 0);
+  return usageFrom(Number.isSafeInteger(prompt) ? prompt : undefined, output);
 }
 
 export function toCompletion(text: string, call: ProviderCall, provider: string): { choices: CompletionChoice[]; usage: Usage | undefined } {
@@ -231,7 +227,7 @@ export class StreamTranslator {
 
   #addUsage(v: unknown): void {
     if (!isObj(v)) return;
-    for (const [k, n] of Object.entries(v)) if (count(n) !== undefined) this.#usage[k] = n;
+    for (const [k, n] of Object.entries(v)) if (tokenCount(n) !== undefined) this.#usage[k] = n;
   }
 
   handle(ev: SseEvent): StreamPart[] {

@@ -57,6 +57,9 @@ export class OpenAIProvider extends HttpProvider {
       const v = src[key];
       if (v !== undefined && v !== null) out[key] = v;
     }
+    // Output is never longer than what was held: with no limit from the client, the upstream
+    // gets the one the hold was sized for (CONTRACT section 10).
+    if (call.request.maxOutputTokens === undefined) out.max_tokens = call.model.max_output_tokens;
     if (stream) {
       out.stream = true;
       if (this.config.stream_usage) out.stream_options = { include_usage: true };

@@ -7,7 +7,7 @@ import type {
 } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import { EMPTY_ANSWER, isEmptyAnswer, isObj, mapErrorValue, parseJson, type Obj } from '../shared.js';
+import { EMPTY_ANSWER, isEmptyAnswer, isObj, mapErrorValue, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
 import type { DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
 
 function finishReason(v: unknown, hasToolCalls: boolean): FinishReason {
@@ -28,12 +28,7 @@ function logprobs(v: unknown): Logprobs | null {
 
 export function usageOf(v: unknown): Usage | undefined {
   if (!isObj(v)) return undefined;
-  const p = v.prompt_tokens;
-  const c = v.completion_tokens;
-  if (typeof p !== 'number' || typeof c !== 'number' || !Number.isInteger(p) || !Number.isInteger(c) || p < 0 || c < 0) {
-    return undefined;
-  }
-  return { prompt_tokens: p, completion_tokens: c, total_tokens: p + c };
+  return usageFrom(tokenCount(v.prompt_tokens), tokenCount(v.completion_tokens));
 }
 
 function toolCalls(v: unknown): ToolCall[] | undefined {
