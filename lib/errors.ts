@@ -70,11 +70,18 @@ export class GatewayError extends Error {
   readonly param: string | null;
   readonly extras: ErrorExtras | undefined;
   readonly headers: Record<string, string> | undefined;
+  /**
+   * For upstream failures: whether the upstream is at fault (connection failure, 5xx, timeout,
+   * invalid body), so that it counts toward the target's circuit. False for outcomes a request
+   * caused itself or a "not now" (an answer its own stop sequence emptied, an upstream 429):
+   * those must never open a circuit for other accounts (CONTRACT section 10).
+   */
+  readonly fault: boolean;
 
   constructor(
     code: ErrorCode,
     message: string,
-    opts: { param?: string | null; extras?: ErrorExtras; headers?: Record<string, string>; cause?: unknown } = {},
+    opts: { param?: string | null; extras?: ErrorExtras; headers?: Record<string, string>; cause?: unknown; fault?: boolean } = {},
   ) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = 'GatewayError';
@@ -84,6 +91,7 @@ export class GatewayError extends Error {
     this.param = opts.param ?? null;
     this.extras = opts.extras;
     this.headers = opts.headers;
+    this.fault = opts.fault ?? true;
   }
 }
 

@@ -11,6 +11,7 @@ import { parseJsonBody } from '../http/json.js';
 import { sendJson, type RequestContext } from '../http/respond.js';
 import type { Metrics } from '../observe/metrics.js';
 import { TIMEOUT, type ProviderCall } from '../providers/types.js';
+import { emptyAnswer, hasStop } from '../providers/shared.js';
 import { DONE_FRAME, KEEPALIVE_FRAME, SSE_HEADERS, dataFrame, writeFrame } from '../sse/writer.js';
 import type { GatewayState, Target } from '../state.js';
 import { counter } from '../tokens/count.js';
@@ -148,7 +149,7 @@ class Attempts {
       return result;
     } catch (err) {
       const e = err instanceof GatewayError ? err : new GatewayError('internal_error', 'The gateway failed while calling the provider.', { cause: err });
-      if (ac.signal.reason !== CLIENT_GONE && FALLBACK_CODES.has(e.code)) outcome = 'failure';
+      if (ac.signal.reason !== CLIENT_GONE && FALLBACK_CODES.has(e.code) && e.fault) outcome = 'failure';
       this.#last = e;
       throw e;
     } finally {
@@ -181,7 +182,7 @@ async function completeAnswer(metrics: Metrics, attempts: Attempts, charge: Char
       let usage = result.usage;
       ctx.usageSource = 'upstream';
       if (usage === undefined) {
-        usage = attempts.counted(result.choices.map((c) => c.message.content ?? '').join(''));
+        usage = attempts.counted(result.choices.map((c) => (c.message.reasoning_content ?? '') + (c.message.content ?? '')).join(''));
         ctx.usageSource = 'counted';
       }
       ctx.usage = usage;
@@ -215,16 +216,18 @@ async function completeAnswer(metrics: Metrics, attempts: Attempts, charge: Char
 
 /**
  * A chunk "commits" the stream (sends the 200 and headers) only once it carries something:
- * text, tool calls, a refusal, or a finish reason that explains an empty answer. Until then
- * chunks are held, so an upstream that fails or answers nothing still gets a real status and
- * the next fallback can be tried.
+ * text, reasoning, tool calls, a refusal, or a finish reason that explains an empty answer
+ * (length, content_filter, or stop when the client's own stop sequences may have emptied it).
+ * Until then chunks are held, so an upstream that fails or answers nothing still gets a real
+ * status and the next fallback can be tried.
  */
-function isSubstantive(choices: readonly ChunkChoice[]): boolean {
+function isSubstantive(choices: readonly ChunkChoice[], stopExplains: boolean): boolean {
   for (const c of choices) {
     const d = c.delta;
     if ((d.content !== undefined && d.content !== null && d.content !== '') || d.tool_calls !== undefined ||
+      (d.reasoning_content !== undefined && d.reasoning_content !== '') ||
       (d.refusal !== undefined && d.refusal !== null && d.refusal !== '') ||
-      (c.finish_reason !== null && c.finish_reason !== 'stop')) return true;
+      (c.finish_reason !== null && (c.finish_reason !== 'stop' || stopExplains))) return true;
   }
   return false;
 }
@@ -237,6 +240,7 @@ async function streamAnswer(
   const tail = includeUsage ? ',"usage":null}' : '}';
   const frame = (choices: readonly ChunkChoice[]) => dataFrame(head + JSON.stringify(choices) + tail);
   const started = performance.now();
+  const stopExplains = hasStop({ request: attempts.request });
 
   // Keep-alives run from the moment the first upstream is called: one that is slow to send even
   // its headers is silent too. The first keep-alive commits the stream (200 + headers), and
@@ -280,10 +284,11 @@ async function streamAnswer(
                 if (c.delta.role === undefined) c.delta = { role: 'assistant', ...c.delta };
               }
               if (typeof c.delta.content === 'string') text += c.delta.content;
+              if (c.delta.reasoning_content !== undefined) text += c.delta.reasoning_content;
               if (c.delta.tool_calls !== undefined) for (const tc of c.delta.tool_calls) text += tc.function?.arguments ?? '';
             }
             if (!committed) {
-              if (!isSubstantive(part.choices)) { held.push(part.choices); continue; }
+              if (!isSubstantive(part.choices, stopExplains)) { held.push(part.choices); continue; }
               commit();
             }
             if (ctx.ttfcMs === undefined) {
@@ -300,7 +305,7 @@ async function streamAnswer(
               return false;
             }
           }
-          if (!committed) throw new GatewayError('provider_error', 'The model provider sent an empty answer.');
+          if (!committed) throw emptyAnswer();
           return true;
         });
         if (!finished) {

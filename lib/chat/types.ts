@@ -44,7 +44,8 @@ export interface Logprobs { content: unknown[] | null; refusal: unknown[] | null
 
 export interface CompletionChoice {
   index: number;
-  message: { role: 'assistant'; content: string | null; refusal: string | null; tool_calls?: ToolCall[] };
+  /** reasoning_content: a reasoning model's thinking (vLLM, llama.cpp, DeepSeek style), passed on. */
+  message: { role: 'assistant'; content: string | null; refusal: string | null; reasoning_content?: string; tool_calls?: ToolCall[] };
   logprobs: Logprobs | null;
   finish_reason: FinishReason;
 }
@@ -69,6 +70,7 @@ export interface ChunkDelta {
   role?: 'assistant';
   content?: string | null;
   refusal?: string | null;
+  reasoning_content?: string;
   tool_calls?: ToolCallDelta[];
 }
 

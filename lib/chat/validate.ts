@@ -179,7 +179,9 @@ export function validateChatRequest(body: unknown): ChatRequest {
   checkNumber(body, 'frequency_penalty', -2, 2);
   checkInteger(body, 'n', 1, 1);
   checkInteger(body, 'seed', Number.MIN_SAFE_INTEGER);
-  checkInteger(body, 'top_logprobs', 0, 20);
+  // No OpenAI caps on top_logprobs or the number of stop sequences: model servers accept more,
+  // and enforcing their own limits is theirs to do (CONTRACT section 10).
+  checkInteger(body, 'top_logprobs', 0);
   checkBoolean(body, 'logprobs');
   checkBoolean(body, 'parallel_tool_calls');
   const stream = checkBoolean(body, 'stream') ?? false;
@@ -187,7 +189,6 @@ export function validateChatRequest(body: unknown): ChatRequest {
   const stop = body.stop;
   if (stop !== undefined && stop !== null) {
     if (Array.isArray(stop)) {
-      if (stop.length > 4) throw badValue('stop', 'at most 4 stop sequences');
       stop.forEach((s, i) => { if (typeof s !== 'string') throw wrongType(`stop[${i}]`, 'a string'); });
     } else if (typeof stop !== 'string') {
       throw wrongType('stop', 'a string or an array of strings');

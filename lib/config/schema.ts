@@ -85,6 +85,14 @@ const provider = obj(
     circuit_failures: { ...posInt, default: 5 },
     circuit_cooldown_ms: { ...posInt, default: 30000 },
     chunk_delay_ms: { ...uint, default: 0 },
+    forward_params: {
+      type: 'array',
+      default: [],
+      items: {
+        type: 'string', pattern: '^(?!(?:model|messages|stream|stream_options)$)[A-Za-z_][A-Za-z0-9_]{0,63}$',
+        'x-msg': 'must be a request field name (letters, digits, _), not model, messages, stream or stream_options',
+      },
+    },
   },
   { required: ['kind'] },
 );

@@ -30,6 +30,8 @@ export interface ProviderConfig {
   circuit_cooldown_ms: number;
   /** echo only: pause between streamed words (smoke tests of slow streams). */
   chunk_delay_ms: number;
+  /** Extra request fields passed to this upstream as they are (grammar, top_k, min_p...). */
+  forward_params: string[];
 }
 
 export interface TargetConfig { provider: string; upstream_model?: string }

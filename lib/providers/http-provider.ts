@@ -66,7 +66,7 @@ export abstract class HttpProvider implements Provider {
   async #failure(res: Dispatcher.ResponseData, call: ProviderCall): Promise<GatewayError> {
     if (this.#unavailable.has(res.statusCode)) {
       void readCapped(res.body, 0);
-      return unavailable(res.headers, this.name);
+      return unavailable(res.headers, this.name, res.statusCode);
     }
     return mapErrorBody(res.statusCode, await readCapped(res.body), call, this.name);
   }

@@ -47,14 +47,33 @@ export function isEventStream(headers: Dispatcher.ResponseData['headers']): bool
   return typeof ct === 'string' && ct.toLowerCase().includes('text/event-stream');
 }
 
-/** A legitimate answer has text, tool calls or a refusal, or says why it has none. */
-export function isEmptyAnswer(c: CompletionChoice): boolean {
+/** Did the client send stop sequences? Then an answer they emptied is its own doing. */
+export function hasStop(call: Pick<ProviderCall, 'request'>): boolean {
+  const stop = call.request.body.stop;
+  return typeof stop === 'string' ? stop !== '' : Array.isArray(stop) && stop.length > 0;
+}
+
+/**
+ * A legitimate answer has text, reasoning, tool calls or a refusal, or says why it has none:
+ * length, content_filter, or a stop that the client's own stop sequences explain.
+ */
+export function isEmptyAnswer(c: CompletionChoice, call: ProviderCall): boolean {
   return (c.message.content === null || c.message.content === '') &&
+    (c.message.reasoning_content === undefined || c.message.reasoning_content === '') &&
     c.message.tool_calls === undefined && c.message.refusal === null &&
-    c.finish_reason !== 'length' && c.finish_reason !== 'content_filter';
+    c.finish_reason !== 'length' && c.finish_reason !== 'content_filter' &&
+    !(c.finish_reason === 'stop' && hasStop(call));
 }
 
 export const EMPTY_ANSWER = 'The model provider sent an empty answer.';
+
+/**
+ * An empty answer is tried on the next fallback, but it is not the upstream's fault (a model
+ * may well answer nothing to some prompt), so it never opens a circuit for other accounts.
+ */
+export function emptyAnswer(): GatewayError {
+  return new GatewayError('provider_error', EMPTY_ANSWER, { fault: false });
+}
 export const ENDED_EARLY = 'The model provider ended the stream before the answer was complete.';
 
 const CONTEXT_ERROR = /context[ _-]?length|maximum context|context window|context size|too many tokens|prompt is too long|input is too long|exceeds? the (?:available )?context/i;
@@ -85,7 +104,7 @@ export function mapErrorValue(status: number, body: unknown, call: ProviderCall,
   }
   if (effective === 429 || effective === 503 || code === 'rate_limit_exceeded' || code === 'overloaded_error') {
     return new GatewayError('model_unavailable', `The model provider '${provider}' is overloaded or rate-limited; retry later.`, {
-      headers: { 'retry-after': '1', 'retry-after-ms': '1000' },
+      headers: { 'retry-after': '1', 'retry-after-ms': '1000' }, fault: effective !== 429 && code !== 'rate_limit_exceeded',
     });
   }
   if (effective === 400 || effective === 422) {

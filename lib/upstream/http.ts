@@ -54,10 +54,13 @@ export function upstreamRetryAfterMs(headers: Dispatcher.ResponseData['headers']
   return Number.isFinite(date) ? date - Date.now() : undefined;
 }
 
-/** 503 model_unavailable for an upstream 429/503, passing on its Retry-After. */
-export function unavailable(headers: Dispatcher.ResponseData['headers'], providerName: string): GatewayError {
+/**
+ * 503 model_unavailable for an upstream 429/503, passing on its Retry-After. A 429 is the
+ * upstream saying "not now", not failing: it does not count toward the circuit; a 503 does.
+ */
+export function unavailable(headers: Dispatcher.ResponseData['headers'], providerName: string, status: number): GatewayError {
   return new GatewayError('model_unavailable', `The model provider '${providerName}' is overloaded or rate-limited; retry later.`, {
-    headers: retryAfterHeaders(upstreamRetryAfterMs(headers) ?? 1000),
+    headers: retryAfterHeaders(upstreamRetryAfterMs(headers) ?? 1000), fault: status !== 429,
   });
 }
 

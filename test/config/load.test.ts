@@ -131,6 +131,7 @@ t.test('provider and model defaults; upstream_model defaults to the id', async (
     circuit_failures: 5,
     circuit_cooldown_ms: 30000,
     chunk_delay_ms: 0,
+    forward_params: [],
   });
   t.strictSame(c.models[0], {
     id: 'llama',

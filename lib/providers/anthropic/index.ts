@@ -24,7 +24,7 @@ export class AnthropicProvider extends HttpProvider {
   }
 
   protected body(call: ProviderCall, stream: boolean): string {
-    return JSON.stringify(buildRequest(call, stream));
+    return JSON.stringify(buildRequest(call, stream, this.config.forward_params));
   }
 
   protected completion(text: string, call: ProviderCall): ChoicesAndUsage {

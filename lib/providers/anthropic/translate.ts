@@ -7,7 +7,7 @@ import type {
 } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import { EMPTY_ANSWER, isEmptyAnswer, isObj, mapErrorValue, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
+import { emptyAnswer, isEmptyAnswer, isObj, mapErrorValue, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
 import type { ProviderCall, StreamPart } from '../types.js';
 
 type Block = Obj;
@@ -128,7 +128,7 @@ function stopSequences(v: unknown): string[] | undefined {
 }
 
 /** The body of POST /v1/messages. */
-export function buildRequest(call: ProviderCall, stream: boolean): Obj {
+export function buildRequest(call: ProviderCall, stream: boolean, forwardParams: readonly string[] = []): Obj {
   const request = call.request;
   const src = request.body;
   const { system, turns } = conversation(request.messages);
@@ -145,6 +145,11 @@ export function buildRequest(call: ProviderCall, stream: boolean): Obj {
     out.tools = defs;
     const choice = toolChoice(src.tool_choice, src.parallel_tool_calls);
     if (choice !== undefined) out.tool_choice = choice;
+  }
+  // The operator's forward_params (top_k, thinking...) go as they are; they never replace the
+  // fields above.
+  for (const key of forwardParams) {
+    if (src[key] !== undefined && !(key in out)) out[key] = src[key];
   }
   if (stream) out.stream = true;
   return out;
@@ -177,10 +182,12 @@ export function toCompletion(text: string, call: ProviderCall, provider: string)
   if (body.type === 'error' || (body.error !== undefined && body.error !== null)) throw mapErrorValue(502, body, call, provider);
   if (!Array.isArray(body.content)) throw new GatewayError('provider_error', 'The model provider sent an answer with no content.');
   let content: string | null = null;
+  let reasoning = '';
   const calls: ToolCall[] = [];
   for (const b of body.content) {
     if (!isObj(b)) continue;
     if (b.type === 'text' && typeof b.text === 'string') content = (content ?? '') + b.text;
+    else if (b.type === 'thinking' && typeof b.thinking === 'string') reasoning += b.thinking;
     else if (b.type === 'tool_use') {
       calls.push({
         id: typeof b.id === 'string' ? b.id : `call_${calls.length}`,
@@ -190,9 +197,10 @@ export function toCompletion(text: string, call: ProviderCall, provider: string)
     }
   }
   const message: CompletionChoice['message'] = { role: 'assistant', content, refusal: null };
+  if (reasoning !== '') message.reasoning_content = reasoning;
   if (calls.length > 0) message.tool_calls = calls;
   const choice: CompletionChoice = { index: 0, message, logprobs: null, finish_reason: finishReason(body.stop_reason) };
-  if (isEmptyAnswer(choice)) throw new GatewayError('provider_error', EMPTY_ANSWER);
+  if (isEmptyAnswer(choice, call)) throw emptyAnswer();
   return { choices: [choice], usage: usageOf(body.usage) };
 }
 
@@ -282,6 +290,9 @@ export class StreamTranslator {
     const d = body.delta;
     if (!isObj(d)) return [];
     if (d.type === 'text_delta') return typeof d.text === 'string' && d.text !== '' ? [choices({ content: d.text })] : [];
+    if (d.type === 'thinking_delta') {
+      return typeof d.thinking === 'string' && d.thinking !== '' ? [choices({ reasoning_content: d.thinking })] : [];
+    }
     if (d.type !== 'input_json_delta' || typeof d.partial_json !== 'string' || d.partial_json === '') return [];
     const index = typeof body.index === 'number' ? this.#tools.get(body.index) : undefined;
     if (index === undefined) return [];

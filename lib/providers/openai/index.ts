@@ -10,7 +10,7 @@ import { readCapped, transportError } from '../../upstream/http.js';
 import { HttpProvider, type StreamTranslator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
 import type { DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
-import { normalizeChunk, normalizeCompletion, parseModelList } from './translate.js';
+import { normalizeChunk, normalizeCompletion, parseLlamaCppContext, parseModelList } from './translate.js';
 
 /** Chat parameters that OpenAI-compatible servers understand (CONTRACT section 4). */
 const FORWARDED_FIELDS = [
@@ -57,6 +57,10 @@ export class OpenAIProvider extends HttpProvider {
       const v = src[key];
       if (v !== undefined && v !== null) out[key] = v;
     }
+    for (const key of this.config.forward_params) {
+      const v = src[key];
+      if (v !== undefined) out[key] = v;
+    }
     // Output is never longer than what was held: with no limit from the client, the upstream
     // gets the one the hold was sized for (CONTRACT section 10).
     if (call.request.maxOutputTokens === undefined) out.max_tokens = call.model.max_output_tokens;
@@ -88,6 +92,28 @@ export class OpenAIProvider extends HttpProvider {
       void readCapped(res.body, 0);
       throw new GatewayError('provider_error', `GET /models answered ${res.statusCode}.`);
     }
-    return parseModelList(await readCapped(res.body, 8 * 1024 * 1024));
+    const models = parseModelList(await readCapped(res.body, 8 * 1024 * 1024));
+    if (models.some((m) => m.contextWindow === undefined)) {
+      const nCtx = await this.#llamaCppContext(signal);
+      if (nCtx !== undefined) for (const m of models) m.contextWindow ??= nCtx;
+    }
+    return models;
+  }
+
+  /**
+   * llama.cpp's server reports the context it was started with (`--ctx-size`, per slot) in
+   * GET /props, beside /v1; its /v1/models tells only the training context, which can be far
+   * larger than what the server accepts. Any other server: undefined.
+   */
+  async #llamaCppContext(signal: AbortSignal): Promise<number | undefined> {
+    const root = this.endpoint.basePath.replace(/\/v1$/, '');
+    try {
+      const res = await this.endpoint.pool.request({ method: 'GET', path: `${root}/props`, headers: this.headers, signal });
+      const text = await readCapped(res.body, 1024 * 1024);
+      if (res.statusCode !== 200) return undefined;
+      return parseLlamaCppContext(text);
+    } catch {
+      return undefined;
+    }
   }
 }

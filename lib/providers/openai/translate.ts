@@ -7,7 +7,7 @@ import type {
 } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import { EMPTY_ANSWER, isEmptyAnswer, isObj, mapErrorValue, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
+import { emptyAnswer, isEmptyAnswer, isObj, mapErrorValue, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
 import type { DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
 
 function finishReason(v: unknown, hasToolCalls: boolean): FinishReason {
@@ -46,6 +46,15 @@ function toolCalls(v: unknown): ToolCall[] | undefined {
   });
 }
 
+/**
+ * A reasoning model's thinking: `reasoning_content` (vLLM, llama.cpp, DeepSeek) or `reasoning`
+ * (newer vLLM, OpenRouter-style servers). Passed on as reasoning_content (CONTRACT section 10).
+ */
+function reasoningOf(m: Obj): string | undefined {
+  const r = typeof m.reasoning_content === 'string' ? m.reasoning_content : m.reasoning;
+  return typeof r === 'string' && r !== '' ? r : undefined;
+}
+
 function toolCallDeltas(v: unknown): ToolCallDelta[] | undefined {
   if (!Array.isArray(v) || v.length === 0) return undefined;
   return v.filter(isObj).map((c, i) => {
@@ -77,6 +86,8 @@ export function normalizeCompletion(text: string, call: ProviderCall, provider: 
       content: typeof m.content === 'string' ? m.content : null,
       refusal: typeof m.refusal === 'string' ? m.refusal : null,
     };
+    const reasoning = reasoningOf(m);
+    if (reasoning !== undefined) message.reasoning_content = reasoning;
     if (calls !== undefined) message.tool_calls = calls;
     return {
       index: typeof c.index === 'number' ? c.index : i,
@@ -85,9 +96,8 @@ export function normalizeCompletion(text: string, call: ProviderCall, provider: 
       finish_reason: finishReason(c.finish_reason, calls !== undefined),
     };
   });
-  if (choices.length === 0 || choices.every(isEmptyAnswer)) {
-    throw new GatewayError('provider_error', EMPTY_ANSWER);
-  }
+  if (choices.length === 0) throw new GatewayError('provider_error', 'The model provider sent an answer with no choices.');
+  if (choices.every((c) => isEmptyAnswer(c, call))) throw emptyAnswer();
   return { choices, usage: usageOf(body.usage) };
 }
 
@@ -97,6 +107,8 @@ function chunkChoice(c: Obj, i: number): ChunkChoice {
   if (d.role === 'assistant') delta.role = 'assistant';
   if (typeof d.content === 'string') delta.content = d.content;
   if (typeof d.refusal === 'string') delta.refusal = d.refusal;
+  const reasoning = reasoningOf(d);
+  if (reasoning !== undefined) delta.reasoning_content = reasoning;
   const calls = toolCallDeltas(d.tool_calls);
   if (calls !== undefined) delta.tool_calls = calls;
   const out: ChunkChoice = {
@@ -135,4 +147,13 @@ export function parseModelList(text: string): DiscoveredModel[] {
     out.push({ id: m.id, contextWindow: typeof len === 'number' && Number.isInteger(len) && len > 0 ? len : undefined });
   }
   return out;
+}
+
+/** llama.cpp GET /props: `default_generation_settings.n_ctx` (or a top-level `n_ctx`). */
+export function parseLlamaCppContext(text: string): number | undefined {
+  const body = parseJson(text);
+  if (!isObj(body)) return undefined;
+  const settings = isObj(body.default_generation_settings) ? body.default_generation_settings : body;
+  const n = settings.n_ctx ?? body.n_ctx;
+  return typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? n : undefined;
 }
