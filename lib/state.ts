@@ -16,7 +16,10 @@ import { Limits } from './limits/limits.js';
 import type { Slots } from './limits/slots.js';
 import { RedisStore } from './store/redis.js';
 import type { Store } from './store/types.js';
-import { loadTokenizers } from './tokens/count.js';
+import { counter, loadTokenizers } from './tokens/count.js';
+import { UpstreamTokens } from './tokens/upstream.js';
+import { promptTokens } from './chat/checks.js';
+import type { ChatRequest } from './chat/types.js';
 import type { Circuit, Health } from './upstream/health.js';
 
 /** One place a model can be served from: its provider, or one of its fallbacks. */
@@ -43,6 +46,8 @@ export class GatewayState {
   readonly #targets = new WeakMap<ModelConfig, Target[]>();
   readonly #discovery: Discovery;
   readonly #createdAt = Math.floor(Date.now() / 1000);
+  /** Per provider that serves POST /tokenize: its counts, for models with `tokenizer: upstream`. */
+  readonly #upstreamTokens = new Map<string, UpstreamTokens>();
 
   constructor(config: Config, store: Store, slots: Slots, health: Health, logger: Logger) {
     this.config = config;
@@ -51,6 +56,9 @@ export class GatewayState {
     const providers = new Map<string, Provider>();
     for (const [name, p] of Object.entries(config.providers)) providers.set(name, createProvider(name, p));
     this.providers = providers;
+    for (const p of providers.values()) {
+      if (p.tokenize !== undefined) this.#upstreamTokens.set(p.name, new UpstreamTokens(p as ConstructorParameters<typeof UpstreamTokens>[0]));
+    }
     this.auth = new Authenticator(store, config);
     this.openMode = config.store.on_error === 'open'
       ? new OpenMode((msg, err) => logger.error({ err: (err as Error | undefined)?.message }, msg))
@@ -71,6 +79,20 @@ export class GatewayState {
     await this.store.seed(this.config.accounts);
     await loadTokenizers(['o200k_base', ...this.config.models.map((m) => m.tokenizer), ...Object.values(this.config.providers).map((p) => p.model_defaults.tokenizer ?? 'o200k_base')]);
     this.#discovery.start();
+  }
+
+  /** Prompt tokens with the model's tokenizer: the server's own count for `tokenizer: upstream`. */
+  async promptTokens(request: ChatRequest, model: ModelConfig): Promise<number> {
+    const remote = model.tokenizer === 'upstream' ? this.#upstreamTokens.get(model.provider) : undefined;
+    if (remote === undefined) return promptTokens(request, model);
+    return remote.prompt(request.messages, model.upstream_model ?? model.id, model.image_tokens);
+  }
+
+  /** Tokens of generated text (what a client received before it left), counted the same way. */
+  async textTokens(text: string, model: ModelConfig): Promise<number> {
+    const remote = model.tokenizer === 'upstream' ? this.#upstreamTokens.get(model.provider) : undefined;
+    if (remote === undefined) return counter(model.tokenizer)(text);
+    return remote.count(text, model.upstream_model ?? model.id);
   }
 
   /** The model's provider, then its fallbacks, in order. */

@@ -14,10 +14,9 @@ import { TIMEOUT, type ProviderCall } from '../providers/types.js';
 import { emptyAnswer, hasStop } from '../providers/shared.js';
 import { DONE_FRAME, KEEPALIVE_FRAME, SSE_HEADERS, dataFrame, writeFrame } from '../sse/writer.js';
 import type { GatewayState, Target } from '../state.js';
-import { counter } from '../tokens/count.js';
 import type { Admission, Outcome } from '../upstream/health.js';
 import { hold, type Charge } from '../billing/meter.js';
-import { checkContext, checkImages, fitsContext, promptTokens } from './checks.js';
+import { checkContext, checkImages, fitsContext } from './checks.js';
 import type { ChatCompletion, ChatRequest, ChunkChoice, Usage } from './types.js';
 import { validateChatRequest } from './validate.js';
 import type { ModelConfig } from '../config/types.js';
@@ -51,7 +50,7 @@ export async function handleChat(
   ctx.model = model.id;
   checkImages(request, model);
   state.policy.check(request.messages);
-  const prompt = promptTokens(request, model);
+  const prompt = await state.promptTokens(request, model);
   checkContext(request, model, prompt);
 
   // Limits, then credits, then the upstream. The concurrency slot is held to the last byte of
@@ -99,6 +98,7 @@ class Attempts {
   /** The prompt estimate, with the model's tokenizer. */
   readonly prompt: number;
   readonly #targets: Target[];
+  readonly #state: GatewayState;
   readonly #metrics: Metrics;
   readonly #ctx: RequestContext;
   readonly #res: ServerResponse;
@@ -111,6 +111,7 @@ class Attempts {
     this.model = model;
     this.prompt = prompt;
     this.#targets = state.targets(model);
+    this.#state = state;
     this.#metrics = metrics;
     this.#ctx = ctx;
     this.#res = res;
@@ -162,8 +163,8 @@ class Attempts {
   }
 
   /** Usage counted by the gateway: the prompt estimate and the tokens of `completion`. */
-  counted(completion: string): Usage {
-    const c = counter(this.model.tokenizer)(completion);
+  async counted(completion: string): Promise<Usage> {
+    const c = await this.#state.textTokens(completion, this.model);
     return { prompt_tokens: this.prompt, completion_tokens: c, total_tokens: this.prompt + c };
   }
 
@@ -182,7 +183,7 @@ async function completeAnswer(metrics: Metrics, attempts: Attempts, charge: Char
       let usage = result.usage;
       ctx.usageSource = 'upstream';
       if (usage === undefined) {
-        usage = attempts.counted(result.choices.map((c) => (c.message.reasoning_content ?? '') + (c.message.content ?? '')).join(''));
+        usage = await attempts.counted(result.choices.map((c) => (c.message.reasoning_content ?? '') + (c.message.content ?? '')).join(''));
         ctx.usageSource = 'counted';
       }
       ctx.usage = usage;
@@ -311,7 +312,7 @@ async function streamAnswer(
         if (!finished) {
           if (text !== '') {
             ctx.usageSource = 'counted';
-            ctx.usage = attempts.counted(text);
+            ctx.usage = await attempts.counted(text);
             await charge.settle(ctx.usage);
           }
           return;
@@ -321,7 +322,7 @@ async function streamAnswer(
         throw err;
       }
       ctx.usageSource = usage === undefined ? 'counted' : 'upstream';
-      ctx.usage = usage ?? attempts.counted(text);
+      ctx.usage = usage ?? await attempts.counted(text);
       await charge.settle(ctx.usage);
       if (includeUsage) res.write(dataFrame(`${head}[],"usage":${JSON.stringify(ctx.usage)}}`));
       res.end(DONE_FRAME);
@@ -332,7 +333,7 @@ async function streamAnswer(
     // reached the client (nothing, if only keep-alives did).
     if (committed && !charge.settled && text !== '') {
       ctx.usageSource = 'counted';
-      ctx.usage = attempts.counted(text);
+      ctx.usage = await attempts.counted(text);
       await charge.settle(ctx.usage).catch(() => undefined);
     }
     if (!committed || res.destroyed) throw err;

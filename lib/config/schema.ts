@@ -40,7 +40,10 @@ const modelFields = {
   supports_vision: { type: 'boolean', default: false },
   max_images: { ...uint, default: 0 },
   paid_only: { type: 'boolean', default: false },
-  tokenizer: { enum: ['o200k_base', 'cl100k_base', 'p50k_base', 'r50k_base'], default: 'o200k_base', 'x-msg': 'must be one of o200k_base, cl100k_base, p50k_base, r50k_base' },
+  tokenizer: {
+    type: 'string', pattern: '^(?:o200k_base|cl100k_base|p50k_base|r50k_base|upstream|.+\\.json)$', default: 'o200k_base',
+    'x-msg': 'must be o200k_base, cl100k_base, p50k_base, r50k_base, upstream, or the path of a tokenizer.json',
+  },
   image_tokens: { ...uint, default: 85 },
   price,
   created: { ...uint },
@@ -85,6 +88,7 @@ const provider = obj(
     circuit_failures: { ...posInt, default: 5 },
     circuit_cooldown_ms: { ...posInt, default: 30000 },
     chunk_delay_ms: { ...uint, default: 0 },
+    tokenize_timeout_ms: { ...posInt, default: 500 },
     forward_params: {
       type: 'array',
       default: [],

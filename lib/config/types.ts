@@ -32,11 +32,15 @@ export interface ProviderConfig {
   chunk_delay_ms: number;
   /** Extra request fields passed to this upstream as they are (grammar, top_k, min_p...). */
   forward_params: string[];
+  /** `tokenizer: upstream`: how long a /tokenize call may take before the local estimate is used. */
+  tokenize_timeout_ms: number;
 }
 
 export interface TargetConfig { provider: string; upstream_model?: string }
 
 export type TokenizerName = 'o200k_base' | 'cl100k_base' | 'p50k_base' | 'r50k_base';
+/** An encoding name, `upstream` (the model server's /tokenize), or the path of a tokenizer.json. */
+export type TokenizerSpec = TokenizerName | 'upstream' | (string & {});
 
 export interface ModelConfig {
   id: string;
@@ -48,7 +52,7 @@ export interface ModelConfig {
   supports_vision: boolean;
   max_images: number;
   paid_only: boolean;
-  tokenizer: TokenizerName;
+  tokenizer: TokenizerSpec;
   /** Prompt tokens an image is taken to cost when estimating. */
   image_tokens: number;
   price: PriceConfig;

@@ -49,5 +49,7 @@ export interface Provider {
   stream(call: ProviderCall): Promise<UpstreamStream>;
   /** The upstream's own model list, for `discover_models`. */
   discover?(signal: AbortSignal): Promise<DiscoveredModel[]>;
+  /** The upstream's own token count of `text` (vLLM's and llama.cpp's POST /tokenize). */
+  tokenize?(text: string, upstreamModel: string, signal: AbortSignal): Promise<number>;
   close(): Promise<void>;
 }

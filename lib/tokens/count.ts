@@ -1,12 +1,24 @@
-// Token counting with real BPE vocabularies shipped in gpt-tokenizer (nothing is downloaded).
-// Encodings load once, at gateway start, for the tokenizers the catalog names.
+// Token counting, local and synchronous: OpenAI's BPE encodings shipped in gpt-tokenizer, or a
+// model's own Hugging Face tokenizer.json read with @huggingface/tokenizers (nothing is
+// downloaded). Each loads once, at gateway start (or reload), for the tokenizers the catalog
+// names. `upstream` (the model server's own /tokenize, see upstream.ts) counts here with
+// o200k_base: the estimate it falls back to.
 
-import type { TokenizerName } from '../config/types.js';
+import { readFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { Tokenizer } from '@huggingface/tokenizers';
+import type { TokenizerName, TokenizerSpec } from '../config/types.js';
 import type { ChatMessage } from '../chat/types.js';
 
-type CountFn = (text: string) => number;
+export type CountFn = (text: string) => number;
 
-const loaded = new Map<TokenizerName, CountFn>();
+export const ENCODINGS: readonly TokenizerName[] = ['o200k_base', 'cl100k_base', 'p50k_base', 'r50k_base'];
+
+function isEncoding(spec: string): spec is TokenizerName {
+  return (ENCODINGS as readonly string[]).includes(spec);
+}
+
+const loaded = new Map<TokenizerSpec, CountFn>();
 const NO_SPECIAL = { disallowedSpecial: new Set<string>() };
 
 // BPE merging is quadratic in the length of one pre-token, and a run of 100 KB without a
@@ -49,20 +61,53 @@ async function importEncoding(name: TokenizerName): Promise<{ countTokens: (t: s
   }
 }
 
-/** Loads the named encodings; call before counting with them. */
-export async function loadTokenizers(names: Iterable<TokenizerName>): Promise<void> {
-  for (const name of new Set(names)) {
-    if (loaded.has(name)) continue;
-    const mod = await importEncoding(name);
-    // Special-token text in user content is counted as ordinary text, never rejected.
-    const count = (text: string) => mod.countTokens(text, NO_SPECIAL);
-    loaded.set(name, (text) => (text === '' ? 0 : piecewise(count, text)));
+/**
+ * A Hugging Face tokenizer.json (and the tokenizer_config.json beside it, when there is one).
+ * Throws an Error naming the file when it cannot be read or is not a tokenizer.
+ */
+async function loadTokenizerJson(path: string): Promise<(text: string) => number> {
+  let json: unknown;
+  try {
+    json = JSON.parse(await readFile(path, 'utf8'));
+  } catch (err) {
+    throw new Error(`tokenizer ${path}: ${(err as Error).message}`);
+  }
+  let cfg: unknown = {};
+  try {
+    cfg = JSON.parse(await readFile(join(dirname(path), 'tokenizer_config.json'), 'utf8'));
+  } catch { /* optional */ }
+  let tok: Tokenizer;
+  try {
+    tok = new Tokenizer(json as object, cfg as object);
+    tok.encode('probe');
+  } catch (err) {
+    throw new Error(`tokenizer ${path}: not a usable tokenizer.json (${(err as Error).message})`);
+  }
+  // Special-token text in user content is counted as what the server will see: ordinary text.
+  return (text) => tok.encode(text, { add_special_tokens: false }).ids.length;
+}
+
+/** Loads the named tokenizers (encodings, tokenizer.json paths); call before counting with them. */
+export async function loadTokenizers(specs: Iterable<TokenizerSpec>): Promise<void> {
+  for (const spec of new Set(specs)) {
+    const key = spec === 'upstream' ? 'o200k_base' : spec;
+    if (loaded.has(key)) continue;
+    let count: (text: string) => number;
+    if (isEncoding(key)) {
+      const mod = await importEncoding(key);
+      // Special-token text in user content is counted as ordinary text, never rejected.
+      count = (text) => mod.countTokens(text, NO_SPECIAL);
+    } else {
+      count = await loadTokenizerJson(key);
+    }
+    loaded.set(key, (text) => (text === '' ? 0 : piecewise(count, text)));
   }
 }
 
-export function counter(name: TokenizerName): CountFn {
-  const fn = loaded.get(name);
-  if (fn === undefined) throw new Error(`tokenizer ${name} was not loaded`);
+/** The local counter of a tokenizer; for `upstream`, the o200k_base estimate. */
+export function counter(spec: TokenizerSpec): CountFn {
+  const fn = loaded.get(spec === 'upstream' ? 'o200k_base' : spec);
+  if (fn === undefined) throw new Error(`tokenizer ${spec} was not loaded`);
   return fn;
 }
 

@@ -132,6 +132,7 @@ t.test('provider and model defaults; upstream_model defaults to the id', async (
     circuit_cooldown_ms: 30000,
     chunk_delay_ms: 0,
     forward_params: [],
+    tokenize_timeout_ms: 500,
   });
   t.strictSame(c.models[0], {
     id: 'llama',
@@ -314,7 +315,7 @@ t.test('bad values are reported with their paths', async (t) => {
   t.strictSame(problemsOf(t, `${models}  - {id: c, provider: p, price: {input_per_mtok: -1}}\n`), ['models[2].price.input_per_mtok: must be a non-negative integer']);
   t.strictSame(problemsOf(t, `${models}  - {id: c, provider: p, price: {output_per_mtok: 1.5}}\n`), ['models[2].price.output_per_mtok: must be a non-negative integer']);
   t.strictSame(problemsOf(t, `${models}  - {id: c, provider: p, context_window: 0}\n`), ['models[2].context_window: must be a positive integer']);
-  t.strictSame(problemsOf(t, `${models}  - {id: c, provider: p, tokenizer: gpt2}\n`), ['models[2].tokenizer: must be one of o200k_base, cl100k_base, p50k_base, r50k_base']);
+  t.strictSame(problemsOf(t, `${models}  - {id: c, provider: p, tokenizer: gpt2}\n`), ['models[2].tokenizer: must be o200k_base, cl100k_base, p50k_base, r50k_base, upstream, or the path of a tokenizer.json']);
   t.strictSame(problemsOf(t, `${models}  - {id: "bad id", provider: p}\n`), ['models[2].id: must be 1-128 characters of letters, digits and ._:/@+-']);
   t.strictSame(problemsOf(t, `${models}  - {id: c}\n`), ['models[2].provider: is required']);
   t.strictSame(problemsOf(t, 'server:\n  port: 70000\n'), ['server.port: must be an integer from 0 to 65535']);

@@ -10,7 +10,7 @@ import { readCapped, transportError } from '../../upstream/http.js';
 import { HttpProvider, type StreamTranslator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
 import type { DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
-import { normalizeChunk, normalizeCompletion, parseLlamaCppContext, parseModelList } from './translate.js';
+import { normalizeChunk, normalizeCompletion, parseLlamaCppContext, parseModelList, parseTokenizeCount } from './translate.js';
 
 /** Chat parameters that OpenAI-compatible servers understand (CONTRACT section 4). */
 const FORWARDED_FIELDS = [
@@ -98,6 +98,28 @@ export class OpenAIProvider extends HttpProvider {
       if (nCtx !== undefined) for (const m of models) m.contextWindow ??= nCtx;
     }
     return models;
+  }
+
+  /**
+   * POST /tokenize beside /v1, as vLLM (`prompt` -> `count`) and llama.cpp (`content` ->
+   * `tokens`) serve it; the body carries both spellings, each server reads its own.
+   */
+  async tokenize(text: string, upstreamModel: string, signal: AbortSignal): Promise<number> {
+    const root = this.endpoint.basePath.replace(/\/v1$/, '');
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await this.endpoint.pool.request({
+        method: 'POST', path: `${root}/tokenize`, headers: this.headers, signal,
+        body: JSON.stringify({ model: upstreamModel, prompt: text, content: text, add_special_tokens: false, add_special: false }),
+      });
+    } catch (err) {
+      throw transportError(err, signal, this.name);
+    }
+    const body = await readCapped(res.body, 16 * 1024 * 1024);
+    if (res.statusCode !== 200) throw new GatewayError('provider_error', `POST /tokenize answered ${res.statusCode}.`);
+    const n = parseTokenizeCount(body);
+    if (n === undefined) throw new GatewayError('provider_error', 'POST /tokenize did not answer a token count.');
+    return n;
   }
 
   /**

@@ -157,3 +157,11 @@ export function parseLlamaCppContext(text: string): number | undefined {
   const n = settings.n_ctx ?? body.n_ctx;
   return typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? n : undefined;
 }
+
+/** POST /tokenize: vLLM `{count, tokens}`, llama.cpp `{tokens}`. */
+export function parseTokenizeCount(text: string): number | undefined {
+  const body = parseJson(text);
+  if (!isObj(body)) return undefined;
+  if (tokenCount(body.count) !== undefined) return body.count as number;
+  return Array.isArray(body.tokens) ? body.tokens.length : undefined;
+}
