@@ -168,22 +168,27 @@ export async function timeToFirstByte(targets, n, headers, body) {
 
 /**
  * `n` clients each stream the slow model back to back for `seconds` (a stream lasts about a
- * second), so about `n` streams are open at once; the target's RSS is sampled every 100 ms
- * meanwhile. Returns its RSS just before, the peak, and how many streams were in flight and how
- * many had their first event at the peak sample. Every stream must end with [DONE].
+ * second), their starts spread over the first second so that about `n` streams are open at
+ * any moment; the target's RSS is sampled every 100 ms once all have started, until the first
+ * one stops. Returns its RSS just before, the peak, and how many streams were in flight and
+ * how many had their first event at the peak sample. Every stream must end with [DONE].
  */
-export async function openStreams(target, n, seconds, headers, body) {
+export async function openStreams(target, n, seconds, headers, body, ticksPerSec) {
   await sleep(500);
   const rssBefore = rssKb(target.pid);
+  const ticksBefore = cpuTicks(target.pid);
   const pool = new Pool(target.origin, { connections: n + 8, pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: 60_000, bodyTimeout: 60_000 });
   let inflight = 0;
   let open = 0;
   let done = 0;
   let failure;
-  const peak = { rssKb: rssBefore, inflight: 0, open: 0 };
+  const peak = { rssKb: NaN, inflight: 0, open: 0 };
   let maxOpen = 0;
-  const end = performance.now() + seconds * 1000;
-  const worker = async () => {
+  const start = performance.now();
+  const ramp = start + 1000;
+  const end = start + seconds * 1000;
+  const worker = async (k) => {
+    await sleep((k * 1000) / n);
     while (failure === undefined && performance.now() < end) {
       inflight++;
       let first = false;
@@ -203,16 +208,16 @@ export async function openStreams(target, n, seconds, headers, body) {
       }
     }
   };
-  // Sampled only while every client is still streaming: not during the ramp down at the end.
   const sampler = setInterval(() => {
-    if (performance.now() >= end) return;
+    const now = performance.now();
+    if (now < ramp || now >= end) return;
     try {
       const rss = rssKb(target.pid);
-      if (rss > peak.rssKb) Object.assign(peak, { rssKb: rss, inflight, open });
+      if (!(rss <= peak.rssKb)) Object.assign(peak, { rssKb: rss, inflight, open });
     } catch { /* the target died: the workers will see it */ }
   }, 100);
   try {
-    const workers = Array.from({ length: n }, () => worker().catch((err) => { failure ??= err; }));
+    const workers = Array.from({ length: n }, (_, k) => worker(k).catch((err) => { failure ??= err; }));
     const all = Promise.all(workers);
     const timeout = sleep((seconds + 60) * 1000, 'timeout', { ref: false });
     if ((await Promise.race([all, timeout])) === 'timeout') throw new Error(`${target.name}: slow streams still open 60 s after the end`);
@@ -221,7 +226,10 @@ export async function openStreams(target, n, seconds, headers, body) {
     clearInterval(sampler);
     await pool.destroy().catch(() => {});
   }
-  return { n, rssBefore, rssPeak: peak.rssKb, inflightAtPeak: peak.inflight, openAtPeak: peak.open, maxOpen, streams: done };
+  // Each chunk of these streams arrives on its own, unlike the fast model's burst: the CPU per
+  // stream shows the per-chunk cost a real model's pace causes.
+  const cpuUs = ((cpuTicks(target.pid) - ticksBefore) / ticksPerSec) * 1e6 / done;
+  return { n, rssBefore, rssPeak: peak.rssKb, inflightAtPeak: peak.inflight, openAtPeak: peak.open, maxOpen, streams: done, cpuUs };
 }
 
 /** One non-streaming and one streaming request, checked field by field. */

@@ -89,7 +89,10 @@ function readConfig() {
   if (typeof key !== 'string' || key.includes('${')) throw new Error(`${CONFIG}: accounts[0].keys[0] must be a literal key`);
   const ids = new Set((cfg.models ?? []).map((m) => m.id));
   for (const id of [FAST, SLOW]) if (!ids.has(id)) throw new Error(`${CONFIG}: model ${id} is missing (the shared upstream's behaviour comes from it)`);
-  return { text, key };
+  // The provider of the slow model caps the streams that can be open upstream at once.
+  const provider = cfg.providers?.[(cfg.models ?? []).find((m) => m.id === SLOW).provider];
+  const maxConnections = Number(provider?.max_connections ?? 256); // the schema's default
+  return { text, key, maxConnections };
 }
 
 /** The same config with store.kind redis at `url`, written to `dir`. */
@@ -105,7 +108,11 @@ function redisConfig(text, url, dir) {
 const fmt = (v, d = 1) => (typeof v === 'number' && Number.isFinite(v) ? v.toFixed(d) : '-');
 
 async function main(tmp) {
-  const { text, key } = readConfig();
+  const { text, key, maxConnections } = readConfig();
+  if (PHASES.has('slow') && maxConnections < STREAMS) {
+    log(`WARNING: the config allows ${maxConnections} upstream connections (max_connections), fewer than BENCH_STREAMS=${STREAMS}: ` +
+      'the gateway opens at most that many streams upstream and queues the rest');
+  }
   const headers = headersFor(key);
   const ticks = clockTicks();
   const pin = pinning();
@@ -145,10 +152,13 @@ async function main(tmp) {
       await cannon(`warm-up ${t.name} streams`, t.origin, { headers, body: stream, connections: 64, seconds: WARMUP });
     }
   }
+  // After the warm-up, as a gateway that has served traffic; growth is over the idle RSS (#13).
   if (PHASES.has('slow')) {
     log(`${STREAMS} slow streams (${SLOW}) for ${STREAM_SECONDS} s, gateway then bare hop`);
     m.slow = {};
-    for (const [k, t] of [['gw', gw], ['bare', bare]]) m.slow[k] = await openStreams(t, STREAMS, STREAM_SECONDS, headers, slow);
+    for (const [k, t] of [['gw', gw], ['bare', bare]]) {
+      m.slow[k] = { ...await openStreams(t, STREAMS, STREAM_SECONDS, headers, slow, ticks), rssIdle: m.idle[k] };
+    }
   }
   if (PHASES.has('c1')) {
     log(`non-streaming, 1 connection: ${SECONDS} s per target (alternating)`);
@@ -241,7 +251,10 @@ function report({ m, busy, pin, logs }) {
   if (m.slow) {
     for (const [k, s] of Object.entries(m.slow)) {
       notes.push(`${k === 'gw' ? 'gateway' : 'bare hop'}: ${s.streams} slow streams served; at the RSS peak ${s.inflightAtPeak} in flight, ` +
-        `${s.openAtPeak} past their first event (most at once: ${s.maxOpen}); RSS before ${fmt(s.rssBefore / 1024)} MB`);
+        `${s.openAtPeak} past their first event (most at once: ${s.maxOpen}); RSS just before them ${fmt(s.rssBefore / 1024)} MB; CPU per stream counted over all ${s.streams}`);
+      if (s.openAtPeak < 0.9 * s.n) {
+        notes.push(`WARNING: only ${s.openAtPeak} of ${s.n} streams had started at the RSS peak: the rest were still queued, so the RSS figures are for fewer open streams than the row says`);
+      }
     }
   }
   if (m.c1) notes.push(`c=1: upstream alone p50 ${fmt(m.c1.direct.p50, 3)} ms, p99 ${fmt(m.c1.direct.p99, 3)} ms (${m.c1.gw.n} gateway samples)`);
