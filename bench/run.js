@@ -1,53 +1,63 @@
-// Tollgate overhead benchmark: `npm run bench`.
+// Tollgate performance benchmark: `npm run bench` (issue #13).
 //
-// Starts a fast fake OpenAI-compatible upstream (bench/upstream.js) and the gateway
-// (bin/tollgate.js serve, stdout to /dev/null at the default log level `info`, as in
-// production) as child processes, then measures each figure directly against the upstream
-// and through the gateway:
+// Runs the gateway on the config an operator would really run (../shared/bench/
+// tollgate-bench.yaml: finite limits, metering on, memory store), its stdout and stderr written
+// to a log file, and beside it in the same run the reference peer, a bare http-proxy-3 hop
+// (../shared/bench/bare-hop.cjs), both on the shared fake upstream (../shared/bench/upstream.mjs).
+// The gateway and the bare hop are pinned to one CPU and loaded in turn; this process (the
+// load generator), the upstream and Redis run on the other. For each of the two it measures:
 //
-//   1. non-streaming, concurrency 1: p50/p99 latency, and what the gateway adds
-//   2. non-streaming, concurrency 64: req/s both ways, and the gateway's CPU time per request
-//   3. streaming (20 chunks), concurrency 16: req/s both ways, gateway CPU per request, and the
-//      time to the first body byte (p50 of sequential requests)
-//   4. the gateway's RSS growth per open stream, with BENCH_STREAMS streams held open
+//   - CPU per non-streaming request and per 20-chunk stream at 64 connections: the process's
+//     user+system CPU time (/proc/PID/stat) over the requests it served;
+//   - p50 and p99 latency at one connection, and the time added to the first SSE byte;
+//   - RSS (/proc/PID/status) idle, and at its peak while BENCH_STREAMS slow streams are open;
+//   - then the gateway alone on the same config with store.kind redis (a throwaway
+//     redis-server): CPU per request, and Redis round trips (read events) and commands per
+//     request, counted from Redis's INFO around sequential requests.
 //
-// For reference, the same runs (but 4.) go through a bare node:http + undici pass-through proxy
-// (bench/bare-proxy.js) on the gateway's CPU: what one Node.js hop costs on this machine.
-// Other processes' CPU use and steal time are measured too: on a busy machine the figures are
-// noisy, and the report says so.
-//
-// Pinning (taskset): this process (the load generator) and the upstream on CPU 0, the gateway
-// on CPU 1. Without taskset everything runs unpinned, with a warning.
+// It prints one table (figure | gateway | bare hop | ratio | goal | result) and writes the same
+// as JSON to bench/results.json (or BENCH_OUT). Any non-2xx answer, transport error, timeout or
+// malformed stream fails the run (exit 1); goals missed do not.
 //
 // Environment:
-//   BENCH_SECONDS          seconds per measured run (default 10)
-//   BENCH_WARMUP_SECONDS   seconds per warm-up run (default 2)
-//   BENCH_TTFB_REQUESTS    sequential streaming requests per side for time to first byte (200)
-//   BENCH_STREAMS          streams held open for the RSS figure (500)
-//   BENCH_LOG_LEVEL        the gateway's TOLLGATE_LOG_LEVEL (default info)
-//   BENCH_TTFB_GAP_MS      ms between a stream's first chunk and the rest in that test (5)
-//   BENCH_BARE_PROXY=0     skip the reference runs of a bare node:http + undici proxy
-//                          (bench/bare-proxy.js) on the gateway's CPU, which show the floor of
-//                          one Node.js hop on this machine (by default they run too)
-//   BENCH_GATEWAY_NODE_ARGS extra node flags for the gateway, e.g. "--cpu-prof --cpu-prof-dir=/tmp/p"
-//
-// Any non-2xx answer, transport error or timeout fails the run (exit code 1): the figures
-// would mean nothing. Targets missed are reported (MISS) but do not fail the run.
+//   BENCH_CONFIG            the gateway config (default ../shared/bench/tollgate-bench.yaml)
+//   BENCH_SHARED            folder of upstream.mjs and bare-hop.cjs (default ../shared/bench)
+//   BENCH_SECONDS           seconds per measured run (10)
+//   BENCH_WARMUP_SECONDS    seconds per warm-up run (2)
+//   BENCH_STREAMS           slow streams held open for the RSS figures (500)
+//   BENCH_STREAM_SECONDS    seconds the slow streams are kept up (5)
+//   BENCH_TTFB_REQUESTS     first-byte samples per target (200)
+//   BENCH_REDIS=0           skip the Redis store variant
+//   BENCH_PHASES            comma list of c1,ttfb,c64,stream,slow,redis (default all of them)
+//   BENCH_OUT               the JSON file (bench/results.json)
+//   BENCH_LOG_DIR           where the gateway logs go (bench/; gateway*.log, overwritten)
+//   BENCH_GATEWAY_NODE_ARGS extra node flags for the gateway, e.g.
+//                           "--cpu-prof --cpu-prof-dir=/tmp/prof" (written when it stops)
+//   BENCH_MAX_SECONDS       the whole run is aborted after this long (computed from the above)
 
-import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, closeSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import autocannon from 'autocannon';
-import { Client, Pool } from 'undici';
+import { parse, parseDocument } from 'yaml';
+import Redis from 'ioredis';
+import {
+  FAST, SLOW, cannon, cannonWithCpu, counterDelta, headersFor, openStreams, redisCounters, requestBody, sanityCheck,
+  sequential, sequentialLatency, settle, timeToFirstByte,
+} from './load.js';
+import {
+  HOST, clockTicks, freePort, log, noiseMeter, pinning, rssKb, startGateway, startNodeScript, startRedis, stopAll, stopChild,
+} from './procs.js';
+import { figures, table } from './report.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const HOST = '127.0.0.1';
+const SHARED = resolve(process.env.BENCH_SHARED || join(ROOT, '..', 'shared', 'bench'));
+const CONFIG = resolve(process.env.BENCH_CONFIG || join(SHARED, 'tollgate-bench.yaml'));
+const OUT = resolve(process.env.BENCH_OUT || join(ROOT, 'bench', 'results.json'));
+const LOG_DIR = resolve(process.env.BENCH_LOG_DIR || join(ROOT, 'bench'));
 
-function envNumber(name, fallback, min = 0) {
+function envNumber(name, fallback, min) {
   const raw = process.env[name];
   if (raw === undefined || raw === '') return fallback;
   const n = Number(raw);
@@ -56,619 +66,246 @@ function envNumber(name, fallback, min = 0) {
 }
 
 const SECONDS = envNumber('BENCH_SECONDS', 10, 1);
-const WARMUP_SECONDS = envNumber('BENCH_WARMUP_SECONDS', 2, 0);
-const TTFB_REQUESTS = Math.round(envNumber('BENCH_TTFB_REQUESTS', 200, 10));
-const OPEN_STREAMS = Math.round(envNumber('BENCH_STREAMS', 500, 1));
-const LOG_LEVEL = process.env.BENCH_LOG_LEVEL || 'info';
-const BARE_PROXY = process.env.BENCH_BARE_PROXY !== '0';
-const GATEWAY_NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
+const WARMUP = envNumber('BENCH_WARMUP_SECONDS', 2, 0);
+const STREAMS = Math.round(envNumber('BENCH_STREAMS', 500, 1));
+const STREAM_SECONDS = envNumber('BENCH_STREAM_SECONDS', 5, 2);
+const TTFB_N = Math.round(envNumber('BENCH_TTFB_REQUESTS', 200, 10));
+const ALL_PHASES = ['c1', 'ttfb', 'c64', 'stream', 'slow', 'redis'];
+const PHASES = new Set((process.env.BENCH_PHASES || ALL_PHASES.join(',')).split(',').map((s) => s.trim()).filter(Boolean));
+for (const p of PHASES) if (!ALL_PHASES.includes(p)) throw new Error(`BENCH_PHASES: unknown phase '${p}' (known: ${ALL_PHASES.join(', ')})`);
+if (process.env.BENCH_REDIS === '0') PHASES.delete('redis');
+const NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
+const STOP_MS = NODE_ARGS.length > 0 ? 60_000 : 10_000; // a CPU profile is written on exit
+const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 300 + 4 * WARMUP + 20 * SECONDS + 2 * STREAM_SECONDS + TTFB_N, 10);
 
-const KEY = 'tg_bench_000000000000000000000000';
-const MODEL = 'bench-model';
-const PATH = '/v1/chat/completions';
-const HEADERS = { 'content-type': 'application/json', authorization: `Bearer ${KEY}` };
-const messages = (content) => [{ role: 'user', content }];
-const BODY_PLAIN = JSON.stringify({ model: MODEL, messages: messages('Say hello.'), max_tokens: 64 });
-const BODY_STREAM = JSON.stringify({
-  model: MODEL, messages: messages('Say hello.'), max_tokens: 64, stream: true, stream_options: { include_usage: true },
-});
-// The first chunk alone, the other 19 after TTFB_GAP_MS: a real model's tokens are spaced out,
-// and a burst of all 20 in one read would be flushed together, measuring the whole stream.
-const TTFB_GAP_MS = Math.round(envNumber('BENCH_TTFB_GAP_MS', 5, 1));
-const BODY_TTFB = JSON.stringify({
-  model: MODEL, messages: messages(`hold ${TTFB_GAP_MS}`), max_tokens: 64, stream: true, stream_options: { include_usage: true },
-});
-const BODY_HOLD = JSON.stringify({
-  model: MODEL, messages: messages('hold'), max_tokens: 64, stream: true, stream_options: { include_usage: true },
-});
-
-const TARGETS = {
-  cpuPerRequestUs: 150,
-  addedP50Ms: 0.3,
-  addedP99Ms: 1.5,
-  addedTtfbMs: 0.5,
-  rssPerStreamKb: 50,
-};
-
-const log = (msg) => process.stderr.write(`[bench] ${msg}\n`);
-
-// ---------------------------------------------------------------------------------------------
-// Child processes
-
-const children = new Set();
-let tmp;
-let gatewayChild;
-
-function haveTaskset() {
-  try {
-    execFileSync('taskset', ['-p', String(process.pid)], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
+/** The key and the two model ids the run needs, from the config itself. */
+function readConfig() {
+  for (const f of [CONFIG, join(SHARED, 'upstream.mjs'), join(SHARED, 'bare-hop.cjs')]) {
+    if (!existsSync(f)) throw new Error(`${f} not found (set BENCH_CONFIG / BENCH_SHARED)`);
   }
+  const text = readFileSync(CONFIG, 'utf8');
+  const cfg = parse(text);
+  const key = cfg?.accounts?.[0]?.keys?.[0];
+  if (typeof key !== 'string' || key.includes('${')) throw new Error(`${CONFIG}: accounts[0].keys[0] must be a literal key`);
+  const ids = new Set((cfg.models ?? []).map((m) => m.id));
+  for (const id of [FAST, SLOW]) if (!ids.has(id)) throw new Error(`${CONFIG}: model ${id} is missing (the shared upstream's behaviour comes from it)`);
+  // The provider of the slow model caps the streams that can be open upstream at once.
+  const provider = cfg.providers?.[(cfg.models ?? []).find((m) => m.id === SLOW).provider];
+  const maxConnections = Number(provider?.max_connections ?? 256); // the schema's default
+  return { text, key, maxConnections };
 }
 
-function clockTicks() {
-  try {
-    const n = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
-    return Number.isFinite(n) && n > 0 ? n : 100;
-  } catch {
-    return 100;
+/** The same config with store.kind redis at `url`, written to `dir`. */
+function redisConfig(text, url, dir) {
+  const doc = parseDocument(text);
+  doc.setIn(['store', 'kind'], 'redis');
+  doc.setIn(['store', 'url'], url);
+  const path = join(dir, 'tollgate-bench-redis.yaml');
+  writeFileSync(path, doc.toString());
+  return path;
+}
+
+const fmt = (v, d = 1) => (typeof v === 'number' && Number.isFinite(v) ? v.toFixed(d) : '-');
+
+async function main(tmp) {
+  const { text, key, maxConnections } = readConfig();
+  if (PHASES.has('slow') && maxConnections < STREAMS) {
+    log(`WARNING: the config allows ${maxConnections} upstream connections (max_connections), fewer than BENCH_STREAMS=${STREAMS}: ` +
+      'the gateway opens at most that many streams upstream and queues the rest');
   }
-}
+  const headers = headersFor(key);
+  const ticks = clockTicks();
+  const pin = pinning();
+  if (!pin.pinned) log(`WARNING: running unpinned (${pin.why}); the figures are not comparable`);
+  const idleMachine = noiseMeter(() => []);
+  await sleep(1000);
+  const busyBefore = idleMachine().othersPct;
+  if (busyBefore > 10) log(`WARNING: other processes use ${fmt(busyBefore, 0)}% of all CPU before the start; figures will be noisy`);
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, HOST, () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
+  const upPort = await freePort();
+  const upstream = await startNodeScript('upstream', join(SHARED, 'upstream.mjs'), ['--host', HOST, '--port', String(upPort)],
+    { cpu: pin.load, ready: /upstream listening on/ });
+  const upOrigin = `http://${HOST}:${upPort}`;
+  const gwLog = join(LOG_DIR, 'gateway.log');
+  rmSync(gwLog, { force: true });
+  const gw = { name: 'gateway', ...await startGateway({ root: ROOT, configPath: CONFIG, logPath: gwLog, port: await freePort(), upstream: upOrigin, cpu: pin.proxy, nodeArgs: NODE_ARGS }) };
+  const barePort = await freePort();
+  const bareChild = await startNodeScript('bare hop', join(SHARED, 'bare-hop.cjs'), [String(barePort), upOrigin],
+    { cpu: pin.proxy, env: { NODE_PATH: join(ROOT, 'node_modules') }, ready: /listening on/ });
+  const bare = { name: 'bare hop', child: bareChild, pid: bareChild.pid, origin: `http://${HOST}:${barePort}` };
+  const direct = { name: 'upstream', pid: upstream.pid, origin: upOrigin };
+  log(`node ${process.version}, ${cpus().length} CPUs, ${pin.pinned ? `gateway and bare hop on CPU ${pin.proxy}, load, upstream and Redis on CPU ${pin.load}` : 'unpinned'}`);
+  log(`config ${CONFIG}; gateway pid ${gw.pid} ${gw.origin}, log -> ${gwLog}; bare hop pid ${bare.pid} ${bare.origin}; upstream ${upOrigin}`);
 
-/** Spawns `node args…`, optionally pinned to `cpu`; keeps the last 8 KB of stderr for errors. */
-function spawnNode(name, nodeArgs, { cpu, pinned, stdout, env }) {
-  const [cmd, args] = pinned
-    ? ['taskset', ['-c', String(cpu), process.execPath, ...nodeArgs]]
-    : [process.execPath, nodeArgs];
-  const child = spawn(cmd, args, { cwd: ROOT, stdio: ['ignore', stdout, 'pipe'], env: { ...process.env, ...env } });
-  child.label = name;
-  child.stderrTail = '';
-  child.stderr.setEncoding('utf8');
-  child.stderr.on('data', (s) => { child.stderrTail = (child.stderrTail + s).slice(-8192); });
-  child.exited = new Promise((resolve) => child.once('exit', (code, signal) => {
-    child.exitInfo = { code, signal };
-    children.delete(child);
-    resolve(child.exitInfo);
-  }));
-  children.add(child);
-  return child;
-}
+  for (const t of [direct, gw, bare]) await sanityCheck(t, headers);
+  await sleep(1000);
+  const m = { idle: { gw: rssKb(gw.pid), bare: rssKb(bare.pid) } };
+  const noise = noiseMeter(() => [process.pid, upstream.pid, gw.pid, bare.pid]);
+  const plain = requestBody(FAST, false);
+  const stream = requestBody(FAST, true);
+  const slow = requestBody(SLOW, true);
 
-function diedError(child) {
-  const { code, signal } = child.exitInfo ?? {};
-  return new Error(`${child.label} exited early (code ${code}, signal ${signal})\n${child.stderrTail}`);
-}
-
-/** Starts a helper script that prints "... listening on PORT" on stdout. */
-async function startHelper(name, script, args, pinned, cpu) {
-  const child = spawnNode(name, [join(ROOT, script), ...args], { cpu, pinned, stdout: 'pipe' });
-  const port = await new Promise((resolve, reject) => {
-    let buf = '';
-    const timer = setTimeout(() => reject(new Error(`${name} did not start in 10 s`)), 10_000);
-    child.stdout.setEncoding('utf8');
-    child.stdout.on('data', (s) => {
-      buf += s;
-      const m = /listening on (\d+)/.exec(buf);
-      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
-    });
-    child.exited.then(() => { clearTimeout(timer); reject(diedError(child)); });
-  });
-  child.stdout.resume();
-  return { child, port, pid: child.pid, origin: `http://${HOST}:${port}` };
-}
-
-function gatewayConfig(upstreamPort) {
-  // Written with real values (flow maps cannot hold ${...}). The plan has no limits, so the
-  // bench measures the request path, not the rate limiter saying no.
-  return `# generated by bench/run.js
-service: { name: tollgate, key_prefix: tg }
-server: { host: ${HOST}, port: 0, drain_timeout_ms: 2000 }
-store: { kind: memory }
-plans:
-  bench: { paid: true, requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }
-accounts:
-  - { id: bench, plan: bench, wallet_units: 1000000000, keys: [${KEY}] }
-providers:
-  up: { kind: openai, base_url: "http://${HOST}:${upstreamPort}/v1", max_connections: ${Math.max(256, OPEN_STREAMS + 64)} }
-models:
-  - { id: ${MODEL}, provider: up, upstream_model: fake, context_window: 32768, max_output_tokens: 256 }
-`;
-}
-
-async function startGateway(pinned, upstreamPort) {
-  const configPath = join(tmp, 'tollgate-bench.yaml');
-  writeFileSync(configPath, gatewayConfig(upstreamPort));
-  const port = await freePort();
-  // stdout (the "listening" line and one pino line per request) goes to /dev/null, as a
-  // production deployment's log shipping would take it away; readiness is polled on /readyz.
-  const devnull = openSync('/dev/null', 'w');
-  const child = spawnNode('gateway', [
-    ...GATEWAY_NODE_ARGS, join(ROOT, 'bin/tollgate.js'), 'serve', '--config', configPath, '--host', HOST, '--port', String(port),
-  ], { cpu: 1, pinned, stdout: devnull, env: { TOLLGATE_LOG_LEVEL: LOG_LEVEL } });
-  closeSync(devnull);
-  gatewayChild = child;
-  const origin = `http://${HOST}:${port}`;
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    if (child.exitInfo) throw diedError(child);
-    try {
-      const res = await fetch(`${origin}/readyz`);
-      await res.arrayBuffer();
-      if (res.status === 200) break;
-    } catch {
-      // not listening yet
+  if (WARMUP > 0) {
+    log(`warm-up: ${WARMUP} s per run`);
+    for (const t of [gw, bare]) {
+      await cannon(`warm-up ${t.name}`, t.origin, { headers, body: plain, connections: 64, seconds: WARMUP });
+      await cannon(`warm-up ${t.name} streams`, t.origin, { headers, body: stream, connections: 64, seconds: WARMUP });
     }
-    if (Date.now() > deadline) throw new Error(`gateway not ready in 20 s\n${child.stderrTail}`);
-    await sleep(50);
   }
-  return { child, port, origin, pid: child.pid };
-}
-
-async function stopChild(child, timeoutMs = 5000) {
-  if (child.exitInfo) return;
-  child.kill('SIGTERM');
-  const done = await Promise.race([child.exited, sleep(timeoutMs).then(() => null)]);
-  if (done === null && !child.exitInfo) {
-    log(`${child.label} did not stop in ${timeoutMs} ms; killing it`);
-    child.kill('SIGKILL');
-    await child.exited;
+  // After the warm-up, as a gateway that has served traffic; growth is over the idle RSS (#13).
+  if (PHASES.has('slow')) {
+    log(`${STREAMS} slow streams (${SLOW}) for ${STREAM_SECONDS} s, gateway then bare hop`);
+    m.slow = {};
+    for (const [k, t] of [['gw', gw], ['bare', bare]]) {
+      m.slow[k] = { ...await openStreams(t, STREAMS, STREAM_SECONDS, headers, slow, ticks), rssIdle: m.idle[k] };
+    }
   }
-}
-
-async function cleanup() {
-  await Promise.allSettled([...children].map((c) => stopChild(c)));
-  if (tmp) rmSync(tmp, { recursive: true, force: true });
-}
-
-process.on('exit', () => {
-  for (const c of children) { try { c.kill('SIGKILL'); } catch { /* gone */ } }
-});
-let interrupted = false;
-for (const sig of ['SIGINT', 'SIGTERM']) {
-  process.on(sig, () => {
-    if (interrupted) return;
-    interrupted = true;
-    log(`${sig}: stopping`);
-    cleanup().finally(() => process.exit(130));
-  });
-}
-
-// ---------------------------------------------------------------------------------------------
-// /proc readings of the gateway
-
-function procCpuTicks(pid) {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  // fields[0] is field 3 (state); utime is field 14, stime field 15.
-  return Number(fields[11]) + Number(fields[12]);
-}
-
-function procRssKb(pid) {
-  const m = /VmRSS:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  if (!m) throw new Error(`no VmRSS in /proc/${pid}/status`);
-  return Number(m[1]);
-}
-
-/** Machine-wide CPU ticks from /proc/stat: user+nice+system (busy), steal, and all. */
-function machineTicks() {
-  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
-  return { busy: f[0] + f[1] + f[2], steal: f[7] ?? 0, total: f.slice(0, 8).reduce((a, b) => a + b, 0) };
-}
-
-/**
- * Measures how much CPU processes other than ours (this one and its children) took while it
- * ran, and the hypervisor's steal time: on a shared machine both make every figure noisy.
- */
-function noiseMeter(pids) {
-  const ours = () => pids().reduce((sum, pid) => { try { return sum + procCpuTicks(pid); } catch { return sum; } }, 0);
-  const m0 = machineTicks();
-  const o0 = ours();
-  return () => {
-    const m1 = machineTicks();
-    const total = m1.total - m0.total;
-    const others = Math.max(0, (m1.busy - m0.busy) - (ours() - o0));
-    return { othersPct: total > 0 ? (100 * others) / total : 0, stealPct: total > 0 ? (100 * (m1.steal - m0.steal)) / total : 0 };
-  };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Load
-
-function percentile(sorted, p) {
-  if (sorted.length === 0) return NaN;
-  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[i];
-}
-
-async function cannon(label, origin, { body, connections, seconds }) {
-  const result = await autocannon({
-    url: `${origin}${PATH}`,
-    method: 'POST',
-    headers: HEADERS,
-    body,
-    connections,
-    pipelining: 1,
-    duration: seconds,
-    timeout: 10,
-  });
-  const bad = { non2xx: result.non2xx, errors: result.errors, timeouts: result.timeouts };
-  if (bad.non2xx || bad.errors || bad.timeouts || result.requests.total === 0) {
-    throw new Error(`${label}: ${JSON.stringify(bad)} of ${result.requests.total} requests ` +
-      `(status codes ${JSON.stringify(result.statusCodeStats)}); the figures would be meaningless`);
+  if (PHASES.has('c1')) {
+    log(`non-streaming, 1 connection: ${SECONDS} s per target (alternating)`);
+    const [d, g, b] = await sequentialLatency([direct, gw, bare], SECONDS, headers, plain);
+    m.c1 = { direct: d, gw: g, bare: b };
   }
-  return result;
-}
-
-/** An autocannon run against the gateway, with the gateway's CPU time read around it. */
-async function cannonWithCpu(label, gw, ticksPerSec, opts) {
-  const before = procCpuTicks(gw.pid);
-  const result = await cannon(label, gw.origin, opts);
-  const ticks = procCpuTicks(gw.pid) - before;
-  const cpuUsPerRequest = (ticks / ticksPerSec) * 1e6 / result.requests.total;
-  return { result, cpuUsPerRequest, cpuSeconds: ticks / ticksPerSec };
-}
-
-async function expectOk(label, statusCode, body) {
-  if (statusCode !== 200) {
-    const text = await body.text().catch(() => '');
-    throw new Error(`${label}: status ${statusCode}: ${text.slice(0, 500)}`);
+  if (PHASES.has('ttfb')) {
+    log(`time to first byte: ${TTFB_N} streams per target`);
+    const [d, g, b] = await timeToFirstByte([direct, gw, bare], TTFB_N, headers, slow);
+    m.ttfb = { direct: d, gw: g, bare: b };
   }
+  for (const [phase, body, what] of [['c64', plain, 'non-streaming'], ['stream', stream, '20-chunk streams']]) {
+    if (!PHASES.has(phase)) continue;
+    log(`${what}, 64 connections: ${SECONDS} s per target`);
+    const opts = { headers, body, connections: 64, seconds: SECONDS };
+    m[phase] = {
+      direct: await cannon(`upstream ${what} c64`, upOrigin, opts),
+      gw: await cannonWithCpu(`gateway ${what} c64`, gw, ticks, opts),
+      bare: await cannonWithCpu(`bare hop ${what} c64`, bare, ticks, opts),
+    };
+  }
+  const busy = noise();
+  await sanityCheck(gw, headers); // still alive and correct after all that
+  m.end = { gw: rssKb(gw.pid), bare: rssKb(bare.pid) };
+  await stopChild(gw.child, STOP_MS);
+  await stopChild(bare.child);
+
+  if (PHASES.has('redis')) m.redis = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream });
+  await stopAll(STOP_MS);
+  return { m, busy, pin, logs: [gwLog, ...(m.redis ? [m.redis.log] : [])] };
 }
 
-/**
- * Sequential non-streaming requests on one keep-alive connection per target, alternating
- * between the targets in half-second blocks so drift hits all alike. Latency is measured with
- * performance.now() (autocannon's histogram has 1 ms resolution, too coarse for this).
- */
-async function sequentialLatency(targets, seconds) {
-  const clients = targets.map((t) => new Client(t.origin, { pipelining: 1, keepAliveTimeout: 60_000 }));
-  const samples = targets.map(() => []);
-  const one = async (i) => {
-    const t0 = performance.now();
-    const res = await clients[i].request({ method: 'POST', path: PATH, headers: HEADERS, body: BODY_PLAIN });
-    await expectOk(`${targets[i].name} c1`, res.statusCode, res.body);
-    await res.body.dump();
-    samples[i].push(performance.now() - t0);
-  };
+/** The gateway on the same config with store.kind redis: CPU and Redis traffic per request. */
+async function redisVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, stream }) {
+  const server = await startRedis(pin.load, tmp);
+  const logPath = join(LOG_DIR, 'gateway-redis.log');
+  rmSync(logPath, { force: true });
+  const gw = { name: 'gateway (redis)', ...await startGateway({
+    root: ROOT, configPath: redisConfig(text, server.url, tmp), logPath, port: await freePort(), upstream: upOrigin,
+    cpu: pin.proxy, nodeArgs: NODE_ARGS, label: 'gateway (redis)',
+  }) };
+  const redis = new Redis(server.url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  await redis.connect();
   try {
-    for (let i = 0; i < targets.length; i++) for (let k = 0; k < 200; k++) await one(i); // warm the connection
-    samples.forEach((s) => (s.length = 0));
-    const blockMs = 500;
-    const blocks = Math.max(1, Math.round((seconds * 1000) / blockMs));
-    for (let b = 0; b < blocks; b++) {
-      for (let i = 0; i < targets.length; i++) {
-        const end = performance.now() + blockMs;
-        while (performance.now() < end) await one(i);
+    await sanityCheck(gw, headers);
+    if (WARMUP > 0) await cannon('warm-up gateway (redis)', gw.origin, { headers, body: plain, connections: 64, seconds: WARMUP });
+    // What one INFO costs in the counters, with nothing else going on: subtracted below.
+    await settle(gw.pid);
+    const c0 = await redisCounters(redis);
+    const c1 = await redisCounters(redis);
+    const own = counterDelta(c0, c1);
+    const perRequest = async (body, n) => {
+      await settle(gw.pid);
+      const a = await redisCounters(redis);
+      await sequential(gw, n, headers, body);
+      await settle(gw.pid); // writes after the answer (usage records) land too
+      const d = counterDelta(a, await redisCounters(redis));
+      const perCommand = {};
+      for (const [k, v] of Object.entries(d.perCommand)) {
+        const x = (v - (own.perCommand[k] ?? 0)) / n;
+        if (x > 0) perCommand[k] = +x.toFixed(2);
+      }
+      return { n, reads: (d.reads - own.reads) / n, commands: (d.commands - own.commands) / n, perCommand };
+    };
+    log('redis store: Redis traffic of 300 sequential requests and 100 sequential streams');
+    const r = { plain: await perRequest(plain, 300), stream: await perRequest(stream, 100), log: logPath };
+    log(`redis store: non-streaming, 64 connections: ${SECONDS} s`);
+    r.c64 = await cannonWithCpu('gateway (redis) non-streaming c64', gw, ticks,
+      { headers, body: plain, connections: 64, seconds: SECONDS }, { redis: server.pid });
+    await sanityCheck(gw, headers);
+    r.rssEnd = rssKb(gw.pid);
+    return r;
+  } finally {
+    redis.disconnect();
+    await stopChild(gw.child, STOP_MS);
+    await stopChild(server.child);
+  }
+}
+
+function report({ m, busy, pin, logs }) {
+  const rows = figures(m, { streams: STREAMS });
+  const noisy = busy.othersPct > 5 || busy.stealPct > 2;
+  const when = new Date().toISOString();
+  const out = process.stdout;
+  out.write(`\nTollgate vs a bare http-proxy-3 hop, ${when}: node ${process.version}, ${cpus().length} × ${cpus()[0]?.model?.trim() ?? '?'}, ` +
+    `${pin.pinned ? `gateway and bare hop in turn on CPU ${pin.proxy}, load, upstream and Redis on CPU ${pin.load}` : 'UNPINNED'}, ${SECONDS} s per run\n` +
+    `config ${CONFIG} (gateway log: ${logs.map((f) => `${f}, ${fmt(statSync(f).size / 1e6, 1)} MB`).join('; ')})\n\n`);
+  out.write(`${table(rows)}\n\n`);
+  const notes = [];
+  if (m.slow) {
+    for (const [k, s] of Object.entries(m.slow)) {
+      notes.push(`${k === 'gw' ? 'gateway' : 'bare hop'}: ${s.streams} slow streams served; at the RSS peak ${s.inflightAtPeak} in flight, ` +
+        `${s.openAtPeak} past their first event (most at once: ${s.maxOpen}); RSS just before them ${fmt(s.rssBefore / 1024)} MB; CPU per stream counted over all ${s.streams}`);
+      if (s.openAtPeak < 0.9 * s.n) {
+        notes.push(`WARNING: only ${s.openAtPeak} of ${s.n} streams had started at the RSS peak: the rest were still queued, so the RSS figures are for fewer open streams than the row says`);
       }
     }
-  } finally {
-    await Promise.all(clients.map((c) => c.close()));
   }
-  return samples.map((s) => {
-    const sorted = s.sort((a, b) => a - b);
-    const total = s.reduce((a, b) => a + b, 0);
-    return { n: s.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99), mean: total / s.length, rps: (s.length * 1000) / total };
-  });
-}
+  if (m.c1) notes.push(`c=1: upstream alone p50 ${fmt(m.c1.direct.p50, 3)} ms, p99 ${fmt(m.c1.direct.p99, 3)} ms (${m.c1.gw.n} gateway samples)`);
+  if (m.ttfb) notes.push(`first byte p50: upstream ${fmt(m.ttfb.direct.p50, 3)} ms, gateway ${fmt(m.ttfb.gw.p50, 3)} ms, bare hop ${fmt(m.ttfb.bare.p50, 3)} ms`);
+  if (m.c64) notes.push(`c=64 non-streaming req/s: upstream alone ${fmt(m.c64.direct.rps, 0)}; gateway served ${m.c64.gw.total}`);
+  if (m.redis) {
+    notes.push(`redis store: per request ${JSON.stringify(m.redis.plain.perCommand)}, per stream ${JSON.stringify(m.redis.stream.perCommand)}; ` +
+      `redis-server CPU ${fmt(m.redis.c64.cpuUsOf.redis)} µs per request at c=64, ${fmt(m.redis.c64.rps, 0)} req/s`);
+  }
+  notes.push(`RSS at the end: gateway ${fmt(m.end.gw / 1024)} MB, bare hop ${fmt(m.end.bare / 1024)} MB`);
+  notes.push(`${noisy ? 'WARNING: ' : ''}other processes used ${fmt(busy.othersPct)}% of the machine's CPU during the runs (steal ${fmt(busy.stealPct)}%)` +
+    `${noisy ? ': the figures are noisy; re-run on an idle machine' : ''}`);
+  out.write(`${notes.map((n) => `- ${n}`).join('\n')}\n`);
 
-/**
- * Time to the first body byte of a streaming request, p50 over `n` sequential requests per
- * target (alternating request by request). The upstream sends the first chunk, then the rest
- * TTFB_GAP_MS later. Each stream is read to the end and checked for [DONE].
- */
-async function timeToFirstByte(targets, n) {
-  const clients = targets.map((t) => new Client(t.origin, { pipelining: 1, keepAliveTimeout: 60_000 }));
-  const samples = targets.map(() => []);
-  const one = async (i, record) => {
-    const t0 = performance.now();
-    const res = await clients[i].request({ method: 'POST', path: PATH, headers: HEADERS, body: BODY_TTFB });
-    await expectOk(`${targets[i].name} stream`, res.statusCode, res.body);
-    let first;
-    let tail = '';
-    for await (const chunk of res.body) {
-      if (first === undefined) first = performance.now() - t0;
-      tail = (tail + chunk.toString('latin1')).slice(-64);
-    }
-    if (!tail.endsWith('data: [DONE]\n\n')) throw new Error(`${targets[i].name} stream did not end with [DONE]: ...${JSON.stringify(tail)}`);
-    if (record) samples[i].push(first);
+  const json = {
+    taken_at: when, node: process.version, cpus: cpus().length, cpu_model: cpus()[0]?.model?.trim(), pinned: pin.pinned,
+    config: CONFIG, seconds: SECONDS, streams: STREAMS, stream_seconds: STREAM_SECONDS, phases: [...PHASES],
+    other_cpu_pct: +busy.othersPct.toFixed(1), steal_pct: +busy.stealPct.toFixed(1), noisy,
+    figures: rows, measurements: m,
   };
-  try {
-    for (let k = 0; k < 50; k++) for (let i = 0; i < targets.length; i++) await one(i, false);
-    for (let k = 0; k < n; k++) for (let i = 0; i < targets.length; i++) await one(i, true);
-  } finally {
-    await Promise.all(clients.map((c) => c.close()));
-  }
-  return samples.map((s) => {
-    const sorted = s.sort((a, b) => a - b);
-    return { n: s.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99) };
-  });
-}
-
-/** Opens `n` held streams through the gateway, reads its RSS once all have a first chunk. */
-async function openStreamsRss(gw, up, n) {
-  const rssBefore = procRssKb(gw.pid);
-  const pool = new Pool(gw.origin, { connections: n + 8, pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: 30_000, bodyTimeout: 0 });
-  const controllers = [];
-  const opened = [];
-  try {
-    for (let k = 0; k < n; k++) {
-      const ac = new AbortController();
-      controllers.push(ac);
-      opened.push((async () => {
-        const res = await pool.request({ method: 'POST', path: PATH, headers: HEADERS, body: BODY_HOLD, signal: ac.signal });
-        await expectOk('held stream', res.statusCode, res.body);
-        res.body.on('error', () => { /* aborted below */ });
-        await new Promise((resolve, reject) => {
-          res.body.once('data', resolve);
-          res.body.once('end', () => reject(new Error('held stream ended before its first chunk')));
-          res.body.once('error', reject);
-        });
-      })());
-    }
-    const t0 = performance.now();
-    await Promise.race([
-      Promise.all(opened),
-      sleep(30_000, undefined, { ref: false }).then(() => { throw new Error(`not all ${n} held streams got a first chunk in 30 s`); }),
-      gw.child.exited.then(() => { throw diedError(gw.child); }),
-    ]);
-    const openMs = performance.now() - t0;
-    await sleep(300);
-    let rssDuring = 0;
-    for (let k = 0; k < 5; k++) { rssDuring = Math.max(rssDuring, procRssKb(gw.pid)); await sleep(100); }
-    const upHeld = await (await fetch(`${up.origin}/healthz`)).json();
-    if (upHeld.held < n) throw new Error(`the upstream holds ${upHeld.held} streams, expected ${n}`);
-    // Abort every client stream; the gateway must pass the aborts on to the upstream.
-    for (const ac of controllers) ac.abort();
-    await Promise.allSettled(opened);
-    const deadline = Date.now() + 10_000;
-    let left = n;
-    while (Date.now() < deadline) {
-      left = (await (await fetch(`${up.origin}/healthz`)).json()).held;
-      if (left === 0) break;
-      await sleep(100);
-    }
-    if (left !== 0) throw new Error(`${left} upstream streams still open 10 s after every client aborted`);
-    return { n, openMs, rssBefore, rssDuring, rssAfter: procRssKb(gw.pid), perStreamKb: (rssDuring - rssBefore) / n };
-  } finally {
-    for (const ac of controllers) ac.abort();
-    await pool.destroy().catch(() => {});
-  }
-}
-
-/** One non-streaming and one streaming request through the gateway, checked field by field. */
-async function sanityCheck(gw) {
-  const client = new Client(gw.origin);
-  try {
-    let res = await client.request({ method: 'POST', path: PATH, headers: HEADERS, body: BODY_PLAIN });
-    await expectOk('sanity (non-streaming)', res.statusCode, res.body);
-    const json = await res.body.json();
-    if (json.object !== 'chat.completion' || json.model !== MODEL || !json.choices?.[0]?.message?.content || json.usage?.total_tokens !== 32) {
-      throw new Error(`sanity (non-streaming): unexpected answer ${JSON.stringify(json).slice(0, 500)}`);
-    }
-    res = await client.request({ method: 'POST', path: PATH, headers: HEADERS, body: BODY_STREAM });
-    await expectOk('sanity (streaming)', res.statusCode, res.body);
-    const text = await res.body.text();
-    const events = text.split('\n\n').filter(Boolean).map((e) => e.replace(/^data: /, ''));
-    if (events.at(-1) !== '[DONE]') throw new Error(`sanity (streaming): no [DONE] at the end: ${text.slice(-300)}`);
-    const chunks = events.slice(0, -1).map((e) => JSON.parse(e));
-    const content = chunks.filter((c) => c.choices?.[0]?.delta?.content).length;
-    const finish = chunks.filter((c) => c.choices?.[0]?.finish_reason === 'stop').length;
-    const usage = chunks.filter((c) => Array.isArray(c.choices) && c.choices.length === 0 && c.usage?.total_tokens === 32).length;
-    if (content !== 20 || finish !== 1 || usage !== 1) {
-      throw new Error(`sanity (streaming): ${content} content chunks, ${finish} finish, ${usage} usage chunks (want 20, 1, 1)`);
-    }
-  } finally {
-    await client.close();
-  }
+  writeFileSync(OUT, `${JSON.stringify(json, null, 2)}\n`);
+  out.write(`\nwritten to ${OUT}\n`);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Report
 
-const fmt = (v, digits = 2) => (v === undefined || v === null || Number.isNaN(v) ? '-' : v.toFixed(digits));
-const fmtInt = (v) => (v === undefined || Number.isNaN(v) ? '-' : Math.round(v).toLocaleString('en-US'));
-
-function table(rows, header = ['metric', 'direct', 'tollgate', 'ratio/added', 'target', 'result']) {
-  const all = [header, ...rows];
-  const widths = header.map((_, i) => Math.max(...all.map((r) => String(r[i] ?? '').length)));
-  const line = (r) => `| ${r.map((c, i) => (i === 0 ? String(c ?? '').padEnd(widths[i]) : String(c ?? '').padStart(widths[i]))).join(' | ')} |`;
-  const sep = `|${widths.map((w, i) => (i === 0 ? `:${'-'.repeat(w + 1)}` : `${'-'.repeat(w + 1)}:`)).join('|')}|`;
-  return [line(header), sep, ...rows.map(line)].join('\n');
-}
-
-const verdict = (value, max) => (Number.isFinite(value) ? (value <= max ? 'PASS' : 'MISS') : 'MISS');
-
-// ---------------------------------------------------------------------------------------------
-
-async function main() {
-  tmp = mkdtempSync(join(tmpdir(), 'tollgate-bench-'));
-  const ticksPerSec = clockTicks();
-  let pinned = haveTaskset();
-  if (pinned) {
-    try {
-      execFileSync('taskset', ['-a', '-p', '-c', '0', String(process.pid)], { stdio: 'ignore' });
-    } catch (err) {
-      log(`WARNING: could not pin the load generator to CPU 0 (${err.message}); running unpinned`);
-      pinned = false;
-    }
-  } else {
-    log('WARNING: taskset not found; running unpinned (load generator, upstream and gateway share all CPUs)');
-  }
-  if (cpus().length < 2 && pinned) {
-    log('WARNING: fewer than 2 CPUs; running unpinned');
-    pinned = false;
-  }
-
-  // Other load on the machine makes every figure noisy: say so before and after.
-  const idle = noiseMeter(() => []);
-  await sleep(1000);
-  const before = idle();
-  if (before.othersPct > 10) {
-    log(`WARNING: the machine is busy before the bench starts (${fmt(before.othersPct, 0)}% of all CPU used by other processes); figures will be noisy`);
-  }
-
-  const up = await startHelper('fake upstream', 'bench/upstream.js', ['0'], pinned, 0);
-  const gw = await startGateway(pinned, up.port);
-  const bare = BARE_PROXY ? await startHelper('bare proxy', 'bench/bare-proxy.js', [up.origin], pinned, 1) : undefined;
-  log(`node ${process.version}, ${cpus().length} CPUs, ${pinned ? 'pinned: load+upstream CPU 0, gateway CPU 1' : 'unpinned'}; ` +
-    `gateway pid ${gw.pid} (${gw.origin}, log level ${LOG_LEVEL}, stdout -> /dev/null), upstream ${up.origin}` +
-    `${bare ? `, bare proxy ${bare.origin}` : ''}`);
-  await sanityCheck(gw);
-  const noise = noiseMeter(() => [process.pid, up.pid, gw.pid, ...(bare ? [bare.pid] : [])]);
-
-  const direct = { name: 'direct', origin: up.origin };
-  const gateway = { name: 'tollgate', origin: gw.origin };
-  const targets = [direct, gateway, ...(bare ? [{ name: 'bare proxy', origin: bare.origin }] : [])];
-
-  if (WARMUP_SECONDS > 0) {
-    log(`warm-up: ${WARMUP_SECONDS} s per run`);
-    for (const t of targets) {
-      await cannon(`warm-up ${t.name} non-streaming`, t.origin, { body: BODY_PLAIN, connections: 64, seconds: WARMUP_SECONDS });
-      await cannon(`warm-up ${t.name} streaming`, t.origin, { body: BODY_STREAM, connections: 16, seconds: WARMUP_SECONDS });
-    }
-  }
-
-  log(`RSS: ${OPEN_STREAMS} streams held open through the gateway`);
-  const rss = await openStreamsRss(gw, up, OPEN_STREAMS);
-
-  log(`non-streaming, concurrency 1: ${SECONDS} s per side (alternating)`);
-  const [c1Direct, c1Gw, c1Bare] = await sequentialLatency(targets, SECONDS);
-
-  log(`streaming, time to first byte: ${TTFB_REQUESTS} sequential requests per side`);
-  const [ttfbDirect, ttfbGw, ttfbBare] = await timeToFirstByte(targets, TTFB_REQUESTS);
-
-  log(`non-streaming, concurrency 64: ${SECONDS} s per side`);
-  const c64Direct = await cannon('direct non-streaming c64', up.origin, { body: BODY_PLAIN, connections: 64, seconds: SECONDS });
-  const c64Gw = await cannonWithCpu('tollgate non-streaming c64', gw, ticksPerSec, { body: BODY_PLAIN, connections: 64, seconds: SECONDS });
-  const c64Bare = bare && await cannonWithCpu('bare proxy non-streaming c64', bare, ticksPerSec, { body: BODY_PLAIN, connections: 64, seconds: SECONDS });
-
-  log(`streaming (20 chunks), concurrency 16: ${SECONDS} s per side`);
-  const sDirect = await cannon('direct streaming c16', up.origin, { body: BODY_STREAM, connections: 16, seconds: SECONDS });
-  const sGw = await cannonWithCpu('tollgate streaming c16', gw, ticksPerSec, { body: BODY_STREAM, connections: 16, seconds: SECONDS });
-  const sBare = bare && await cannonWithCpu('bare proxy streaming c16', bare, ticksPerSec, { body: BODY_STREAM, connections: 16, seconds: SECONDS });
-
-  const during = noise();
-  // The gateway must still be alive and healthy after all that.
-  await sanityCheck(gw);
-  const rssEnd = procRssKb(gw.pid);
-
-  const added = {
-    p50: c1Gw.p50 - c1Direct.p50,
-    p99: c1Gw.p99 - c1Direct.p99,
-    ttfb: ttfbGw.p50 - ttfbDirect.p50,
-  };
-  const rpsRatio = c64Gw.result.requests.average / c64Direct.requests.average;
-  const sRatio = sGw.result.requests.average / sDirect.requests.average;
-
-  const rows = [
-    ['non-streaming c1: p50 latency (ms)', fmt(c1Direct.p50, 3), fmt(c1Gw.p50, 3), `+${fmt(added.p50, 3)}`, `<= +${TARGETS.addedP50Ms}`, verdict(added.p50, TARGETS.addedP50Ms)],
-    ['non-streaming c1: p99 latency (ms)', fmt(c1Direct.p99, 3), fmt(c1Gw.p99, 3), `+${fmt(added.p99, 3)}`, `<= +${TARGETS.addedP99Ms}`, verdict(added.p99, TARGETS.addedP99Ms)],
-    ['non-streaming c1: req/s', fmtInt(c1Direct.rps), fmtInt(c1Gw.rps), `x${fmt(c1Gw.rps / c1Direct.rps)}`, '', ''],
-    ['non-streaming c64: req/s', fmtInt(c64Direct.requests.average), fmtInt(c64Gw.result.requests.average), `x${fmt(rpsRatio)}`, '', ''],
-    ['non-streaming c64: gateway CPU/request (us)', '', fmt(c64Gw.cpuUsPerRequest, 1), '', `<= ${TARGETS.cpuPerRequestUs}`, verdict(c64Gw.cpuUsPerRequest, TARGETS.cpuPerRequestUs)],
-    ['streaming c16 (20 chunks): req/s', fmtInt(sDirect.requests.average), fmtInt(sGw.result.requests.average), `x${fmt(sRatio)}`, '', ''],
-    ['streaming c16: gateway CPU/request (us)', '', fmt(sGw.cpuUsPerRequest, 1), '', '', ''],
-    ['streaming: time to first byte p50 (ms)', fmt(ttfbDirect.p50, 3), fmt(ttfbGw.p50, 3), `+${fmt(added.ttfb, 3)}`, `<= +${TARGETS.addedTtfbMs}`, verdict(added.ttfb, TARGETS.addedTtfbMs)],
-    [`gateway RSS, ${rss.n} open streams (MB)`, '', `${fmt(rss.rssBefore / 1024, 1)} -> ${fmt(rss.rssDuring / 1024, 1)}`, '', '', ''],
-    ['gateway RSS growth per open stream (KB)', '', fmt(rss.perStreamKb, 1), '', `<= ${TARGETS.rssPerStreamKb}`, verdict(rss.perStreamKb, TARGETS.rssPerStreamKb)],
-  ];
-
-  process.stdout.write(`\nTollgate overhead benchmark: node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model?.trim() ?? '?'}), ` +
-    `${pinned ? 'load generator + fake upstream on CPU 0, gateway on CPU 1' : 'UNPINNED'}, ` +
-    `${SECONDS} s per run, gateway log level ${LOG_LEVEL} (stdout -> /dev/null)\n\n`);
-  process.stdout.write(`${table(rows)}\n\n`);
-  if (bare) {
-    const ref = [
-      ['non-streaming c1: p50 latency (ms)', fmt(c1Direct.p50, 3), fmt(c1Bare.p50, 3), `+${fmt(c1Bare.p50 - c1Direct.p50, 3)}`],
-      ['non-streaming c1: p99 latency (ms)', fmt(c1Direct.p99, 3), fmt(c1Bare.p99, 3), `+${fmt(c1Bare.p99 - c1Direct.p99, 3)}`],
-      ['non-streaming c64: req/s', fmtInt(c64Direct.requests.average), fmtInt(c64Bare.result.requests.average), `x${fmt(c64Bare.result.requests.average / c64Direct.requests.average)}`],
-      ['non-streaming c64: proxy CPU/request (us)', '', fmt(c64Bare.cpuUsPerRequest, 1), ''],
-      ['streaming c16 (20 chunks): req/s', fmtInt(sDirect.requests.average), fmtInt(sBare.result.requests.average), `x${fmt(sBare.result.requests.average / sDirect.requests.average)}`],
-      ['streaming c16: proxy CPU/request (us)', '', fmt(sBare.cpuUsPerRequest, 1), ''],
-      ['streaming: time to first byte p50 (ms)', fmt(ttfbDirect.p50, 3), fmt(ttfbBare.p50, 3), `+${fmt(ttfbBare.p50 - ttfbDirect.p50, 3)}`],
-    ];
-    process.stdout.write(`Reference, the floor of one Node.js hop: a bare node:http + undici pass-through proxy (bench/bare-proxy.js) on the gateway's CPU\n\n`);
-    process.stdout.write(`${table(ref, ['metric', 'direct', 'bare proxy', 'ratio/added'])}\n\n`);
-  }
-  process.stdout.write(`c1: ${c1Direct.n} direct / ${c1Gw.n} gateway requests; time to first byte: ${ttfbGw.n} per side ` +
-    `(p99 direct ${fmt(ttfbDirect.p99, 3)} ms, gateway ${fmt(ttfbGw.p99, 3)} ms); ` +
-    `c64: ${c64Gw.result.requests.total} gateway requests, ${fmt(c64Gw.cpuSeconds)} CPU s; ` +
-    `streaming: ${sGw.result.requests.total} gateway requests, ${fmt(sGw.cpuSeconds)} CPU s; ` +
-    `${rss.n} streams opened in ${fmt(rss.openMs, 0)} ms, RSS after abort ${fmt(rss.rssAfter / 1024, 1)} MB, at the end ${fmt(rssEnd / 1024, 1)} MB\n`);
-
-  const noisy = during.othersPct > 5 || during.stealPct > 2;
-  process.stdout.write(`${noisy ? 'WARNING: ' : ''}other processes used ${fmt(during.othersPct, 1)}% of the machine's CPU during the runs ` +
-    `(steal ${fmt(during.stealPct, 1)}%)${noisy ? '; the figures are noisy, re-run on an idle machine' : ''}\n`);
-
-  const summary = {
-    node: process.version,
-    cpus: cpus().length,
-    pinned,
-    seconds: SECONDS,
-    log_level: LOG_LEVEL,
-    other_cpu_pct: +during.othersPct.toFixed(1),
-    steal_pct: +during.stealPct.toFixed(1),
-    nonstream_c1: {
-      direct_p50_ms: +c1Direct.p50.toFixed(3), direct_p99_ms: +c1Direct.p99.toFixed(3),
-      tollgate_p50_ms: +c1Gw.p50.toFixed(3), tollgate_p99_ms: +c1Gw.p99.toFixed(3),
-      added_p50_ms: +added.p50.toFixed(3), added_p99_ms: +added.p99.toFixed(3),
-    },
-    nonstream_c64: {
-      direct_rps: Math.round(c64Direct.requests.average), tollgate_rps: Math.round(c64Gw.result.requests.average),
-      ratio: +rpsRatio.toFixed(3), gateway_cpu_us_per_request: +c64Gw.cpuUsPerRequest.toFixed(1),
-    },
-    stream_c16: {
-      direct_rps: Math.round(sDirect.requests.average), tollgate_rps: Math.round(sGw.result.requests.average),
-      ratio: +sRatio.toFixed(3), gateway_cpu_us_per_request: +sGw.cpuUsPerRequest.toFixed(1),
-      direct_ttfb_p50_ms: +ttfbDirect.p50.toFixed(3), tollgate_ttfb_p50_ms: +ttfbGw.p50.toFixed(3), added_ttfb_p50_ms: +added.ttfb.toFixed(3),
-    },
-    open_streams: {
-      n: rss.n, rss_before_kb: rss.rssBefore, rss_during_kb: rss.rssDuring, rss_per_stream_kb: +rss.perStreamKb.toFixed(1),
-    },
-    ...(bare ? {
-      bare_proxy: {
-        added_p50_ms: +(c1Bare.p50 - c1Direct.p50).toFixed(3), added_p99_ms: +(c1Bare.p99 - c1Direct.p99).toFixed(3),
-        c64_rps: Math.round(c64Bare.result.requests.average), c64_cpu_us_per_request: +c64Bare.cpuUsPerRequest.toFixed(1),
-        stream_rps: Math.round(sBare.result.requests.average), stream_cpu_us_per_request: +sBare.cpuUsPerRequest.toFixed(1),
-        added_ttfb_p50_ms: +(ttfbBare.p50 - ttfbDirect.p50).toFixed(3),
-      },
-    } : {}),
-    targets: {
-      cpu_us_per_request: verdict(c64Gw.cpuUsPerRequest, TARGETS.cpuPerRequestUs),
-      added_p50: verdict(added.p50, TARGETS.addedP50Ms),
-      added_p99: verdict(added.p99, TARGETS.addedP99Ms),
-      added_ttfb: verdict(added.ttfb, TARGETS.addedTtfbMs),
-      rss_per_stream: verdict(rss.perStreamKb, TARGETS.rssPerStreamKb),
-    },
-  };
-  process.stdout.write(`\nBENCH_JSON ${JSON.stringify(summary)}\n`);
-}
+const tmp = mkdtempSync(join(tmpdir(), 'tollgate-bench-'));
+let interrupted = false;
+const bail = async (why, code) => {
+  if (interrupted) return;
+  interrupted = true;
+  log(why);
+  await stopAll(2000);
+  rmSync(tmp, { recursive: true, force: true });
+  process.exit(code);
+};
+for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => bail(`${sig}: stopping`, 130));
+setTimeout(() => bail(`the run took longer than ${MAX_SECONDS} s (BENCH_MAX_SECONDS): aborted`, 1), MAX_SECONDS * 1000).unref();
 
 let exitCode = 0;
 try {
-  await main();
+  report(await main(tmp));
 } catch (err) {
-  if (interrupted) await new Promise(() => {}); // the signal handler cleans up and exits
+  if (interrupted) await new Promise(() => {}); // bail() exits
   process.stderr.write(`\nbench failed: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
-  if (gatewayChild?.exitInfo) {
-    const { code, signal } = gatewayChild.exitInfo;
-    process.stderr.write(`the gateway had exited (code ${code}, signal ${signal})${gatewayChild.stderrTail ? `; its stderr:\n${gatewayChild.stderrTail}` : ''}\n`);
+  for (const f of ['gateway.log', 'gateway-redis.log'].map((n) => join(LOG_DIR, n)).filter(existsSync)) {
+    process.stderr.write(`\nthe end of ${f}:\n${readFileSync(f, 'utf8').slice(-2048)}\n`);
   }
   exitCode = 1;
 } finally {
-  await cleanup();
+  await stopAll(STOP_MS);
+  rmSync(tmp, { recursive: true, force: true });
 }
 process.exit(exitCode);

@@ -1,0 +1,77 @@
+// The figures of `npm run bench` as issue #13 states them: one row per figure with the
+// gateway's value, the bare http-proxy-3 hop's value in the same run, their ratio, the goal and
+// whether it is met; printed as a Markdown table and returned as plain data for the JSON file.
+
+const num = (v) => typeof v === 'number' && Number.isFinite(v);
+
+/**
+ * One row. `goal` is an upper bound (or undefined: reported only); `applies` false marks a goal
+ * that this run's settings cannot check (e.g. the 500-stream RSS goal with fewer streams).
+ */
+export function figure(name, unit, gateway, bare, { goal, digits = 1, applies = true, note } = {}) {
+  const ratio = num(gateway) && num(bare) && bare !== 0 ? gateway / bare : undefined;
+  let verdict = '';
+  if (goal !== undefined) verdict = !applies ? 'n/a' : num(gateway) ? (gateway <= goal ? 'MET' : 'MISS') : 'MISS';
+  return { name, unit, gateway: round(gateway, digits), bare_hop: round(bare, digits), ratio: round(ratio, 2), goal: goal ?? null, verdict, ...(note ? { note } : {}) };
+}
+
+function round(v, digits) {
+  if (!num(v)) return null;
+  const f = 10 ** digits;
+  return Math.round(v * f) / f;
+}
+
+const cell = (v, unit) => (v === null || v === undefined ? '-' : `${v.toLocaleString('en-US', { maximumFractionDigits: 3 })}${unit ? ` ${unit}` : ''}`);
+
+export function table(figures) {
+  const header = ['figure', 'gateway', 'bare hop', 'ratio', 'goal', 'result'];
+  const rows = figures.map((f) => [
+    f.name, cell(f.gateway, f.unit), cell(f.bare_hop, f.unit), f.ratio === null ? '-' : `×${f.ratio.toFixed(2)}`,
+    f.goal === null ? '' : `≤ ${f.goal}${f.unit ? ` ${f.unit}` : ''}`, f.verdict,
+  ]);
+  const all = [header, ...rows];
+  const widths = header.map((_, i) => Math.max(...all.map((r) => r[i].length)));
+  const line = (r) => `| ${r.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join(' | ')} |`;
+  const sep = `|${widths.map((w, i) => (i === 0 ? `:${'-'.repeat(w + 1)}` : `${'-'.repeat(w + 1)}:`)).join('|')}|`;
+  return [line(header), sep, ...rows.map(line)].join('\n');
+}
+
+/** The rows of issue #13, from the measurements `m` (absent ones print as '-'). */
+export function figures(m, { streams }) {
+  const kb = (v) => (num(v) ? v / 1024 : undefined);
+  const rows = [
+    figure('CPU per non-streaming request, c=64', 'µs', m.c64?.gw.cpuUs, m.c64?.bare.cpuUs, { goal: 150 }),
+    figure('CPU per 20-chunk stream, c=64', 'µs', m.stream?.gw.cpuUs, m.stream?.bare.cpuUs, { goal: 300 }),
+    figure('CPU per 20-chunk stream, chunks 50 ms apart', 'µs', m.slow?.gw.cpuUs, m.slow?.bare.cpuUs),
+    figure('p50 latency, c=1', 'ms', m.c1?.gw.p50, m.c1?.bare.p50, { digits: 3 }),
+    figure('p99 latency, c=1', 'ms', m.c1?.gw.p99, m.c1?.bare.p99, { goal: 1.5, digits: 3 }),
+    figure('added time to first byte, p50', 'ms', m.ttfb && m.ttfb.gw.p50 - m.ttfb.direct.p50,
+      m.ttfb && m.ttfb.bare.p50 - m.ttfb.direct.p50, { digits: 3 }),
+    figure('RSS idle', 'MB', kb(m.idle?.gw), kb(m.idle?.bare), { goal: 80 }),
+    figure(`RSS with ${streams} open slow streams (peak)`, 'MB', kb(m.slow?.gw.rssPeak), kb(m.slow?.bare.rssPeak),
+      { goal: 120, applies: streams >= 500, note: streams >= 500 ? undefined : 'the goal is for 500 streams' }),
+    // Over the idle RSS as #13 takes it: the one-off growth of the first traffic (heap, JIT code)
+    // is in it, spread over 500 streams; with far fewer it dominates and the figure says little.
+    figure('RSS growth per open stream', 'KB', m.slow && perStream(m.slow.gw), m.slow && perStream(m.slow.bare),
+      { goal: 50, applies: streams >= 500, note: streams >= 500 ? undefined : 'the goal is for 500 streams' }),
+    figure('throughput, non-streaming c=64', 'req/s', m.c64?.gw.rps, m.c64?.bare.rps, { digits: 0 }),
+    figure('throughput, 20-chunk streams c=64', 'streams/s', m.stream?.gw.rps, m.stream?.bare.rps, { digits: 0 }),
+  ];
+  if (m.redis) {
+    rows.push(
+      figure('redis store: CPU per non-streaming request, c=64', 'µs', m.redis.c64.cpuUs, m.c64?.bare.cpuUs),
+      figure('redis store: round trips per request', '', m.redis.plain.reads, undefined, { goal: 3, digits: 2 }),
+      figure('redis store: round trips per stream', '', m.redis.stream.reads, undefined, { digits: 2 }),
+      figure('redis store: Lua scripts run per request', '', scripts(m.redis.plain), undefined, { digits: 2 }),
+      figure('redis store: commands per request, incl. inside scripts', '', m.redis.plain.commands, undefined, { digits: 2 }),
+    );
+  }
+  return rows;
+}
+
+const scripts = (r) => (r.perCommand.evalsha ?? 0) + (r.perCommand.eval ?? 0);
+
+/** KB of RSS per stream: the peak over the idle RSS, over the streams (as #13 takes it). */
+export function perStream(s) {
+  return (s.rssPeak - s.rssIdle) / s.n;
+}
