@@ -4,7 +4,8 @@
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { handleChat } from './chat/pipeline.js';
+import { handleGeneration } from './chat/pipeline.js';
+import { chatDialect } from './dialects/chat/index.js';
 import { validateConfig } from './config/load.js';
 import type { Config } from './config/types.js';
 import { GatewayError, retryAfterHeaders, toGatewayError } from './errors.js';
@@ -192,7 +193,10 @@ export class Gateway {
       // The state is pinned before any await below: a reload must not close its pools under us.
       ctx.state = state;
       this.#refs.set(state, (this.#refs.get(state) ?? 0) + 1);
-      if (route === 'chat') await handleChat(state, this.metrics, ctx, req, res);
+      if (route === 'chat') {
+        ctx.dialect = chatDialect;
+        await handleGeneration(chatDialect, state, this.metrics, ctx, req, res);
+      }
       else await this.#models(state, ctx, req, res, path);
     });
   }
@@ -239,7 +243,7 @@ export class Gateway {
       this.logger.error({ request_id: ctx.id, err: err instanceof Error ? err : String(err) }, 'unhandled error on the request path');
     }
     ctx.code = e.code;
-    if (!res.headersSent) sendError(res, e, ctx.id, ctx.rateHeaders);
+    if (!res.headersSent) sendError(res, e, ctx.id, ctx.rateHeaders, ctx.dialect?.errorBody);
     else if (!res.writableEnded) res.destroy();
   }
 

@@ -1,24 +1,25 @@
-// POST /v1/chat/completions, in order: authenticate, read and validate the body, resolve the
-// model, check images, policy and context, then call the model's targets (its provider, then
-// its fallbacks) and answer as one JSON body or as an event stream. Each step throws a
-// GatewayError; the router writes it.
+// One metered generation, whatever dialect the client speaks, in order: authenticate, read the
+// body and let the dialect parse it, resolve the model, check images, policy and context, admit
+// (limits), hold, then call the model's targets (its provider, then its fallbacks) and let the
+// dialect render the answer as one JSON body or as an event stream. Each step throws a
+// GatewayError; the router writes it in the dialect's shape.
 
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { GatewayError, envelope, retryAfterHeaders } from '../errors.js';
+import { GatewayError, retryAfterHeaders } from '../errors.js';
 import { isJsonContentType, readBody } from '../http/body.js';
 import { parseJsonBody } from '../http/json.js';
 import { sendJson, type RequestContext } from '../http/respond.js';
 import type { Metrics } from '../observe/metrics.js';
 import { TIMEOUT, type ProviderCall } from '../providers/types.js';
 import { emptyAnswer, hasStop } from '../providers/shared.js';
-import { DONE_FRAME, KEEPALIVE_FRAME, SSE_HEADERS, dataFrame, writeFrame } from '../sse/writer.js';
+import { KEEPALIVE_FRAME, SSE_HEADERS, writeFrame } from '../sse/writer.js';
+import type { Dialect, Renderer } from '../dialects/types.js';
 import type { GatewayState, Target } from '../state.js';
 import type { Admission, Outcome } from '../upstream/health.js';
 import { hold, type Charge } from '../billing/meter.js';
 import { checkContext, checkImages, fitsContext } from './checks.js';
-import type { ChatCompletion, ChatRequest, ChunkChoice, Usage } from './types.js';
-import { validateChatRequest } from './validate.js';
+import type { ChatRequest, ChunkChoice, Usage } from './types.js';
 import type { ModelConfig } from '../config/types.js';
 
 const CLIENT_GONE = Symbol('tollgate.client-gone');
@@ -26,22 +27,18 @@ const CLIENT_GONE = Symbol('tollgate.client-gone');
 /** Failures that another target may not repeat: the next fallback is worth a try. */
 const FALLBACK_CODES: ReadonlySet<string> = new Set(['provider_error', 'provider_timeout', 'model_unavailable']);
 
-function completionId(): string {
-  return `chatcmpl-${randomUUID().replace(/-/g, '')}`;
-}
-
 /** Hold lifetime: every target may use its whole timeout, plus slack for the settle. */
 const HOLD_SLACK_MS = 60_000;
 
-export async function handleChat(
-  state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
+export async function handleGeneration(
+  dialect: Dialect, state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
 ): Promise<void> {
-  ctx.principal = await state.auth.authenticate(req.headers.authorization);
+  ctx.principal = await state.auth.authenticate(dialect.credential(req));
   if (!isJsonContentType(req.headers['content-type'])) {
     throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
   }
   const body = parseJsonBody(await readBody(req, state.config.server.max_body_bytes));
-  const request = validateChatRequest(body);
+  const request = dialect.parse(body);
   ctx.stream = request.stream;
   const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, (m) => {
     if (!state.healthy(m)) return 'unhealthy';
@@ -76,9 +73,10 @@ export async function handleChat(
   }
   ctx.charge = charge;
   const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt);
+  const renderer = dialect.renderer(request, model.id);
   try {
-    if (request.stream) await streamAnswer(state, metrics, attempts, charge, ctx, res);
-    else await completeAnswer(metrics, attempts, charge, ctx, res);
+    if (request.stream) await streamAnswer(state, metrics, attempts, charge, ctx, res, renderer);
+    else await completeAnswer(metrics, attempts, charge, ctx, res, renderer);
   } finally {
     // Whatever did not settle (a failure before any output, a client gone before the answer)
     // is charged nothing; a store that cannot answer lets the hold expire.
@@ -174,7 +172,9 @@ class Attempts {
   }
 }
 
-async function completeAnswer(metrics: Metrics, attempts: Attempts, charge: Charge, ctx: RequestContext, res: ServerResponse): Promise<void> {
+async function completeAnswer(
+  metrics: Metrics, attempts: Attempts, charge: Charge, ctx: RequestContext, res: ServerResponse, renderer: Renderer,
+): Promise<void> {
   for (;;) {
     const { target, admission } = attempts.next();
     try {
@@ -191,16 +191,8 @@ async function completeAnswer(metrics: Metrics, attempts: Attempts, charge: Char
       // A client that left after the answer arrived is charged its usage all the same; the
       // debit is durable before the answer reports it.
       await charge.settle(usage);
-      const completion: ChatCompletion = {
-        id: completionId(),
-        object: 'chat.completion',
-        created: Math.floor(Date.now() / 1000),
-        model: attempts.model.id,
-        choices: result.choices,
-        usage,
-      };
       if (res.destroyed) return;
-      sendJson(res, 200, JSON.stringify(completion), {
+      sendJson(res, 200, renderer.complete({ choices: result.choices, usage }), {
         ...result.headers,
         ...ctx.rateHeaders,
         'x-request-id': ctx.id,
@@ -235,11 +227,8 @@ function isSubstantive(choices: readonly ChunkChoice[], stopExplains: boolean): 
 
 async function streamAnswer(
   state: GatewayState, metrics: Metrics, attempts: Attempts, charge: Charge, ctx: RequestContext, res: ServerResponse,
+  renderer: Renderer,
 ): Promise<void> {
-  const includeUsage = attempts.request.includeUsage;
-  const head = `{"id":"${completionId()}","object":"chat.completion.chunk","created":${Math.floor(Date.now() / 1000)},"model":${JSON.stringify(attempts.model.id)},"choices":`;
-  const tail = includeUsage ? ',"usage":null}' : '}';
-  const frame = (choices: readonly ChunkChoice[]) => dataFrame(head + JSON.stringify(choices) + tail);
   const started = performance.now();
   const stopExplains = hasStop({ request: attempts.request });
 
@@ -251,6 +240,8 @@ async function streamAnswer(
   const commit = () => {
     committed = true;
     res.writeHead(200, { ...SSE_HEADERS, ...upstreamHeaders, ...ctx.rateHeaders, 'x-request-id': ctx.id });
+    const opening = renderer.open();
+    if (opening !== '') res.write(opening);
     metrics.openStreams.inc();
   };
   const keepalive = setTimeout(function tick() {
@@ -296,8 +287,8 @@ async function streamAnswer(
               ctx.ttfcMs = performance.now() - started;
               metrics.timeToFirstChunk.labels(target.provider.name).observe(ctx.ttfcMs / 1000);
             }
-            for (const h of held.splice(0)) res.write(frame(h));
-            const ok = writeFrame(res, frame(part.choices), call.signal);
+            for (const h of held.splice(0)) res.write(renderer.chunk(h));
+            const ok = writeFrame(res, renderer.chunk(part.choices), call.signal);
             if (ok !== true && !(await ok)) {
               // The client left, or stopped reading until the time ran out: the upstream is
               // aborted and what was generated so far is charged.
@@ -324,8 +315,7 @@ async function streamAnswer(
       ctx.usageSource = usage === undefined ? 'counted' : 'upstream';
       ctx.usage = usage ?? await attempts.counted(text);
       await charge.settle(ctx.usage);
-      if (includeUsage) res.write(dataFrame(`${head}[],"usage":${JSON.stringify(ctx.usage)}}`));
-      res.end(DONE_FRAME);
+      res.end(renderer.close(ctx.usage));
       return;
     }
   } catch (err) {
@@ -337,11 +327,11 @@ async function streamAnswer(
       await charge.settle(ctx.usage).catch(() => undefined);
     }
     if (!committed || res.destroyed) throw err;
-    // After the first byte an error can only be told in the stream: one envelope event, and no
-    // [DONE], so the client knows the answer is incomplete.
+    // After the first byte an error can only be told in the stream, in the dialect's way; the
+    // stream then ends without its normal close, so the client knows the answer is incomplete.
     const e = err instanceof GatewayError ? err : new GatewayError('internal_error', 'The gateway failed mid-stream.', { cause: err });
     ctx.code = e.code;
-    res.end(dataFrame(JSON.stringify(envelope(e, ctx.id))));
+    res.end(renderer.fail(e, ctx.id));
     if (!(err instanceof GatewayError)) throw err;
   } finally {
     clearTimeout(keepalive);

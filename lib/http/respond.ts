@@ -6,6 +6,7 @@ import type { Principal } from '../auth/principal.js';
 import type { Charge } from '../billing/meter.js';
 import type { Usage } from '../chat/types.js';
 import type { GatewayState } from '../state.js';
+import type { Dialect } from '../dialects/types.js';
 import { envelope, type GatewayError } from '../errors.js';
 
 export interface RequestContext {
@@ -28,13 +29,15 @@ export interface RequestContext {
   ttfcMs: number | undefined;
   /** The config state the request runs on, once pinned (a reload leaves it in force for it). */
   state: GatewayState | undefined;
+  /** The dialect of the route, whose shape errors take; undefined: the envelope. */
+  dialect: Dialect | undefined;
 }
 
 export function newContext(id: string, route: string): RequestContext {
   return {
     id, start: performance.now(), route, principal: undefined, model: undefined, provider: undefined, upstreamModel: undefined,
     stream: false, code: '', usage: undefined, usageSource: undefined, charge: undefined, rateHeaders: undefined, upstreamMs: undefined, ttfcMs: undefined,
-    state: undefined,
+    state: undefined, dialect: undefined,
   };
 }
 
@@ -45,9 +48,19 @@ export function sendJson(res: ServerResponse, status: number, json: string, head
   res.end(json);
 }
 
-/** The one function that writes an error answer. */
-export function sendError(res: ServerResponse, err: GatewayError, requestId: string, extraHeaders?: Record<string, string>): void {
+/**
+ * The one function that writes an error answer: the envelope, or the body a dialect gives
+ * (Anthropic's shape on /v1/messages).
+ */
+export function sendError(
+  res: ServerResponse, err: GatewayError, requestId: string, extraHeaders?: Record<string, string>,
+  body: (err: GatewayError, requestId: string) => string = envelopeJson,
+): void {
   if (res.headersSent || res.destroyed) return;
   const headers: Record<string, string> = { 'x-request-id': requestId, ...extraHeaders, ...err.headers };
-  sendJson(res, err.status, JSON.stringify(envelope(err, requestId)), headers);
+  sendJson(res, err.status, body(err, requestId), headers);
+}
+
+function envelopeJson(err: GatewayError, requestId: string): string {
+  return JSON.stringify(envelope(err, requestId));
 }

@@ -1,0 +1,70 @@
+// The chat completions dialect (POST /v1/chat/completions): the service's own schema, which is
+// also the pipeline's internal form, so parsing is validation and rendering adds the envelope
+// fields (id, object, created, model) around what the providers produced.
+
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { ChatRequest, ChunkChoice } from '../../chat/types.js';
+import { validateChatRequest } from '../../chat/validate.js';
+import { envelope, type GatewayError } from '../../errors.js';
+import { DONE_FRAME, dataFrame } from '../../sse/writer.js';
+import type { Answer, Dialect, Renderer } from '../types.js';
+
+function completionId(): string {
+  return `chatcmpl-${randomUUID().replace(/-/g, '')}`;
+}
+
+class ChatRenderer implements Renderer {
+  readonly #model: string;
+  readonly #includeUsage: boolean;
+  /** Every chunk of one stream shares its id and created; serialized once. */
+  #head: string | undefined;
+
+  constructor(request: ChatRequest, model: string) {
+    this.#model = model;
+    this.#includeUsage = request.includeUsage;
+  }
+
+  complete(answer: Answer): string {
+    return JSON.stringify({
+      id: completionId(),
+      object: 'chat.completion',
+      created: Math.floor(Date.now() / 1000),
+      model: this.#model,
+      choices: answer.choices,
+      usage: answer.usage,
+    });
+  }
+
+  #chunkHead(): string {
+    this.#head ??= `{"id":"${completionId()}","object":"chat.completion.chunk","created":${Math.floor(Date.now() / 1000)},"model":${JSON.stringify(this.#model)},"choices":`;
+    return this.#head;
+  }
+
+  open(): string {
+    return '';
+  }
+
+  chunk(choices: readonly ChunkChoice[]): string {
+    // Without include_usage chunks have no usage member; with it, null until the last.
+    return dataFrame(this.#chunkHead() + JSON.stringify(choices) + (this.#includeUsage ? ',"usage":null}' : '}'));
+  }
+
+  close(usage: Answer['usage']): string {
+    const last = this.#includeUsage ? dataFrame(`${this.#chunkHead()}[],"usage":${JSON.stringify(usage)}}`) : '';
+    return last + DONE_FRAME;
+  }
+
+  fail(err: GatewayError, requestId: string): string {
+    // One envelope event and no [DONE]: its absence tells the client the answer is incomplete.
+    return dataFrame(JSON.stringify(envelope(err, requestId)));
+  }
+}
+
+export const chatDialect: Dialect = {
+  name: 'chat',
+  credential: (req: IncomingMessage) => req.headers.authorization,
+  parse: validateChatRequest,
+  renderer: (request, model) => new ChatRenderer(request, model),
+  errorBody: (err, requestId) => JSON.stringify(envelope(err, requestId)),
+};

@@ -1,0 +1,41 @@
+// A dialect is the wire format a client speaks (chat completions, Anthropic Messages, OpenAI
+// Responses...). The pipeline between (auth, policy, context, limits, hold, targets, fallbacks,
+// debit, records) is one, and names no dialect: a dialect only parses its request into the
+// internal ChatRequest and renders the internal answer, chunks and errors back (STYLE.md: a
+// hub, N dialects + M providers rather than N x M translators).
+
+import type { IncomingMessage } from 'node:http';
+import type { ChatRequest, ChunkChoice, CompletionChoice, Usage } from '../chat/types.js';
+import type { GatewayError } from '../errors.js';
+
+/** A whole answer, as the pipeline has it once the upstream answered and the debit landed. */
+export interface Answer {
+  choices: CompletionChoice[];
+  usage: Usage;
+}
+
+/** Renders one request's answer; created per request, so it may keep a stream's state. */
+export interface Renderer {
+  /** The JSON body of a non-streaming answer. */
+  complete(answer: Answer): string;
+  /** SSE frames sent when the stream commits (before any chunk); may be ''. */
+  open(): string;
+  /** SSE frames for one upstream chunk's choices; may be ''. */
+  chunk(choices: readonly ChunkChoice[]): string;
+  /** SSE frames that end a whole answer, with its final usage. */
+  close(usage: Usage): string;
+  /** SSE frames telling of an error after the first byte; the stream then ends. */
+  fail(err: GatewayError, requestId: string): string;
+}
+
+export interface Dialect {
+  readonly name: string;
+  /** The caller's credential as an `Authorization` value (Messages also takes x-api-key). */
+  credential(req: IncomingMessage): string | undefined;
+  /** The validated internal request; throws GatewayError (400s) on a bad body. */
+  parse(body: unknown): ChatRequest;
+  /** A new renderer for this request, answering as `model` (the catalog slug). */
+  renderer(request: ChatRequest, model: string): Renderer;
+  /** The body of an error answer before the first byte, in this dialect's shape. */
+  errorBody(err: GatewayError, requestId: string): string;
+}
