@@ -39,6 +39,7 @@ export const ERROR_CODES = Object.freeze({
   account_not_found: 404,
   key_not_found: 404,
   method_not_allowed: 405,
+  request_timeout: 408,
   account_exists: 409,
   request_too_large: 413,
   unsupported_media_type: 415,

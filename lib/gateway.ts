@@ -9,7 +9,7 @@ import { validateConfig } from './config/load.js';
 import type { Config } from './config/types.js';
 import { GatewayError, retryAfterHeaders, toGatewayError } from './errors.js';
 import { requestIdFor } from './http/request-id.js';
-import { newContext, sendError, sendJson, type RequestContext } from './http/respond.js';
+import { closeIfBodyUnread, newContext, sendError, sendJson, type RequestContext } from './http/respond.js';
 import { createLogger, type Logger } from './observe/log.js';
 import { Metrics } from './observe/metrics.js';
 import { TokenShapeError } from './auth/jwt.js';
@@ -318,7 +318,7 @@ export class Gateway {
     } else {
       try {
         const text = await this.metrics.registry.metrics();
-        res.writeHead(200, { 'content-type': this.metrics.registry.contentType, 'cache-control': 'no-store' });
+        res.writeHead(200, closeIfBodyUnread(res, { 'content-type': this.metrics.registry.contentType, 'cache-control': 'no-store' }));
         res.end(text);
       } catch (err) {
         this.logger.error({ err }, 'metrics collection failed');

@@ -9,7 +9,7 @@ import type { Config } from '../config/types.js';
 import { GatewayError } from '../errors.js';
 import { isJsonContentType, readBody } from '../http/body.js';
 import { parseJsonBody } from '../http/json.js';
-import { sendJson } from '../http/respond.js';
+import { closeIfBodyUnread, sendJson } from '../http/respond.js';
 import { windows } from '../billing/meter.js';
 import type { AccountRecord, Store, UsageTotals } from '../store/types.js';
 
@@ -95,7 +95,7 @@ export class AdminApi {
     } else if (a === 'keys' && b !== undefined && parts.length === 2) {
       if (method !== 'DELETE') throw methodNotAllowed(method, path, 'DELETE');
       if ((await this.#store.revokeKey(b)) === undefined) throw new GatewayError('key_not_found', `No key with id '${b}'.`);
-      res.writeHead(204, headers);
+      res.writeHead(204, closeIfBodyUnread(res, headers));
       res.end();
     } else if (a === 'sessions' && b !== undefined && c === 'revoke' && d === undefined) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
@@ -138,7 +138,7 @@ export class AdminApi {
     if (!isJsonContentType(req.headers['content-type'])) {
       throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
     }
-    const body = parseJsonBody(await readBody(req, 65536));
+    const body = parseJsonBody(await readBody(req, 65536, this.#config.server.body_timeout_ms));
     if (!isObject(body)) throw new GatewayError('invalid_type', "Invalid type for '(body)': expected a JSON object.", { param: '(body)' });
     return body;
   }

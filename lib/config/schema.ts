@@ -113,6 +113,7 @@ export const configSchema = obj({
       host: { ...str, default: '127.0.0.1' },
       port: { type: 'integer', minimum: 0, maximum: 65535, default: 8080, 'x-msg': 'must be an integer from 0 to 65535' },
       max_body_bytes: { ...posInt, default: 41943040 },
+      body_timeout_ms: { ...posInt, default: 30000 },
       drain_timeout_ms: { ...uint, default: 30000 },
       sse_keepalive_ms: { ...posInt, default: 15000 },
       watch_config: { type: 'boolean', default: false },

@@ -67,6 +67,8 @@ export interface Config {
     host: string;
     port: number;
     max_body_bytes: number;
+    /** A request body that receives no byte for this long is answered 408 and closed. */
+    body_timeout_ms: number;
     drain_timeout_ms: number;
     sse_keepalive_ms: number;
     watch_config: boolean;
