@@ -7,7 +7,7 @@ import type { Dispatcher } from 'undici';
 import type { ChoicesAndUsage } from './shared.js';
 import type { ProviderConfig } from '../config/types.js';
 import { GatewayError } from '../errors.js';
-import { SseParser, type SseEvent } from '../sse/parser.js';
+import { SseLimitError, SseParser, type SseEvent } from '../sse/parser.js';
 import {
   createEndpoint, forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint,
 } from '../upstream/http.js';
@@ -102,6 +102,9 @@ export abstract class HttpProvider implements Provider {
       }
       for (const ev of parser.end()) yield* translator.handle(ev);
     } catch (err) {
+      if (err instanceof SseLimitError) {
+        throw new GatewayError('provider_error', `The model provider '${this.name}' sent an event stream line or event larger than ${err.limit} bytes.`, { cause: err });
+      }
       throw transportError(err, call.signal, this.name);
     } finally {
       if (!body.destroyed) body.destroy();
