@@ -48,10 +48,10 @@ export abstract class HttpProvider implements Provider {
 
   /** The upstream request body. */
   protected abstract body(call: ProviderCall, stream: boolean): string;
-  /** A 2xx answer's text -> our choices and usage; throws GatewayError. */
-  protected abstract completion(text: string, call: ProviderCall): ChoicesAndUsage;
-  /** A fresh translator for one stream. */
-  protected abstract translator(call: ProviderCall): StreamTranslator;
+  /** A 2xx answer's text (its HTTP status: `status`) -> our choices and usage; throws GatewayError. */
+  protected abstract completion(text: string, call: ProviderCall, status: number): ChoicesAndUsage;
+  /** A fresh translator for one stream, answered with HTTP status `status`. */
+  protected abstract translator(call: ProviderCall, status: number): StreamTranslator;
 
   async #send(call: ProviderCall, stream: boolean): Promise<Dispatcher.ResponseData> {
     try {
@@ -80,7 +80,7 @@ export abstract class HttpProvider implements Provider {
     } catch (err) {
       throw transportError(err, call.signal, this.name);
     }
-    return { ...this.completion(text, call), headers: forwardedHeaders(res.headers) };
+    return { ...this.completion(text, call, res.statusCode), headers: forwardedHeaders(res.headers) };
   }
 
   async stream(call: ProviderCall): Promise<UpstreamStream> {
@@ -88,14 +88,14 @@ export abstract class HttpProvider implements Provider {
     if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
     if (!isEventStream(res.headers)) {
       // Some servers answer a failing stream request with a JSON error and a 2xx.
-      throw mapErrorBody(502, await readCapped(res.body), call, this.name);
+      throw mapErrorBody(res.statusCode, await readCapped(res.body), call, this.name);
     }
-    return Object.assign(this.#parts(res.body, call), { headers: forwardedHeaders(res.headers) });
+    return Object.assign(this.#parts(res.body, call, res.statusCode), { headers: forwardedHeaders(res.headers) });
   }
 
-  async *#parts(body: Dispatcher.ResponseData['body'], call: ProviderCall): AsyncGenerator<StreamPart> {
+  async *#parts(body: Dispatcher.ResponseData['body'], call: ProviderCall, status: number): AsyncGenerator<StreamPart> {
     const parser = new SseParser();
-    const translator = this.translator(call);
+    const translator = this.translator(call, status);
     try {
       for await (const buf of body as AsyncIterable<Buffer>) {
         for (const ev of parser.push(buf)) yield* translator.handle(ev);

@@ -67,7 +67,7 @@ export function mapErrorValue(status: number, body: unknown, call: ProviderCall,
       ? `The request does not fit the model's context window: ${sanitize(message, call)}`
       : "The request does not fit the model's context window.", { param: 'messages' });
   }
-  if (effective === 429 || effective === 503 || code === 'rate_limit_exceeded' || code === 'overloaded_error') {
+  if (effective === 429 || effective === 503 || code === 'rate_limit_exceeded' || code === 'rate_limit_error' || code === 'overloaded_error') {
     return new GatewayError('model_unavailable', `The model provider '${provider}' is overloaded or rate-limited; retry later.`, {
       headers: { 'retry-after': '1', 'retry-after-ms': '1000' },
     });
@@ -75,7 +75,9 @@ export function mapErrorValue(status: number, body: unknown, call: ProviderCall,
   if (effective === 400 || effective === 422) {
     return new GatewayError('invalid_value', `The model provider rejected the request${message !== '' ? `: ${sanitize(message, call)}` : '.'}`);
   }
-  return new GatewayError('provider_error', `The model provider '${provider}' failed (upstream status ${status}).`);
+  // The status the upstream really sent: an error body can come with a 200.
+  const what = status >= 200 && status <= 299 ? 'sent an error' : 'failed';
+  return new GatewayError('provider_error', `The model provider '${provider}' ${what} (upstream status ${status}).`);
 }
 
 export function mapErrorBody(status: number, text: string, call: ProviderCall, provider: string): GatewayError {
