@@ -76,6 +76,7 @@ const provider = obj(
     timeout_ms: { ...posInt, default: 60000 },
     connect_timeout_ms: { ...posInt, default: 5000 },
     max_connections: { ...posInt, default: 256 },
+    max_response_bytes: { ...posInt, default: 67108864 },
     discover_models: { type: 'boolean', default: false },
     discover_interval_ms: { ...posInt, default: 60000 },
     headers: { type: 'object', additionalProperties: str, default: {} },

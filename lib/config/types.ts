@@ -19,6 +19,8 @@ export interface ProviderConfig {
   timeout_ms: number;
   connect_timeout_ms: number;
   max_connections: number;
+  /** A non-streaming upstream answer above this many bytes is a provider_error. */
+  max_response_bytes: number;
   discover_models: boolean;
   discover_interval_ms: number;
   headers: Record<string, string>;

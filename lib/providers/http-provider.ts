@@ -74,13 +74,35 @@ export abstract class HttpProvider implements Provider {
   async complete(call: ProviderCall): Promise<CompletionResult> {
     const res = await this.#send(call, false);
     if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
-    let text: string;
+    const text = await this.#answerText(res, call);
+    return { ...this.completion(text, call, res.statusCode), headers: forwardedHeaders(res.headers) };
+  }
+
+  /**
+   * A whole answer, within max_response_bytes: one announced (Content-Length) or received
+   * above it aborts the upstream call, so a huge answer is never buffered, nor charged.
+   */
+  async #answerText(res: Dispatcher.ResponseData, call: ProviderCall): Promise<string> {
+    const max = this.config.max_response_bytes;
+    const tooLarge = () => new GatewayError('provider_error', `The model provider '${this.name}' sent an answer larger than ${max} bytes.`);
+    const parts: Buffer[] = [];
+    let size = 0;
     try {
-      text = await res.body.text();
+      if (Number(res.headers['content-length']) > max) throw tooLarge();
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        size += chunk.length;
+        if (size > max) throw tooLarge();
+        parts.push(chunk);
+      }
     } catch (err) {
       throw transportError(err, call.signal, this.name);
+    } finally {
+      if (!res.body.destroyed) res.body.destroy();
     }
-    return { ...this.completion(text, call, res.statusCode), headers: forwardedHeaders(res.headers) };
+    const body = Buffer.concat(parts, size);
+    // As undici's text(): a UTF-8 BOM is not part of the JSON.
+    const start = size > 2 && body[0] === 0xef && body[1] === 0xbb && body[2] === 0xbf ? 3 : 0;
+    return body.toString('utf8', start);
   }
 
   async stream(call: ProviderCall): Promise<UpstreamStream> {

@@ -124,6 +124,7 @@ t.test('provider and model defaults; upstream_model defaults to the id', async (
     timeout_ms: 60000,
     connect_timeout_ms: 5000,
     max_connections: 256,
+    max_response_bytes: 67108864,
     discover_models: false,
     discover_interval_ms: 60000,
     headers: {},
