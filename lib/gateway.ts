@@ -7,7 +7,7 @@ import type { Duplex } from 'node:stream';
 import { handleChat } from './chat/pipeline.js';
 import { validateConfig } from './config/load.js';
 import type { Config } from './config/types.js';
-import { GatewayError, retryAfterHeaders, toGatewayError } from './errors.js';
+import { GatewayError, MAX_ECHO, clip, retryAfterHeaders, toGatewayError } from './errors.js';
 import { requestIdFor } from './http/request-id.js';
 import { closeIfBodyUnread, newContext, sendError, sendJson, type RequestContext } from './http/respond.js';
 import { createLogger, type Logger } from './observe/log.js';
@@ -113,7 +113,7 @@ export class Gateway {
     res.once('close', () => this.#finished(ctx, res, undefined));
     try {
       const state = this.#state ?? (await this.#pending);
-      if (state.admin === null) throw new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`);
+      if (state.admin === null) throw new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
       await state.admin.handle(req, res, path, ctx.id);
     } catch (err) {
       this.#fail(ctx, res, err);
@@ -132,7 +132,7 @@ export class Gateway {
       } else if (next !== undefined) {
         next();
       } else {
-        throw new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`);
+        throw new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
       }
     } catch (err) {
       const e = toGatewayError(err);
@@ -171,9 +171,9 @@ export class Gateway {
     let state: GatewayState | undefined;
     res.once('close', () => this.#finished(ctx, res, state));
     try {
-      if (route === 'unknown') throw new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`);
+      if (route === 'unknown') throw new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
       if (!ALLOW[route].includes(req.method ?? '')) {
-        throw new GatewayError('method_not_allowed', `Method ${req.method} is not allowed on ${path}; use ${ALLOW[route]}.`, {
+        throw new GatewayError('method_not_allowed', `Method ${clip(req.method ?? '', 16)} is not allowed on ${clip(path, MAX_ECHO - 16)}; use ${ALLOW[route]}.`, {
           headers: { allow: ALLOW[route] },
         });
       }
@@ -207,7 +207,7 @@ export class Gateway {
     const json = state.catalog.publicJson(id);
     if (json === undefined) {
       state.catalog.resolve(id, principal.plan, false); // throws model_not_found with suggestions
-      throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'model' });
+      throw new GatewayError('model_not_found', `The model '${clip(id)}' does not exist.`, { param: 'model' });
     }
     sendJson(res, 200, json, { ...ctx.rateHeaders, 'x-request-id': ctx.id });
   }
@@ -294,7 +294,7 @@ export class Gateway {
   async #ops(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     const requestId = requestIdFor(req.headers['x-request-id']);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      sendError(res, new GatewayError('method_not_allowed', `Method ${req.method} is not allowed on ${path}; use GET.`, {
+      sendError(res, new GatewayError('method_not_allowed', `Method ${clip(req.method ?? '', 16)} is not allowed on ${path}; use GET.`, {
         headers: { allow: 'GET, HEAD' },
       }), requestId);
       return;

@@ -3,7 +3,7 @@
 
 import t from 'tap';
 import {
-  ERROR_CODES, GatewayError, envelope, retryAfterHeaders, toGatewayError, typeForStatus, type ErrorCode,
+  ERROR_CODES, GatewayError, MAX_ECHO, clip, envelope, retryAfterHeaders, toGatewayError, typeForStatus, type ErrorCode,
 } from '../lib/errors.js';
 import { schemas } from './helpers/schemas.js';
 
@@ -230,3 +230,17 @@ t.test('toGatewayError hides anything that is not a GatewayError', async (t) => 
   t.equal(toGatewayError(known), known, 'a GatewayError passes through unchanged');
 });
 
+t.test('clip: client input in a message is at most 256 characters, with an ellipsis when cut', async (t) => {
+  t.equal(MAX_ECHO, 256);
+  t.equal(clip(''), '');
+  t.equal(clip('gpt-4o'), 'gpt-4o', 'short input is echoed as it is');
+  const exact = 'a'.repeat(256);
+  t.equal(clip(exact), exact, '256 characters are not cut');
+  const long = 'b'.repeat(1024 * 1024);
+  t.equal(clip(long), `${'b'.repeat(256)}…`);
+  t.equal(clip('abcdef', 3), 'abc…', 'a smaller budget');
+  // An emoji is two UTF-16 units: a cut between them would leave a lone surrogate.
+  const emoji = `${'c'.repeat(255)}😀tail`;
+  t.equal(clip(emoji), `${'c'.repeat(255)}…`, 'a surrogate pair is never split');
+  t.notMatch(clip(emoji), /[\uD800-\uDFFF]/, 'no half of the pair is left');
+});

@@ -3,7 +3,7 @@
 
 import type { Dispatcher } from 'undici';
 import type { CompletionChoice, Usage } from '../chat/types.js';
-import { GatewayError } from '../errors.js';
+import { GatewayError, clip } from '../errors.js';
 import type { ProviderCall } from './types.js';
 
 export type Obj = Record<string, unknown>;
@@ -52,10 +52,12 @@ function errorFields(body: unknown): { message: string; code: unknown; status: u
   return { message, code: e.code ?? e.type, status: e.code ?? body.code };
 }
 
-/** The upstream's words, with its internal model name replaced by the client's slug. */
+/**
+ * The upstream's words, with its internal model name replaced by the client's slug. Upstreams
+ * often quote the request back, so the words are clipped like any echo of client input.
+ */
 export function sanitize(message: string, call: ProviderCall): string {
-  const clean = message.split(call.upstreamModel).join(call.model.id).replace(/\s+/g, ' ').trim();
-  return clean.length > 500 ? `${clean.slice(0, 500)}…` : clean;
+  return clip(message.split(call.upstreamModel).join(call.model.id).replace(/\s+/g, ' ').trim());
 }
 
 /** An upstream error (HTTP status + parsed body) -> the code clients see. */
