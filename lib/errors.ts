@@ -39,6 +39,7 @@ export const ERROR_CODES = Object.freeze({
   account_not_found: 404,
   key_not_found: 404,
   method_not_allowed: 405,
+  request_timeout: 408,
   account_exists: 409,
   request_too_large: 413,
   unsupported_media_type: 415,
@@ -54,6 +55,20 @@ export const ERROR_CODES = Object.freeze({
 } as const);
 
 export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** The most characters of client input an error message may echo (CONTRACT section 10). */
+export const MAX_ECHO = 256;
+
+/**
+ * Client input as an error message may quote it: at most `max` characters, and an ellipsis
+ * when cut, so that a huge model name or path is never sent back whole. Never splits a
+ * surrogate pair.
+ */
+export function clip(input: string, max: number = MAX_ECHO): string {
+  if (input.length <= max) return input;
+  const end = max > 0 && (input.charCodeAt(max - 1) & 0xfc00) === 0xd800 ? max - 1 : max;
+  return `${input.slice(0, end)}…`;
+}
 
 /** Extra members some codes carry in the envelope (spec 2.5). */
 export interface ErrorExtras {

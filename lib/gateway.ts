@@ -8,9 +8,9 @@ import { handleGeneration } from './chat/pipeline.js';
 import { chatDialect } from './dialects/chat/index.js';
 import { validateConfig } from './config/load.js';
 import type { Config } from './config/types.js';
-import { GatewayError, retryAfterHeaders, toGatewayError } from './errors.js';
+import { GatewayError, MAX_ECHO, clip, retryAfterHeaders, toGatewayError } from './errors.js';
 import { requestIdFor } from './http/request-id.js';
-import { newContext, sendError, sendJson, type RequestContext } from './http/respond.js';
+import { closeIfBodyUnread, newContext, sendError, sendJson, type RequestContext } from './http/respond.js';
 import { createLogger, type Logger } from './observe/log.js';
 import { Metrics } from './observe/metrics.js';
 import { TokenShapeError } from './auth/jwt.js';
@@ -112,7 +112,7 @@ export class Gateway {
     const ctx = newContext(requestIdFor(req.headers['x-request-id']), 'admin');
     await this.#track(ctx, res, async () => {
       const state = this.#state ?? (await this.#pending);
-      if (state.admin === null) throw new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`);
+      if (state.admin === null) throw new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
       await state.admin.handle(req, res, path, ctx.id);
     });
   }
@@ -147,7 +147,7 @@ export class Gateway {
       } else if (next !== undefined) {
         next();
       } else {
-        throw new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`);
+        throw new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
       }
     } catch (err) {
       const e = toGatewayError(err);
@@ -183,9 +183,9 @@ export class Gateway {
     const route = v1Route(path);
     const ctx = newContext(requestIdFor(req.headers['x-request-id']), route);
     await this.#track(ctx, res, async () => {
-      if (route === 'unknown') throw new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`);
+      if (route === 'unknown') throw new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
       if (!ALLOW[route].includes(req.method ?? '')) {
-        throw new GatewayError('method_not_allowed', `Method ${req.method} is not allowed on ${path}; use ${ALLOW[route]}.`, {
+        throw new GatewayError('method_not_allowed', `Method ${clip(req.method ?? '', 16)} is not allowed on ${clip(path, MAX_ECHO - 16)}; use ${ALLOW[route]}.`, {
           headers: { allow: ALLOW[route] },
         });
       }
@@ -222,7 +222,7 @@ export class Gateway {
     const json = state.catalog.publicJson(id);
     if (json === undefined) {
       state.catalog.resolve(id, principal.plan, false); // throws model_not_found with suggestions
-      throw new GatewayError('model_not_found', `The model '${id}' does not exist.`, { param: 'model' });
+      throw new GatewayError('model_not_found', `The model '${clip(id)}' does not exist.`, { param: 'model' });
     }
     sendJson(res, 200, json, { ...ctx.rateHeaders, 'x-request-id': ctx.id });
   }
@@ -309,7 +309,7 @@ export class Gateway {
   async #ops(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     const requestId = requestIdFor(req.headers['x-request-id']);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      sendError(res, new GatewayError('method_not_allowed', `Method ${req.method} is not allowed on ${path}; use GET.`, {
+      sendError(res, new GatewayError('method_not_allowed', `Method ${clip(req.method ?? '', 16)} is not allowed on ${path}; use GET.`, {
         headers: { allow: 'GET, HEAD' },
       }), requestId);
       return;
@@ -333,7 +333,7 @@ export class Gateway {
     } else {
       try {
         const text = await this.metrics.registry.metrics();
-        res.writeHead(200, { 'content-type': this.metrics.registry.contentType, 'cache-control': 'no-store' });
+        res.writeHead(200, closeIfBodyUnread(res, { 'content-type': this.metrics.registry.contentType, 'cache-control': 'no-store' }));
         res.end(text);
       } catch (err) {
         this.logger.error({ err }, 'metrics collection failed');

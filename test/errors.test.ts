@@ -3,7 +3,7 @@
 
 import t from 'tap';
 import {
-  ERROR_CODES, GatewayError, envelope, retryAfterHeaders, toGatewayError, typeForStatus, type ErrorCode,
+  ERROR_CODES, GatewayError, MAX_ECHO, clip, envelope, retryAfterHeaders, toGatewayError, typeForStatus, type ErrorCode,
 } from '../lib/errors.js';
 import { schemas } from './helpers/schemas.js';
 
@@ -32,10 +32,12 @@ function specTable(): Map<string, number> {
   return out;
 }
 
-// Codes beyond 7.1: 7.2's unknown_url/method_not_allowed, CONTRACT's 415, and the admin API's.
+// Codes beyond 7.1: 7.2's unknown_url/method_not_allowed, CONTRACT's 415 and 408 (section 10),
+// and the admin API's.
 const EXTRA: Record<string, number> = {
   unknown_url: 404,
   method_not_allowed: 405,
+  request_timeout: 408,
   unsupported_media_type: 415,
   account_not_found: 404,
   key_not_found: 404,
@@ -64,8 +66,8 @@ t.test('the extra codes have their statuses', async (t) => {
 
 t.test('the table holds nothing beyond the spec codes and the extras', async (t) => {
   const expected = new Map([...specTable(), ...Object.entries(EXTRA)]);
-  t.equal(expected.size, 31);
-  t.equal(Object.keys(ERROR_CODES).length, 31, 'count pinned');
+  t.equal(expected.size, 32);
+  t.equal(Object.keys(ERROR_CODES).length, 32, 'count pinned');
   t.strictSame(Object.keys(ERROR_CODES).sort(), [...expected.keys()].sort());
   t.strictSame(Object.fromEntries(Object.entries(ERROR_CODES)), Object.fromEntries(expected));
   t.ok(Object.isFrozen(ERROR_CODES), 'the table cannot be changed at run time');
@@ -87,6 +89,7 @@ t.test('type for each status (CONTRACT section 4)', async (t) => {
     401: 'invalid_request_error',
     404: 'invalid_request_error',
     405: 'invalid_request_error',
+    408: 'invalid_request_error',
     409: 'invalid_request_error',
     413: 'invalid_request_error',
     415: 'invalid_request_error',
@@ -225,4 +228,19 @@ t.test('toGatewayError hides anything that is not a GatewayError', async (t) => 
 
   const known = new GatewayError('model_unavailable', 'Try later.');
   t.equal(toGatewayError(known), known, 'a GatewayError passes through unchanged');
+});
+
+t.test('clip: client input in a message is at most 256 characters, with an ellipsis when cut', async (t) => {
+  t.equal(MAX_ECHO, 256);
+  t.equal(clip(''), '');
+  t.equal(clip('gpt-4o'), 'gpt-4o', 'short input is echoed as it is');
+  const exact = 'a'.repeat(256);
+  t.equal(clip(exact), exact, '256 characters are not cut');
+  const long = 'b'.repeat(1024 * 1024);
+  t.equal(clip(long), `${'b'.repeat(256)}…`);
+  t.equal(clip('abcdef', 3), 'abc…', 'a smaller budget');
+  // An emoji is two UTF-16 units: a cut between them would leave a lone surrogate.
+  const emoji = `${'c'.repeat(255)}😀tail`;
+  t.equal(clip(emoji), `${'c'.repeat(255)}…`, 'a surrogate pair is never split');
+  t.notMatch(clip(emoji), /[\uD800-\uDFFF]/, 'no half of the pair is left');
 });

@@ -6,10 +6,10 @@ import { createHash, randomInt, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { bearer, keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { Config } from '../config/types.js';
-import { GatewayError } from '../errors.js';
+import { GatewayError, MAX_ECHO, clip } from '../errors.js';
 import { isJsonContentType, readBody } from '../http/body.js';
 import { parseJsonBody } from '../http/json.js';
-import { sendJson } from '../http/respond.js';
+import { closeIfBodyUnread, sendJson } from '../http/respond.js';
 import { windows } from '../billing/meter.js';
 import type { AccountRecord, Store, UsageTotals } from '../store/types.js';
 
@@ -37,11 +37,11 @@ function isObject(v: unknown): v is Record<string, unknown> {
 }
 
 function notFound(path: string): GatewayError {
-  return new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`);
+  return new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
 }
 
 function methodNotAllowed(method: string | undefined, path: string, allow: string): GatewayError {
-  return new GatewayError('method_not_allowed', `Method ${method} is not allowed on ${path}; use ${allow}.`, { headers: { allow } });
+  return new GatewayError('method_not_allowed', `Method ${clip(method ?? '', 16)} is not allowed on ${clip(path, MAX_ECHO - 16)}; use ${allow}.`, { headers: { allow } });
 }
 
 /** The contract's account view: balance, open holds, and usage this UTC day and month. */
@@ -94,8 +94,8 @@ export class AdminApi {
       send(201, await this.#issueKey(b));
     } else if (a === 'keys' && b !== undefined && parts.length === 2) {
       if (method !== 'DELETE') throw methodNotAllowed(method, path, 'DELETE');
-      if ((await this.#store.revokeKey(b)) === undefined) throw new GatewayError('key_not_found', `No key with id '${b}'.`);
-      res.writeHead(204, headers);
+      if ((await this.#store.revokeKey(b)) === undefined) throw new GatewayError('key_not_found', `No key with id '${clip(b)}'.`);
+      res.writeHead(204, closeIfBodyUnread(res, headers));
       res.end();
     } else if (a === 'sessions' && b !== undefined && c === 'revoke' && d === undefined) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
@@ -128,7 +128,7 @@ export class AdminApi {
       throw new GatewayError('invalid_value', "Invalid value for 'since': an ISO-8601 date or time, e.g. 2026-11-01T00:00:00Z.", { param: 'since' });
     }
     if (account !== undefined && (await this.#store.getAccount(account)) === undefined) {
-      throw new GatewayError('account_not_found', `No account with id '${account}'.`);
+      throw new GatewayError('account_not_found', `No account with id '${clip(account)}'.`);
     }
     const report = await this.#store.usageReport(account, since);
     return { account: account ?? null, since: new Date(since).toISOString(), ...report };
@@ -138,14 +138,14 @@ export class AdminApi {
     if (!isJsonContentType(req.headers['content-type'])) {
       throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
     }
-    const body = parseJsonBody(await readBody(req, 65536));
+    const body = parseJsonBody(await readBody(req, 65536, this.#config.server.body_timeout_ms));
     if (!isObject(body)) throw new GatewayError('invalid_type', "Invalid type for '(body)': expected a JSON object.", { param: '(body)' });
     return body;
   }
 
   async #account(id: string): Promise<AccountRecord> {
     const account = await this.#store.getAccount(id);
-    if (account === undefined) throw new GatewayError('account_not_found', `No account with id '${id}'.`);
+    if (account === undefined) throw new GatewayError('account_not_found', `No account with id '${clip(id)}'.`);
     return account;
   }
 
@@ -159,14 +159,14 @@ export class AdminApi {
     if (typeof plan !== 'string') throw new GatewayError('invalid_type', "Invalid type for 'plan': expected a string.", { param: 'plan' });
     const plans = Object.keys(this.#config.plans);
     if (!plans.includes(plan)) {
-      throw new GatewayError('unsupported_value', `Unsupported value for 'plan': ${JSON.stringify(plan)}. Supported values are: ${plans.map((p) => `'${p}'`).join(', ')}.`, { param: 'plan' });
+      throw new GatewayError('unsupported_value', `Unsupported value for 'plan': ${clip(JSON.stringify(plan))}. Supported values are: ${plans.map((p) => `'${p}'`).join(', ')}.`, { param: 'plan' });
     }
     if (typeof units !== 'number') throw new GatewayError('invalid_type', "Invalid type for 'wallet_units': expected an integer.", { param: 'wallet_units' });
     if (!Number.isSafeInteger(units) || units < 0) {
       throw new GatewayError('invalid_value', "Invalid value for 'wallet_units': must be a non-negative integer.", { param: 'wallet_units' });
     }
     if (!(await this.#store.createAccount({ id, plan, balance_units: units }))) {
-      throw new GatewayError('account_exists', `An account with id '${id}' exists.`, { param: 'id' });
+      throw new GatewayError('account_exists', `An account with id '${clip(id)}' exists.`, { param: 'id' });
     }
     return this.#account(id);
   }
@@ -180,7 +180,7 @@ export class AdminApi {
     if (typeof key !== 'string') throw new GatewayError('invalid_type', "Invalid type for 'idempotency_key': expected a string.", { param: 'idempotency_key' });
     if (!IDEMPOTENCY_KEY.test(key)) throw new GatewayError('invalid_value', "Invalid value for 'idempotency_key': 1-200 printable characters.", { param: 'idempotency_key' });
     const result = await this.#store.addCredits(id, units, key);
-    if (result === undefined) throw new GatewayError('account_not_found', `No account with id '${id}'.`);
+    if (result === undefined) throw new GatewayError('account_not_found', `No account with id '${clip(id)}'.`);
     return { applied: result.applied, account: await this.#account(id) };
   }
 
@@ -188,7 +188,7 @@ export class AdminApi {
     const key = newKey(this.#config.service.key_prefix);
     const digest = sha256Hex(key);
     const id = keyIdOf(digest);
-    if (!(await this.#store.createKey({ id, account, digest }))) throw new GatewayError('account_not_found', `No account with id '${account}'.`);
+    if (!(await this.#store.createKey({ id, account, digest }))) throw new GatewayError('account_not_found', `No account with id '${clip(account)}'.`);
     return { id, account, key };
   }
 }

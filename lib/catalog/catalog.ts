@@ -3,7 +3,7 @@
 
 import type { Config, ModelConfig, PlanConfig } from '../config/types.js';
 import { retryAfterHeaders } from '../errors.js';
-import { GatewayError } from '../errors.js';
+import { GatewayError, clip } from '../errors.js';
 import { nearest } from './suggest.js';
 
 export interface PublicModel {
@@ -83,13 +83,13 @@ export class Catalog {
     if (slug === 'auto') return this.#resolveAuto(plan, needsVision, fits);
     const model = this.#models.get(slug);
     if (model === undefined) {
-      throw new GatewayError('model_not_found', `The model '${slug}' does not exist.`, {
+      throw new GatewayError('model_not_found', `The model '${clip(slug)}' does not exist.`, {
         param: 'model',
         extras: { suggested_models: nearest(slug, this.usableBy(plan), 3) },
       });
     }
     if (model.paid_only && !plan.paid) {
-      throw new GatewayError('model_requires_paid_plan', `The model '${slug}' requires a paid plan.`, {
+      throw new GatewayError('model_requires_paid_plan', `The model '${clip(slug)}' requires a paid plan.`, {
         param: 'model',
         extras: { suggested_models: nearest(slug, this.usableBy(plan), 3) },
       });

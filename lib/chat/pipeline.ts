@@ -37,7 +37,7 @@ export async function handleGeneration(
   if (!isJsonContentType(req.headers['content-type'])) {
     throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
   }
-  const body = parseJsonBody(await readBody(req, state.config.server.max_body_bytes));
+  const body = parseJsonBody(await readBody(req, state.config.server.max_body_bytes, state.config.server.body_timeout_ms));
   const request = dialect.parse(body);
   ctx.stream = request.stream;
   const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, (m) => {

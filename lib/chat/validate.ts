@@ -1,7 +1,7 @@
 // Validates a chat completion request body. Each problem is a 400 whose `param` names the
 // field path (`messages[1].content[0].type`). Unlisted fields are never rejected.
 
-import { GatewayError } from '../errors.js';
+import { GatewayError, clip } from '../errors.js';
 import type { ChatMessage, ChatRequest, Role } from './types.js';
 
 const ROLES: ReadonlySet<string> = new Set<Role>(['system', 'developer', 'user', 'assistant', 'tool']);
@@ -19,7 +19,7 @@ function badValue(param: string, why: string): GatewayError {
 function unsupported(param: string, value: unknown, allowed: Iterable<string>): GatewayError {
   return new GatewayError(
     'unsupported_value',
-    `Unsupported value for '${param}': ${JSON.stringify(value)}. Supported values are: ${[...allowed].map((v) => `'${v}'`).join(', ')}.`,
+    `Unsupported value for '${param}': ${clip(JSON.stringify(value))}. Supported values are: ${[...allowed].map((v) => `'${v}'`).join(', ')}.`,
     { param },
   );
 }

@@ -19,6 +19,8 @@ export interface ProviderConfig {
   timeout_ms: number;
   connect_timeout_ms: number;
   max_connections: number;
+  /** A non-streaming upstream answer above this many bytes is a provider_error. */
+  max_response_bytes: number;
   discover_models: boolean;
   discover_interval_ms: number;
   headers: Record<string, string>;
@@ -73,6 +75,8 @@ export interface Config {
     host: string;
     port: number;
     max_body_bytes: number;
+    /** A request body that receives no byte for this long is answered 408 and closed. */
+    body_timeout_ms: number;
     drain_timeout_ms: number;
     sse_keepalive_ms: number;
     watch_config: boolean;

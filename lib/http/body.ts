@@ -1,6 +1,7 @@
-// Reads a request body under a byte cap. The cap counts bytes actually received, chunked
-// bodies included, and the answer goes out as soon as the cap is passed: an oversize body is
-// never buffered whole.
+// Reads a request body under a byte cap and an idle timer. The cap counts bytes actually
+// received, chunked bodies included, and the answer goes out as soon as the cap is passed: an
+// oversize body is never buffered whole. A body that stalls (no byte for `idleMs`) is answered
+// 408 and its connection closed, so a slow client cannot hold a connection open forever.
 
 import type { IncomingMessage } from 'node:http';
 import { GatewayError } from '../errors.js';
@@ -19,6 +20,12 @@ function tooLarge(limit: number): GatewayError {
   });
 }
 
+function stalled(idleMs: number): GatewayError {
+  return new GatewayError('request_timeout', `The request body sent no data for ${idleMs} ms.`, {
+    headers: { connection: 'close' },
+  });
+}
+
 /** An Express-style host app may have read the body already (express.json / express.raw). */
 function preRead(req: IncomingMessage): Buffer | undefined {
   const body = (req as IncomingMessage & { body?: unknown }).body;
@@ -30,7 +37,8 @@ function preRead(req: IncomingMessage): Buffer | undefined {
   return undefined;
 }
 
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+/** The whole body; `idleMs` bounds the wait for each next byte, not the whole upload. */
+export function readBody(req: IncomingMessage, limit: number, idleMs: number): Promise<Buffer> {
   const early = preRead(req);
   if (early !== undefined) {
     return early.length > limit ? Promise.reject(tooLarge(limit)) : Promise.resolve(early);
@@ -42,9 +50,15 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
     const chunks: Buffer[] = [];
     let size = 0;
     let done = false;
+    // Refreshed by every chunk: a slow body that keeps making progress is fine.
+    const timer = setTimeout(() => {
+      req.pause();
+      finish(stalled(idleMs));
+    }, idleMs);
     const finish = (err: GatewayError | null) => {
       if (done) return;
       done = true;
+      clearTimeout(timer);
       req.off('data', onData);
       req.off('end', onEnd);
       req.off('error', onError);
@@ -53,6 +67,7 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
       else resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
     };
     const onData = (chunk: Buffer) => {
+      timer.refresh();
       size += chunk.length;
       if (size > limit) {
         req.pause();

@@ -1,7 +1,7 @@
 // JSON parsing that a hostile body cannot hurt: nesting is bounded and prototype-polluting
 // keys are refused (CONTRACT section 4, Hostile input).
 
-import { GatewayError } from '../errors.js';
+import { GatewayError, clip } from '../errors.js';
 
 export const MAX_JSON_DEPTH = 64;
 
@@ -34,7 +34,8 @@ export function parseJsonBody(buf: Buffer): unknown {
   try {
     value = JSON.parse(buf.toString('utf8'));
   } catch (err) {
-    throw invalid(`The request body is not valid JSON: ${(err as Error).message}`);
+    // V8 quotes a bit of the body; clipped all the same, as any echo of client input.
+    throw invalid(`The request body is not valid JSON: ${clip((err as Error).message)}`);
   }
   inspect(value, 1);
   return value;

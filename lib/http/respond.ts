@@ -1,7 +1,7 @@
 // Everything that writes a whole answer: JSON bodies and the error envelope. Also the
 // per-request context that the access log and metrics read when the answer is done.
 
-import type { ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Principal } from '../auth/principal.js';
 import type { Charge } from '../billing/meter.js';
 import type { Usage } from '../chat/types.js';
@@ -41,7 +41,24 @@ export function newContext(id: string, route: string): RequestContext {
   };
 }
 
+/**
+ * An answer given while the request's body is still arriving (an error before the body was
+ * read, or a route that never reads one) closes the connection. Otherwise node:http would
+ * keep reading and discarding the rest to reuse the connection, and a client trickling an
+ * endless body could hold it open forever, whatever server timeouts the host app set.
+ */
+export function closeIfBodyUnread(res: ServerResponse, headers: Record<string, string>): Record<string, string> {
+  const req = res.req as IncomingMessage | undefined;
+  if (req === undefined || req.complete) return headers;
+  const h = req.headers;
+  if (h['transfer-encoding'] !== undefined || (h['content-length'] !== undefined && h['content-length'] !== '0')) {
+    headers.connection = 'close';
+  }
+  return headers;
+}
+
 export function sendJson(res: ServerResponse, status: number, json: string, headers: Record<string, string>): void {
+  closeIfBodyUnread(res, headers);
   headers['content-type'] = 'application/json';
   headers['content-length'] = String(Buffer.byteLength(json));
   res.writeHead(status, headers);

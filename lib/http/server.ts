@@ -14,6 +14,10 @@ export interface RunningServer {
 
 export async function listen(gateway: Gateway, host: string, port: number): Promise<RunningServer> {
   await gateway.ready;
+  // headersTimeout bounds a client trickling its headers. No requestTimeout: it would cut a
+  // large upload that is still making progress. Bodies are bounded by the handler itself, so
+  // that an embedding host app gets the same: readBody answers 408 when a body stalls for
+  // server.body_timeout_ms, and any answer given before the body arrived closes the connection.
   const server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0, headersTimeout: 60_000 }, gateway.handler);
   // Upgraded (WebSocket) sockets leave the HTTP server's connection tracking, so
   // closeAllConnections() does not see them: the drain ends them itself.

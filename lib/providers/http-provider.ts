@@ -7,7 +7,7 @@ import type { Dispatcher } from 'undici';
 import type { ChoicesAndUsage } from './shared.js';
 import type { ProviderConfig } from '../config/types.js';
 import { GatewayError } from '../errors.js';
-import { SseParser, type SseEvent } from '../sse/parser.js';
+import { SseLimitError, SseParser, type SseEvent } from '../sse/parser.js';
 import {
   createEndpoint, forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint,
 } from '../upstream/http.js';
@@ -48,10 +48,10 @@ export abstract class HttpProvider implements Provider {
 
   /** The upstream request body. */
   protected abstract body(call: ProviderCall, stream: boolean): string;
-  /** A 2xx answer's text -> our choices and usage; throws GatewayError. */
-  protected abstract completion(text: string, call: ProviderCall): ChoicesAndUsage;
-  /** A fresh translator for one stream. */
-  protected abstract translator(call: ProviderCall): StreamTranslator;
+  /** A 2xx answer's text (its HTTP status: `status`) -> our choices and usage; throws GatewayError. */
+  protected abstract completion(text: string, call: ProviderCall, status: number): ChoicesAndUsage;
+  /** A fresh translator for one stream, answered with HTTP status `status`. */
+  protected abstract translator(call: ProviderCall, status: number): StreamTranslator;
 
   async #send(call: ProviderCall, stream: boolean): Promise<Dispatcher.ResponseData> {
     try {
@@ -74,13 +74,35 @@ export abstract class HttpProvider implements Provider {
   async complete(call: ProviderCall): Promise<CompletionResult> {
     const res = await this.#send(call, false);
     if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
-    let text: string;
+    const text = await this.#answerText(res, call);
+    return { ...this.completion(text, call, res.statusCode), headers: forwardedHeaders(res.headers) };
+  }
+
+  /**
+   * A whole answer, within max_response_bytes: one announced (Content-Length) or received
+   * above it aborts the upstream call, so a huge answer is never buffered, nor charged.
+   */
+  async #answerText(res: Dispatcher.ResponseData, call: ProviderCall): Promise<string> {
+    const max = this.config.max_response_bytes;
+    const tooLarge = () => new GatewayError('provider_error', `The model provider '${this.name}' sent an answer larger than ${max} bytes.`);
+    const parts: Buffer[] = [];
+    let size = 0;
     try {
-      text = await res.body.text();
+      if (Number(res.headers['content-length']) > max) throw tooLarge();
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        size += chunk.length;
+        if (size > max) throw tooLarge();
+        parts.push(chunk);
+      }
     } catch (err) {
       throw transportError(err, call.signal, this.name);
+    } finally {
+      if (!res.body.destroyed) res.body.destroy();
     }
-    return { ...this.completion(text, call), headers: forwardedHeaders(res.headers) };
+    const body = Buffer.concat(parts, size);
+    // As undici's text(): a UTF-8 BOM is not part of the JSON.
+    const start = size > 2 && body[0] === 0xef && body[1] === 0xbb && body[2] === 0xbf ? 3 : 0;
+    return body.toString('utf8', start);
   }
 
   async stream(call: ProviderCall): Promise<UpstreamStream> {
@@ -88,20 +110,23 @@ export abstract class HttpProvider implements Provider {
     if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
     if (!isEventStream(res.headers)) {
       // Some servers answer a failing stream request with a JSON error and a 2xx.
-      throw mapErrorBody(502, await readCapped(res.body), call, this.name);
+      throw mapErrorBody(res.statusCode, await readCapped(res.body), call, this.name);
     }
-    return Object.assign(this.#parts(res.body, call), { headers: forwardedHeaders(res.headers) });
+    return Object.assign(this.#parts(res.body, call, res.statusCode), { headers: forwardedHeaders(res.headers) });
   }
 
-  async *#parts(body: Dispatcher.ResponseData['body'], call: ProviderCall): AsyncGenerator<StreamPart> {
+  async *#parts(body: Dispatcher.ResponseData['body'], call: ProviderCall, status: number): AsyncGenerator<StreamPart> {
     const parser = new SseParser();
-    const translator = this.translator(call);
+    const translator = this.translator(call, status);
     try {
       for await (const buf of body as AsyncIterable<Buffer>) {
         for (const ev of parser.push(buf)) yield* translator.handle(ev);
       }
       for (const ev of parser.end()) yield* translator.handle(ev);
     } catch (err) {
+      if (err instanceof SseLimitError) {
+        throw new GatewayError('provider_error', `The model provider '${this.name}' sent an event stream line or event larger than ${err.limit} bytes.`, { cause: err });
+      }
       throw transportError(err, call.signal, this.name);
     } finally {
       if (!body.destroyed) body.destroy();

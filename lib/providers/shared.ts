@@ -3,7 +3,7 @@
 
 import type { Dispatcher } from 'undici';
 import type { CompletionChoice, Usage } from '../chat/types.js';
-import { GatewayError } from '../errors.js';
+import { GatewayError, clip } from '../errors.js';
 import type { ProviderCall } from './types.js';
 
 export type Obj = Record<string, unknown>;
@@ -87,10 +87,12 @@ function errorFields(body: unknown): { message: string; code: unknown; status: u
   return { message, code: e.code ?? e.type, status: e.code ?? body.code };
 }
 
-/** The upstream's words, with its internal model name replaced by the client's slug. */
+/**
+ * The upstream's words, with its internal model name replaced by the client's slug. Upstreams
+ * often quote the request back, so the words are clipped like any echo of client input.
+ */
 export function sanitize(message: string, call: ProviderCall): string {
-  const clean = message.split(call.upstreamModel).join(call.model.id).replace(/\s+/g, ' ').trim();
-  return clean.length > 500 ? `${clean.slice(0, 500)}…` : clean;
+  return clip(message.split(call.upstreamModel).join(call.model.id).replace(/\s+/g, ' ').trim());
 }
 
 /** An upstream error (HTTP status + parsed body) -> the code clients see. */
@@ -102,7 +104,7 @@ export function mapErrorValue(status: number, body: unknown, call: ProviderCall,
       ? `The request does not fit the model's context window: ${sanitize(message, call)}`
       : "The request does not fit the model's context window.", { param: 'messages' });
   }
-  if (effective === 429 || effective === 503 || code === 'rate_limit_exceeded' || code === 'overloaded_error') {
+  if (effective === 429 || effective === 503 || code === 'rate_limit_exceeded' || code === 'rate_limit_error' || code === 'overloaded_error') {
     return new GatewayError('model_unavailable', `The model provider '${provider}' is overloaded or rate-limited; retry later.`, {
       headers: { 'retry-after': '1', 'retry-after-ms': '1000' }, fault: effective !== 429 && code !== 'rate_limit_exceeded',
     });
@@ -110,7 +112,9 @@ export function mapErrorValue(status: number, body: unknown, call: ProviderCall,
   if (effective === 400 || effective === 422) {
     return new GatewayError('invalid_value', `The model provider rejected the request${message !== '' ? `: ${sanitize(message, call)}` : '.'}`);
   }
-  return new GatewayError('provider_error', `The model provider '${provider}' failed (upstream status ${status}).`);
+  // The status the upstream really sent: an error body can come with a 200.
+  const what = status >= 200 && status <= 299 ? 'sent an error' : 'failed';
+  return new GatewayError('provider_error', `The model provider '${provider}' ${what} (upstream status ${status}).`);
 }
 
 export function mapErrorBody(status: number, text: string, call: ProviderCall, provider: string): GatewayError {

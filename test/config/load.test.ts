@@ -58,6 +58,7 @@ const EMPTY_DEFAULTS = {
     host: '127.0.0.1',
     port: 8080,
     max_body_bytes: 41943040,
+    body_timeout_ms: 30000,
     drain_timeout_ms: 30000,
     sse_keepalive_ms: 15000,
     watch_config: false,
@@ -92,6 +93,7 @@ t.test('an empty file is every default', async (t) => {
   t.equal(c.server.port, 8080);
   t.equal(c.server.max_body_bytes, 41943040);
   t.equal(c.server.drain_timeout_ms, 30000);
+  t.equal(c.server.body_timeout_ms, 30000);
   t.equal(c.server.sse_keepalive_ms, 15000);
   t.equal(c.store.kind, 'memory');
   t.strictSame(parseConfig('# only a comment\n', {}), EMPTY_DEFAULTS);
@@ -122,6 +124,7 @@ t.test('provider and model defaults; upstream_model defaults to the id', async (
     timeout_ms: 60000,
     connect_timeout_ms: 5000,
     max_connections: 256,
+    max_response_bytes: 67108864,
     discover_models: false,
     discover_interval_ms: 60000,
     headers: {},

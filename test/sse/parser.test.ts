@@ -2,7 +2,7 @@
 // inside a character, comments, multi-line data, and the flush at the end of the body.
 
 import t from 'tap';
-import { SseParser, type SseEvent } from '../../lib/sse/parser.js';
+import { MAX_SSE_LINE_BYTES, SseLimitError, SseParser, type SseEvent } from '../../lib/sse/parser.js';
 
 const enc = new TextEncoder();
 const bytes = (s: string): Uint8Array => enc.encode(s);
@@ -255,4 +255,102 @@ t.test('an OpenAI-style stream split at every byte position', async (t) => {
     t.strictSame(result.events, expected, `split at ${at}`);
     t.equal(result.comments, 1, `split at ${at}: one comment`);
   }
+});
+
+// ---- bounded, linear work (CONTRACT section 10) --------------------------------------------
+
+t.test('linear work: a 1 MiB line fed in 64-byte pieces is searched once and copied once', async (t) => {
+  const line = `data: ${'x'.repeat(MAX_SSE_LINE_BYTES - 6)}`;
+  const b = bytes(`${line}\n\n`);
+  const p = new SseParser();
+  const events: SseEvent[] = [];
+  for (let i = 0; i < b.length; i += 64) events.push(...p.push(b.subarray(i, i + 64)));
+  t.equal(events.length, 1);
+  t.equal(events[0]!.data.length, MAX_SSE_LINE_BYTES - 6, 'a line of exactly the limit is accepted');
+  // Each byte is passed over by the LF search, the CR search and the one copy at the line's
+  // end: at most 3 per byte, however the line was split. Re-scanning the pending line on every
+  // push would be ~16,000 pushes x ~0.5 MiB.
+  t.ok(p.work <= 3 * b.length, `work ${p.work} <= 3 x ${b.length} bytes`);
+});
+
+t.test('linear work: one byte per push', async (t) => {
+  const b = bytes(`data: ${'y'.repeat(100_000)}\r\n\r\n`);
+  const p = new SseParser();
+  const events: SseEvent[] = [];
+  for (let i = 0; i < b.length; i++) events.push(...p.push(b.subarray(i, i + 1)));
+  t.equal(events.length, 1);
+  t.equal(events[0]!.data.length, 100_000);
+  t.ok(p.work <= 3 * b.length, `work ${p.work} <= 3 x ${b.length} bytes`);
+});
+
+t.test('linear work: a packet of many short lines is not re-searched per line', async (t) => {
+  // A packet of LF lines has no CR: searching for one from each line would re-scan the
+  // packet's rest every time. So would a CR-only packet searching for LF.
+  for (const [name, sep] of [['LF', '\n'], ['CR', '\r'], ['CRLF', '\r\n']] as const) {
+    const text = `data: x${sep}${sep}`.repeat(50_000);
+    const b = bytes(text);
+    const p = new SseParser();
+    const events = [...p.push(b), ...p.end()];
+    t.equal(events.length, 50_000, `${name}: every event`);
+    t.ok(p.work <= 3 * b.length, `${name}: work ${p.work} <= 3 x ${b.length} bytes`);
+  }
+});
+
+t.test('a line above the limit throws SseLimitError as soon as it passes, having kept no more', async (t) => {
+  const p = new SseParser(1000);
+  const piece = bytes('a'.repeat(100));
+  for (let i = 0; i < 10; i++) t.strictSame(p.push(piece), [], `piece ${i + 1}: ${100 * (i + 1)} bytes is within the limit`);
+  t.throws(() => p.push(piece), SseLimitError, 'the piece that passes 1000 bytes throws');
+
+  // The same with the line break in the same packet, and for comments and event names.
+  t.strictSame(new SseParser(10).push(bytes('data: 1234\n\n')), [{ event: undefined, data: '1234' }], '10 bytes: fine');
+  for (const line of ['data: 12345', ': 123456789', 'event: 1234']) {
+    t.throws(() => new SseParser(10).push(bytes(`${line}\n\n`)), SseLimitError, `${JSON.stringify(line)}: 11 bytes throws`);
+  }
+  t.throws(() => new SseParser(10).push(bytes('data: 12345')), SseLimitError, 'an unfinished line throws once it is too long');
+  const q = new SseParser(10);
+  t.strictSame(q.push(bytes('data: 1234')), []);
+  t.strictSame(q.end(), [{ event: undefined, data: '1234' }], 'an unfinished line of exactly the limit ends the body fine');
+});
+
+t.test('the default limit is 1 MiB: a 2 MiB line throws once 1 MiB has passed, never buffered whole', async (t) => {
+  t.equal(MAX_SSE_LINE_BYTES, 1024 * 1024);
+  const b = bytes(`data: ${'z'.repeat(2 * 1024 * 1024)}\n\n`);
+  const p = new SseParser();
+  const step = 16 * 1024;
+  let fed = 0;
+  let error: unknown;
+  try {
+    for (let i = 0; i < b.length; i += step) {
+      fed = Math.min(b.length, i + step);
+      p.push(b.subarray(i, i + step));
+    }
+  } catch (err) {
+    error = err;
+  }
+  t.ok(error instanceof SseLimitError, 'SseLimitError');
+  t.equal((error as SseLimitError).limit, MAX_SSE_LINE_BYTES);
+  t.ok(fed > MAX_SSE_LINE_BYTES && fed <= MAX_SSE_LINE_BYTES + step, `thrown after ${fed} bytes: within one piece of the limit`);
+});
+
+t.test('an event whose data lines add up past the limit throws; the count restarts per event', async (t) => {
+  const line = `data: ${'a'.repeat(400)}\n`;
+  const p = new SseParser(1000);
+  // 400 + 1 (the joining LF) + 400 = 801 bytes of data: fine, ten times over.
+  for (let i = 0; i < 10; i++) t.strictSame(p.push(bytes(`${line}${line}\n`)), [{ event: undefined, data: `${'a'.repeat(400)}\n${'a'.repeat(400)}` }]);
+  t.strictSame(p.push(bytes(`${line}${line}`)), []);
+  t.throws(() => p.push(bytes(line)), SseLimitError, 'a third line makes 1202 bytes');
+});
+
+t.test('a leading BOM is dropped once, however the stream is split; anywhere else it is content', async (t) => {
+  const text = '\uFEFFdata: a\n\n';
+  t.strictSame(whole(text).events, [{ event: undefined, data: 'a' }]);
+  t.strictSame(oneByteAtATime(text).events, [{ event: undefined, data: 'a' }]);
+  for (const { at, result } of everySplit(text)) t.strictSame(result.events, [{ event: undefined, data: 'a' }], `split at ${at}`);
+  t.strictSame(whole('data: \uFEFFa\n\n').events, [{ event: undefined, data: '\uFEFFa' }], 'inside a line it stays');
+  t.strictSame(whole('\uFEFF\uFEFFdata: a\n\n').events, [], 'only one BOM is dropped: the next one makes an unknown field');
+  t.strictSame(whole('data: a\n\n\uFEFFdata: b\n\n').events, [{ event: undefined, data: 'a' }], 'a BOM after the start is content');
+  t.strictSame(feed([bytes('da'), bytes('ta: short start\n\n')]).events, [{ event: undefined, data: 'short start' }], 'a first packet shorter than a BOM');
+  t.strictSame(feed([bytes(':')]).comments, 1, 'a body shorter than a BOM');
+  t.strictSame(feed([Uint8Array.of(0xef, 0xbb), bytes('\ndata: z\n\n')]).events, [{ event: undefined, data: 'z' }], 'half a BOM is content, not dropped');
 });

@@ -27,11 +27,11 @@ export class AnthropicProvider extends HttpProvider {
     return JSON.stringify(buildRequest(call, stream, this.config.forward_params));
   }
 
-  protected completion(text: string, call: ProviderCall): ChoicesAndUsage {
-    return toCompletion(text, call, this.name);
+  protected completion(text: string, call: ProviderCall, status: number): ChoicesAndUsage {
+    return toCompletion(text, call, this.name, status);
   }
 
-  protected translator(call: ProviderCall): Translator {
-    return new StreamTranslator(call, this.name);
+  protected translator(call: ProviderCall, status: number): Translator {
+    return new StreamTranslator(call, this.name, status);
   }
 }

@@ -176,11 +176,12 @@ export function usageOf(v: unknown): Usage | undefined {
   return usageFrom(Number.isSafeInteger(prompt) ? prompt : undefined, output);
 }
 
-export function toCompletion(text: string, call: ProviderCall, provider: string): { choices: CompletionChoice[]; usage: Usage | undefined } {
+/** A 2xx answer (HTTP status `status`) -> our choices and usage. */
+export function toCompletion(text: string, call: ProviderCall, provider: string, status: number): { choices: CompletionChoice[]; usage: Usage | undefined } {
   const body = parseJson(text);
-  if (!isObj(body)) throw new GatewayError('provider_error', 'The model provider sent an answer that is not valid JSON.');
-  if (body.type === 'error' || (body.error !== undefined && body.error !== null)) throw mapErrorValue(502, body, call, provider);
-  if (!Array.isArray(body.content)) throw new GatewayError('provider_error', 'The model provider sent an answer with no content.');
+  if (!isObj(body)) throw new GatewayError('provider_error', `The model provider sent an answer that is not valid JSON (upstream status ${status}).`);
+  if (body.type === 'error' || (body.error !== undefined && body.error !== null)) throw mapErrorValue(status, body, call, provider);
+  if (!Array.isArray(body.content)) throw new GatewayError('provider_error', `The model provider sent an answer with no content (upstream status ${status}).`);
   let content: string | null = null;
   let reasoning = '';
   const calls: ToolCall[] = [];
@@ -204,12 +205,6 @@ export function toCompletion(text: string, call: ProviderCall, provider: string)
   return { choices: [choice], usage: usageOf(body.usage) };
 }
 
-/** An `error` event: overloaded and rate-limited are 503, a too-long prompt is 422. */
-export function eventError(body: unknown, call: ProviderCall, provider: string): GatewayError {
-  const type = isObj(body) && isObj(body.error) ? body.error.type : undefined;
-  return mapErrorValue(type === 'rate_limit_error' ? 429 : 502, body, call, provider);
-}
-
 // ---- streams -----------------------------------------------------------------------------
 
 function choices(delta: ChunkDelta, finish: FinishReason | null = null): StreamPart {
@@ -224,13 +219,15 @@ export class StreamTranslator {
   /** Content block index -> tool call index (tool blocks counted from 0). */
   readonly #tools = new Map<number, number>();
   readonly #usage: Obj = {};
+  readonly #status: number;
   #finished = false;
   /** message_stop was seen: the answer is complete. */
   ended = false;
 
-  constructor(call: ProviderCall, provider: string) {
+  constructor(call: ProviderCall, provider: string, status: number) {
     this.#call = call;
     this.#provider = provider;
+    this.#status = status;
   }
 
   #addUsage(v: unknown): void {
@@ -243,7 +240,9 @@ export class StreamTranslator {
     const body = parseJson(ev.data);
     if (!isObj(body)) throw new GatewayError('provider_error', 'The model provider sent an event that is not valid JSON.');
     const type = typeof body.type === 'string' ? body.type : ev.event;
-    if (type === 'error' || ev.event === 'error') throw eventError(body, this.#call, this.#provider);
+    // An error event's own type decides (overloaded and rate-limited: 503; a too-long prompt:
+    // 422); the message states the stream's real HTTP status, not an invented one.
+    if (type === 'error' || ev.event === 'error') throw mapErrorValue(this.#status, body, this.#call, this.#provider);
     switch (type) {
       case 'message_start':
         this.#addUsage(isObj(body.message) ? body.message.usage : undefined);

@@ -24,10 +24,12 @@ class ChunkTranslator implements StreamTranslator {
   ended = false;
   readonly #call: ProviderCall;
   readonly #provider: string;
+  readonly #status: number;
 
-  constructor(call: ProviderCall, provider: string) {
+  constructor(call: ProviderCall, provider: string, status: number) {
     this.#call = call;
     this.#provider = provider;
+    this.#status = status;
   }
 
   handle(ev: SseEvent): StreamPart[] {
@@ -35,7 +37,7 @@ class ChunkTranslator implements StreamTranslator {
       this.ended = true;
       return [];
     }
-    const parts = normalizeChunk(ev, this.#call, this.#provider);
+    const parts = normalizeChunk(ev, this.#call, this.#provider, this.#status);
     for (const p of parts) {
       if (p.kind === 'choices' && p.choices.some((c) => c.finish_reason !== null)) this.ended = true;
     }
@@ -71,12 +73,12 @@ export class OpenAIProvider extends HttpProvider {
     return JSON.stringify(out);
   }
 
-  protected completion(text: string, call: ProviderCall): ChoicesAndUsage {
-    return normalizeCompletion(text, call, this.name);
+  protected completion(text: string, call: ProviderCall, status: number): ChoicesAndUsage {
+    return normalizeCompletion(text, call, this.name, status);
   }
 
-  protected translator(call: ProviderCall): StreamTranslator {
-    return new ChunkTranslator(call, this.name);
+  protected translator(call: ProviderCall, status: number): StreamTranslator {
+    return new ChunkTranslator(call, this.name, status);
   }
 
   async discover(signal: AbortSignal): Promise<DiscoveredModel[]> {

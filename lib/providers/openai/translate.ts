@@ -71,12 +71,13 @@ function toolCallDeltas(v: unknown): ToolCallDelta[] | undefined {
   });
 }
 
-export function normalizeCompletion(text: string, call: ProviderCall, provider: string): { choices: CompletionChoice[]; usage: Usage | undefined } {
+/** A 2xx answer (HTTP status `status`) -> our choices and usage. */
+export function normalizeCompletion(text: string, call: ProviderCall, provider: string, status: number): { choices: CompletionChoice[]; usage: Usage | undefined } {
   const body = parseJson(text);
-  if (!isObj(body)) throw new GatewayError('provider_error', 'The model provider sent an answer that is not valid JSON.');
-  if (body.error !== undefined && body.error !== null) throw mapErrorValue(502, body, call, provider);
+  if (!isObj(body)) throw new GatewayError('provider_error', `The model provider sent an answer that is not valid JSON (upstream status ${status}).`);
+  if (body.error !== undefined && body.error !== null) throw mapErrorValue(status, body, call, provider);
   if (!Array.isArray(body.choices) || body.choices.length === 0) {
-    throw new GatewayError('provider_error', 'The model provider sent an answer with no choices.');
+    throw new GatewayError('provider_error', `The model provider sent an answer with no choices (upstream status ${status}).`);
   }
   const choices = body.choices.filter(isObj).map((c, i): CompletionChoice => {
     const m = isObj(c.message) ? c.message : {};
@@ -120,12 +121,12 @@ function chunkChoice(c: Obj, i: number): ChunkChoice {
   return out;
 }
 
-/** One upstream event -> 0..2 parts (its choices, then its usage). */
-export function normalizeChunk(ev: SseEvent, call: ProviderCall, provider: string): StreamPart[] {
+/** One upstream event of a stream answered with HTTP status `status` -> 0..2 parts (its choices, then its usage). */
+export function normalizeChunk(ev: SseEvent, call: ProviderCall, provider: string, status: number): StreamPart[] {
   const body = parseJson(ev.data);
   if (!isObj(body)) throw new GatewayError('provider_error', 'The model provider sent an event that is not valid JSON.');
   if (ev.event === 'error' || (body.error !== undefined && body.error !== null)) {
-    throw mapErrorValue(502, body, call, provider);
+    throw mapErrorValue(status, body, call, provider);
   }
   const parts: StreamPart[] = [];
   if (Array.isArray(body.choices) && body.choices.length > 0) {

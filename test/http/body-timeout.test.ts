@@ -1,0 +1,180 @@
+// Bounded work per connection (CONTRACT section 10): a request body that stalls for
+// server.body_timeout_ms is answered 408 request_timeout and its connection closed, on /v1 and
+// /admin; a slow body that keeps making progress is read whole; and an answer given before the
+// body was read (401, 404, 405, 415, or a route that reads none) closes the connection, so a
+// client trickling an endless body cannot hold it open. Over raw TCP sockets, standalone and
+// embedded in a plain node:http server.
+
+import t from 'tap';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import pino from 'pino';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createGateway } from '../../lib/index.js';
+import { DEMO_KEY, baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
+import { rawConnect, type RawResponse } from '../helpers/raw-http.js';
+import { schemas } from '../helpers/schemas.js';
+
+const ADMIN = 'body-timeout-admin';
+const BODY_TIMEOUT_MS = 1000;
+
+function config(): Record<string, any> {
+  const c = baseConfig();
+  c.admin = { token: ADMIN };
+  c.server.body_timeout_ms = BODY_TIMEOUT_MS;
+  return c;
+}
+
+let gw: TestGateway;
+t.before(async () => { gw = await startGateway(config()); });
+t.teardown(() => gw.close());
+
+const CHAT = JSON.stringify({ model: 'echo-small', messages: [{ role: 'user', content: 'slow but steady' }] });
+
+function head(method: string, path: string, headers: Record<string, string>): string {
+  return `${method} ${path} HTTP/1.1\r\nhost: x\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n`;
+}
+
+function expectEnvelope(t: any, res: RawResponse, status: number, code: string, param: string | null = null) {
+  t.equal(res.status, status, `status ${status}`);
+  t.match(res.headers['content-type'], /^application\/json/);
+  const body = res.json();
+  t.same(schemas.error(body), [], 'envelope validates');
+  t.equal(body.code, code);
+  t.equal(body.error.code, code);
+  t.equal(body.param, param);
+  t.ok(res.headers['x-request-id'], 'x-request-id');
+  t.equal(body.request_id, res.headers['x-request-id']);
+  return body;
+}
+
+async function wallet(url: string): Promise<number> {
+  const res = await fetch(`${url}/admin/accounts/demo`, { headers: { authorization: `Bearer ${ADMIN}` } });
+  return ((await res.json()) as any).available_units;
+}
+
+/** A chat request whose body stops after `sent`: headers by content-length or chunked. */
+const STALLS: Array<[string, string]> = [
+  ['no body byte at all', head('POST', '/v1/chat/completions', { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json', 'content-length': String(CHAT.length) })],
+  ['half the body', head('POST', '/v1/chat/completions', { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json', 'content-length': String(CHAT.length) }) + CHAT.slice(0, 20)],
+  ['a chunked body', `${head('POST', '/v1/chat/completions', { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json', 'transfer-encoding': 'chunked' })}14\r\n${CHAT.slice(0, 20)}\r\n`],
+];
+
+async function expectStalled(t: any, url: string, request: string) {
+  const conn = await rawConnect(url);
+  conn.write(request);
+  const res = await conn.response(BODY_TIMEOUT_MS * 10);
+  const body = expectEnvelope(t, res, 408, 'request_timeout');
+  t.equal(body.type, 'invalid_request_error');
+  t.equal(body.message, `The request body sent no data for ${BODY_TIMEOUT_MS} ms.`);
+  t.equal(res.headers.connection, 'close', 'Connection: close');
+  t.ok(await conn.waitClosed(), 'the server closed the connection');
+  conn.close();
+}
+
+t.test('a stalled /v1 body: 408 request_timeout in the envelope, the connection closed, nothing held or charged', async (t) => {
+  const before = await wallet(gw.url);
+  for (const [name, request] of STALLS) await t.test(name, (t) => expectStalled(t, gw.url, request));
+  t.equal(await wallet(gw.url), before, 'wallet unchanged');
+  t.equal(await gw.gateway.slotsInUse('demo'), 0, 'no concurrency slot left taken');
+});
+
+t.test('a stalled /admin body: 408 too, and nothing was created', async (t) => {
+  const body = JSON.stringify({ id: 'slowpoke', plan: 'free' });
+  await expectStalled(t, gw.url, head('POST', '/admin/accounts', { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json', 'content-length': String(body.length) }) + body.slice(0, 10));
+  const res = await fetch(`${gw.url}/admin/accounts/slowpoke`, { headers: { authorization: `Bearer ${ADMIN}` } });
+  t.equal(res.status, 404, 'no account was created');
+  t.equal(((await res.json()) as any).code, 'account_not_found');
+});
+
+t.test('a slow body that keeps making progress is read whole, however long it takes in all', async (t) => {
+  const conn = await rawConnect(gw.url);
+  t.teardown(conn.close);
+  conn.write(head('POST', '/v1/chat/completions', { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json', 'content-length': String(CHAT.length) }));
+  // Pieces a tenth of the timeout apart, for longer in all than the timeout.
+  const pieces = 15;
+  const step = Math.ceil(CHAT.length / pieces);
+  const started = Date.now();
+  for (let i = 0; i < CHAT.length; i += step) {
+    conn.write(CHAT.slice(i, i + step));
+    await sleep(BODY_TIMEOUT_MS / 10);
+  }
+  const res = await conn.response();
+  t.ok(Date.now() - started > BODY_TIMEOUT_MS, 'the upload took longer than body_timeout_ms in all');
+  t.equal(res.status, 200);
+  t.equal(res.json().choices[0].message.content, 'slow but steady');
+  t.not(res.headers.connection, 'close', 'the connection stays open for the next request');
+  t.notOk(conn.closed());
+});
+
+/** Requests the gateway answers without reading their body. */
+const UNREAD: Array<[string, string, number, string | null]> = [
+  ['/v1 with a wrong key', head('POST', '/v1/chat/completions', { authorization: 'Bearer tg_wrong', 'content-type': 'application/json', 'content-length': '10000000' }), 401, 'invalid_api_key'],
+  ['/v1 without credentials', head('POST', '/v1/chat/completions', { 'content-type': 'application/json', 'content-length': '10000000' }), 401, 'invalid_api_key'],
+  ['/admin with a wrong token', head('POST', '/admin/accounts', { authorization: 'Bearer nope', 'content-type': 'application/json', 'content-length': '10000000' }), 401, 'invalid_api_key'],
+  ['/v1 with a body that is not JSON', head('POST', '/v1/chat/completions', { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'text/plain', 'transfer-encoding': 'chunked' }), 415, 'unsupported_media_type'],
+  ['an unknown /v1 path', head('POST', '/v1/nope', { 'content-type': 'application/json', 'content-length': '10000000' }), 404, 'unknown_url'],
+  ['a wrong method', head('PUT', '/v1/models', { authorization: `Bearer ${DEMO_KEY}`, 'content-length': '10000000' }), 405, 'method_not_allowed'],
+  ['a route that reads no body', head('GET', '/v1/models', { authorization: `Bearer ${DEMO_KEY}`, 'content-length': '10000000' }), 200, null],
+  ['an admin route that reads no body', head('GET', '/admin/accounts/demo', { authorization: `Bearer ${ADMIN}`, 'content-length': '10000000' }), 200, null],
+];
+
+async function expectClosedWhileTrickling(t: any, url: string, request: string, status: number, code: string | null) {
+  const conn = await rawConnect(url);
+  conn.write(request);
+  // Chunked requests send a chunk header first, then trickle its payload.
+  if (/transfer-encoding: chunked/.test(request)) conn.write('100000\r\n');
+  const trickle = conn.trickle(20);
+  t.teardown(() => { trickle.stop(); conn.close(); });
+  const res = await conn.response();
+  if (code === null) t.equal(res.status, status);
+  else expectEnvelope(t, res, status, code);
+  t.equal(res.headers.connection, 'close', 'Connection: close');
+  t.ok(await conn.waitClosed(), 'the server closed the connection while the client kept trickling');
+  t.ok(trickle.sent() > 0, 'the client was still sending');
+}
+
+t.test('an answer before the body was read closes the connection: a trickled body cannot hold it', async (t) => {
+  for (const [name, request, status, code] of UNREAD) {
+    await t.test(name, (t) => expectClosedWhileTrickling(t, gw.url, request, status, code));
+  }
+});
+
+t.test('keep-alive stays when the body was read, and for requests without a body', async (t) => {
+  const conn = await rawConnect(gw.url);
+  t.teardown(conn.close);
+  // Refused after the body was read: nothing is left unread, the connection stays.
+  const unknownModel = JSON.stringify({ model: 'nope', messages: [{ role: 'user', content: 'x' }] });
+  conn.write(head('POST', '/v1/chat/completions', { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json', 'content-length': String(unknownModel.length) }) + unknownModel);
+  const first = await conn.response();
+  expectEnvelope(t, first, 404, 'model_not_found', 'model');
+  t.not(first.headers.connection, 'close');
+  // Refused before any body, but there is none.
+  conn.write(head('GET', '/v1/models', { authorization: 'Bearer tg_wrong' }));
+  const second = await conn.response();
+  expectEnvelope(t, second, 401, 'invalid_api_key');
+  t.not(second.headers.connection, 'close');
+  conn.write(head('POST', '/v1/chat/completions', { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json', 'content-length': String(CHAT.length) }) + CHAT);
+  const third = await conn.response();
+  t.equal(third.status, 200, 'the same connection serves the next request');
+  t.not(third.headers.connection, 'close');
+  t.notOk(conn.closed());
+});
+
+t.test('embedded in a plain node:http server with its defaults: the same bounds', async (t) => {
+  const gateway = createGateway(config(), { logger: pino({ level: 'silent' }) });
+  const server = createServer(gateway.handler);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(async () => { server.closeAllConnections(); server.close(); await gateway.close(); });
+  await gateway.ready;
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  await t.test('a stalled body', (t) => expectStalled(t, url, STALLS[1]![1]));
+  await t.test('an unread trickled body', (t) => expectClosedWhileTrickling(t, url, UNREAD[0]![1], 401, 'invalid_api_key'));
+});
+
+t.test('body_timeout_ms is validated like every timeout', async (t) => {
+  const { validateConfig } = await import('../../lib/config/load.js');
+  t.equal(validateConfig({}).server.body_timeout_ms, 30000, 'default 30 s');
+  t.throws(() => validateConfig({ server: { body_timeout_ms: 0 } }), /server\.body_timeout_ms: must be a positive integer/);
+  t.throws(() => validateConfig({ server: { body_timeout_ms: 'soon' } }), /server\.body_timeout_ms/);
+});
