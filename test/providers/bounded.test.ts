@@ -6,12 +6,15 @@
 import t from 'tap';
 import type { ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { cost } from '../../lib/billing/meter.js';
+import { cost as exactCost } from '../../lib/billing/meter.js';
 import { counter } from '../../lib/tokens/count.js';
 import { MAX_SSE_LINE_BYTES } from '../../lib/sse/parser.js';
 import { baseConfig, postChat, sseData, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { chunk, completionBody, json, startUpstream, streamFrames, writeSse, type FakeUpstream, type SeenRequest } from '../helpers/upstream.js';
 import { schemas } from '../helpers/schemas.js';
+
+/** Units as the wallet and headers show them (the formula is exact in BigInt). */
+const cost = (p: number, c: number, price: { input_per_mtok: number; output_per_mtok: number }) => Number(exactCost(p, c, price));
 
 const ADMIN = 'bounded-admin';
 /** One unit per completion token, prompts free: a charge counts delivered tokens exactly. */
