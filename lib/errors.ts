@@ -111,6 +111,18 @@ export class GatewayError extends Error {
 }
 
 /**
+ * A fault of the account store itself (unreachable, too slow, failing to write). The store the
+ * gateway uses raises it for every such fault (store/guard.ts), so whichever route touches the
+ * store answers 503 service_unavailable with Retry-After, never a 500.
+ */
+export class StoreUnavailableError extends GatewayError {
+  constructor(cause: unknown) {
+    super('service_unavailable', 'The account store is unavailable; retry shortly.', { headers: retryAfterHeaders(1000), cause });
+    this.name = 'StoreUnavailableError';
+  }
+}
+
+/**
  * Retry-After headers for 429/503 answers: whole seconds (at least 1), the same in
  * milliseconds, and x-should-retry: false when the wait exceeds a minute.
  */

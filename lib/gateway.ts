@@ -16,8 +16,7 @@ import { Metrics } from './observe/metrics.js';
 import { TokenShapeError } from './auth/jwt.js';
 import { GatewayState } from './state.js';
 import { MemorySlots, RedisSlots, type Slots } from './limits/slots.js';
-import { openStore, type Store } from './store/index.js';
-import { RedisStore } from './store/redis.js';
+import { openStore, type StoreHandle } from './store/index.js';
 import { Health } from './upstream/health.js';
 
 export type Next = (err?: unknown) => void;
@@ -43,7 +42,7 @@ export class Gateway {
   readonly metrics = new Metrics();
   readonly logger: Logger;
   readonly #health = new Health(this.metrics.upstreamHealthy);
-  #store: Promise<Store>;
+  #store: Promise<StoreHandle>;
   #storeConfig: string;
   /** Concurrency slots outlive reloads: requests in flight keep theirs. */
   #slots: Slots | undefined;
@@ -59,16 +58,19 @@ export class Gateway {
     this.logger = options.logger ?? createLogger();
     const valid = validateConfig(config);
     this.#storeConfig = JSON.stringify(valid.store);
-    this.#store = openStore(valid.store);
+    this.#store = openStore(valid.store, this.logger);
     this.#pending = this.#build(valid).then((s) => (this.#state = s));
   }
 
   async #build(config: Config): Promise<GatewayState> {
-    const store = await this.#store;
-    this.#slots ??= store instanceof RedisStore
-      ? new RedisSlots(store.client, config.store.prefix, config.store.on_error === 'open', this.logger)
+    const handle = await this.#store;
+    this.#slots ??= handle.redis !== null
+      ? new RedisSlots(handle.redis, config.store.prefix, config.store.on_error === 'open', this.logger, undefined, handle.retries)
       : new MemorySlots();
-    const state = new GatewayState(config, store, this.#slots, this.#health, this.logger);
+    // A store that is still connecting (at boot) gets a moment; one that is down does not hold
+    // the start or a reload up any longer: the state seeds it once it answers.
+    await handle.connected(config.store.timeout_ms);
+    const state = new GatewayState(config, handle, this.#slots, this.#health, this.logger);
     try {
       await state.start();
     } catch (err) {
@@ -322,6 +324,7 @@ export class Gateway {
       if (this.#state === undefined) problems.push('starting');
       else {
         if (this.#state.catalog.size === 0) problems.push('catalog empty');
+        if (!this.#state.seeded) problems.push('accounts not seeded');
         try {
           await this.#state.store.ping();
         } catch {

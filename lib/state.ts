@@ -1,6 +1,11 @@
 // Everything derived from one config: built once per load, swapped whole on reload. A request
 // keeps the state it started with, so a reload never changes a request in flight. Only the
 // catalog changes within a state, when discovery finds models.
+//
+// The config's accounts are seeded into the store when the state starts; a store that is down
+// then (at boot, or during a reload) defers the seed, retried in the background until it lands,
+// so neither a start nor a reload ever fails for want of the store. Every reconnect seeds again
+// (create-if-absent: it changes nothing that is there).
 
 import { AdminApi } from './admin/api.js';
 import { Authenticator } from './auth/authenticator.js';
@@ -14,7 +19,7 @@ import { Passthrough } from './passthrough.js';
 import { OpenMode } from './billing/meter.js';
 import { Limits } from './limits/limits.js';
 import type { Slots } from './limits/slots.js';
-import { RedisStore } from './store/redis.js';
+import type { StoreHandle } from './store/index.js';
 import type { Store } from './store/types.js';
 import { counter, loadTokenizers } from './tokens/count.js';
 import { UpstreamTokens } from './tokens/upstream.js';
@@ -48,22 +53,34 @@ export class GatewayState {
   readonly #createdAt = Math.floor(Date.now() / 1000);
   /** Per provider that serves POST /tokenize: its counts, for models with `tokenizer: upstream`. */
   readonly #upstreamTokens = new Map<string, UpstreamTokens>();
+  readonly #logger: Logger;
+  #seeded = false;
+  #seeding: Promise<void> | undefined;
+  #seedTimer: NodeJS.Timeout | undefined;
+  #seedFailures = 0;
+  readonly #offReady: () => void;
+  #closed = false;
 
-  constructor(config: Config, store: Store, slots: Slots, health: Health, logger: Logger) {
+  constructor(config: Config, handle: StoreHandle, slots: Slots, health: Health, logger: Logger) {
+    const store = handle.store;
     this.config = config;
     this.store = store;
     this.#health = health;
+    this.#logger = logger;
     const providers = new Map<string, Provider>();
     for (const [name, p] of Object.entries(config.providers)) providers.set(name, createProvider(name, p));
     this.providers = providers;
     for (const p of providers.values()) {
       if (p.tokenize !== undefined) this.#upstreamTokens.set(p.name, new UpstreamTokens(p as ConstructorParameters<typeof UpstreamTokens>[0]));
     }
-    this.auth = new Authenticator(store, config);
+    this.auth = new Authenticator(store, config, () => this.#seeded);
+    // Each (re)connect seeds at once: no backoff wait after an outage, and a Redis that came
+    // back empty (no persistence) gets the config's accounts again, as a restart would.
+    this.#offReady = handle.onReady(() => void this.#seed());
     this.openMode = config.store.on_error === 'open'
       ? new OpenMode((msg, err) => logger.error({ err: (err as Error | undefined)?.message }, msg))
       : null;
-    this.limits = new Limits(config, store instanceof RedisStore ? store.client : null, slots, logger);
+    this.limits = new Limits(config, handle.redis, slots, logger);
     this.admin = config.admin.token === null ? null : new AdminApi(store, config);
     this.policy = new ContentPolicy(config.content_policy.block);
     this.catalog = new Catalog(config, this.#createdAt, []);
@@ -74,11 +91,44 @@ export class GatewayState {
     }, logger);
   }
 
-  /** Seeds the config's accounts into the store, loads tokenizers and starts discovery. */
+  /**
+   * Loads tokenizers, starts discovery and seeds the config's accounts into the store; when the
+   * store cannot answer, the seed is retried in the background and start() resolves anyway.
+   */
   async start(): Promise<void> {
-    await this.store.seed(this.config.accounts);
     await loadTokenizers(['o200k_base', ...this.config.models.map((m) => m.tokenizer), ...Object.values(this.config.providers).map((p) => p.model_defaults.tokenizer ?? 'o200k_base')]);
     this.#discovery.start();
+    await this.#seed();
+  }
+
+  /** The config's accounts are in the store (until then, /readyz answers 503). */
+  get seeded(): boolean {
+    return this.#seeded;
+  }
+
+  /** Seeds now (unless a seed is running); when the store cannot answer, again after a backoff. */
+  #seed(): Promise<void> {
+    clearTimeout(this.#seedTimer);
+    this.#seedTimer = undefined;
+    this.#seeding ??= this.#trySeed().finally(() => { this.#seeding = undefined; });
+    return this.#seeding;
+  }
+
+  async #trySeed(): Promise<void> {
+    if (this.#closed) return;
+    try {
+      await this.store.seed(this.config.accounts);
+    } catch (err) {
+      if (this.#closed) return;
+      // Logged once per outage, not per attempt; a store that never comes back keeps /readyz 503.
+      if (this.#seedFailures++ === 0) this.#logger.error({ err: (err as Error).message }, 'store unreachable: seeding the config\'s accounts is deferred until it answers');
+      this.#seedTimer = setTimeout(() => void this.#seed(), Math.min(50 * 2 ** this.#seedFailures, 1000));
+      this.#seedTimer.unref();
+      return;
+    }
+    if (this.#seedFailures > 0) this.#logger.warn({ attempts: this.#seedFailures + 1 }, 'store reachable: the config\'s accounts are seeded');
+    this.#seedFailures = 0;
+    this.#seeded = true;
   }
 
   /** Prompt tokens with the model's tokenizer: the server's own count for `tokenizer: upstream`. */
@@ -119,6 +169,9 @@ export class GatewayState {
   }
 
   async close(): Promise<void> {
+    this.#closed = true;
+    this.#offReady();
+    clearTimeout(this.#seedTimer);
     this.#discovery.stop();
     this.auth.close();
     this.passthrough?.close();

@@ -2,13 +2,18 @@
 // up in the store by its SHA-256 digest, or a dashboard JWT. Lookups are cached briefly
 // (lru-cache); a revocation on any instance evicts at once through the store's revocation
 // feed, and the short TTL bounds the delay even if that feed is interrupted.
+//
+// A store that cannot answer rejects with StoreUnavailableError (503). With store.on_error:
+// open, a developer key is then still accepted when this instance saw it resolve in the last
+// 10 minutes, or, never seen (at boot), when the config's own accounts list it: it stands for
+// that config account on the config's plan until the store answers again.
 
 import { LRUCache } from 'lru-cache';
 import type { Config } from '../config/types.js';
-import { GatewayError, retryAfterHeaders } from '../errors.js';
+import { GatewayError, StoreUnavailableError } from '../errors.js';
 import type { Revocation, Store } from '../store/types.js';
 import { JwtVerifier, looksLikeJwt } from './jwt.js';
-import { bearer, sha256Hex } from './keys.js';
+import { bearer, keyIdOf, sha256Hex } from './keys.js';
 import type { Principal } from './principal.js';
 
 /** How long a looked-up key (or its absence) or a session's state may be served from cache. */
@@ -18,17 +23,6 @@ export const KNOWN_TTL_MS = 10 * 60_000;
 
 function invalidKey(): GatewayError {
   return new GatewayError('invalid_api_key', 'Invalid API key. Send "Authorization: Bearer <key>" with a valid key.');
-}
-
-/** A store that cannot answer makes the request 503 service_unavailable, never a 500 or a hang. */
-async function fromStore<T>(call: Promise<T>): Promise<T> {
-  try {
-    return await call;
-  } catch (err) {
-    throw new GatewayError('service_unavailable', 'The account store is unavailable; retry shortly.', {
-      headers: retryAfterHeaders(1000), cause: err,
-    });
-  }
 }
 
 export class Authenticator {
@@ -43,18 +37,27 @@ export class Authenticator {
    * recently keep being served while the store is down (revocations are honoured as received).
    */
   readonly #known: LRUCache<string, Principal> | null;
+  /** The config's own keys by digest: store.on_error: open serves them while the store is down. */
+  readonly #configKeys: Map<string, Principal>;
+  readonly #open: boolean;
+  /** Whether the config's accounts are in the store yet (see GatewayState). */
+  readonly #seeded: () => boolean;
   readonly #unsubscribe: () => void;
 
-  constructor(store: Store, config: Config) {
+  constructor(store: Store, config: Config, seeded: () => boolean = () => true) {
     this.#store = store;
     this.#config = config;
     this.#prefix = `${config.service.key_prefix}_`;
     this.#jwt = config.auth.jwt === null ? null : new JwtVerifier(config.auth.jwt);
     this.#known = config.store.on_error === 'open' ? new LRUCache({ max: 50_000, ttl: KNOWN_TTL_MS }) : null;
+    this.#configKeys = configKeys(config);
+    this.#open = config.store.on_error === 'open';
+    this.#seeded = seeded;
     this.#unsubscribe = store.onRevoke((r: Revocation) => {
       if (r.kind === 'key') {
         this.#keys.delete(r.digest);
         this.#known?.delete(r.digest);
+        this.#configKeys.delete(r.digest);
       } else {
         this.#revokedSessions.set(r.sid, true);
       }
@@ -77,18 +80,26 @@ export class Authenticator {
     if (cached !== undefined) return cached;
     let principal: Principal | undefined;
     try {
-      const record = await fromStore(this.#store.keyByDigest(digest));
+      const record = await this.#store.keyByDigest(digest);
       principal = record === undefined || record.revoked_at !== null
         ? undefined
         : await this.#principal(record.account, record.id);
     } catch (err) {
-      const known = this.#known?.get(digest);
-      if (known !== undefined && err instanceof GatewayError && err.code === 'service_unavailable') return known;
+      if (err instanceof StoreUnavailableError) {
+        const fallback = this.#known?.get(digest) ?? (this.#open ? this.#configKeys.get(digest) : undefined);
+        if (fallback !== undefined) return fallback;
+      }
       throw err;
+    }
+    if (principal === undefined && this.#configKeys.has(digest) && !this.#seeded()) {
+      // The store is back but does not hold the config's accounts yet: not the caller's fault.
+      throw new StoreUnavailableError(new Error("the config's accounts are not seeded yet"));
     }
     this.#keys.set(digest, principal ?? 'none');
     if (principal === undefined) {
+      // The store said no: not even an outage brings this key back.
       this.#known?.delete(digest);
+      this.#configKeys.delete(digest);
       throw invalidKey();
     }
     this.#known?.set(digest, principal);
@@ -108,13 +119,13 @@ export class Authenticator {
   async #sessionRevoked(sid: string): Promise<boolean> {
     const cached = this.#revokedSessions.get(sid);
     if (cached !== undefined) return cached;
-    const revoked = await fromStore(this.#store.isSessionRevoked(sid));
+    const revoked = await this.#store.isSessionRevoked(sid);
     this.#revokedSessions.set(sid, revoked);
     return revoked;
   }
 
   async #principal(accountId: string, credentialId: string): Promise<Principal | undefined> {
-    const account = await fromStore(this.#store.getAccount(accountId));
+    const account = await this.#store.getAccount(accountId);
     if (account === undefined) return undefined;
     const plan = this.#config.plans[account.plan];
     // A plan removed from the config while accounts still use it: the detail goes to the log.
@@ -125,4 +136,16 @@ export class Authenticator {
   close(): void {
     this.#unsubscribe();
   }
+}
+
+function configKeys(config: Config): Map<string, Principal> {
+  const keys = new Map<string, Principal>();
+  for (const a of config.accounts) {
+    const plan = config.plans[a.plan];
+    if (plan === undefined) continue;
+    for (const digest of [...a.keys.map(sha256Hex), ...a.key_sha256.map((d) => d.toLowerCase())]) {
+      keys.set(digest, { accountId: a.id, planName: a.plan, plan, credentialId: keyIdOf(digest) });
+    }
+  }
+  return keys;
 }

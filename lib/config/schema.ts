@@ -144,6 +144,7 @@ export const configSchema = obj({
       url: { ...str, default: 'redis://127.0.0.1:6379' },
       prefix: { ...str, default: 'tollgate:' },
       on_error: { enum: ['closed', 'open'], default: 'closed', 'x-msg': 'must be closed or open' },
+      timeout_ms: { ...posInt, default: 1000 },
     },
     { default: {} },
   ),

@@ -91,6 +91,8 @@ export interface Config {
     url: string;
     prefix: string;
     on_error: 'closed' | 'open';
+    /** Upper bound on every store command (redis); a store slower than this counts as down. */
+    timeout_ms: number;
   };
   auth: {
     jwt: {

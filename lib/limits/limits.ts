@@ -7,7 +7,7 @@ import type { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config/types.js';
-import { GatewayError, retryAfterHeaders } from '../errors.js';
+import { GatewayError, StoreUnavailableError, retryAfterHeaders } from '../errors.js';
 import type { Logger } from '../observe/log.js';
 import type { Slots } from './slots.js';
 
@@ -67,14 +67,12 @@ export class Limits {
   }
 
   /** A store failure: 503 when closed; (open) logged once per outage by the caller's fallback. */
-  #storeDown(err: unknown): GatewayError {
+  #storeDown(err: unknown): StoreUnavailableError {
     if (!this.#outage) {
       this.#outage = true;
       this.#logger.error({ err: (err as Error)?.message }, 'rate-limit store unreachable');
     }
-    return new GatewayError('service_unavailable', 'The rate-limit store is unavailable; retry shortly.', {
-      headers: retryAfterHeaders(1000), cause: err,
-    });
+    return new StoreUnavailableError(err);
   }
 
   #recovered(): void {

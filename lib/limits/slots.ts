@@ -1,10 +1,13 @@
 // Concurrency slots per account, counted from admission to the last byte of the answer.
 // In memory: a counter per account. In Redis: leases in a sorted set that expire unless
-// renewed, so the slots of a crashed instance come back by themselves.
+// renewed, so the slots of a crashed instance come back by themselves; a release that fails
+// while Redis is down is retried until it lands (../store/retry.ts), so the account has its
+// slots back as soon as Redis is, not a lease lifetime later.
 
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Logger } from '../observe/log.js';
+import { RetryQueue } from '../store/retry.js';
 
 export interface Slots {
   /** A release function, or undefined when the account already has `max` in flight. */
@@ -60,8 +63,9 @@ export class RedisSlots implements Slots {
   readonly #fallback: MemorySlots | null;
   readonly #logger: Logger;
   readonly #leaseMs: number;
+  readonly #retries: RetryQueue;
 
-  constructor(redis: Redis, prefix: string, open: boolean, logger: Logger, leaseMs = LEASE_MS) {
+  constructor(redis: Redis, prefix: string, open: boolean, logger: Logger, leaseMs = LEASE_MS, retries = new RetryQueue({ log: logger })) {
     redis.defineCommand('tgSlotAcquire', { numberOfKeys: 1, lua: ACQUIRE });
     redis.defineCommand('tgSlotRenew', { numberOfKeys: 1, lua: RENEW });
     this.#redis = redis as Redis & LeaseCommands;
@@ -69,6 +73,7 @@ export class RedisSlots implements Slots {
     this.#fallback = open ? new MemorySlots() : null;
     this.#logger = logger;
     this.#leaseMs = leaseMs;
+    this.#retries = retries;
   }
 
   #key(account: string): string {
@@ -82,6 +87,8 @@ export class RedisSlots implements Slots {
     try {
       ok = await this.#redis.tgSlotAcquire(key, Date.now(), this.#leaseMs, max, id);
     } catch (err) {
+      // A Redis that answers late may still add the lease: take it back once it can.
+      this.#release(key, id);
       if (this.#fallback === null) throw err;
       return this.#fallback.acquire(account, max);
     }
@@ -95,8 +102,14 @@ export class RedisSlots implements Slots {
     renew.unref();
     return () => {
       clearInterval(renew);
-      this.#redis.zrem(key, id).catch(() => undefined);
+      this.#release(key, id);
     };
+  }
+
+  /** Removes a lease now, or as soon as Redis answers again. */
+  #release(key: string, id: string): void {
+    this.#retries.run(`slot\u0000${key}\u0000${id}`, () => this.#redis.zrem(key, id))
+      .catch((err: Error) => this.#logger.error({ err: err.message }, 'slot release failed'));
   }
 
   async inUse(account: string): Promise<number> {

@@ -1,14 +1,78 @@
 // Opens the store the config names. It lives as long as the gateway: a reload that changes
-// the `store` section is reported and needs a restart to take effect.
+// the `store` section is reported and needs a restart to take effect. Opening never waits for a
+// Redis that is down: the gateway starts anyway and the store connects when Redis is back.
 
+import type { Redis } from 'ioredis';
 import type { Config } from '../config/types.js';
+import type { Logger } from '../observe/log.js';
+import { GuardedStore } from './guard.js';
 import { MemoryStore } from './memory.js';
 import { RedisStore } from './redis.js';
+import { RetryQueue } from './retry.js';
 import type { Store } from './types.js';
 
-export async function openStore(config: Config['store']): Promise<Store> {
-  if (config.kind === 'redis') return new RedisStore({ url: config.url, prefix: config.prefix });
-  return MemoryStore.open({ path: config.path, fsyncMs: config.fsync_ms });
+export interface StoreHandle {
+  /** The store as routes use it: faults reject with StoreUnavailableError, releases are retried. */
+  store: Store;
+  /** The command connection (redis), shared by rate limits and concurrency slots; else null. */
+  redis: Redis | null;
+  /** Releases waiting for the store (holds here, slots in limits/slots.ts). */
+  retries: RetryQueue;
+  /** Resolves true once the store is connected, or false after `ms` (never rejects). */
+  connected(ms: number): Promise<boolean>;
+  /** Calls `listener` each time the store (re)connects; returns the unsubscribe function. */
+  onReady(listener: () => void): () => void;
+  /** A last retry pass, then closes the store. */
+  close(): Promise<void>;
+}
+
+export async function openStore(config: Config['store'], logger?: Logger): Promise<StoreHandle> {
+  const retries = new RetryQueue({ log: logger });
+  if (config.kind === 'redis') {
+    const redis = new RedisStore({ url: config.url, prefix: config.prefix, commandTimeoutMs: config.timeout_ms });
+    // Once per outage, not per reconnect attempt: the connection went, and it came back.
+    let state: 'new' | 'up' | 'down' | 'closing' = 'new';
+    redis.client.on('ready', () => {
+      if (state === 'down') logger?.warn({ url: redacted(config.url) }, 'store connection back');
+      if (state !== 'closing') state = 'up';
+    });
+    redis.client.on('close', () => {
+      if (state !== 'up') return;
+      state = 'down';
+      logger?.error({ url: redacted(config.url) }, 'store connection lost: calls that need the store fail until it is back; reconnecting');
+    });
+    return {
+      store: new GuardedStore(redis, retries),
+      redis: redis.client,
+      retries,
+      connected: (ms) => redis.ready(ms).then(() => true, () => false),
+      onReady: (listener) => {
+        redis.client.on('ready', listener);
+        return () => { redis.client.off('ready', listener); };
+      },
+      close: async () => { await retries.close(); state = 'closing'; await redis.close(); },
+    };
+  }
+  const memory = await MemoryStore.open({ path: config.path, fsyncMs: config.fsync_ms });
+  return {
+    store: new GuardedStore(memory, retries),
+    redis: null,
+    retries,
+    connected: async () => true,
+    onReady: () => () => {},
+    close: async () => { await retries.close(); await memory.close(); },
+  };
 }
 
 export type { Store } from './types.js';
+
+/** A Redis URL without its password, for logs. */
+function redacted(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password !== '') u.password = '***';
+    return u.toString();
+  } catch {
+    return '(unparsable URL)';
+  }
+}

@@ -34,9 +34,13 @@
 // fire-and-forget: an instance whose subscriber connection is down at that moment misses it,
 // and so does this instance when the script applied but its reply was lost (the call rejected).
 //
-// Failure: every command is bounded by `commandTimeoutMs`; once connected, commands fail at
-// once while the connection is down (no offline queue). ioredis reconnects by itself and the
-// scripts are sent again (EVAL) on each new connection, so the store recovers without help.
+// Failure: every command is bounded by `commandTimeoutMs` (store.timeout_ms), and fails at once
+// while the connection is down, before the first connect too: there is no offline queue, so a
+// command the caller has seen fail is never sent later (a queued hold would otherwise land after
+// its request got a 503 and lock credits for its TTL). ioredis reconnects by itself, with
+// backoff, and the scripts are sent again (EVAL) on each new connection, so the store recovers
+// without help. A store created while Redis is down is usable at once: its calls fail fast
+// until Redis answers (`ready()` waits for that).
 // A rejected command may still have been applied; retrying is safe (no script applies anything
 // twice), though the retry may then answer "already there" (false, applied: false).
 
@@ -163,17 +167,16 @@ export class RedisStore implements Store {
       retryStrategy: (times: number) => Math.min(times * 50, 1000),
       lazyConnect: false,
     };
-    // Commands queue only until the first connect; afterwards they fail at once while the
-    // connection is down, and are never resent after a reconnect (the caller has seen them fail).
+    // Commands never queue: they fail at once while the connection is down, and are never
+    // resent after a reconnect (the caller has seen them fail).
     const redis = new Redis(options.url, {
       ...common,
       connectionName: 'tollgate',
       commandTimeout: timeout,
       maxRetriesPerRequest: 1,
-      enableOfflineQueue: true,
+      enableOfflineQueue: false,
       autoResendUnfulfilledCommands: false,
     });
-    redis.once('ready', () => { redis.options.enableOfflineQueue = false; });
     redis.on('error', onError);
     for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS)]) {
       redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
@@ -199,11 +202,14 @@ export class RedisStore implements Store {
     return this.#redis;
   }
 
-  /** Opens a store and waits until it is connected and hears other instances' revocations. */
+  /**
+   * Opens a store and waits until it is connected and hears other instances' revocations;
+   * rejects (and closes it) when that takes longer than the connect timeout.
+   */
   static async open(options: RedisStoreOptions): Promise<RedisStore> {
     const store = new RedisStore(options);
     try {
-      await store.ready();
+      await store.ready(Math.max(2 * store.#timeout, 2000));
     } catch (err) {
       await store.close();
       throw err;
@@ -211,10 +217,29 @@ export class RedisStore implements Store {
     return store;
   }
 
-  /** Resolves once subscribed to revocations and the command connection answers. */
-  async ready(): Promise<void> {
-    await Promise.race([this.#subscribed, this.#closing]);
-    await this.ping();
+  /**
+   * Resolves once subscribed to revocations and the command connection answers. Waits for a
+   * Redis that is down to come back, for at most `ms` when given; rejects on close().
+   */
+  async ready(ms?: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    let onReady: (() => void) | undefined;
+    const ends: Array<Promise<never>> = [this.#closing];
+    if (ms !== undefined) {
+      ends.push(new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`Redis did not answer within ${ms} ms`)), ms);
+      }));
+    }
+    try {
+      await Promise.race([this.#subscribed, ...ends]);
+      if (this.#redis.status !== 'ready') {
+        await Promise.race([new Promise<void>((resolve) => { onReady = resolve; this.#redis.once('ready', resolve); }), ...ends]);
+      }
+      await this.ping();
+    } finally {
+      clearTimeout(timer);
+      if (onReady !== undefined) this.#redis.off('ready', onReady);
+    }
   }
 
   async createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean> {

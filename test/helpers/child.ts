@@ -24,7 +24,8 @@ export async function serveChild(t: any, configFile: string, env: NodeJS.Process
   let out = '';
   proc.stdout!.on('data', (d) => { out += d; });
   proc.stderr!.on('data', (d) => { out += d; });
-  for (let i = 0; i < 400 && !/listening on (\S+)/.test(out); i++) await sleep(25);
+  // Patient: a loaded machine may take many seconds to start Node; the loop ends at the line.
+  for (let i = 0; i < 1200 && !/listening on (\S+)/.test(out); i++) await sleep(25);
   const m = /listening on (\S+)/.exec(out);
   if (m === null) throw new Error(`the gateway did not start: ${out}`);
   return { proc, url: m[1]!, output: () => out };

@@ -15,7 +15,9 @@ export interface TestRedis {
   /** True for REDIS_URL: stop() does nothing and restart() rejects. */
   external: boolean;
   stop(): Promise<void>;
-  /** Stops and starts the server on the same port; its data is gone (--save ''). */
+  /** Stops the server but keeps its folder: restart() brings it back (with its data when `persist`). */
+  halt(): Promise<void>;
+  /** Stops and starts the server on the same port; its data is gone (--save ''), unless `persist`. */
   restart(): Promise<void>;
   /** SIGSTOP / SIGCONT: connections stay open but nothing answers (a hung server). */
   freeze(): void;
@@ -37,6 +39,8 @@ export function redisServerOnPath(): string | undefined {
 export interface StartOptions {
   /** A one-node Redis Cluster holding every slot: scripts touching keys of two slots fail. */
   cluster?: boolean;
+  /** Keep the data across restart() (an append-only file, fsynced on every write). */
+  persist?: boolean;
 }
 
 // Servers still running when the test process exits are killed with it.
@@ -56,6 +60,7 @@ export async function startRedis(options: StartOptions = {}): Promise<TestRedis>
       port: Number(new URL(url).port || 6379),
       external: true,
       stop: async () => {},
+      halt: () => Promise.reject(new Error('cannot stop the external Redis at REDIS_URL')),
       restart: () => Promise.reject(new Error('cannot restart the external Redis at REDIS_URL')),
       freeze: () => { throw new Error('cannot freeze the external Redis at REDIS_URL'); },
       thaw: () => {},
@@ -64,7 +69,8 @@ export async function startRedis(options: StartOptions = {}): Promise<TestRedis>
 
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-redis-'));
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir];
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--dir', dir,
+    ...(options.persist === true ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'])];
   if (options.cluster === true) args.push('--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf');
   let child = await launch(bin, args, port);
   if (options.cluster === true) await assignAllSlots(port);
@@ -78,6 +84,7 @@ export async function startRedis(options: StartOptions = {}): Promise<TestRedis>
       await halt(child);
       rmSync(dir, { recursive: true, force: true });
     },
+    halt: () => halt(child),
     async restart() {
       await halt(child);
       mkdirSync(dir, { recursive: true });

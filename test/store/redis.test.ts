@@ -276,6 +276,7 @@ t.test('usage reports page through the stream, which stays capped', async (t) =>
   t.teardown(() => c.disconnect());
   const capped = new RedisStore({ url: redis.url, prefix: freshPrefix(), usageStreamMaxLen: 200 });
   t.teardown(() => capped.close());
+  await capped.ready(); // nothing queues before the first connect: calls fail fast until then
   for (let i = 0; i < 2000; i += 100) {
     await Promise.all(Array.from({ length: 100 }, (_, j) => capped.recordUsage(usageRecord(i + j, 'acme', 'm'))));
   }
@@ -523,4 +524,21 @@ t.test('a store created while Redis is unreachable fails fast and connects later
   await server.restart();
   await s.ready();
   t.equal(await s.createAccount({ id: 'late', plan: 'free', balance_units: 0 }), true, 'works once Redis is up');
+});
+
+t.test('a call that failed before the first connect is never sent later (no offline queue)', { skip: redis.external ? 'needs a redis-server this test can freeze' : false }, async (t) => {
+  const server = await startRedis();
+  t.teardown(() => server.stop());
+  // Frozen: the kernel accepts the connection, nothing answers, so the store is "connecting".
+  server.freeze();
+  t.teardown(() => server.thaw());
+  const s = new RedisStore({ url: server.url, prefix: freshPrefix(), commandTimeoutMs: 300 });
+  t.teardown(() => s.close());
+  await t.rejects(s.createAccount({ id: 'early', plan: 'free', balance_units: 5 }), 'rejects while connecting');
+  await t.rejects(s.hold(holdOf('early', 'r1', 1)));
+  await t.rejects(s.ready(300), { message: 'Redis did not answer within 300 ms' }, 'ready(ms) gives up in time');
+  server.thaw();
+  await s.ready(5000);
+  t.equal(await s.getAccount('early'), undefined, 'the rejected createAccount never ran once Redis answered');
+  t.equal(await s.createAccount({ id: 'early', plan: 'free', balance_units: 5 }), true);
 });

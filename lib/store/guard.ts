@@ -1,0 +1,72 @@
+// The store as the gateway uses it, whatever the implementation behind it. Two promises hold at
+// this one place instead of at every call site:
+// - a fault of the store itself (unreachable, slower than store.timeout_ms, failing to write)
+//   rejects with StoreUnavailableError, which every route answers as 503 service_unavailable
+//   with Retry-After; a bad argument stays what it is (a bug: 500, detail in the log);
+// - a hold release that fails is retried in the background until it lands (./retry.ts), so it
+//   resolves once the release is done or queued. A hold that fails is released the same way:
+//   a store that answers late (Redis stalled, not gone) may still apply it after the request
+//   got its 503, and it would lock the account's credits until its TTL ran out.
+
+import type { AccountConfig } from '../config/types.js';
+import { StoreUnavailableError } from '../errors.js';
+import type { RetryQueue } from './retry.js';
+import type {
+  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyRecord, Revocation, SettleResult, Settlement, Store,
+  UsageRecord, UsageReport, UsageTotals,
+} from './types.js';
+
+/** Rejections of the store become StoreUnavailableError, except a bad argument's. */
+async function guard<T>(call: Promise<T>): Promise<T> {
+  try {
+    return await call;
+  } catch (err) {
+    if (err instanceof TypeError || err instanceof RangeError || err instanceof StoreUnavailableError) throw err;
+    throw new StoreUnavailableError(err);
+  }
+}
+
+export class GuardedStore implements Store {
+  readonly #inner: Store;
+  readonly #retries: RetryQueue;
+
+  constructor(inner: Store, retries: RetryQueue) {
+    this.#inner = inner;
+    this.#retries = retries;
+  }
+
+  createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean> { return guard(this.#inner.createAccount(account)); }
+  getAccount(id: string): Promise<AccountRecord | undefined> { return guard(this.#inner.getAccount(id)); }
+  addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined> {
+    return guard(this.#inner.addCredits(accountId, units, idempotencyKey));
+  }
+  createKey(key: { id: string; account: string; digest: string }): Promise<boolean> { return guard(this.#inner.createKey(key)); }
+  keyByDigest(digest: string): Promise<KeyRecord | undefined> { return guard(this.#inner.keyByDigest(digest)); }
+  revokeKey(id: string): Promise<KeyRecord | undefined> { return guard(this.#inner.revokeKey(id)); }
+  revokeSession(sid: string): Promise<void> { return guard(this.#inner.revokeSession(sid)); }
+  isSessionRevoked(sid: string): Promise<boolean> { return guard(this.#inner.isSessionRevoked(sid)); }
+  seed(accounts: readonly AccountConfig[]): Promise<void> { return guard(this.#inner.seed(accounts)); }
+  async hold(h: HoldRequest): Promise<HoldResult | undefined> {
+    try {
+      return await guard(this.#inner.hold(h));
+    } catch (err) {
+      if (err instanceof StoreUnavailableError) void this.release(h.account, h.requestId).catch(() => undefined);
+      throw err;
+    }
+  }
+  settle(s: Settlement): Promise<SettleResult | undefined> { return guard(this.#inner.settle(s)); }
+
+  /** Resolves once the hold is dropped or queued for retry (a request id's hold is dropped once). */
+  release(account: string, requestId: string): Promise<void> {
+    return this.#retries.run(`hold\u0000${account}\u0000${requestId}`, () => this.#inner.release(account, requestId));
+  }
+
+  accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }> {
+    return guard(this.#inner.accountUsage(account, day, month));
+  }
+  recordUsage(r: UsageRecord): Promise<void> { return guard(this.#inner.recordUsage(r)); }
+  usageReport(account: string | undefined, since: number): Promise<UsageReport> { return guard(this.#inner.usageReport(account, since)); }
+  onRevoke(listener: (r: Revocation) => void): () => void { return this.#inner.onRevoke(listener); }
+  ping(): Promise<void> { return guard(this.#inner.ping()); }
+  close(): Promise<void> { return this.#inner.close(); }
+}
