@@ -5,6 +5,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { handleChat } from './chat/pipeline.js';
+import { configWarnings } from './config/cross-check.js';
 import { validateConfig } from './config/load.js';
 import type { Config } from './config/types.js';
 import { GatewayError, retryAfterHeaders, toGatewayError } from './errors.js';
@@ -57,6 +58,7 @@ export class Gateway {
   constructor(config: Config | unknown, options: GatewayOptions = {}) {
     this.logger = options.logger ?? createLogger();
     const valid = validateConfig(config);
+    this.#warn(valid);
     this.#storeConfig = JSON.stringify(valid.store);
     this.#store = openStore(valid.store);
     this.#pending = this.#build(valid).then((s) => (this.#state = s));
@@ -341,6 +343,7 @@ export class Gateway {
    */
   async reload(config: Config | unknown): Promise<void> {
     const valid = validateConfig(config);
+    this.#warn(valid);
     if (JSON.stringify(valid.store) !== this.#storeConfig) {
       this.logger.warn('the store section changed; it takes effect at the next restart');
     }
@@ -352,6 +355,11 @@ export class Gateway {
       if (this.#refs.has(old)) this.#retired.add(old);
       else await old.close();
     }
+  }
+
+  /** Valid but unworkable values of a config go to the log (CONTRACT section 9). */
+  #warn(config: Config): void {
+    for (const warning of configWarnings(config)) this.logger.warn({ warning }, 'config warning');
   }
 
   /** Concurrency slots an account holds now (for operators' checks and tests). */
