@@ -7,6 +7,7 @@ import type { Duplex } from 'node:stream';
 import { handleChat } from './chat/pipeline.js';
 import { configWarnings } from './config/cross-check.js';
 import { validateConfig } from './config/load.js';
+import { checkRemovedPlans } from './config/removed-plans.js';
 import type { Config } from './config/types.js';
 import { GatewayError, retryAfterHeaders, toGatewayError } from './errors.js';
 import { requestIdFor } from './http/request-id.js';
@@ -339,10 +340,12 @@ export class Gateway {
   /**
    * Swaps in a new config: new requests use it, requests in flight finish on the old one,
    * whose upstream pools close once they are done. Throws ConfigError and keeps the old config
-   * when the new one is invalid.
+   * when the new one is invalid or drops a plan that stored accounts use.
    */
   async reload(config: Config | unknown): Promise<void> {
     const valid = validateConfig(config);
+    const current = this.#state ?? (await this.#pending.catch(() => undefined));
+    await checkRemovedPlans(current?.config, valid, this.#store);
     this.#warn(valid);
     if (JSON.stringify(valid.store) !== this.#storeConfig) {
       this.logger.warn('the store section changed; it takes effect at the next restart');

@@ -51,7 +51,7 @@ export class GatewayState {
     const providers = new Map<string, Provider>();
     for (const [name, p] of Object.entries(config.providers)) providers.set(name, createProvider(name, p));
     this.providers = providers;
-    this.auth = new Authenticator(store, config);
+    this.auth = new Authenticator(store, config, logger);
     this.openMode = config.store.on_error === 'open'
       ? new OpenMode((msg, err) => logger.error({ err: (err as Error | undefined)?.message }, msg))
       : null;
