@@ -1,10 +1,10 @@
 // Admin sub-commands of `tollgate`: each calls the admin API of a running gateway
 // (--url, --token or TOLLGATE_ADMIN_TOKEN) and prints a readable line, or with --json the
-// API's JSON answer.
+// API's JSON answer (nothing for a 204, which has none). Amounts are plain decimal integers:
+// `1e3`, `0x10`, ` 7`, `+5` or `1.0` are refused before anything is sent (CONTRACT section 10).
 
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
-import { request } from 'undici';
 
 export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADMIN_TOKEN, --json):
   tollgate accounts create ID --plan P [--wallet-units N]
@@ -26,28 +26,48 @@ class CliError extends Error {
 interface Call { method: 'GET' | 'POST' | 'DELETE'; path: string; body?: unknown }
 
 async function call(url: string, token: string, c: Call): Promise<{ status: number; body: unknown }> {
-  let res;
+  // The built-in fetch: it starts faster than importing undici, which a CLI call notices.
+  let status: number;
+  let text: string;
   try {
-    res = await request(`${url.replace(/\/+$/, '')}${c.path}`, {
+    const res = await fetch(`${url.replace(/\/+$/, '')}${c.path}`, {
       method: c.method,
       headers: { authorization: `Bearer ${token}`, ...(c.body === undefined ? {} : { 'content-type': 'application/json' }) },
       body: c.body === undefined ? undefined : JSON.stringify(c.body),
-      headersTimeout: 10_000,
-      bodyTimeout: 10_000,
+      signal: AbortSignal.timeout(10_000),
+      redirect: 'manual',
     });
+    status = res.status;
+    text = await res.text();
   } catch (err) {
-    throw new CliError(`cannot reach ${url}: ${(err as Error).message}`, 1);
+    const cause = (err as Error & { cause?: Error }).cause;
+    throw new CliError(`cannot reach ${url}: ${cause?.message ?? (err as Error).message}`, 1);
   }
-  const text = await res.body.text();
   let body: unknown = text;
   try { body = text === '' ? null : JSON.parse(text); } catch { /* not JSON: shown as text */ }
-  return { status: res.statusCode, body };
+  return { status, body };
 }
 
 const enc = encodeURIComponent;
+const MAX_UNITS = Number.MAX_SAFE_INTEGER;
+
+/**
+ * A plain decimal integer (no sign but an optional `-` when negatives are allowed, no leading
+ * zeros, no spaces, exponent, fraction or radix prefix) of at most 2^53-1 in size.
+ */
+export function decimalUnits(text: string, what: string, allowNegative: boolean): number {
+  const form = allowNegative ? /^(0|-?[1-9][0-9]*)$/ : /^(0|[1-9][0-9]*)$/;
+  const range = allowNegative ? `-${MAX_UNITS} to ${MAX_UNITS}` : `0 to ${MAX_UNITS}`;
+  if (!form.test(text) || BigInt(text) > BigInt(MAX_UNITS) || BigInt(text) < -BigInt(MAX_UNITS)) {
+    throw new CliError(`${what} must be a plain decimal integer from ${range} (like 1000${allowNegative ? ' or -250' : ''}), not ${JSON.stringify(text)}`, 2);
+  }
+  return Number(text);
+}
 
 function plan(command: string, sub: string | undefined, args: string[], opts: Record<string, string | undefined>): { call: Call; show: (b: any) => string } {
-  const need = (n: number, usage: string) => { if (args.length !== n) throw new CliError(`usage: tollgate ${usage}`, 2); };
+  const need = (n: number, usage: string) => {
+    if (args.length !== n || args.some((a) => a === '')) throw new CliError(`usage: tollgate ${usage}`, 2);
+  };
   const account = (b: any) => `${b.id}  plan=${b.plan}  balance=${b.balance_units}  held=${b.held_units}  available=${b.available_units}`;
   // `usage` has no sub-command: its words are all options.
   switch (command === 'usage' ? 'usage' : `${command} ${sub}`) {
@@ -55,7 +75,7 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Re
       need(1, 'accounts create ID --plan P [--wallet-units N]');
       if (opts.plan === undefined) throw new CliError('accounts create: --plan is required', 2);
       const body: Record<string, unknown> = { id: args[0], plan: opts.plan };
-      if (opts['wallet-units'] !== undefined) body.wallet_units = Number(opts['wallet-units']);
+      if (opts['wallet-units'] !== undefined) body.wallet_units = decimalUnits(opts['wallet-units'], 'accounts create: --wallet-units', false);
       return { call: { method: 'POST', path: '/admin/accounts', body }, show: (b) => `created ${account(b)}` };
     }
     case 'accounts show':
@@ -75,8 +95,8 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Re
       return { call: { method: 'DELETE', path: `/admin/keys/${enc(args[0]!)}` }, show: () => `revoked ${args[0]}` };
     case 'credits add': {
       need(2, 'credits add ACCOUNT UNITS [--idempotency-key K]');
-      const units = Number(args[1]);
-      if (!Number.isSafeInteger(units)) throw new CliError('credits add: UNITS must be an integer', 2);
+      const units = decimalUnits(args[1]!, 'credits add: UNITS', true);
+      if (units === 0) throw new CliError('credits add: UNITS must not be 0 (a positive number adds, a negative one deducts)', 2);
       const key = opts['idempotency-key'] ?? randomUUID();
       return {
         call: { method: 'POST', path: `/admin/accounts/${enc(args[0]!)}/credits`, body: { units, idempotency_key: key } },
@@ -107,31 +127,66 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Re
 
 export const ADMIN_COMMANDS: ReadonlySet<string> = new Set(['accounts', 'keys', 'credits', 'sessions', 'usage']);
 
+const OPTIONS = {
+  url: { type: 'string' }, token: { type: 'string' }, json: { type: 'boolean' },
+  plan: { type: 'string' }, 'wallet-units': { type: 'string' }, 'idempotency-key': { type: 'string' },
+  account: { type: 'string' }, since: { type: 'string' },
+} as const;
+
+/**
+ * Puts options first (`--name=value`) and positionals after `--`, so that a negative amount
+ * (`credits add acme -5`, `--wallet-units -5`) reaches its reader instead of being taken for
+ * an unknown option. Anything else that starts with a dash stays an option for parseArgs to judge.
+ */
+function normalize(argv: readonly string[]): string[] {
+  const options: string[] = [];
+  const positionals: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === '--') { positionals.push(...argv.slice(i + 1)); break; }
+    const name = arg.startsWith('--') ? arg.slice(2) : undefined;
+    if (name !== undefined && !name.includes('=') && (OPTIONS as Record<string, { type: string }>)[name]?.type === 'string' && i + 1 < argv.length) {
+      options.push(`${arg}=${argv[++i]}`);
+    } else if (arg.startsWith('-') && !/^-[0-9]/.test(arg)) {
+      options.push(arg);
+    } else {
+      positionals.push(arg);
+    }
+  }
+  return [...options, '--', ...positionals];
+}
+
+/** What to print for a successful answer; a body that is not what the API sends is an error. */
+function shown(step: { show: (b: any) => string }, status: number, body: unknown, url: string, json: boolean): string | undefined {
+  if (status !== 204 && (body === null || typeof body !== 'object')) {
+    throw new CliError(`unexpected answer from ${url}: status ${status}, not a JSON object`, 1);
+  }
+  if (json) return status === 204 ? undefined : JSON.stringify(body);
+  try {
+    return step.show(body);
+  } catch {
+    throw new CliError(`unexpected answer from ${url}: status ${status}, ${JSON.stringify(body).slice(0, 200)}`, 1);
+  }
+}
+
 /** Runs an admin sub-command; returns the exit code. */
 export async function admin(command: string, argv: string[]): Promise<number> {
   try {
-    const { values, positionals } = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      strict: true,
-      options: {
-        url: { type: 'string' }, token: { type: 'string' }, json: { type: 'boolean' },
-        plan: { type: 'string' }, 'wallet-units': { type: 'string' }, 'idempotency-key': { type: 'string' },
-        account: { type: 'string' }, since: { type: 'string' },
-      },
-    });
+    const { values, positionals } = parseArgs({ args: normalize(argv), allowPositionals: true, strict: true, options: OPTIONS });
     const [sub, ...args] = positionals;
     const step = plan(command, sub, args, values as Record<string, string | undefined>);
     const token = values.token ?? process.env.TOLLGATE_ADMIN_TOKEN;
     if (token === undefined || token === '') throw new CliError('no admin token: pass --token or set TOLLGATE_ADMIN_TOKEN', 2);
-    const { status, body } = await call(values.url ?? 'http://127.0.0.1:8080', token, step.call);
-    if (status >= 400) {
+    const url = values.url ?? 'http://127.0.0.1:8080';
+    const { status, body } = await call(url, token, step.call);
+    if (status < 200 || status > 299) {
       const e = body as { code?: string; message?: string } | null;
-      if (values.json === true) process.stdout.write(`${JSON.stringify(body)}\n`);
+      if (values.json === true && body !== null) process.stdout.write(`${JSON.stringify(body)}\n`);
       process.stderr.write(`error ${status}${e?.code ? ` ${e.code}` : ''}: ${e?.message ?? String(body)}\n`);
       return 1;
     }
-    process.stdout.write(`${values.json === true ? JSON.stringify(body ?? {}) : step.show(body)}\n`);
+    const out = shown(step, status, body, url, values.json === true);
+    if (out !== undefined) process.stdout.write(`${out}\n`);
     return 0;
   } catch (err) {
     if (err instanceof CliError) {

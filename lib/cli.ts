@@ -3,10 +3,10 @@
 import { watch } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ConfigError, loadConfigFile } from './config/load.js';
 import { ADMIN_COMMANDS, ADMIN_USAGE, admin } from './cli-admin.js';
-import { createGateway } from './gateway.js';
-import { listen } from './http/server.js';
+
+// The config loader and the gateway are imported by the commands that use them: the admin
+// sub-commands start without compiling the config schema or loading the gateway.
 
 const USAGE = `usage:
   tollgate serve --config FILE [--host H] [--port N]
@@ -21,13 +21,18 @@ function fail(message: string, code = 2): never {
 async function check(argv: string[]): Promise<void> {
   const { values } = parseArgs({ args: argv, options: { config: { type: 'string', short: 'c' } }, strict: true });
   if (values.config === undefined) fail(`tollgate check: --config FILE is required\n${USAGE}`);
+  const { ConfigError, loadConfigFile } = await import('./config/load.js');
+  const { configWarnings } = await import('./config/cross-check.js');
+  let config;
   try {
-    await loadConfigFile(values.config);
+    config = await loadConfigFile(values.config);
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     process.stderr.write(`${err.problems.join('\n')}\n`);
     process.exit(1);
   }
+  // Valid but unworkable values: reported, never fatal.
+  for (const w of configWarnings(config)) process.stderr.write(`WARNING ${w}\n`);
   process.stdout.write(`${values.config}: ok\n`);
 }
 
@@ -38,6 +43,10 @@ async function serve(argv: string[]): Promise<void> {
     strict: true,
   });
   if (values.config === undefined) fail(`tollgate serve: --config FILE is required\n${USAGE}`);
+  // All three at once: serve needs them all, so none waits for another.
+  const [{ ConfigError, loadConfigFile }, { createGateway }, { listen }] = await Promise.all([
+    import('./config/load.js'), import('./gateway.js'), import('./http/server.js'),
+  ]);
   const path = values.config;
   let config;
   try {

@@ -6,7 +6,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { handleGeneration } from './chat/pipeline.js';
 import { chatDialect } from './dialects/chat/index.js';
+import { configWarnings } from './config/cross-check.js';
 import { validateConfig } from './config/load.js';
+import { checkRemovedPlans } from './config/removed-plans.js';
 import type { Config } from './config/types.js';
 import { GatewayError, MAX_ECHO, clip, retryAfterHeaders, toGatewayError } from './errors.js';
 import { requestIdFor } from './http/request-id.js';
@@ -57,6 +59,7 @@ export class Gateway {
   constructor(config: Config | unknown, options: GatewayOptions = {}) {
     this.logger = options.logger ?? createLogger();
     const valid = validateConfig(config);
+    this.#warn(valid);
     this.#storeConfig = JSON.stringify(valid.store);
     this.#store = openStore(valid.store, this.logger);
     this.#pending = this.#build(valid).then((s) => (this.#state = s));
@@ -355,10 +358,13 @@ export class Gateway {
   /**
    * Swaps in a new config: new requests use it, requests in flight finish on the old one,
    * whose upstream pools close once they are done. Throws ConfigError and keeps the old config
-   * when the new one is invalid.
+   * when the new one is invalid or drops a plan that stored accounts use.
    */
   async reload(config: Config | unknown): Promise<void> {
     const valid = validateConfig(config);
+    const current = this.#state ?? (await this.#pending.catch(() => undefined));
+    await checkRemovedPlans(current?.config, valid, this.#store.then((h) => h.store));
+    this.#warn(valid);
     if (JSON.stringify(valid.store) !== this.#storeConfig) {
       this.logger.warn('the store section changed; it takes effect at the next restart');
     }
@@ -370,6 +376,11 @@ export class Gateway {
       if (this.#refs.has(old)) this.#retired.add(old);
       else await old.close();
     }
+  }
+
+  /** Valid but unworkable values of a config go to the log (CONTRACT section 9). */
+  #warn(config: Config): void {
+    for (const warning of configWarnings(config)) this.logger.warn({ warning }, 'config warning');
   }
 
   /** Concurrency slots an account holds now (for operators' checks and tests). */

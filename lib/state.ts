@@ -73,7 +73,7 @@ export class GatewayState {
     for (const p of providers.values()) {
       if (p.tokenize !== undefined) this.#upstreamTokens.set(p.name, new UpstreamTokens(p as ConstructorParameters<typeof UpstreamTokens>[0]));
     }
-    this.auth = new Authenticator(store, config, () => this.#seeded);
+    this.auth = new Authenticator(store, config, () => this.#seeded, logger);
     // Each (re)connect seeds at once: no backoff wait after an outage, and a Redis that came
     // back empty (no persistence) gets the config's accounts again, as a restart would.
     this.#offReady = handle.onReady(() => void this.#seed());

@@ -1,6 +1,8 @@
 // The admin API (CONTRACT section 5): accounts, credits, developer keys and session
-// revocation, under /admin with Bearer admin.token. Every answer is JSON; errors use the
-// envelope. Keys are returned in plaintext exactly once; only their SHA-256 is stored.
+// revocation, under /admin with Bearer admin.token. Every answer is JSON, except the two
+// revocations (204, no body); errors use the envelope. Keys are returned in plaintext exactly
+// once; only their SHA-256 is stored. Amounts are exact integers of at most 2^53-1 in size,
+// and a balance never leaves 0..2^53-1 (CONTRACT sections 9 and 10).
 
 import { createHash, randomInt, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -8,10 +10,11 @@ import { bearer, keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { Config } from '../config/types.js';
 import { GatewayError, MAX_ECHO, clip } from '../errors.js';
 import { isJsonContentType, readBody } from '../http/body.js';
+import { roundedMembers } from '../http/exact-json.js';
 import { parseJsonBody } from '../http/json.js';
 import { closeIfBodyUnread, sendJson } from '../http/respond.js';
 import { windows } from '../billing/meter.js';
-import type { AccountRecord, Store, UsageTotals } from '../store/types.js';
+import { MAX_UNITS, type AccountRecord, type Store, type UsageTotals } from '../store/types.js';
 
 const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/;
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,200}$/;
@@ -34,6 +37,24 @@ function sameSecret(given: string, expected: string): boolean {
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+/** A parsed JSON object body, and which of its members had a number literal JSON.parse rounded. */
+interface Body { values: Record<string, unknown>; rounded: Set<string> }
+
+/**
+ * An integer member from `min` to `max` (both at most 2^53-1 in size), given exactly; undefined
+ * when absent. Anything else is 400 naming the member: invalid_type for a non-number,
+ * invalid_value for a fraction, a rounded literal or a value out of range.
+ */
+function integerParam(body: Body, name: string, min: number, max: number, range: string): number | undefined {
+  const v = body.values[name];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number') throw new GatewayError('invalid_type', `Invalid type for '${name}': expected an integer.`, { param: name });
+  if (!Number.isSafeInteger(v) || body.rounded.has(name) || v < min || v > max) {
+    throw new GatewayError('invalid_value', `Invalid value for '${name}': must be ${range}.`, { param: name });
+  }
+  return v;
 }
 
 function notFound(path: string): GatewayError {
@@ -71,19 +92,23 @@ export class AdminApi {
       throw new GatewayError('invalid_api_key', 'Invalid admin token.');
     }
     const parts = path.split('/').slice(2).map((p) => {
+      // An empty segment (`/admin/keys/`, `//`) names nothing.
+      if (p === '') throw notFound(path);
       try { return decodeURIComponent(p); } catch { throw notFound(path); }
     });
     const method = req.method;
     const headers = { 'x-request-id': requestId };
     const send = (status: number, body: unknown) => sendJson(res, status, JSON.stringify(body), { ...headers });
-    const [a, b, c, d] = parts;
+    const noContent = () => { res.writeHead(204, headers); res.end(); };
+    const [a, b, c] = parts;
     const accountView = (acct: AccountRecord) => this.#view(acct);
+    const reading = method === 'GET' || method === 'HEAD';
 
     if (a === 'accounts' && parts.length === 1) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
       send(201, await accountView(await this.#createAccount(await this.#body(req))));
     } else if (a === 'accounts' && b !== undefined && parts.length === 2) {
-      if (method !== 'GET') throw methodNotAllowed(method, path, 'GET');
+      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       send(200, await accountView(await this.#account(b)));
     } else if (a === 'accounts' && b !== undefined && c === 'credits' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
@@ -95,14 +120,13 @@ export class AdminApi {
     } else if (a === 'keys' && b !== undefined && parts.length === 2) {
       if (method !== 'DELETE') throw methodNotAllowed(method, path, 'DELETE');
       if ((await this.#store.revokeKey(b)) === undefined) throw new GatewayError('key_not_found', `No key with id '${clip(b)}'.`);
-      res.writeHead(204, closeIfBodyUnread(res, headers));
-      res.end();
-    } else if (a === 'sessions' && b !== undefined && c === 'revoke' && d === undefined) {
+      noContent();
+    } else if (a === 'sessions' && b !== undefined && c === 'revoke' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
       await this.#store.revokeSession(b);
-      send(200, { sid: b, revoked: true });
+      noContent();
     } else if (a === 'usage' && parts.length === 1) {
-      if (method !== 'GET' && method !== 'HEAD') throw methodNotAllowed(method, path, 'GET');
+      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       send(200, await this.#usage(req.url ?? ''));
     } else {
       throw notFound(path);
@@ -134,13 +158,14 @@ export class AdminApi {
     return { account: account ?? null, since: new Date(since).toISOString(), ...report };
   }
 
-  async #body(req: IncomingMessage): Promise<Record<string, unknown>> {
+  async #body(req: IncomingMessage): Promise<Body> {
     if (!isJsonContentType(req.headers['content-type'])) {
       throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
     }
-    const body = parseJsonBody(await readBody(req, 65536, this.#config.server.body_timeout_ms));
-    if (!isObject(body)) throw new GatewayError('invalid_type', "Invalid type for '(body)': expected a JSON object.", { param: '(body)' });
-    return body;
+    const raw = await readBody(req, 65536, this.#config.server.body_timeout_ms);
+    const values = parseJsonBody(raw);
+    if (!isObject(values)) throw new GatewayError('invalid_type', "Invalid type for '(body)': expected a JSON object.", { param: '(body)' });
+    return { values, rounded: roundedMembers(raw.toString('utf8')) };
   }
 
   async #account(id: string): Promise<AccountRecord> {
@@ -149,9 +174,8 @@ export class AdminApi {
     return account;
   }
 
-  async #createAccount(body: Record<string, unknown>): Promise<AccountRecord> {
-    const { id, plan } = body;
-    const units = body.wallet_units ?? 0;
+  async #createAccount(body: Body): Promise<AccountRecord> {
+    const { id, plan } = body.values;
     if (id === undefined) throw new GatewayError('missing_required_parameter', "Missing required parameter: 'id'.", { param: 'id' });
     if (typeof id !== 'string') throw new GatewayError('invalid_type', "Invalid type for 'id': expected a string.", { param: 'id' });
     if (!ACCOUNT_ID.test(id)) throw new GatewayError('invalid_value', "Invalid value for 'id': 1-128 letters, digits and ._:@+-.", { param: 'id' });
@@ -161,26 +185,29 @@ export class AdminApi {
     if (!plans.includes(plan)) {
       throw new GatewayError('unsupported_value', `Unsupported value for 'plan': ${clip(JSON.stringify(plan))}. Supported values are: ${plans.map((p) => `'${p}'`).join(', ')}.`, { param: 'plan' });
     }
-    if (typeof units !== 'number') throw new GatewayError('invalid_type', "Invalid type for 'wallet_units': expected an integer.", { param: 'wallet_units' });
-    if (!Number.isSafeInteger(units) || units < 0) {
-      throw new GatewayError('invalid_value', "Invalid value for 'wallet_units': must be a non-negative integer.", { param: 'wallet_units' });
-    }
+    const units = body.values.wallet_units === null ? 0 : integerParam(body, 'wallet_units', 0, MAX_UNITS, `an integer from 0 to ${MAX_UNITS}`) ?? 0;
     if (!(await this.#store.createAccount({ id, plan, balance_units: units }))) {
       throw new GatewayError('account_exists', `An account with id '${clip(id)}' exists.`, { param: 'id' });
     }
     return this.#account(id);
   }
 
-  async #credit(id: string, body: Record<string, unknown>): Promise<{ applied: boolean; account: AccountRecord }> {
-    const { units, idempotency_key: key } = body;
+  async #credit(id: string, body: Body): Promise<{ applied: boolean; account: AccountRecord }> {
+    const { idempotency_key: key } = body.values;
+    const units = integerParam(body, 'units', -MAX_UNITS, MAX_UNITS, `a non-zero integer from -${MAX_UNITS} to ${MAX_UNITS}`);
     if (units === undefined) throw new GatewayError('missing_required_parameter', "Missing required parameter: 'units'.", { param: 'units' });
-    if (typeof units !== 'number') throw new GatewayError('invalid_type', "Invalid type for 'units': expected an integer.", { param: 'units' });
-    if (!Number.isSafeInteger(units) || units === 0) throw new GatewayError('invalid_value', "Invalid value for 'units': must be a non-zero integer.", { param: 'units' });
+    if (units === 0) throw new GatewayError('invalid_value', `Invalid value for 'units': must be a non-zero integer from -${MAX_UNITS} to ${MAX_UNITS}.`, { param: 'units' });
     if (key === undefined) throw new GatewayError('missing_required_parameter', "Missing required parameter: 'idempotency_key'.", { param: 'idempotency_key' });
     if (typeof key !== 'string') throw new GatewayError('invalid_type', "Invalid type for 'idempotency_key': expected a string.", { param: 'idempotency_key' });
     if (!IDEMPOTENCY_KEY.test(key)) throw new GatewayError('invalid_value', "Invalid value for 'idempotency_key': 1-200 printable characters.", { param: 'idempotency_key' });
     const result = await this.#store.addCredits(id, units, key);
     if (result === undefined) throw new GatewayError('account_not_found', `No account with id '${clip(id)}'.`);
+    if (result.refused === 'below_zero') {
+      throw new GatewayError('invalid_value', `Invalid value for 'units': deducting ${-units} units would take the balance (${result.balance_units}) below zero; nothing changed.`, { param: 'units' });
+    }
+    if (result.refused === 'above_max') {
+      throw new GatewayError('invalid_value', `Invalid value for 'units': adding ${units} units would take the balance (${result.balance_units}) above ${MAX_UNITS}, the largest exact amount; nothing changed.`, { param: 'units' });
+    }
     return { applied: result.applied, account: await this.#account(id) };
   }
 

@@ -10,7 +10,8 @@
 
 import { LRUCache } from 'lru-cache';
 import type { Config } from '../config/types.js';
-import { GatewayError, StoreUnavailableError } from '../errors.js';
+import { GatewayError, StoreUnavailableError, retryAfterHeaders } from '../errors.js';
+import type { Logger } from '../observe/log.js';
 import type { Revocation, Store } from '../store/types.js';
 import { JwtVerifier, looksLikeJwt } from './jwt.js';
 import { bearer, keyIdOf, sha256Hex } from './keys.js';
@@ -20,6 +21,8 @@ import type { Principal } from './principal.js';
 export const CACHE_TTL_MS = 1000;
 /** With store.on_error: open, how long a principal stays usable while the store is down. */
 export const KNOWN_TTL_MS = 10 * 60_000;
+/** An account on a plan the config lacks is logged at most this often per plan. */
+const MISSING_PLAN_LOG_MS = 60_000;
 
 function invalidKey(): GatewayError {
   return new GatewayError('invalid_api_key', 'Invalid API key. Send "Authorization: Bearer <key>" with a valid key.');
@@ -43,10 +46,14 @@ export class Authenticator {
   /** Whether the config's accounts are in the store yet (see GatewayState). */
   readonly #seeded: () => boolean;
   readonly #unsubscribe: () => void;
+  readonly #logger: Logger | undefined;
+  /** When each missing plan was last logged. */
+  readonly #missingPlanLogged = new Map<string, number>();
 
-  constructor(store: Store, config: Config, seeded: () => boolean = () => true) {
+  constructor(store: Store, config: Config, seeded: () => boolean = () => true, logger?: Logger) {
     this.#store = store;
     this.#config = config;
+    this.#logger = logger;
     this.#prefix = `${config.service.key_prefix}_`;
     this.#jwt = config.auth.jwt === null ? null : new JwtVerifier(config.auth.jwt);
     this.#known = config.store.on_error === 'open' ? new LRUCache({ max: 50_000, ttl: KNOWN_TTL_MS }) : null;
@@ -127,10 +134,26 @@ export class Authenticator {
   async #principal(accountId: string, credentialId: string): Promise<Principal | undefined> {
     const account = await this.#store.getAccount(accountId);
     if (account === undefined) return undefined;
-    const plan = this.#config.plans[account.plan];
-    // A plan removed from the config while accounts still use it: the detail goes to the log.
-    if (plan === undefined) throw new Error(`account '${accountId}' is on plan '${account.plan}', which the config does not define`);
-    return { accountId, planName: account.plan, plan, credentialId };
+    // hasOwn: a stored plan named like an Object.prototype member is not a plan either.
+    if (!Object.hasOwn(this.#config.plans, account.plan)) throw this.#missingPlan(accountId, account.plan);
+    return { accountId, planName: account.plan, plan: this.#config.plans[account.plan]!, credentialId };
+  }
+
+  /**
+   * An account whose plan the config does not define (a config started without a plan the store
+   * still uses): the operator must fix the config, the caller may retry later. Never a 500.
+   */
+  #missingPlan(accountId: string, plan: string): GatewayError {
+    const now = Date.now();
+    const last = this.#missingPlanLogged.get(plan);
+    if (last === undefined || now - last >= MISSING_PLAN_LOG_MS) {
+      this.#missingPlanLogged.set(plan, now);
+      this.#logger?.error({ account: accountId, plan },
+        `account '${accountId}' is on plan '${plan}', which the config does not define; its requests answer 503 until the plan is configured again`);
+    }
+    return new GatewayError('service_unavailable', 'This account cannot be served right now; retry later.', {
+      headers: retryAfterHeaders(30_000),
+    });
   }
 
   close(): void {

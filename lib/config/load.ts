@@ -4,6 +4,7 @@
 import { readFile } from 'node:fs/promises';
 import { Ajv, type ErrorObject } from 'ajv';
 import YAML from 'yaml';
+import { crossCheck } from './cross-check.js';
 import { configSchema } from './schema.js';
 import type { Config } from './types.js';
 
@@ -18,6 +19,9 @@ export class ConfigError extends Error {
 
 const ajv = new Ajv({ allErrors: true, useDefaults: true, coerceTypes: true, verbose: true, strict: true });
 ajv.addKeyword('x-msg');
+ajv.addKeyword('x-max-msg');
+/** Alias expansions allowed in one file: plenty for anchors in a config, none to spare for a bomb. */
+const MAX_ALIAS_COUNT = 100;
 const validateSchema = ajv.compile(configSchema);
 
 const ENV_REF = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
@@ -44,22 +48,28 @@ function interpolateDocument(doc: YAML.Document, env: NodeJS.ProcessEnv): void {
   });
 }
 
+/** A key as a path shows it: quoted when empty or holding spaces or control characters, so a problem stays one readable line. */
+function keyText(key: string): string {
+  return key === '' || /[\s\p{Cc}]/u.test(key) ? JSON.stringify(key) : key;
+}
+
 function pointerToPath(pointer: string): string {
   let out = '';
   for (const raw of pointer.split('/').slice(1)) {
     const seg = raw.replace(/~1/g, '/').replace(/~0/g, '~');
-    out += /^\d+$/.test(seg) ? `[${seg}]` : `${out === '' ? '' : '.'}${seg}`;
+    out += /^\d+$/.test(seg) ? `[${seg}]` : `${out === '' ? '' : '.'}${keyText(seg)}`;
   }
   return out;
 }
 
 function join(path: string, key: string): string {
-  return path === '' ? key : `${path}.${key}`;
+  return path === '' ? keyText(key) : `${path}.${keyText(key)}`;
 }
 
 function describe(e: ErrorObject): string {
   const path = pointerToPath(e.instancePath);
-  const custom = (e.parentSchema as Record<string, unknown> | undefined)?.['x-msg'];
+  const schema = e.parentSchema as Record<string, unknown> | undefined;
+  const custom = (e.keyword === 'maximum' ? schema?.['x-max-msg'] : undefined) ?? schema?.['x-msg'];
   switch (e.keyword) {
     case 'additionalProperties':
       return `${join(path, String(e.params.additionalProperty))}: unknown key`;
@@ -79,69 +89,6 @@ function article(type: string): string {
   return /^[aeiou]/.test(t) ? `an ${t}` : `a ${t}`;
 }
 
-function crossCheck(c: Config): string[] {
-  const problems: string[] = [];
-  const prefix = `${c.service.key_prefix}_`;
-  const accountIds = new Set<string>();
-  const keys = new Set<string>();
-  c.accounts.forEach((a, i) => {
-    if (accountIds.has(a.id)) problems.push(`accounts[${i}].id: duplicate account id "${a.id}"`);
-    accountIds.add(a.id);
-    if (!Object.hasOwn(c.plans, a.plan)) problems.push(`accounts[${i}].plan: unknown plan "${a.plan}"`);
-    a.keys.forEach((k, j) => {
-      if (!k.startsWith(prefix) || k.length <= prefix.length) problems.push(`accounts[${i}].keys[${j}]: must begin with "${prefix}"`);
-      if (keys.has(k)) problems.push(`accounts[${i}].keys[${j}]: the same key is listed twice`);
-      keys.add(k);
-    });
-  });
-
-  for (const [name, p] of Object.entries(c.providers)) {
-    if (p.kind !== 'echo' && p.base_url === undefined) problems.push(`providers.${name}.base_url: is required for kind ${p.kind}`);
-    if (p.base_url !== undefined) {
-      try { new URL(p.base_url); } catch { problems.push(`providers.${name}.base_url: must be an http:// or https:// URL`); }
-    }
-  }
-
-  const modelIds = new Set<string>();
-  c.models.forEach((m, i) => {
-    if (m.id === 'auto') problems.push(`models[${i}].id: "auto" is reserved for routing.auto`);
-    if (modelIds.has(m.id)) problems.push(`models[${i}].id: duplicate model id "${m.id}"`);
-    modelIds.add(m.id);
-    if (!Object.hasOwn(c.providers, m.provider)) problems.push(`models[${i}].provider: unknown provider "${m.provider}"`);
-    m.fallbacks.forEach((f, j) => {
-      if (!Object.hasOwn(c.providers, f.provider)) problems.push(`models[${i}].fallbacks[${j}].provider: unknown provider "${f.provider}"`);
-    });
-    if (m.max_output_tokens > m.context_window) problems.push(`models[${i}].max_output_tokens: must not exceed context_window (${m.context_window})`);
-    if (m.supports_vision === false && m.max_images > 0) problems.push(`models[${i}].max_images: must be 0 when supports_vision is false`);
-  });
-
-  // With discovery, auto may name models that only the upstream lists.
-  const discovers = Object.values(c.providers).some((p) => p.discover_models);
-  c.routing.auto.forEach((id, i) => {
-    if (!modelIds.has(id) && !discovers) problems.push(`routing.auto[${i}]: unknown model "${id}"`);
-  });
-
-  c.content_policy.block.forEach((re, i) => {
-    try { new RegExp(re, 'u'); } catch (err) {
-      problems.push(`content_policy.block[${i}]: not a valid regular expression (${(err as Error).message})`);
-    }
-  });
-
-  if (c.server.passthrough !== null) {
-    try {
-      const u = new URL(c.server.passthrough);
-      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('protocol');
-    } catch { problems.push('server.passthrough: must be an http:// or https:// URL'); }
-  }
-
-  const jwt = c.auth.jwt;
-  if (jwt !== null) {
-    const sources = (['secret', 'public_key', 'jwks_url'] as const).filter((k) => typeof jwt[k] === 'string' && jwt[k] !== '');
-    if (sources.length !== 1) problems.push('auth.jwt: set exactly one of secret, public_key, jwks_url (non-empty)');
-  }
-  return problems;
-}
-
 function deepFreeze<T>(value: T): T {
   if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
     Object.freeze(value);
@@ -153,13 +100,12 @@ function deepFreeze<T>(value: T): T {
 /** Validates a parsed config object (a copy of it is defaulted and frozen). */
 export function validateConfig(input: unknown): Config {
   const data: unknown = input === null || input === undefined ? {} : structuredClone(input);
-  if (!validateSchema(data)) {
-    const lines = (validateSchema.errors ?? []).map(describe);
-    throw new ConfigError([...new Set(lines)]);
-  }
+  // Schema and cross-reference problems are listed together: fixing one kind never reveals
+  // more of the other.
+  const schemaOk = validateSchema(data);
+  const problems = [...(schemaOk ? [] : (validateSchema.errors ?? []).map(describe)), ...crossCheck(data)];
+  if (problems.length > 0) throw new ConfigError([...new Set(problems)]);
   const config = data as unknown as Config;
-  const problems = crossCheck(config);
-  if (problems.length > 0) throw new ConfigError(problems);
   for (const m of config.models) m.upstream_model ??= m.id;
   if (config.admin.token === '') config.admin.token = null;
   return deepFreeze(config);
@@ -167,12 +113,24 @@ export function validateConfig(input: unknown): Config {
 
 /** Parses YAML text: env interpolation, then validation. */
 export function parseConfig(text: string, env: NodeJS.ProcessEnv = process.env): Config {
-  const doc = YAML.parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-  if (doc.errors.length > 0) {
-    throw new ConfigError(doc.errors.map((e) => `(yaml): ${e.message.split('\n')[0]}`));
+  let data: unknown;
+  try {
+    const doc = YAML.parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+    if (doc.errors.length > 0) {
+      throw new ConfigError([...new Set(doc.errors.map((e) => `(yaml): ${e.message.split('\n')[0]!.replace(/:$/, '')}`))]);
+    }
+    interpolateDocument(doc, env);
+    data = doc.toJS({ maxAliasCount: MAX_ALIAS_COUNT });
+  } catch (err) {
+    if (err instanceof ConfigError) throw err;
+    // yaml throws (rather than reporting) on an alias bomb; a document nested too deeply for the
+    // stack lands here too. Either way: one line, no stack trace.
+    const message = (err as Error).message ?? String(err);
+    throw new ConfigError([/alias/i.test(message)
+      ? `(yaml): aliases expand to more than ${MAX_ALIAS_COUNT} copies (a YAML alias bomb?); use fewer aliases`
+      : `(yaml): cannot read the document: ${message.split('\n')[0]}`]);
   }
-  interpolateDocument(doc, env);
-  return validateConfig(doc.toJS({ maxAliasCount: 100 }));
+  return validateConfig(data);
 }
 
 export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = process.env): Promise<Config> {

@@ -1,10 +1,22 @@
 // The config file's JSON Schema, with the defaults of CONTRACT section 3.
 // ajv fills the defaults in and reports every problem; load.ts turns its errors into
 // `path.to.field: message` lines.
+//
+// Every integer is at most 2^53-1, the largest a JavaScript number holds exactly, except prices:
+// their arithmetic is exact at any size, and a price no wallet can pay is a warning
+// (cross-check.ts), not an error. Durations in ms are at most 2^31-1, the longest a Node.js
+// timer can wait (a longer one would fire at once).
 
-const uint = { type: 'integer', minimum: 0, 'x-msg': 'must be a non-negative integer' } as const;
-const posInt = { type: 'integer', minimum: 1, 'x-msg': 'must be a positive integer' } as const;
-const nullableUint = { type: ['integer', 'null'], minimum: 0, 'x-msg': 'must be a non-negative integer or null' } as const;
+const MAX_EXACT = Number.MAX_SAFE_INTEGER;
+const MAX_TIMER_MS = 2 ** 31 - 1;
+const exact = { maximum: MAX_EXACT, 'x-max-msg': `must be at most ${MAX_EXACT} (2^53-1, the largest exact integer)` } as const;
+const priceUnits = { type: 'integer', minimum: 0, 'x-msg': 'must be a non-negative integer' } as const;
+const uint = { ...priceUnits, ...exact } as const;
+const posInt = { type: 'integer', minimum: 1, 'x-msg': 'must be a positive integer', ...exact } as const;
+const nullableUint = { type: ['integer', 'null'], minimum: 0, 'x-msg': 'must be a non-negative integer or null', ...exact } as const;
+const timerMsg = { maximum: MAX_TIMER_MS, 'x-max-msg': `must be at most ${MAX_TIMER_MS} ms (about 24.8 days), the longest timer Node.js supports` } as const;
+const uintMs = { ...uint, ...timerMsg } as const;
+const posMs = { ...posInt, ...timerMsg } as const;
 const str = { type: 'string' } as const;
 const nullableStr = { type: ['string', 'null'] } as const;
 const slug = { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$', 'x-msg': 'must be 1-128 characters of letters, digits and ._:/@+-' } as const;
@@ -15,7 +27,7 @@ function obj(properties: Record<string, unknown>, extra: Record<string, unknown>
 }
 
 const price = obj(
-  { input_per_mtok: { ...uint, default: 0 }, output_per_mtok: { ...uint, default: 0 } },
+  { input_per_mtok: { ...priceUnits, default: 0 }, output_per_mtok: { ...priceUnits, default: 0 } },
   { default: {} },
 );
 
@@ -53,7 +65,7 @@ const modelFields = {
 const modelDefaults = obj(
   Object.fromEntries(Object.entries(modelFields).map(([k, v]) => {
     const { default: _unused, ...rest } = v as Record<string, unknown>;
-    return [k, k === 'price' ? obj({ input_per_mtok: uint, output_per_mtok: uint }) : rest];
+    return [k, k === 'price' ? obj({ input_per_mtok: priceUnits, output_per_mtok: priceUnits }) : rest];
   })),
   { default: {} },
 );
@@ -76,20 +88,20 @@ const provider = obj(
     kind: { enum: ['openai', 'anthropic', 'echo'], 'x-msg': 'must be one of openai, anthropic, echo' },
     base_url: httpUrl,
     api_key: { ...str, default: '' },
-    timeout_ms: { ...posInt, default: 60000 },
-    connect_timeout_ms: { ...posInt, default: 5000 },
+    timeout_ms: { ...posMs, default: 60000 },
+    connect_timeout_ms: { ...posMs, default: 5000 },
     max_connections: { ...posInt, default: 256 },
     max_response_bytes: { ...posInt, default: 67108864 },
     discover_models: { type: 'boolean', default: false },
-    discover_interval_ms: { ...posInt, default: 60000 },
+    discover_interval_ms: { ...posMs, default: 60000 },
     headers: { type: 'object', additionalProperties: str, default: {} },
     model_defaults: modelDefaults,
     stream_usage: { type: 'boolean', default: true },
     anthropic_version: { ...str, default: '2023-06-01' },
     circuit_failures: { ...posInt, default: 5 },
-    circuit_cooldown_ms: { ...posInt, default: 30000 },
-    chunk_delay_ms: { ...uint, default: 0 },
-    tokenize_timeout_ms: { ...posInt, default: 500 },
+    circuit_cooldown_ms: { ...posMs, default: 30000 },
+    chunk_delay_ms: { ...uintMs, default: 0 },
+    tokenize_timeout_ms: { ...posMs, default: 500 },
     forward_params: {
       type: 'array',
       default: [],
@@ -126,9 +138,9 @@ export const configSchema = obj({
       host: { ...str, default: '127.0.0.1' },
       port: { type: 'integer', minimum: 0, maximum: 65535, default: 8080, 'x-msg': 'must be an integer from 0 to 65535' },
       max_body_bytes: { ...posInt, default: 41943040 },
-      body_timeout_ms: { ...posInt, default: 30000 },
-      drain_timeout_ms: { ...uint, default: 30000 },
-      sse_keepalive_ms: { ...posInt, default: 15000 },
+      body_timeout_ms: { ...posMs, default: 30000 },
+      drain_timeout_ms: { ...uintMs, default: 30000 },
+      sse_keepalive_ms: { ...posMs, default: 15000 },
       watch_config: { type: 'boolean', default: false },
       passthrough: { ...nullableStr, default: null },
       passthrough_auth: { type: 'boolean', default: false },
@@ -140,7 +152,7 @@ export const configSchema = obj({
     {
       kind: { enum: ['memory', 'redis'], default: 'memory', 'x-msg': 'must be memory or redis' },
       path: { ...nullableStr, default: null },
-      fsync_ms: { ...uint, default: 1000 },
+      fsync_ms: { ...uintMs, default: 1000 },
       url: { ...str, default: 'redis://127.0.0.1:6379' },
       prefix: { ...str, default: 'tollgate:' },
       on_error: { enum: ['closed', 'open'], default: 'closed', 'x-msg': 'must be closed or open' },

@@ -41,6 +41,7 @@ export class GuardedStore implements Store {
     return guard(this.#inner.addCredits(accountId, units, idempotencyKey));
   }
   createKey(key: { id: string; account: string; digest: string }): Promise<boolean> { return guard(this.#inner.createKey(key)); }
+  accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>> { return guard(this.#inner.accountsOnPlans(plans)); }
   keyByDigest(digest: string): Promise<KeyRecord | undefined> { return guard(this.#inner.keyByDigest(digest)); }
   revokeKey(id: string): Promise<KeyRecord | undefined> { return guard(this.#inner.revokeKey(id)); }
   revokeSession(sid: string): Promise<void> { return guard(this.#inner.revokeSession(sid)); }

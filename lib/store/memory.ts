@@ -19,9 +19,9 @@ import type { AccountConfig } from '../config/types.js';
 import { Journal } from './journal.js';
 import { MemoryMetering, validateHold, validateSettlement } from './memory-metering.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './memory-state.js';
-import type {
-  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyRecord, Revocation, SettleResult, Settlement, Store,
-  UsageRecord, UsageReport, UsageTotals,
+import {
+  creditRefusal, type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyRecord, type Revocation,
+  type SettleResult, type Settlement, type Store, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
 import { FileUsageLog, RingUsageLog, validateUsageRecord, type UsageLog } from './usage-log.js';
 
@@ -49,6 +49,8 @@ function requireUnits(what: string, v: unknown): void {
 export class MemoryStore implements Store {
   readonly #opts: MemoryStoreOptions;
   readonly #accounts = new Map<string, AccountRecord>();
+  /** One account per plan in use (accounts are never deleted nor moved): accountsOnPlans(). */
+  readonly #planUser = new Map<string, string>();
   readonly #credits = new Map<string, Set<string>>();
   /** Keys by digest, and digests by key id. */
   readonly #keys = new Map<string, KeyRecord>();
@@ -131,6 +133,7 @@ export class MemoryStore implements Store {
       case 'account':
         if (!this.#accounts.has(e.id)) {
           this.#accounts.set(e.id, { id: e.id, plan: e.plan, balance_units: e.balance_units, created_at: e.created_at });
+          if (!this.#planUser.has(e.plan)) this.#planUser.set(e.plan, e.id);
         }
         return;
       case 'credit': {
@@ -174,7 +177,10 @@ export class MemoryStore implements Store {
   }
 
   #restore(s: SnapshotState): void {
-    for (const a of s.accounts) this.#accounts.set(a.id, { ...a });
+    for (const a of s.accounts) {
+      this.#accounts.set(a.id, { ...a });
+      if (!this.#planUser.has(a.plan)) this.#planUser.set(a.plan, a.id);
+    }
     for (const k of s.keys) {
       this.#keys.set(k.digest, { ...k });
       this.#keyIds.set(k.id, k.digest);
@@ -199,6 +205,7 @@ export class MemoryStore implements Store {
     requireId('account id', a.id);
     requireId('plan', a.plan);
     requireUnits('balance_units', a.balance_units);
+    if (a.balance_units < 0) throw new RangeError('balance_units must not be negative');
     if (this.#accounts.has(a.id)) return undefined;
     return this.#change({ op: 'account', id: a.id, plan: a.plan, balance_units: a.balance_units, created_at: Date.now() });
   }
@@ -240,10 +247,27 @@ export class MemoryStore implements Store {
       await this.#settled();
       return { applied: false, balance_units: account.balance_units };
     }
+    // Checked and applied in one synchronous step: no other change can come in between.
+    const refused = creditRefusal(account.balance_units, units);
+    if (refused !== undefined) {
+      await this.#settled();
+      return { applied: false, balance_units: account.balance_units, refused };
+    }
     const written = this.#change({ op: 'credit', account: accountId, units, ik: idempotencyKey });
     const balance = account.balance_units;
     await written;
     return { applied: true, balance_units: balance };
+  }
+
+  async accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>> {
+    await this.#begin();
+    const found = new Map<string, string>();
+    for (const plan of plans) {
+      const id = this.#planUser.get(plan);
+      if (id !== undefined) found.set(plan, id);
+    }
+    await this.#settled();
+    return found;
   }
 
   async createKey(key: { id: string; account: string; digest: string }): Promise<boolean> {

@@ -7,6 +7,7 @@
 //   P{key:DIGEST}         hash   id, account, digest, created_at[, revoked_at]
 //   P{keyid:ID}           string the digest of key ID (revocation is by id, lookup by digest)
 //   P{sess:SID}           string revocation time of session SID
+//   P{plan:NAME}          set    ids of accounts created on plan NAME (see accountsOnPlans)
 //   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>}
 //   metering (holds, settlements, usage windows, the usage stream): see redis-metering.ts
 //
@@ -25,6 +26,10 @@
 // - revokeKey: (1) GET P{keyid:ID}. An index is removed only while its digest's record carries
 //   another id, so one that names a record of this id stays; and (2) the revoke script checks
 //   that the record carries this id before it sets revoked_at (only if unset) and publishes.
+// - createAccount: (1) SADD the id to P{plan:NAME}, (2) create P{acct:ID} if absent. An account
+//   is always in its plan's index; an id there whose account is on another plan (a seed of an
+//   existing account) is removed when accountsOnPlans meets it, one whose account does not
+//   exist (yet: a creation in progress, or a crash between the steps) is skipped.
 // Idempotency keys are kept for good (the set grows with the account's credits).
 //
 // Revocations: the script that records a revocation also publishes it, so a revocation is
@@ -85,16 +90,22 @@ const SCRIPTS: Record<Exclude<keyof Scripts, keyof MeteringScripts>, { keys: num
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'plan', ARGV[2], 'balance_units', ARGV[3], 'created_at', ARGV[4])
 return 1` },
-  // nil: no account; {applied, balance}. HINCRBY runs before SADD: if it fails, nothing changed.
-  // (The balance goes back as an integer reply: Lua's tostring keeps only 14 digits.)
+  // nil: no account; {applied, balance}: 1 applied, 0 key used before, -1 refused (below 0),
+  // -2 refused (above 2^53-1); a refusal changes nothing and leaves the key unused (the rule
+  // of creditRefusal in types.ts). Balance and units are at most 2^53-1 in size, so the Lua
+  // doubles are exact, and a sum that rounds can only round to above the limit, never below.
+  // HINCRBY runs before SADD: if it fails, nothing changed. (The balance goes back as Redis
+  // gave it, text or an integer reply: Lua's tostring keeps only 14 digits.)
   tgAddCredits: { keys: 2, lua: `
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then
-  return {0, redis.call('HGET', KEYS[1], 'balance_units')}
-end
-local balance = redis.call('HINCRBY', KEYS[1], 'balance_units', ARGV[1])
+local current = redis.call('HGET', KEYS[1], 'balance_units')
+if current == false then return false end
+if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then return {0, current} end
+local balance, units = tonumber(current), tonumber(ARGV[1])
+if units < 0 and balance + units < 0 then return {-1, current} end
+if units > 0 and balance + units > 9007199254740991 then return {-2, current} end
+local after = redis.call('HINCRBY', KEYS[1], 'balance_units', ARGV[1])
 redis.call('SADD', KEYS[2], ARGV[2])
-return {1, balance}` },
+return {1, after}` },
   // 1 claimed, 0 already this digest's, -1 taken by another digest.
   tgClaimKeyId: { keys: 1, lua: `
 local cur = redis.call('GET', KEYS[1])
@@ -246,6 +257,9 @@ export class RedisStore implements Store {
     requireId('account id', account.id);
     requireId('plan', account.plan);
     const balance = integer(account.balance_units, 'balance_units');
+    if (account.balance_units < 0) throw new RangeError('balance_units must not be negative');
+    // The plan index first: an account that exists is always found in it (see the header).
+    await this.#redis.sadd(this.#plan(account.plan), account.id);
     const r = await this.#redis.tgCreateAccount(this.#acct(account.id), account.id, account.plan, balance, String(Date.now()));
     return r === 1;
   }
@@ -262,7 +276,36 @@ export class RedisStore implements Store {
     const r = await this.#redis.tgAddCredits(acct, `${acct}:credits`, integer(units, 'units'), idempotencyKey);
     if (r === null) return undefined;
     const [applied, balance] = tuple(r, 2);
-    return { applied: applied === 1, balance_units: Number(balance) };
+    const result: CreditResult = { applied: applied === 1, balance_units: Number(balance) };
+    if (applied === -1) result.refused = 'below_zero';
+    if (applied === -2) result.refused = 'above_max';
+    return result;
+  }
+
+  async accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>> {
+    const found = new Map<string, string>();
+    for (const plan of new Set(plans)) {
+      const id = await this.#accountOnPlan(plan);
+      if (id !== undefined) found.set(plan, id);
+    }
+    return found;
+  }
+
+  /** The first id in the plan's index whose account is on that plan; drops ids of other plans. */
+  async #accountOnPlan(plan: string): Promise<string | undefined> {
+    const index = this.#plan(plan);
+    let cursor = '0';
+    do {
+      const [next, ids] = await this.#redis.sscan(index, cursor, 'COUNT', 100);
+      cursor = next;
+      for (const id of ids) {
+        const actual = await this.#redis.hget(this.#acct(id), 'plan');
+        if (actual === plan) return id;
+        // Accounts never change plan, so an id on another plan never belongs here.
+        if (actual !== null) await this.#redis.srem(index, id);
+      }
+    } while (cursor !== '0');
+    return undefined;
   }
 
   async createKey(key: { id: string; account: string; digest: string }): Promise<boolean> {
@@ -352,6 +395,7 @@ export class RedisStore implements Store {
   #key(digest: string): string { return `${this.prefix}{key:${digest}}`; }
   #keyId(id: string): string { return `${this.prefix}{keyid:${id}}`; }
   #sess(sid: string): string { return `${this.prefix}{sess:${sid}}`; }
+  #plan(name: string): string { return `${this.prefix}{plan:${name}}`; }
 
   #message(r: Revocation): string {
     const m: Message = { from: this.#instance, r };

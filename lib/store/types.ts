@@ -24,10 +24,30 @@ export interface KeyRecord {
   revoked_at: number | null;
 }
 
+/** The largest balance or amount a store keeps: beyond it integer arithmetic is not exact. */
+export const MAX_UNITS = Number.MAX_SAFE_INTEGER;
+
+/**
+ * Why a credit of `units` to `balance` must be refused, if it must (both safe integers). The
+ * Redis store's credit script applies the same rule.
+ */
+export function creditRefusal(balance: number, units: number): 'below_zero' | 'above_max' | undefined {
+  if (units < 0 && balance + units < 0) return 'below_zero';
+  // Compared without forming the sum, which could round above MAX_UNITS.
+  if (units > 0 && balance > MAX_UNITS - units) return 'above_max';
+  return undefined;
+}
+
 export interface CreditResult {
-  /** False when this idempotency key was used before: nothing changed. */
+  /** False when this idempotency key was used before, or the credit was refused: nothing changed. */
   applied: boolean;
   balance_units: number;
+  /**
+   * Set when the credit was refused and nothing changed (the idempotency key stays unused):
+   * `below_zero` for a deduction larger than the balance, `above_max` for a credit that would
+   * take the balance above MAX_UNITS.
+   */
+  refused?: 'below_zero' | 'above_max';
 }
 
 /** Request, token and unit totals of one window (a UTC day or month). */
@@ -124,15 +144,21 @@ export interface UsageReport {
 export type Revocation = { kind: 'key'; digest: string } | { kind: 'session'; sid: string };
 
 export interface Store {
-  /** Creates an account; false when one with that id exists (nothing changes then). */
+  /** Creates an account (0 <= balance_units <= MAX_UNITS); false when one with that id exists (nothing changes then). */
   createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean>;
   getAccount(id: string): Promise<AccountRecord | undefined>;
   /**
    * Adds `units` (negative deducts) to the balance, at most once per idempotency key and
    * account. Undefined when the account does not exist. A repeated key returns applied: false
-   * and the current balance.
+   * and the current balance. A credit that would take the balance below 0 or above MAX_UNITS
+   * is refused atomically (`refused` set, nothing changed, the key not used).
    */
   addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined>;
+  /**
+   * For each plan named, one stored account on it (plan -> account id); plans no stored account
+   * uses are absent. Answers from an index kept as accounts are created, never a scan of all keys.
+   */
+  accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>>;
   /** Stores a new key; false when the account does not exist. */
   createKey(key: { id: string; account: string; digest: string }): Promise<boolean>;
   keyByDigest(digest: string): Promise<KeyRecord | undefined>;

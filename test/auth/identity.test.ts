@@ -83,7 +83,8 @@ t.test('a revoked session is 401 session_revoked from then on', async (t) => {
   const tok = await token({ sub: 'acme', sid: 'sess-to-revoke' });
   t.equal((await postChat(gw.url, ask, withToken(tok))).status, 200);
   const revoke = await fetch(`${gw.url}/admin/sessions/sess-to-revoke/revoke`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}` } });
-  t.equal(revoke.status, 200);
+  t.equal(revoke.status, 204, 'revoked: 204, no body');
+  t.equal(await revoke.text(), '');
   await expect401(t, tok, 'session_revoked');
   t.equal((await postChat(gw.url, ask, withToken(await token({ sub: 'acme', sid: 'another-session' })))).status, 200, 'other sessions are unaffected');
 });

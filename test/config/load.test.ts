@@ -310,7 +310,10 @@ t.test('unknown keys are reported with their path at every depth', async (t) => 
     ['models[0].fallbacks[0].model: unknown key'],
   );
   t.strictSame(problemsOf(t, 'accounts:\n  - id: a\n    plan: free\n    key: tg_x\n'), ['accounts[0].key: unknown key']);
-  t.strictSame(problemsOf(t, 'auth:\n  jwt:\n    secrett: x\n'), ['auth.jwt.secrett: unknown key']);
+  t.strictSame(problemsOf(t, 'auth:\n  jwt:\n    secrett: x\n'), [
+    'auth.jwt.secrett: unknown key',
+    'auth.jwt: set exactly one of secret, public_key, jwks_url (non-empty)',
+  ], 'with the cross-reference problem the typo causes');
 });
 
 t.test('bad values are reported with their paths', async (t) => {

@@ -95,16 +95,80 @@ export function storeContract(t: any, name: string, open: () => Promise<OpenedSt
 
     t.test('concurrent credits', async (t: any) => {
       const s: any = (await fresh(t)).store();
-      await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 100 });
+      await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 1000 });
       const same = await Promise.all(Array.from({ length: 20 }, () => s.addCredits('acme', 7, 'once')));
       t.equal(same.filter((r) => r.applied).length, 1, '20 parallel calls with one key apply once');
-      t.strictSame(same.map((r) => r.balance_units), Array(20).fill(107), 'each sees the balance with the credit applied');
-      t.equal((await s.getAccount('acme')).balance_units, 107);
+      t.strictSame(same.map((r) => r.balance_units), Array(20).fill(1007), 'each sees the balance with the credit applied');
+      t.equal((await s.getAccount('acme')).balance_units, 1007);
 
       const distinct = await Promise.all(Array.from({ length: 20 }, (_, i) => s.addCredits('acme', -(i + 1), `charge-${i}`)));
       t.equal(distinct.filter((r) => r.applied).length, 20, '20 parallel calls with distinct keys all apply');
-      t.equal((await s.getAccount('acme')).balance_units, 107 - 210);
-      t.equal(Math.min(...distinct.map((r) => r.balance_units)), 107 - 210, 'the last one to apply sees the final balance');
+      t.equal((await s.getAccount('acme')).balance_units, 1007 - 210);
+      t.equal(Math.min(...distinct.map((r) => r.balance_units)), 1007 - 210, 'the last one to apply sees the final balance');
+    });
+
+    t.test('a credit never takes a balance below 0 nor above 2^53-1; a refusal changes nothing', async (t: any) => {
+      const s: any = (await fresh(t)).store();
+      const MAX = Number.MAX_SAFE_INTEGER;
+      await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 100 });
+      t.strictSame(await s.addCredits('acme', -101, 'too-much'), { applied: false, balance_units: 100, refused: 'below_zero' }, 'a deduction beyond the balance is refused');
+      t.equal((await s.getAccount('acme')).balance_units, 100, 'nothing changed');
+      t.strictSame(await s.addCredits('acme', -100, 'too-much'), { applied: true, balance_units: 0 }, 'the refused key was not used up: it applies to an amount that fits, down to exactly 0');
+      t.strictSame(await s.addCredits('acme', -1, 'from-zero'), { applied: false, balance_units: 0, refused: 'below_zero' });
+      t.strictSame(await s.addCredits('acme', -MAX, 'max-deduct'), { applied: false, balance_units: 0, refused: 'below_zero' });
+
+      await s.createAccount({ id: 'rich', plan: 'pro', balance_units: 70 });
+      t.strictSame(await s.addCredits('rich', MAX, 'overflow'), { applied: false, balance_units: 70, refused: 'above_max' }, '70 + (2^53-1) is refused');
+      t.equal((await s.getAccount('rich')).balance_units, 70, 'nothing changed (no precision lost)');
+      t.strictSame(await s.addCredits('rich', MAX - 70, 'overflow'), { applied: true, balance_units: MAX }, 'up to exactly 2^53-1, with the refused key');
+      t.strictSame(await s.addCredits('rich', 1, 'one-more'), { applied: false, balance_units: MAX, refused: 'above_max' });
+      t.strictSame(await s.addCredits('rich', -MAX, 'all-of-it'), { applied: true, balance_units: 0 }, 'and back down exactly');
+      t.strictSame(await s.addCredits('rich', MAX - 70, 'overflow'), { applied: false, balance_units: 0 }, 'an applied key stays used');
+
+      await s.createAccount({ id: 'full', plan: 'pro', balance_units: MAX });
+      t.equal((await s.getAccount('full')).balance_units, MAX, 'an account may start at 2^53-1');
+      t.strictSame(await s.addCredits('full', 1, 'k'), { applied: false, balance_units: MAX, refused: 'above_max' });
+      await t.rejects(s.createAccount({ id: 'neg', plan: 'pro', balance_units: -1 }), RangeError, 'a negative opening balance is a caller error');
+      await t.rejects(s.createAccount({ id: 'big', plan: 'pro', balance_units: MAX + 1 }), RangeError, 'so is one above 2^53-1');
+      t.equal(await s.getAccount('neg'), undefined);
+      t.equal(await s.getAccount('big'), undefined);
+    });
+
+    t.test('concurrent deductions never overdraw: check and change are one step', async (t: any) => {
+      const s: any = (await fresh(t)).store();
+      await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 100 });
+      const results = await Promise.all(Array.from({ length: 25 }, (_, i) => s.addCredits('acme', -10, `d-${i}`)));
+      t.equal(results.filter((r) => r.applied).length, 10, 'exactly ten deductions of 10 fit in 100');
+      t.equal(results.filter((r) => r.refused === 'below_zero').length, 15, 'the rest are refused');
+      t.equal((await s.getAccount('acme')).balance_units, 0);
+      const refusedKey = results.findIndex((r) => r.refused !== undefined);
+      await s.addCredits('acme', 10, 'refill');
+      t.strictSame(await s.addCredits('acme', -10, `d-${refusedKey}`), { applied: true, balance_units: 0 }, 'a refused key applies later');
+    });
+
+    t.test('accountsOnPlans names one stored account per plan in use', async (t: any) => {
+      const h = await fresh(t);
+      let s: any = h.store();
+      t.strictSame(await s.accountsOnPlans(['free', 'pro']), new Map(), 'no accounts, no plans in use');
+      await s.createAccount({ id: 'a1', plan: 'free', balance_units: 0 });
+      await s.createAccount({ id: 'a2', plan: 'free', balance_units: 0 });
+      await s.seed([{ id: 'p1', plan: 'pro', wallet_units: 5, keys: [], key_sha256: [] }]);
+      // Re-creating (or re-seeding) an existing account on another plan changes neither it nor the answer.
+      t.equal(await s.createAccount({ id: 'a1', plan: 'gold', balance_units: 0 }), false);
+      await s.seed([{ id: 'a2', plan: 'gold', wallet_units: 0, keys: [], key_sha256: [] }]);
+
+      const check = async (what: string) => {
+        const found: Map<string, string> = await s.accountsOnPlans(['free', 'pro', 'gold', 'none', 'toString']);
+        t.strictSame([...found.keys()].sort(), ['free', 'pro'], `${what}: exactly the plans in use`);
+        t.ok(['a1', 'a2'].includes(found.get('free')!), `${what}: an account on free`);
+        t.equal(found.get('pro'), 'p1', `${what}: the account on pro`);
+      };
+      await check('live');
+      t.strictSame(await s.accountsOnPlans([]), new Map(), 'no plans asked, none answered');
+      if (h.reopen !== undefined) {
+        s = await h.reopen();
+        await check('after reopening');
+      }
     });
 
     t.test('keys', async (t: any) => {

@@ -316,6 +316,20 @@ export function meteringContract(t: any, name: string, open: () => Promise<Opene
       t.strictSame(await s.usageReport(undefined, Date.now() + 60_000), { requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0, by_model: {} }, 'nothing in the future');
     });
 
+    t.test('a wallet of 2^53-1 units holds, settles and is credited exactly', async (t: any) => {
+      const s: any = (await fresh(t)).store();
+      const MAX = Number.MAX_SAFE_INTEGER;
+      await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 70 });
+      t.equal((await s.addCredits('acme', MAX, 'overflow')).refused, 'above_max', 'a credit past 2^53-1 is refused');
+      t.strictSame(await s.addCredits('acme', MAX - 70, 'fill'), { applied: true, balance_units: MAX });
+      t.strictSame(await s.hold(req('acme', 'm1', MAX)), { ok: true, available_units: 0 }, 'the whole wallet can be held');
+      t.strictSame(await s.hold(req('acme', 'm2', 1)), { ok: false, code: 'insufficient_credits', available_units: 0 });
+      const settled = await s.settle(settlement('acme', 'm1', MAX - 1));
+      t.strictSame(settled, { applied: true, charged_units: MAX - 1, balance_units: 1, available_units: 1 }, 'debited to the unit');
+      t.strictSame(await s.addCredits('acme', -1, 'last'), { applied: true, balance_units: 0 });
+      t.equal((await s.getAccount('acme')).balance_units, 0);
+    });
+
     if (reopenable) t.test('settlements, usage and records survive reopening', async (t: any) => {
       const h = await fresh(t);
       if (h.reopen === undefined) throw new Error('open() gave reopen() once but not now');

@@ -301,6 +301,26 @@ t.test('balances keep every digit; bad input is refused before Redis sees it', a
   t.equal((await s.getAccount('big'))!.balance_units, big + 7, 'nothing changed');
 });
 
+t.test('the plan index skips ids whose account does not exist and drops ids on another plan', async (t) => {
+  const s = await opener(t)(freshPrefix());
+  const c = inspector();
+  t.teardown(() => c.disconnect());
+  const index = `${s.prefix}{plan:gold}`;
+  // A creation that crashed between its two steps, and a seed of an account that is on another plan.
+  await c.sadd(index, 'never-created');
+  await s.createAccount({ id: 'silver-1', plan: 'silver', balance_units: 0 });
+  await s.seed([{ id: 'silver-1', plan: 'gold', wallet_units: 0, keys: [], key_sha256: [] }]);
+  t.strictSame((await c.smembers(index)).sort(), ['never-created', 'silver-1']);
+  t.strictSame(await s.accountsOnPlans(['gold']), new Map(), 'neither counts as a gold account');
+  t.strictSame(await c.smembers(index), ['never-created'], 'the id on another plan is gone for good; the other may still be created');
+  t.strictSame(await s.accountsOnPlans(['silver']), new Map([['silver', 'silver-1']]));
+
+  // Many ids: the scan pages through the index until it meets a real one.
+  await c.sadd(index, ...Array.from({ length: 500 }, (_, i) => `ghost-${i}`));
+  await s.createAccount({ id: 'gold-1', plan: 'gold', balance_units: 0 });
+  t.strictSame(await s.accountsOnPlans(['gold']), new Map([['gold', 'gold-1']]));
+});
+
 t.test('every key the store writes starts with its prefix', async (t) => {
   // A server of its own (unless external), so any key outside the prefix would show.
   const own = redis.external ? redis : await startRedis();
@@ -333,7 +353,7 @@ t.test('every key the store writes starts with its prefix', async (t) => {
   const d2 = sha256Hex('tg_scan_2');
   t.strictSame(written.map((k) => k.slice(prefix.length)).sort(), [
     '{acct:acme}', '{acct:acme}:credits', '{acct:seeded}',
-    `{key:${d2}}`, `{key:${d}}`, `{keyid:${keyIdOf(d2)}}`, `{keyid:${keyIdOf(d)}}`, '{sess:sid}',
+    `{key:${d2}}`, `{key:${d}}`, `{keyid:${keyIdOf(d2)}}`, `{keyid:${keyIdOf(d)}}`, '{sess:sid}', '{plan:free}', '{plan:pro}',
     '{acct:acme}:holds', '{acct:acme}:settled', '{acct:acme}:settled:at', `{acct:acme}:usage:D:${DAY}`, `{acct:acme}:usage:M:${MONTH}`,
     'usage',
   ].sort(), 'the documented layout');
@@ -363,6 +383,11 @@ t.test('on a one-node Redis Cluster no script touches two slots', { skip: redis.
   t.equal((await a.keyByDigest(sha256Hex('tg_cluster_2')))!.account, 'seeded');
   await until(() => heard.length === 2, 'both revocations on the other instance');
   t.strictSame(heard, [{ kind: 'key', digest: d }, { kind: 'session', sid: 's}i{d' }]);
+  t.equal(await a.createAccount({ id: 'braced', plan: 'p}l{an', balance_units: 1 }), true);
+  const users = await b.accountsOnPlans(['pro', 'free', 'p}l{an', 'gold']);
+  t.strictSame([...users.keys()].sort(), ['free', 'pro', 'p}l{an'], 'the plan index works on a cluster');
+  t.ok(['acme', 'a}b{c', '{x}'].includes(users.get('pro')!));
+  t.strictSame((await a.addCredits('acme', -4, 'over')), { applied: false, balance_units: 3, refused: 'below_zero' }, 'refusals too');
 
   // Metering: every script's keys share the account's slot, whatever braces the ids hold.
   for (const id of ['acme', 'a}b{c', '{x}']) {

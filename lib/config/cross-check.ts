@@ -1,0 +1,128 @@
+// Checks the schema cannot express: references between sections (a model's provider, an
+// account's plan, routing.auto's models...), duplicates and regular expressions; and warnings
+// for values that are valid but cannot work (a price no wallet can ever pay).
+//
+// crossCheck runs on the data even when the schema refused it, so that `check` lists every
+// problem at once: it reads only the parts whose shape is right and skips the rest (the
+// schema's own messages already name those).
+
+import type { Config } from './types.js';
+
+type Obj = Record<string, unknown>;
+
+const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v);
+const obj = (v: unknown): Obj => (isObj(v) ? v : {});
+const list = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
+const text = (v: unknown): v is string => typeof v === 'string';
+
+/** Every cross-reference problem of a (possibly schema-invalid) config, as `path: message`. */
+export function crossCheck(data: unknown): string[] {
+  const c = obj(data);
+  const problems: string[] = [];
+  const plans = obj(c.plans);
+  const providers = obj(c.providers);
+  const keyPrefix = obj(c.service).key_prefix ?? 'tg';
+  // An invalid prefix has its own problem; keys are not judged against it.
+  const prefix = text(keyPrefix) && /^[A-Za-z0-9]+$/.test(keyPrefix) ? `${keyPrefix}_` : undefined;
+
+  const accountIds = new Set<string>();
+  const keys = new Set<string>();
+  list(c.accounts).forEach((raw, i) => {
+    const a = obj(raw);
+    if (text(a.id)) {
+      if (accountIds.has(a.id)) problems.push(`accounts[${i}].id: duplicate account id "${a.id}"`);
+      accountIds.add(a.id);
+    }
+    if (text(a.plan) && !Object.hasOwn(plans, a.plan)) problems.push(`accounts[${i}].plan: unknown plan "${a.plan}"`);
+    list(a.keys).forEach((k, j) => {
+      if (!text(k)) return;
+      if (prefix !== undefined && (!k.startsWith(prefix) || k.length <= prefix.length)) problems.push(`accounts[${i}].keys[${j}]: must begin with "${prefix}"`);
+      if (keys.has(k)) problems.push(`accounts[${i}].keys[${j}]: the same key is listed twice`);
+      keys.add(k);
+    });
+  });
+
+  for (const [name, raw] of Object.entries(providers)) {
+    const p = obj(raw);
+    if ((p.kind === 'openai' || p.kind === 'anthropic') && p.base_url === undefined) problems.push(`providers.${name}.base_url: is required for kind ${p.kind}`);
+    if (text(p.base_url)) {
+      try { new URL(p.base_url); } catch { problems.push(`providers.${name}.base_url: must be an http:// or https:// URL`); }
+    }
+  }
+
+  const modelIds = new Set<string>();
+  list(c.models).forEach((raw, i) => {
+    const m = obj(raw);
+    if (text(m.id)) {
+      if (m.id === 'auto') problems.push(`models[${i}].id: "auto" is reserved for routing.auto`);
+      if (modelIds.has(m.id)) problems.push(`models[${i}].id: duplicate model id "${m.id}"`);
+      modelIds.add(m.id);
+    }
+    if (text(m.provider) && !Object.hasOwn(providers, m.provider)) problems.push(`models[${i}].provider: unknown provider "${m.provider}"`);
+    list(m.fallbacks).forEach((f, j) => {
+      const provider = obj(f).provider;
+      if (text(provider) && !Object.hasOwn(providers, provider)) problems.push(`models[${i}].fallbacks[${j}].provider: unknown provider "${provider}"`);
+    });
+    const positive = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) > 0;
+    if (positive(m.max_output_tokens) && positive(m.context_window) && m.max_output_tokens > m.context_window) {
+      problems.push(`models[${i}].max_output_tokens: must not exceed context_window (${m.context_window})`);
+    }
+    if (m.supports_vision === false && positive(m.max_images)) {
+      problems.push(`models[${i}].max_images: must be 0 when supports_vision is false`);
+    }
+  });
+
+  // With discovery, auto may name models that only the upstream lists.
+  const discovers = Object.values(providers).some((p) => obj(p).discover_models === true);
+  list(obj(c.routing).auto).forEach((id, i) => {
+    if (text(id) && !modelIds.has(id) && !discovers) problems.push(`routing.auto[${i}]: unknown model "${id}"`);
+  });
+
+  list(obj(c.content_policy).block).forEach((re, i) => {
+    if (!text(re)) return;
+    try { new RegExp(re, 'u'); } catch (err) {
+      problems.push(`content_policy.block[${i}]: not a valid regular expression (${(err as Error).message})`);
+    }
+  });
+
+  const passthrough = obj(c.server).passthrough;
+  if (text(passthrough)) {
+    try {
+      const u = new URL(passthrough);
+      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('protocol');
+    } catch { problems.push('server.passthrough: must be an http:// or https:// URL'); }
+  }
+
+  const jwt = obj(c.auth).jwt;
+  if (isObj(jwt)) {
+    const sources = ['secret', 'public_key', 'jwks_url'].filter((k) => text(jwt[k]) && jwt[k] !== '');
+    if (sources.length !== 1) problems.push('auth.jwt: set exactly one of secret, public_key, jwks_url (non-empty)');
+  }
+  return problems;
+}
+
+/** Units per million tokens above which even one token costs more than 2^53-1 units. */
+const UNPAYABLE = BigInt(Number.MAX_SAFE_INTEGER) * 1_000_000n;
+
+function priceWarnings(price: unknown, path: string): string[] {
+  const out: string[] = [];
+  for (const [field, value] of Object.entries(obj(price))) {
+    // BigInt(): exact whether the price is a number or, with exact metering, a bigint.
+    if ((typeof value === 'number' && Number.isInteger(value)) || typeof value === 'bigint') {
+      if (BigInt(value) > UNPAYABLE) {
+        out.push(`${path}.${field}: ${String(value)} units per million tokens: one token costs more than the largest possible wallet (${Number.MAX_SAFE_INTEGER} units), so no request can ever be paid`);
+      }
+    }
+  }
+  return out;
+}
+
+/** Valid but unworkable values of a validated config, as `path: message` (never fatal). */
+export function configWarnings(c: Config): string[] {
+  const warnings: string[] = [];
+  c.models.forEach((m, i) => warnings.push(...priceWarnings(m.price, `models[${i}].price`)));
+  for (const [name, p] of Object.entries(c.providers)) {
+    warnings.push(...priceWarnings(p.model_defaults.price, `providers.${name}.model_defaults.price`));
+  }
+  return warnings;
+}
