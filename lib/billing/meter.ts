@@ -118,7 +118,12 @@ export class Charge {
       this.#done = false;
       throw unavailable(err);
     }
-    if (result === undefined) throw new Error(`settle: account '${this.#account}' vanished`);
+    // The account is gone from the store mid-request (a Redis restarted without persistence,
+    // before the config's accounts were seeded again): nothing can be debited; the client is
+    // told to retry rather than given an answer nobody paid for.
+    if (result === undefined) {
+      throw new GatewayError('service_unavailable', 'The account store lost this account mid-request; retry shortly.', { headers: retryAfterHeaders(1000) });
+    }
     this.charged = result.applied ? result.charged_units : 0;
     this.available = result.available_units;
   }

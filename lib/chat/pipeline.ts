@@ -192,13 +192,11 @@ async function completeAnswer(
       // debit is durable before the answer reports it.
       await charge.settle(usage);
       if (res.destroyed) return;
-      sendJson(res, 200, renderer.complete({ choices: result.choices, usage }), {
-        ...result.headers,
-        ...ctx.rateHeaders,
-        'x-request-id': ctx.id,
-        'x-tollgate-units-charged': String(charge.charged),
-        'x-tollgate-wallet-balance-units': String(charge.available),
-      });
+      const headers: Record<string, string> = { ...result.headers, ...ctx.rateHeaders, 'x-request-id': ctx.id };
+      // Unmetered (store.on_error: open during an outage): no balance is known, none is claimed.
+      if (charge.charged !== undefined) headers['x-tollgate-units-charged'] = String(charge.charged);
+      if (charge.available !== undefined) headers['x-tollgate-wallet-balance-units'] = String(charge.available);
+      sendJson(res, 200, renderer.complete({ choices: result.choices, usage }), headers);
       metrics.timeToFirstChunk.labels(target.provider.name).observe(ctx.ttfcMs / 1000);
       return;
     } catch (err) {

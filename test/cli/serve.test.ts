@@ -36,7 +36,8 @@ async function serve(t: any, file: string, env: NodeJS.ProcessEnv = {}): Promise
   proc.stdout!.on('data', (d) => { out += d; });
   proc.stderr!.on('data', (d) => { out += d; });
   t.teardown(() => { if (proc.exitCode === null) proc.kill('SIGKILL'); });
-  for (let i = 0; i < 200 && !/listening on (http:\/\/\S+)/.test(out); i++) await sleep(25);
+  // Up to 30 s: a loaded machine can take seconds to start Node; it stops as soon as the line is there.
+  for (let i = 0; i < 1200 && !/listening on (http:\/\/\S+)/.test(out) && proc.exitCode === null; i++) await sleep(25);
   const m = /^tollgate listening on (http:\/\/\S+)$/m.exec(out);
   if (m === null) throw new Error(`no listening line: ${out}`);
   t.equal(out.split('\n')[0], m[0], 'the first stdout line is the listening URL');
