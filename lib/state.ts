@@ -41,6 +41,7 @@ export class GatewayState {
   readonly limits: Limits;
   /** Non-null with store.on_error: open. */
   readonly openMode: OpenMode | null;
+  readonly logger: Logger;
   catalog: Catalog;
   readonly #health: Health;
   readonly #targets = new WeakMap<ModelConfig, Target[]>();
@@ -52,6 +53,7 @@ export class GatewayState {
   constructor(config: Config, store: Store, slots: Slots, health: Health, logger: Logger) {
     this.config = config;
     this.store = store;
+    this.logger = logger;
     this.#health = health;
     const providers = new Map<string, Provider>();
     for (const [name, p] of Object.entries(config.providers)) providers.set(name, createProvider(name, p));

@@ -40,11 +40,13 @@ export async function handleGeneration(
   const body = parseJsonBody(await readBody(req, state.config.server.max_body_bytes));
   const request = dialect.parse(body);
   ctx.stream = request.stream;
+  if (dialect.prepare !== undefined) await dialect.prepare(request, { store: state.store, account: ctx.principal.accountId, config: state.config });
   const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, (m) => {
     if (!state.healthy(m)) return 'unhealthy';
     return fitsContext(request, m) ? null : 'context';
   });
   ctx.model = model.id;
+  checkModelType(model, 'chat');
   checkImages(request, model);
   state.policy.check(request.messages);
   const prompt = await state.promptTokens(request, model);
@@ -82,6 +84,23 @@ export async function handleGeneration(
     // is charged nothing; a store that cannot answer lets the hold expire.
     if (!charge.settled) await charge.release().catch(() => undefined);
     grant.correct(charge.settled && ctx.usage !== undefined ? ctx.usage.total_tokens : 0);
+  }
+}
+
+/** A route serves one model type: chat models generate, embedding models embed. */
+export function checkModelType(model: ModelConfig, type: ModelConfig['type']): void {
+  if (model.type === type) return;
+  throw new GatewayError('unsupported_value',
+    `The model '${model.id}' is ${model.type === 'embedding' ? 'an embedding' : 'a chat'} model; ${type === 'embedding' ? 'use a chat route for it' : 'use POST /v1/embeddings for it'}.`,
+    { param: 'model' });
+}
+
+/** A dialect's keep step failing costs the client nothing more: the answer is paid and goes out. */
+async function keep(work: Promise<void>, ctx: RequestContext): Promise<void> {
+  try {
+    await work;
+  } catch (err) {
+    ctx.state?.logger.warn({ request_id: ctx.id, err: (err as Error).message }, 'the answer was not kept (store)');
   }
 }
 
@@ -192,7 +211,9 @@ async function completeAnswer(
       // debit is durable before the answer reports it.
       await charge.settle(usage);
       if (res.destroyed) return;
-      sendJson(res, 200, renderer.complete({ choices: result.choices, usage }), {
+      const answer = renderer.complete({ choices: result.choices, usage });
+      if (renderer.keep !== undefined) await keep(renderer.keep(), ctx);
+      sendJson(res, 200, answer, {
         ...result.headers,
         ...ctx.rateHeaders,
         'x-request-id': ctx.id,
@@ -315,7 +336,9 @@ async function streamAnswer(
       ctx.usageSource = usage === undefined ? 'counted' : 'upstream';
       ctx.usage = usage ?? await attempts.counted(text);
       await charge.settle(ctx.usage);
-      res.end(renderer.close(ctx.usage));
+      const last = renderer.close(ctx.usage);
+      if (renderer.keep !== undefined) await keep(renderer.keep(), ctx);
+      res.end(last);
       return;
     }
   } catch (err) {

@@ -113,6 +113,15 @@ function crossCheck(c: Config): string[] {
     });
     if (m.max_output_tokens > m.context_window) problems.push(`models[${i}].max_output_tokens: must not exceed context_window (${m.context_window})`);
     if (m.supports_vision === false && m.max_images > 0) problems.push(`models[${i}].max_images: must be 0 when supports_vision is false`);
+    if (m.type === 'embedding') {
+      // Anthropic has no embeddings API: such a model could never answer.
+      [m.provider, ...m.fallbacks.map((f) => f.provider)].forEach((name, j) => {
+        if (c.providers[name]?.kind === 'anthropic') {
+          problems.push(`models[${i}]${j === 0 ? '.provider' : `.fallbacks[${j - 1}].provider`}: provider "${name}" is anthropic, which has no embeddings`);
+        }
+      });
+      if (c.routing.auto.includes(m.id)) problems.push(`models[${i}].type: an embedding model cannot be in routing.auto`);
+    }
   });
 
   // With discovery, auto may name models that only the upstream lists.
