@@ -38,7 +38,7 @@ async function scenario(t: any, store: Record<string, any>, up: FakeUpstream) {
 
   up.setScript((_req, res) => json(res, 200, completionBody('Hi Ada.')));
   const first = await demo.responses.create({ model: 'gpt', instructions: 'Be kind.', input: 'I am Ada.' });
-  t.equal(first.store, true, 'store defaults to true');
+  t.equal((first as any).store, true, 'store defaults to true');
   const got = await req(`${gw.url}/v1/responses/${first.id}`, 'GET');
   t.equal(got.status, 200);
   const { output_text: _sdkOnly, ...answered } = first; // the SDK adds output_text
@@ -89,7 +89,7 @@ async function scenario(t: any, store: Record<string, any>, up: FakeUpstream) {
   // store: false keeps nothing.
   up.setScript((_req, res) => json(res, 200, completionBody('ok')));
   const unkept = await demo.responses.create({ model: 'gpt', input: 'forget me', store: false });
-  t.equal(unkept.store, false);
+  t.equal((unkept as any).store, false);
   expect404(t, await req(`${gw.url}/v1/responses/${unkept.id}`, 'GET'), 'store: false');
   expect404(t, await req(`${gw.url}/v1/responses/resp_never`, 'GET'), 'an unknown id');
 
