@@ -52,33 +52,54 @@ export async function handleGeneration(
   const prompt = await state.promptTokens(request, model);
   checkContext(request, model, prompt);
 
-  // Limits, then credits, then the upstream. The concurrency slot is held to the last byte of
-  // the answer, whatever ends it.
-  const grant = await state.limits.admit(ctx.principal, prompt + (request.maxOutputTokens ?? model.max_output_tokens));
+  const admitted = await admitAndHold(state, ctx, res, model, request, prompt);
+  if (admitted === undefined) return;
+  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt);
+  const renderer = dialect.renderer(request, model.id);
+  await settleAfter(admitted, ctx, () => request.stream
+    ? streamAnswer(state, metrics, attempts, admitted.charge, ctx, res, renderer)
+    : completeAnswer(metrics, attempts, admitted.charge, ctx, res, renderer));
+}
+
+type Grant = Awaited<ReturnType<GatewayState['limits']['admit']>>;
+
+/**
+ * Limits, then credits: the concurrency slot (held to the last byte of the answer, whatever
+ * ends it) and the worst-case hold. Undefined when the client left while waiting. Every metered
+ * route (generation, embeddings) comes through here.
+ */
+export async function admitAndHold(
+  state: GatewayState, ctx: RequestContext, res: ServerResponse, model: ModelConfig, request: ChatRequest, prompt: number,
+): Promise<{ grant: Grant; charge: Charge } | undefined> {
+  const principal = ctx.principal!;
+  const grant = await state.limits.admit(principal, prompt + (request.maxOutputTokens ?? model.max_output_tokens));
   ctx.rateHeaders = grant.headers;
   res.once('close', grant.release);
   // The client may have left while the slot was being acquired: 'close' has fired already.
   if (res.destroyed) {
     grant.release();
     grant.correct(0);
-    return;
+    return undefined;
   }
   const targets = state.targets(model);
   const ttl = targets.reduce((sum, t) => sum + t.provider.config.timeout_ms, HOLD_SLACK_MS);
   let charge: Charge;
   try {
     // Billing has its own id: x-request-id may come from the client, and must not collide.
-    charge = await hold(state.store, ctx.principal, randomUUID(), model, request, prompt, ttl, state.openMode);
+    charge = await hold(state.store, principal, randomUUID(), model, request, prompt, ttl, state.openMode);
   } catch (err) {
     grant.correct(0);
     throw err;
   }
   ctx.charge = charge;
-  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt);
-  const renderer = dialect.renderer(request, model.id);
+  return { grant, charge };
+}
+
+/** Runs the answer; whatever it did not settle is released, and the rate limit corrected. */
+export async function settleAfter(admitted: { grant: Grant; charge: Charge }, ctx: RequestContext, work: () => Promise<void>): Promise<void> {
+  const { grant, charge } = admitted;
   try {
-    if (request.stream) await streamAnswer(state, metrics, attempts, charge, ctx, res, renderer);
-    else await completeAnswer(metrics, attempts, charge, ctx, res, renderer);
+    await work();
   } finally {
     // Whatever did not settle (a failure before any output, a client gone before the answer)
     // is charged nothing; a store that cannot answer lets the hold expire.
@@ -109,7 +130,7 @@ async function keep(work: Promise<void>, ctx: RequestContext): Promise<void> {
  * timeout_ms) and is aborted when the client goes. A target whose circuit is open is skipped;
  * when every one is, the answer is 503 with the time until the next probe.
  */
-class Attempts {
+export class Attempts {
   readonly request: ChatRequest;
   readonly model: ModelConfig;
   /** The prompt estimate, with the model's tokenizer. */
