@@ -116,6 +116,9 @@ t.test('failures and refusals charge nothing and leave no hold', async (t) => {
     [{ model: 'embed-echo', input: ['a', 3] }, '/v1/embeddings', 400, 'invalid_type', 'input[1]'],
     [{ model: 'embed-echo', input: 'x', encoding_format: 'int8' }, '/v1/embeddings', 400, 'unsupported_value', 'encoding_format'],
     [{ model: 'embed-echo', input: 'x', dimensions: 0 }, '/v1/embeddings', 400, 'invalid_value', 'dimensions'],
+    [{ model: 'embed-echo', input: 'x', dimensions: 8193 }, '/v1/embeddings', 400, 'invalid_value', 'dimensions'],
+    [{ model: 'embed-echo', input: Array(2048).fill('x'), dimensions: 8192 }, '/v1/embeddings', 400, 'invalid_value', 'dimensions'],
+    [{ model: 'embed-echo', input: 'x', user: 5 }, '/v1/embeddings', 400, 'invalid_type', 'user'],
     [{ model: 'embed-echo', input: 'word '.repeat(600) }, '/v1/embeddings', 422, 'context_length_exceeded', 'input'],
     [{ model: 'nope', input: 'x' }, '/v1/embeddings', 404, 'model_not_found', 'model'],
   ];

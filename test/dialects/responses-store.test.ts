@@ -98,6 +98,9 @@ async function scenario(t: any, store: Record<string, any>, up: FakeUpstream) {
   t.equal(wrong.headers.get('allow'), 'GET, DELETE');
   const anon = await fetch(`${gw.url}/v1/responses/${second.id}`);
   t.equal(anon.status, 401);
+  const nested = await fetch(`${gw.url}/v1/responses/${second.id}/input_items`, { headers: { authorization: `Bearer ${DEMO_KEY}` } });
+  t.equal(nested.status, 404);
+  t.equal(((await nested.json()) as any).code, 'unknown_url', 'paths under it are unknown_url');
   return { gw, ids: [second.id, third.id] };
 }
 

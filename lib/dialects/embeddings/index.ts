@@ -16,6 +16,8 @@ import type { EmbedInput } from '../../providers/types.js';
 import type { GatewayState } from '../../state.js';
 
 const MAX_INPUTS = 2048;
+const MAX_DIMENSIONS = 8192;
+const MAX_FLOATS = 2048 * 3072;
 
 interface EmbeddingsRequest extends EmbedInput {
   model: string;
@@ -59,7 +61,11 @@ export function parseEmbeddings(body: unknown): EmbeddingsRequest {
   let dimensions: number | undefined;
   if (b.dimensions !== undefined && b.dimensions !== null) {
     if (typeof b.dimensions !== 'number') throw wrongType('dimensions', 'an integer');
-    if (!Number.isInteger(b.dimensions) || b.dimensions < 1 || b.dimensions > 65536) throw badValue('dimensions', 'must be an integer from 1 to 65536');
+    if (!Number.isInteger(b.dimensions) || b.dimensions < 1 || b.dimensions > MAX_DIMENSIONS) {
+      throw badValue('dimensions', `must be an integer from 1 to ${MAX_DIMENSIONS}`);
+    }
+    // The answer's size is inputs x dimensions, and the gateway builds it in memory.
+    if (b.dimensions * input.length > MAX_FLOATS) throw badValue('dimensions', `at most ${MAX_FLOATS} numbers in all (inputs x dimensions)`);
     dimensions = b.dimensions;
   }
   if (b.user !== undefined && b.user !== null && typeof b.user !== 'string') throw wrongType('user', 'a string');
