@@ -38,6 +38,7 @@ export const ERROR_CODES = Object.freeze({
   unknown_url: 404,
   account_not_found: 404,
   key_not_found: 404,
+  response_not_found: 404,
   method_not_allowed: 405,
   request_timeout: 408,
   account_exists: 409,

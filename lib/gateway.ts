@@ -7,6 +7,8 @@ import type { Duplex } from 'node:stream';
 import { handleGeneration } from './chat/pipeline.js';
 import { chatDialect } from './dialects/chat/index.js';
 import { configWarnings } from './config/cross-check.js';
+import { handleStoredResponse, responsesDialect } from './dialects/responses/index.js';
+import { handleEmbeddings } from './dialects/embeddings/index.js';
 import { validateConfig } from './config/load.js';
 import { checkRemovedPlans } from './config/removed-plans.js';
 import type { Config } from './config/types.js';
@@ -29,16 +31,19 @@ export interface GatewayOptions {
   logger?: Logger;
 }
 
-type V1Route = 'chat' | 'models' | 'model' | 'unknown';
+type V1Route = 'chat' | 'responses' | 'response' | 'embeddings' | 'models' | 'model' | 'unknown';
 
 function v1Route(path: string): V1Route {
   if (path === '/v1/chat/completions') return 'chat';
+  if (path === '/v1/responses') return 'responses';
+  if (path === '/v1/embeddings') return 'embeddings';
+  if (path.startsWith('/v1/responses/') && path.length > 14 && path.indexOf('/', 14) === -1) return 'response';
   if (path === '/v1/models') return 'models';
   if (path.startsWith('/v1/models/') && path.length > 11) return 'model';
   return 'unknown';
 }
 
-const ALLOW: Record<V1Route, string> = { chat: 'POST', models: 'GET, HEAD', model: 'GET, HEAD', unknown: '' };
+const ALLOW: Record<V1Route, string> = { chat: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST', models: 'GET, HEAD', model: 'GET, HEAD', unknown: '' };
 
 export class Gateway {
   readonly metrics = new Metrics();
@@ -202,6 +207,12 @@ export class Gateway {
         ctx.dialect = chatDialect;
         await handleGeneration(chatDialect, state, this.metrics, ctx, req, res);
       }
+      else if (route === 'responses') {
+        ctx.dialect = responsesDialect;
+        await handleGeneration(responsesDialect, state, this.metrics, ctx, req, res);
+      }
+      else if (route === 'embeddings') await handleEmbeddings(state, this.metrics, ctx, req, res);
+      else if (route === 'response') await handleStoredResponse(state, ctx, req, res, path.slice('/v1/responses/'.length));
       else await this.#models(state, ctx, req, res, path);
     });
   }

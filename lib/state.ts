@@ -46,6 +46,7 @@ export class GatewayState {
   readonly limits: Limits;
   /** Non-null with store.on_error: open. */
   readonly openMode: OpenMode | null;
+  readonly logger: Logger;
   catalog: Catalog;
   readonly #health: Health;
   readonly #targets = new WeakMap<ModelConfig, Target[]>();
@@ -65,6 +66,7 @@ export class GatewayState {
     const store = handle.store;
     this.config = config;
     this.store = store;
+    this.logger = logger;
     this.#health = health;
     this.#logger = logger;
     const providers = new Map<string, Provider>();

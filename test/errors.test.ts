@@ -33,7 +33,7 @@ function specTable(): Map<string, number> {
 }
 
 // Codes beyond 7.1: 7.2's unknown_url/method_not_allowed, CONTRACT's 415 and 408 (section 10),
-// and the admin API's.
+// the admin API's, and CONTRACT section 6's response_not_found.
 const EXTRA: Record<string, number> = {
   unknown_url: 404,
   method_not_allowed: 405,
@@ -41,6 +41,7 @@ const EXTRA: Record<string, number> = {
   unsupported_media_type: 415,
   account_not_found: 404,
   key_not_found: 404,
+  response_not_found: 404,
   account_exists: 409,
 };
 

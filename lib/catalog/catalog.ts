@@ -11,6 +11,7 @@ export interface PublicModel {
   object: 'model';
   created: number;
   owned_by: string;
+  type: ModelConfig['type'];
   context_window: number;
   max_output_tokens: number;
   supports_vision: boolean;
@@ -35,6 +36,7 @@ export class Catalog {
         object: 'model',
         created: m.created ?? createdAt,
         owned_by: config.service.name,
+        type: m.type,
         context_window: m.context_window,
         max_output_tokens: m.max_output_tokens,
         supports_vision: m.supports_vision,

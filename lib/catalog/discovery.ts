@@ -15,6 +15,7 @@ export function discoveredModel(name: string, config: ProviderConfig, m: Discove
   const contextWindow = d.context_window ?? m.contextWindow ?? 8192;
   return {
     id: m.id,
+    type: 'chat',
     provider: name,
     upstream_model: m.id,
     fallbacks: [],

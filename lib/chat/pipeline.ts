@@ -40,43 +40,66 @@ export async function handleGeneration(
   const body = parseJsonBody(await readBody(req, state.config.server.max_body_bytes, state.config.server.body_timeout_ms));
   const request = dialect.parse(body);
   ctx.stream = request.stream;
+  if (dialect.prepare !== undefined) await dialect.prepare(request, { store: state.store, account: ctx.principal.accountId, config: state.config });
   const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, (m) => {
     if (!state.healthy(m)) return 'unhealthy';
     return fitsContext(request, m) ? null : 'context';
   });
   ctx.model = model.id;
+  checkModelType(model, 'chat');
   checkImages(request, model);
   state.policy.check(request.messages);
   const prompt = await state.promptTokens(request, model);
   checkContext(request, model, prompt);
 
-  // Limits, then credits, then the upstream. The concurrency slot is held to the last byte of
-  // the answer, whatever ends it.
-  const grant = await state.limits.admit(ctx.principal, prompt + (request.maxOutputTokens ?? model.max_output_tokens));
+  const admitted = await admitAndHold(state, ctx, res, model, request, prompt);
+  if (admitted === undefined) return;
+  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt);
+  const renderer = dialect.renderer(request, model.id);
+  await settleAfter(admitted, ctx, () => request.stream
+    ? streamAnswer(state, metrics, attempts, admitted.charge, ctx, res, renderer)
+    : completeAnswer(metrics, attempts, admitted.charge, ctx, res, renderer));
+}
+
+type Grant = Awaited<ReturnType<GatewayState['limits']['admit']>>;
+
+/**
+ * Limits, then credits: the concurrency slot (held to the last byte of the answer, whatever
+ * ends it) and the worst-case hold. Undefined when the client left while waiting. Every metered
+ * route (generation, embeddings) comes through here.
+ */
+export async function admitAndHold(
+  state: GatewayState, ctx: RequestContext, res: ServerResponse, model: ModelConfig, request: ChatRequest, prompt: number,
+): Promise<{ grant: Grant; charge: Charge } | undefined> {
+  const principal = ctx.principal!;
+  const grant = await state.limits.admit(principal, prompt + (request.maxOutputTokens ?? model.max_output_tokens));
   ctx.rateHeaders = grant.headers;
   res.once('close', grant.release);
   // The client may have left while the slot was being acquired: 'close' has fired already.
   if (res.destroyed) {
     grant.release();
     grant.correct(0);
-    return;
+    return undefined;
   }
   const targets = state.targets(model);
   const ttl = targets.reduce((sum, t) => sum + t.provider.config.timeout_ms, HOLD_SLACK_MS);
   let charge: Charge;
   try {
     // Billing has its own id: x-request-id may come from the client, and must not collide.
-    charge = await hold(state.store, ctx.principal, randomUUID(), model, request, prompt, ttl, state.openMode);
+    charge = await hold(state.store, principal, randomUUID(), model, request, prompt, ttl, state.openMode);
   } catch (err) {
     grant.correct(0);
     throw err;
   }
   ctx.charge = charge;
-  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt);
-  const renderer = dialect.renderer(request, model.id);
+  return { grant, charge };
+}
+
+/** Runs the answer; whatever it did not settle is released, and the rate limit corrected. */
+export async function settleAfter(admitted: { grant: Grant; charge: Charge }, ctx: RequestContext, work: () => Promise<void>): Promise<void> {
+  const { grant, charge } = admitted;
   try {
-    if (request.stream) await streamAnswer(state, metrics, attempts, charge, ctx, res, renderer);
-    else await completeAnswer(metrics, attempts, charge, ctx, res, renderer);
+    await work();
   } finally {
     // Whatever did not settle (a failure before any output, a client gone before the answer)
     // is charged nothing; a store that cannot answer lets the hold expire.
@@ -85,12 +108,29 @@ export async function handleGeneration(
   }
 }
 
+/** A route serves one model type: chat models generate, embedding models embed. */
+export function checkModelType(model: ModelConfig, type: ModelConfig['type']): void {
+  if (model.type === type) return;
+  throw new GatewayError('unsupported_value',
+    `The model '${model.id}' is ${model.type === 'embedding' ? 'an embedding' : 'a chat'} model; ${type === 'embedding' ? 'use a chat route for it' : 'use POST /v1/embeddings for it'}.`,
+    { param: 'model' });
+}
+
+/** A dialect's keep step failing costs the client nothing more: the answer is paid and goes out. */
+async function keep(work: Promise<void>, ctx: RequestContext): Promise<void> {
+  try {
+    await work;
+  } catch (err) {
+    ctx.state?.logger.warn({ request_id: ctx.id, err: (err as Error).message }, 'the answer was not kept (store)');
+  }
+}
+
 /**
  * Calls a model's targets in order. Each attempt has its own timer (its provider's
  * timeout_ms) and is aborted when the client goes. A target whose circuit is open is skipped;
  * when every one is, the answer is 503 with the time until the next probe.
  */
-class Attempts {
+export class Attempts {
   readonly request: ChatRequest;
   readonly model: ModelConfig;
   /** The prompt estimate, with the model's tokenizer. */
@@ -192,11 +232,13 @@ async function completeAnswer(
       // debit is durable before the answer reports it.
       await charge.settle(usage);
       if (res.destroyed) return;
+      const answer = renderer.complete({ choices: result.choices, usage });
+      if (renderer.keep !== undefined) await keep(renderer.keep(), ctx);
       const headers: Record<string, string> = { ...result.headers, ...ctx.rateHeaders, 'x-request-id': ctx.id };
       // Unmetered (store.on_error: open during an outage): no balance is known, none is claimed.
       if (charge.charged !== undefined) headers['x-tollgate-units-charged'] = String(charge.charged);
       if (charge.available !== undefined) headers['x-tollgate-wallet-balance-units'] = String(charge.available);
-      sendJson(res, 200, renderer.complete({ choices: result.choices, usage }), headers);
+      sendJson(res, 200, answer, headers);
       metrics.timeToFirstChunk.labels(target.provider.name).observe(ctx.ttfcMs / 1000);
       return;
     } catch (err) {
@@ -313,7 +355,9 @@ async function streamAnswer(
       ctx.usageSource = usage === undefined ? 'counted' : 'upstream';
       ctx.usage = usage ?? await attempts.counted(text);
       await charge.settle(ctx.usage);
-      res.end(renderer.close(ctx.usage));
+      const last = renderer.close(ctx.usage);
+      if (renderer.keep !== undefined) await keep(renderer.keep(), ctx);
+      res.end(last);
       return;
     }
   } catch (err) {

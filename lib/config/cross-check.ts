@@ -70,6 +70,15 @@ export function crossCheck(data: unknown): string[] {
     if (m.supports_vision === false && positive(m.max_images)) {
       problems.push(`models[${i}].max_images: must be 0 when supports_vision is false`);
     }
+    if (m.type === 'embedding') {
+      // Anthropic has no embeddings API: such a model could never answer.
+      [m.provider, ...list(m.fallbacks).map((f) => obj(f).provider)].forEach((name, j) => {
+        if (text(name) && obj(providers[name]).kind === 'anthropic') {
+          problems.push(`models[${i}]${j === 0 ? '.provider' : `.fallbacks[${j - 1}].provider`}: provider "${name}" is anthropic, which has no embeddings`);
+        }
+      });
+      if (text(m.id) && list(obj(c.routing).auto).includes(m.id)) problems.push(`models[${i}].type: an embedding model cannot be in routing.auto`);
+    }
   });
 
   // With discovery, auto may name models that only the upstream lists.

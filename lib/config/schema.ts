@@ -75,6 +75,7 @@ const target = obj({ provider: str, upstream_model: str }, { required: ['provide
 const model = obj(
   {
     id: slug,
+    type: { enum: ['chat', 'embedding'], default: 'chat', 'x-msg': 'must be chat or embedding' },
     provider: str,
     upstream_model: str,
     fallbacks: { type: 'array', items: target, default: [] },
@@ -193,4 +194,5 @@ export const configSchema = obj({
   models: { type: 'array', items: model, default: [] },
   routing: obj({ auto: { type: 'array', items: str, default: [] } }, { default: {} }),
   content_policy: obj({ block: { type: 'array', items: str, default: [] } }, { default: {} }),
+  responses: obj({ retention_hours: { ...posInt, default: 24 } }, { default: {} }),
 });

@@ -44,8 +44,12 @@ export type TokenizerName = 'o200k_base' | 'cl100k_base' | 'p50k_base' | 'r50k_b
 /** An encoding name, `upstream` (the model server's /tokenize), or the path of a tokenizer.json. */
 export type TokenizerSpec = TokenizerName | 'upstream' | (string & {});
 
+export type ModelType = 'chat' | 'embedding';
+
 export interface ModelConfig {
   id: string;
+  /** Which routes serve it: chat (chat completions, Messages, Responses) or embedding. */
+  type: ModelType;
   provider: string;
   upstream_model?: string;
   fallbacks: TargetConfig[];
@@ -109,4 +113,6 @@ export interface Config {
   models: ModelConfig[];
   routing: { auto: string[] };
   content_policy: { block: string[] };
+  /** Stored Responses API answers (`store: true`) live this long. */
+  responses: { retention_hours: number };
 }

@@ -7,6 +7,15 @@
 import type { IncomingMessage } from 'node:http';
 import type { ChatRequest, ChunkChoice, CompletionChoice, Usage } from '../chat/types.js';
 import type { GatewayError } from '../errors.js';
+import type { Config } from '../config/types.js';
+import type { Store } from '../store/types.js';
+
+/** What a dialect may use once the caller is known (stored conversations, per account). */
+export interface DialectEnv {
+  store: Store;
+  account: string;
+  config: Config;
+}
 
 /** A whole answer, as the pipeline has it once the upstream answered and the debit landed. */
 export interface Answer {
@@ -26,6 +35,12 @@ export interface Renderer {
   close(usage: Usage): string;
   /** SSE frames telling of an error after the first byte; the stream then ends. */
   fail(err: GatewayError, requestId: string): string;
+  /**
+   * Optional: runs once the whole answer was rendered (complete or close) and debited, before
+   * its last bytes are sent (Responses keeps what `store: true` asks for). Throws only what
+   * the pipeline should log; the answer is sent all the same.
+   */
+  keep?(): Promise<void>;
 }
 
 export interface Dialect {
@@ -34,6 +49,11 @@ export interface Dialect {
   credential(req: IncomingMessage): string | undefined;
   /** The validated internal request; throws GatewayError (400s) on a bad body. */
   parse(body: unknown): ChatRequest;
+  /**
+   * Optional: runs after parse, once the caller is authenticated and before the model is
+   * resolved (Responses prepends the stored conversation of previous_response_id).
+   */
+  prepare?(request: ChatRequest, env: DialectEnv): Promise<void>;
   /** A new renderer for this request, answering as `model` (the catalog slug). */
   renderer(request: ChatRequest, model: string): Renderer;
   /** The body of an error answer before the first byte, in this dialect's shape. */

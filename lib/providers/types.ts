@@ -30,6 +30,21 @@ export interface UpstreamStream extends AsyncIterable<StreamPart> {
   headers: Record<string, string>;
 }
 
+/** What to embed: strings or token arrays, with the requested vector length if any. */
+export interface EmbedInput {
+  input: (string | number[])[];
+  dimensions: number | undefined;
+  user: string | undefined;
+}
+
+export interface EmbedResult {
+  /** One vector per input, in order. */
+  vectors: number[][];
+  /** The upstream's count; undefined: the gateway counts. */
+  promptTokens: number | undefined;
+  headers: Record<string, string>;
+}
+
 /** A model an upstream lists (GET {base_url}/models). */
 export interface DiscoveredModel {
   id: string;
@@ -47,6 +62,11 @@ export interface Provider {
    * the upstream fails, including an error as its first event.
    */
   stream(call: ProviderCall): Promise<UpstreamStream>;
+  /**
+   * Optional: embeddings of `input` (POST /v1/embeddings). A provider without it serves no
+   * `type: embedding` model (the config check refuses one). Throws GatewayError on any failure.
+   */
+  embed?(call: ProviderCall, input: EmbedInput): Promise<EmbedResult>;
   /** The upstream's own model list, for `discover_models`. */
   discover?(signal: AbortSignal): Promise<DiscoveredModel[]>;
   /** The upstream's own token count of `text` (vLLM's and llama.cpp's POST /tokenize). */

@@ -42,6 +42,9 @@ export class GuardedStore implements Store {
   }
   createKey(key: { id: string; account: string; digest: string }): Promise<boolean> { return guard(this.#inner.createKey(key)); }
   accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>> { return guard(this.#inner.accountsOnPlans(plans)); }
+  putResponse(account: string, id: string, value: string, ttlMs: number): Promise<void> { return guard(this.#inner.putResponse(account, id, value, ttlMs)); }
+  getResponse(account: string, id: string): Promise<string | undefined> { return guard(this.#inner.getResponse(account, id)); }
+  deleteResponse(account: string, id: string): Promise<boolean> { return guard(this.#inner.deleteResponse(account, id)); }
   keyByDigest(digest: string): Promise<KeyRecord | undefined> { return guard(this.#inner.keyByDigest(digest)); }
   revokeKey(id: string): Promise<KeyRecord | undefined> { return guard(this.#inner.revokeKey(id)); }
   revokeSession(sid: string): Promise<void> { return guard(this.#inner.revokeSession(sid)); }

@@ -18,6 +18,7 @@ import { keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
 import { Journal } from './journal.js';
 import { MemoryMetering, validateHold, validateSettlement } from './memory-metering.js';
+import { MemoryResponses } from './memory-responses.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './memory-state.js';
 import {
   creditRefusal, type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyRecord, type Revocation,
@@ -58,6 +59,7 @@ export class MemoryStore implements Store {
   readonly #sessions = new Set<string>();
   readonly #listeners = new Set<(r: Revocation) => void>();
   readonly #metering = new MemoryMetering();
+  readonly #responses = new MemoryResponses();
   #usageLog: UsageLog = new RingUsageLog();
   #journal: Journal | null = null;
   /** Set while a durable store is still loading its files. */
@@ -379,6 +381,18 @@ export class MemoryStore implements Store {
   async usageReport(account: string | undefined, since: number): Promise<UsageReport> {
     await this.#begin();
     return this.#usageLog.report(account, since);
+  }
+
+  async putResponse(account: string, id: string, value: string, ttlMs: number): Promise<void> {
+    this.#responses.put(account, id, value, ttlMs);
+  }
+
+  async getResponse(account: string, id: string): Promise<string | undefined> {
+    return this.#responses.get(account, id);
+  }
+
+  async deleteResponse(account: string, id: string): Promise<boolean> {
+    return this.#responses.delete(account, id);
   }
 
   onRevoke(listener: (r: Revocation) => void): () => void {

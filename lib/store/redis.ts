@@ -10,6 +10,7 @@
 //   P{plan:NAME}          set    ids of accounts created on plan NAME (see accountsOnPlans)
 //   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>}
 //   metering (holds, settlements, usage windows, the usage stream): see redis-metering.ts
+//   stored responses (P{resp:ACCOUNT}:ID): see redis-responses.ts
 //
 // Atomicity and Redis Cluster: every mutation is one Lua script, and every script touches keys
 // of one `{...}` hash tag only, so the same scripts work on a cluster. A script's keys all begin
@@ -54,6 +55,7 @@ import { Redis } from 'ioredis';
 import { keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
 import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-metering.js';
+import { RedisResponses } from './redis-responses.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyRecord, Revocation, SettleResult, Settlement, Store,
   UsageRecord, UsageReport, UsageTotals,
@@ -158,6 +160,7 @@ export class RedisStore implements Store {
   readonly #subscribed: Promise<void>;
   readonly #timeout: number;
   readonly #metering: RedisMetering;
+  readonly #responses: RedisResponses;
   /** Rejects on close(), so ready() cannot wait on a connection that will never come. */
   readonly #closing: Promise<never>;
   #markClosed: (err: Error) => void = () => {};
@@ -194,6 +197,7 @@ export class RedisStore implements Store {
     }
     this.#redis = redis as Redis & Scripts;
     this.#metering = new RedisMetering(this.#redis, this.prefix, maxLen);
+    this.#responses = new RedisResponses(this.#redis, this.prefix);
 
     // A subscriber connection runs no other command. Its SUBSCRIBE waits for the first connect
     // however long that takes; ioredis subscribes again after every reconnect.
@@ -372,6 +376,9 @@ export class RedisStore implements Store {
   }
   recordUsage(r: UsageRecord): Promise<void> { return this.#metering.recordUsage(r); }
   usageReport(account: string | undefined, since: number): Promise<UsageReport> { return this.#metering.usageReport(account, since); }
+  putResponse(account: string, id: string, value: string, ttlMs: number): Promise<void> { return this.#responses.put(account, id, value, ttlMs); }
+  getResponse(account: string, id: string): Promise<string | undefined> { return this.#responses.get(account, id); }
+  deleteResponse(account: string, id: string): Promise<boolean> { return this.#responses.delete(account, id); }
 
   onRevoke(listener: (r: Revocation) => void): () => void {
     const wrapped = (r: Revocation) => listener(r);

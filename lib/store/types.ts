@@ -190,6 +190,14 @@ export interface Store {
   /** Totals of the records since `since` (Unix ms), for one account or all. */
   usageReport(account: string | undefined, since: number): Promise<UsageReport>;
 
+  // ---- stored responses (Responses API, store: true) -------------------------------------
+  /** Keeps `value` as response `id` of `account` for `ttlMs`; each account sees only its own. */
+  putResponse(account: string, id: string, value: string, ttlMs: number): Promise<void>;
+  /** The value kept for `id` of `account`, unless expired or deleted. */
+  getResponse(account: string, id: string): Promise<string | undefined>;
+  /** Deletes response `id` of `account`; false when there was none. */
+  deleteResponse(account: string, id: string): Promise<boolean>;
+
   /** Calls `listener` on every revocation, by this instance or (redis) any other one. */
   onRevoke(listener: (r: Revocation) => void): () => void;
   /** Resolves when the store answers; rejects when it is unreachable. */

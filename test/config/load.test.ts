@@ -83,6 +83,7 @@ const EMPTY_DEFAULTS = {
   models: [],
   routing: { auto: [] },
   content_policy: { block: [] },
+  responses: { retention_hours: 24 },
 };
 
 t.test('an empty file is every default', async (t) => {
@@ -139,6 +140,7 @@ t.test('provider and model defaults; upstream_model defaults to the id', async (
   });
   t.strictSame(c.models[0], {
     id: 'llama',
+    type: 'chat',
     provider: 'up',
     fallbacks: [],
     context_window: 8192,

@@ -19,4 +19,7 @@ export const schemas = {
   list: load('ListModelsResponse'),
   error: load('TollgateErrorEnvelope'),
   openaiError: load('ErrorResponse'),
+  response: load('Response'),
+  responseEvent: load('ResponseStreamEvent'),
+  embeddings: load('CreateEmbeddingResponse'),
 };

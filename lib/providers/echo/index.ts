@@ -1,12 +1,13 @@
 // The built-in `echo` provider: answers with the last user message, word by word when
 // streaming, with real token counts. The out-of-the-box upstream and an operator's smoke test.
 
+import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChatMessage, ChunkChoice, CompletionChoice, FinishReason, Usage } from '../../chat/types.js';
 import type { ProviderConfig } from '../../config/types.js';
 import { GatewayError } from '../../errors.js';
 import { counter, estimatePromptTokens } from '../../tokens/count.js';
-import type { CompletionResult, Provider, ProviderCall, StreamPart, UpstreamStream } from '../types.js';
+import type { CompletionResult, EmbedInput, EmbedResult, Provider, ProviderCall, StreamPart, UpstreamStream } from '../types.js';
 
 function lastUserText(messages: readonly ChatMessage[]): string {
   for (let i = messages.length - 1; i >= 0; i--) {
@@ -16,6 +17,31 @@ function lastUserText(messages: readonly ChatMessage[]): string {
     if (Array.isArray(m.content)) return m.content.map((p) => (p.type === 'text' ? p.text : '')).filter(Boolean).join(' ');
   }
   return '';
+}
+
+/** The echo provider's vector length when the request names none. */
+export const ECHO_DIMENSIONS = 256;
+
+/**
+ * A deterministic unit vector for `input`: SHA-256 in counter mode, seeded by the input (and
+ * the model, so two echo models differ), read as signed 16-bit values, then normalized. The
+ * same input always gives the same vector; different inputs are all but orthogonal.
+ */
+export function echoVector(model: string, input: string | number[], dimensions: number): number[] {
+  const seed = createHash('sha256').update(model).update('\u0000').update(typeof input === 'string' ? `s${input}` : `t${input.join(',')}`).digest();
+  const v = new Array<number>(dimensions);
+  let norm = 0;
+  for (let block = 0; block * 16 < dimensions; block++) {
+    const bytes = createHash('sha256').update(seed).update(String(block)).digest();
+    for (let j = 0; j < 16 && block * 16 + j < dimensions; j++) {
+      const x = bytes.readInt16LE(j * 2) / 32768;
+      v[block * 16 + j] = x;
+      norm += x * x;
+    }
+  }
+  const scale = norm === 0 ? 0 : 1 / Math.sqrt(norm);
+  for (let i = 0; i < dimensions; i++) v[i] = v[i]! * scale;
+  return v;
 }
 
 interface Answer { words: string[]; finish: FinishReason; usage: Usage }
@@ -80,6 +106,14 @@ export class EchoProvider implements Provider {
       yield { kind: 'usage', usage: a.usage };
     }
     return Object.assign(parts(), { headers: {} });
+  }
+
+  async embed(call: ProviderCall, e: EmbedInput): Promise<EmbedResult> {
+    const count = counter(call.model.tokenizer);
+    let tokens = 0;
+    for (const x of e.input) tokens += typeof x === 'string' ? count(x) : x.length;
+    const dims = e.dimensions ?? ECHO_DIMENSIONS;
+    return { vectors: e.input.map((x) => echoVector(call.upstreamModel, x, dims)), promptTokens: tokens, headers: {} };
   }
 
   async close(): Promise<void> {}

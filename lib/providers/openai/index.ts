@@ -9,7 +9,8 @@ import type { SseEvent } from '../../sse/parser.js';
 import { readCapped, transportError } from '../../upstream/http.js';
 import { HttpProvider, type StreamTranslator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
-import type { DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
+import type { DiscoveredModel, EmbedInput, EmbedResult, ProviderCall, StreamPart } from '../types.js';
+import { embedOpenAI } from './embed.js';
 import { normalizeChunk, normalizeCompletion, parseLlamaCppContext, parseModelList, parseTokenizeCount } from './translate.js';
 
 /** Chat parameters that OpenAI-compatible servers understand (CONTRACT section 4). */
@@ -79,6 +80,10 @@ export class OpenAIProvider extends HttpProvider {
 
   protected translator(call: ProviderCall, status: number): StreamTranslator {
     return new ChunkTranslator(call, this.name, status);
+  }
+
+  embed(call: ProviderCall, input: EmbedInput): Promise<EmbedResult> {
+    return embedOpenAI(this.endpoint, this.headers, this.name, call, input);
   }
 
   async discover(signal: AbortSignal): Promise<DiscoveredModel[]> {

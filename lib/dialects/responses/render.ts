@@ -1,0 +1,201 @@
+// Renders the pipeline's answer as a Responses API object, and its chunks as the Responses
+// stream: response.created / in_progress, then per output item (an assistant message, or a
+// function call) added / deltas / done, then response.completed (or incomplete / failed). One
+// renderer per request keeps the stream's state, so the final object carries what was streamed.
+
+import { randomBytes } from 'node:crypto';
+import type { ChatMessage, ChunkChoice, FinishReason, ToolCall, Usage } from '../../chat/types.js';
+import type { GatewayError } from '../../errors.js';
+import type { Answer, Renderer } from '../types.js';
+
+export function newId(prefix: string): string {
+  return `${prefix}_${randomBytes(24).toString('hex')}`;
+}
+
+interface MessageItem { id: string; type: 'message'; role: 'assistant'; status: string; content: { type: 'output_text'; text: string; annotations: [] }[] }
+interface CallItem { id: string; type: 'function_call'; call_id: string; name: string; arguments: string; status: string }
+type Item = MessageItem | CallItem;
+
+/** The Responses usage object; cached and reasoning tokens are 0 unless the upstream said. */
+export function responsesUsage(u: Usage): Record<string, unknown> {
+  const x = u as Usage & { prompt_tokens_details?: { cached_tokens?: number }; completion_tokens_details?: { reasoning_tokens?: number } };
+  return {
+    input_tokens: u.prompt_tokens,
+    input_tokens_details: { cached_tokens: x.prompt_tokens_details?.cached_tokens ?? 0 },
+    output_tokens: u.completion_tokens,
+    output_tokens_details: { reasoning_tokens: x.completion_tokens_details?.reasoning_tokens ?? 0 },
+    total_tokens: u.total_tokens,
+  };
+}
+
+function statusOf(finish: FinishReason | null): { status: 'completed' | 'incomplete'; incomplete_details: { reason: string } | null } {
+  if (finish === 'length') return { status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' } };
+  if (finish === 'content_filter') return { status: 'incomplete', incomplete_details: { reason: 'content_filter' } };
+  return { status: 'completed', incomplete_details: null };
+}
+
+/** Fields of the response object that come from the request. */
+export interface ResponseHead {
+  id: string;
+  model: string;
+  previousResponseId: string | null;
+  store: boolean;
+  metadata: Record<string, string>;
+  echo: Record<string, unknown>;
+}
+
+export class ResponsesRenderer implements Renderer {
+  readonly head: ResponseHead;
+  readonly createdAt = Math.floor(Date.now() / 1000);
+  /** The final response object, once complete() or close() built it. */
+  final: Record<string, unknown> | undefined;
+  /** The assistant's turn as chat messages, for a stored conversation. */
+  turn: ChatMessage | undefined;
+  #seq = 0;
+  #items: Item[] = [];
+  #message: MessageItem | undefined;
+  /** Function calls being streamed, by the chunk's tool call index. */
+  #calls = new Map<number, CallItem>();
+  #open: Item | undefined;
+  #finish: FinishReason | null = null;
+
+  constructor(head: ResponseHead) {
+    this.head = head;
+  }
+
+  object(status: string, output: Item[], usage: Usage | null, extra: Record<string, unknown> = {}): Record<string, unknown> {
+    return {
+      id: this.head.id,
+      object: 'response',
+      created_at: this.createdAt,
+      status,
+      error: null,
+      incomplete_details: null,
+      model: this.head.model,
+      output,
+      previous_response_id: this.head.previousResponseId,
+      store: this.head.store,
+      metadata: this.head.metadata,
+      ...this.head.echo,
+      usage: usage === null ? null : responsesUsage(usage),
+      ...extra,
+    };
+  }
+
+  #whole(output: Item[], finish: FinishReason | null, usage: Usage): string {
+    const s = statusOf(finish);
+    this.final = this.object(s.status, output, usage, { incomplete_details: s.incomplete_details });
+    const text = output.flatMap((i) => (i.type === 'message' ? i.content.map((c) => c.text) : [])).join('');
+    const calls: ToolCall[] = output.flatMap((i) => (i.type === 'function_call'
+      ? [{ id: i.call_id, type: 'function' as const, function: { name: i.name, arguments: i.arguments } }] : []));
+    this.turn = { role: 'assistant', content: text === '' && calls.length > 0 ? null : text, ...(calls.length > 0 ? { tool_calls: calls } : {}) };
+    return JSON.stringify(this.final);
+  }
+
+  complete(answer: Answer): string {
+    const choice = answer.choices[0];
+    const output: Item[] = [];
+    const status = choice?.finish_reason === 'length' ? 'incomplete' : 'completed';
+    const calls = choice?.message.tool_calls ?? [];
+    const text = choice?.message.content ?? '';
+    if (text !== '' || calls.length === 0) {
+      output.push({ id: newId('msg'), type: 'message', role: 'assistant', status, content: [{ type: 'output_text', text, annotations: [] }] });
+    }
+    for (const c of calls) {
+      output.push({ id: newId('fc'), type: 'function_call', call_id: c.id, name: c.function.name, arguments: c.function.arguments, status: 'completed' });
+    }
+    return this.#whole(output, choice?.finish_reason ?? null, answer.usage);
+  }
+
+  #event(type: string, fields: Record<string, unknown>): string {
+    return `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: this.#seq++, ...fields })}\n\n`;
+  }
+
+  open(): string {
+    const r = this.object('in_progress', [], null);
+    return this.#event('response.created', { response: r }) + this.#event('response.in_progress', { response: r });
+  }
+
+  /** Ends the item being streamed: its done events. */
+  #closeOpen(status: string): string {
+    const item = this.#open;
+    if (item === undefined) return '';
+    this.#open = undefined;
+    const index = this.#items.indexOf(item);
+    item.status = status;
+    let out = '';
+    if (item.type === 'message') {
+      const part = item.content[0]!;
+      out += this.#event('response.output_text.done', { item_id: item.id, output_index: index, content_index: 0, text: part.text });
+      out += this.#event('response.content_part.done', { item_id: item.id, output_index: index, content_index: 0, part });
+    } else {
+      out += this.#event('response.function_call_arguments.done', { item_id: item.id, output_index: index, name: item.name, arguments: item.arguments });
+    }
+    return out + this.#event('response.output_item.done', { output_index: index, item });
+  }
+
+  #add(item: Item): string {
+    this.#items.push(item);
+    this.#open = item;
+    const added = item.type === 'message' ? { ...item, content: [] } : { ...item };
+    return this.#event('response.output_item.added', { output_index: this.#items.length - 1, item: added });
+  }
+
+  chunk(choices: readonly ChunkChoice[]): string {
+    let out = '';
+    for (const c of choices) {
+      if (c.index !== 0) continue; // Responses has one answer (no n)
+      const d = c.delta;
+      if (typeof d.content === 'string' && d.content !== '') {
+        if (this.#message === undefined || this.#open !== this.#message) {
+          out += this.#closeOpen('completed');
+          this.#message = { id: newId('msg'), type: 'message', role: 'assistant', status: 'in_progress', content: [{ type: 'output_text', text: '', annotations: [] }] };
+          out += this.#add(this.#message);
+          out += this.#event('response.content_part.added', {
+            item_id: this.#message.id, output_index: this.#items.length - 1, content_index: 0, part: { type: 'output_text', text: '', annotations: [] },
+          });
+        }
+        this.#message.content[0]!.text += d.content;
+        out += this.#event('response.output_text.delta', {
+          item_id: this.#message.id, output_index: this.#items.indexOf(this.#message), content_index: 0, delta: d.content,
+        });
+      }
+      for (const tc of d.tool_calls ?? []) {
+        let call = this.#calls.get(tc.index);
+        if (call === undefined) {
+          out += this.#closeOpen('completed');
+          call = { id: newId('fc'), type: 'function_call', call_id: tc.id ?? newId('call'), name: tc.function?.name ?? '', arguments: '', status: 'in_progress' };
+          this.#calls.set(tc.index, call);
+          out += this.#add(call);
+        }
+        const args = tc.function?.arguments;
+        if (args !== undefined && args !== '') {
+          call.arguments += args;
+          out += this.#event('response.function_call_arguments.delta', { item_id: call.id, output_index: this.#items.indexOf(call), delta: args });
+        }
+      }
+      if (c.finish_reason !== null) this.#finish = c.finish_reason;
+    }
+    return out;
+  }
+
+  close(usage: Usage): string {
+    const s = statusOf(this.#finish);
+    let out = this.#closeOpen(s.status === 'incomplete' ? 'incomplete' : 'completed');
+    if (this.#items.length === 0) {
+      // An empty answer is still one message, as a non-streamed one would be.
+      this.#message = { id: newId('msg'), type: 'message', role: 'assistant', status: 'in_progress', content: [{ type: 'output_text', text: '', annotations: [] }] };
+      out += this.#add(this.#message);
+      out += this.#event('response.content_part.added', { item_id: this.#message.id, output_index: 0, content_index: 0, part: { type: 'output_text', text: '', annotations: [] } });
+      out += this.#closeOpen(s.status);
+    }
+    const body = this.#whole(this.#items, this.#finish, usage);
+    return out + `event: response.${s.status}\ndata: {"type":"response.${s.status}","sequence_number":${this.#seq++},"response":${body}}\n\n`;
+  }
+
+  fail(err: GatewayError, _requestId: string): string {
+    for (const item of this.#items) if (item.status === 'in_progress') item.status = 'incomplete';
+    const r = this.object('failed', this.#items, null, { error: { code: err.code, message: err.message } });
+    return this.#event('response.failed', { response: r });
+  }
+}
