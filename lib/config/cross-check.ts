@@ -133,5 +133,27 @@ export function configWarnings(c: Config): string[] {
   for (const [name, p] of Object.entries(c.providers)) {
     warnings.push(...priceWarnings(p.model_defaults.price, `providers.${name}.model_defaults.price`));
   }
+  warnings.push(...passthroughWarnings(c));
   return warnings;
+}
+
+/**
+ * Passthrough is unmetered by design: pointed at a provider's own host, that server's
+ * generation endpoints become free (and, without passthrough_auth, open to anyone).
+ */
+function passthroughWarnings(c: Config): string[] {
+  if (c.server.passthrough === null) return [];
+  let target: URL;
+  try { target = new URL(c.server.passthrough); } catch { return []; }
+  const hostOf = (u: URL) => `${u.hostname}:${u.port || (u.protocol === 'https:' ? '443' : '80')}`;
+  const out: string[] = [];
+  for (const [name, p] of Object.entries(c.providers)) {
+    if (p.base_url === undefined) continue;
+    let base: URL;
+    try { base = new URL(p.base_url); } catch { continue; }
+    if (hostOf(base) !== hostOf(target)) continue;
+    out.push(`server.passthrough: points at the host of provider "${name}" (${hostOf(base)}): its own generation endpoints ` +
+      `are reachable through the gateway unmetered${c.server.passthrough_auth ? '' : ' and without a key (passthrough_auth is false)'}`);
+  }
+  return out;
 }

@@ -166,3 +166,24 @@ t.test('a price no wallet can pay is a warning: check says ok, exit 0', async (t
   t.match(child.output(), /"msg":"config warning"/);
   t.equal((await fetch(`${child.url}/healthz`)).status, 200, 'and serves');
 });
+
+t.test('passthrough pointed at a provider host is warned about (it would be free), never refused', async (t) => {
+  const text = [
+    'server: {passthrough: "http://127.0.0.1:8081"}',
+    'providers:',
+    '  llama: {kind: openai, base_url: "http://127.0.0.1:8081/v1"}',
+    '  other: {kind: openai, base_url: "http://127.0.0.1:9000/v1"}',
+    'models:',
+    '  - {id: m, provider: llama}',
+    '',
+  ].join('\n');
+  const warning = 'server.passthrough: points at the host of provider "llama" (127.0.0.1:8081): its own generation endpoints are reachable through the gateway unmetered and without a key (passthrough_auth is false)';
+  t.strictSame(configWarnings(parseConfig(text, {})), [warning]);
+  const r = await check('passthrough.yaml', text);
+  t.equal(r.code, 0);
+  t.equal(r.stderr, `WARNING ${warning}\n`);
+  const authed = text.replace('passthrough: "http://127.0.0.1:8081"', 'passthrough: "http://127.0.0.1:8081/", passthrough_auth: true');
+  t.match(configWarnings(parseConfig(authed, {})), [/unmetered$/], 'with passthrough_auth: still unmetered, but keyed');
+  const elsewhere = text.replace('8081"}', '7000"}');
+  t.strictSame(configWarnings(parseConfig(elsewhere, {})), [], 'another host: nothing to say');
+});
