@@ -78,7 +78,7 @@ function source(dir) {
   mkdirSync(tmp, { recursive: true });
   run('tar', ['-xzf', tgz, '-C', tmp, 'package/llama/gitRelease.bundle']);
   rmSync(src, { recursive: true, force: true });
-  run('git', ['clone', '--quiet', join(tmp, 'package', 'llama', 'gitRelease.bundle'), src]);
+  run('git', ['-c', 'advice.detachedHead=false', 'clone', '--quiet', join(tmp, 'package', 'llama', 'gitRelease.bundle'), src]);
   rmSync(tmp, { recursive: true, force: true });
   return src;
 }
