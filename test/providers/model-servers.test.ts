@@ -38,7 +38,7 @@ t.test('reasoning_content is passed on in answers and chunks, and a reasoning-on
   let res = await postChat(gw.url, ask());
   t.equal(res.status, 200);
   t.equal(res.json().choices[0].message.reasoning_content, 'Let me think.');
-  t.ok(schemas.completion(res.json()), 'the answer validates against the OpenAI schema');
+  t.same(schemas.completion(res.json()), [], 'the answer validates against the OpenAI schema');
 
   up.setScript((_req, res) => json(res, 200, completionBody('', {
     choices: [{ index: 0, message: { role: 'assistant', content: '', reasoning: 'newer vLLM names it reasoning' }, finish_reason: 'stop' }],
@@ -60,7 +60,7 @@ t.test('reasoning_content is passed on in answers and chunks, and a reasoning-on
   t.ok(done);
   t.equal(events.map((e) => e.choices[0]?.delta.reasoning_content ?? '').join(''), 'Hmm, thinking');
   t.equal(events.map((e) => e.choices[0]?.delta.content ?? '').join(''), 'Answer.');
-  for (const e of events) t.ok(schemas.chunk(e), 'every chunk validates');
+  for (const e of events) t.same(schemas.chunk(e), [], 'every chunk validates');
 
   // A stream of reasoning alone, cut by the client: what was delivered (the reasoning) is charged.
   up.setScript((_req, res) => writeSse(res, [

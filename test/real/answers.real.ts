@@ -231,12 +231,10 @@ t.test('the official openai SDK: create and stream', async (t) => {
   t.equal(err.code, 'context_length_exceeded');
 });
 
-// PLACEHOLDER — `tokenizer: upstream` (CONTRACT section 10) is being added by another change.
-// When it lands, drop `todo`: a model with `tokenizer: upstream` estimates prompts with the
-// server's own POST /tokenize, so a prompt past the context is refused stating at least the
-// server's count (o200k_base counts this Hindi text several times too low). The charge for a
-// stream cut short follows too: see deliveredTokens in faults.real.ts.
-t.test('tokenizer: upstream follows the server\'s /tokenize', { todo: 'tokenizer: upstream is not in this branch yet' }, async (t) => {
+// `tokenizer: upstream` (CONTRACT section 10): prompts are estimated with the server's own
+// POST /tokenize, so a prompt past the context is refused stating at least the server's count
+// (o200k_base counts this Hindi text several times too low).
+t.test('tokenizer: upstream follows the server\'s /tokenize', async (t) => {
   const text = 'नमस्ते दुनिया, यह एक परीक्षण है। '.repeat(40);
   const tok = await (await fetch(`${llama.url}/tokenize`, { method: 'POST', body: JSON.stringify({ content: text }) })).json() as any;
   const serverCount: number = tok.tokens.length;

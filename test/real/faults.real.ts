@@ -25,9 +25,8 @@ const ask = (extra: Record<string, unknown> = {}) => ({
 
 /**
  * Tokens the gateway must charge for delivered text: counted with the model's tokenizer
- * (discovered models default to o200k_base).
- * PLACEHOLDER — `tokenizer: upstream`: when the model uses it, this count is the server's
- * POST /tokenize of the text ({content, add_special: false}).tokens.length instead.
+ * (this gateway's discovered model has no model_defaults.tokenizer: o200k_base). With
+ * `tokenizer: upstream` it would be the server's own count; answers.real.ts checks that one.
  */
 function deliveredTokens(text: string): number {
   return text === '' ? 0 : encode(text, { disallowedSpecial: new Set() }).length;
