@@ -6,6 +6,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { handleGeneration } from './chat/pipeline.js';
 import { chatDialect } from './dialects/chat/index.js';
+import { countTokens } from './dialects/messages/count-tokens.js';
+import { messagesDialect } from './dialects/messages/index.js';
+import type { Dialect } from './dialects/types.js';
 import { validateConfig } from './config/load.js';
 import type { Config } from './config/types.js';
 import { GatewayError, retryAfterHeaders, toGatewayError } from './errors.js';
@@ -28,16 +31,24 @@ export interface GatewayOptions {
   logger?: Logger;
 }
 
-type V1Route = 'chat' | 'models' | 'model' | 'unknown';
+type V1Route = 'chat' | 'messages' | 'messages_count_tokens' | 'models' | 'model' | 'unknown';
 
 function v1Route(path: string): V1Route {
   if (path === '/v1/chat/completions') return 'chat';
+  if (path === '/v1/messages') return 'messages';
+  if (path === '/v1/messages/count_tokens') return 'messages_count_tokens';
   if (path === '/v1/models') return 'models';
   if (path.startsWith('/v1/models/') && path.length > 11) return 'model';
   return 'unknown';
 }
 
-const ALLOW: Record<V1Route, string> = { chat: 'POST', models: 'GET, HEAD', model: 'GET, HEAD', unknown: '' };
+/** The dialect whose error shape a path's answers take (unknown paths under it included). */
+function dialectOf(path: string): Dialect | undefined {
+  if (path === '/v1/messages' || path.startsWith('/v1/messages/')) return messagesDialect;
+  return undefined;
+}
+
+const ALLOW: Record<V1Route, string> = { chat: 'POST', messages: 'POST', messages_count_tokens: 'POST', models: 'GET, HEAD', model: 'GET, HEAD', unknown: '' };
 
 export class Gateway {
   readonly metrics = new Metrics();
@@ -182,6 +193,7 @@ export class Gateway {
   async #v1(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     const route = v1Route(path);
     const ctx = newContext(requestIdFor(req.headers['x-request-id']), route);
+    ctx.dialect = dialectOf(path);
     await this.#track(ctx, res, async () => {
       if (route === 'unknown') throw new GatewayError('unknown_url', `Unknown path: ${path.slice(0, 200)}`);
       if (!ALLOW[route].includes(req.method ?? '')) {
@@ -197,6 +209,8 @@ export class Gateway {
         ctx.dialect = chatDialect;
         await handleGeneration(chatDialect, state, this.metrics, ctx, req, res);
       }
+      else if (route === 'messages') await handleGeneration(messagesDialect, state, this.metrics, ctx, req, res);
+      else if (route === 'messages_count_tokens') await countTokens(state, ctx, req, res);
       else await this.#models(state, ctx, req, res, path);
     });
   }

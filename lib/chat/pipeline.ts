@@ -73,7 +73,7 @@ export async function handleGeneration(
   }
   ctx.charge = charge;
   const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt);
-  const renderer = dialect.renderer(request, model.id);
+  const renderer = dialect.renderer(request, model.id, prompt);
   try {
     if (request.stream) await streamAnswer(state, metrics, attempts, charge, ctx, res, renderer);
     else await completeAnswer(metrics, attempts, charge, ctx, res, renderer);

@@ -34,8 +34,11 @@ export interface Dialect {
   credential(req: IncomingMessage): string | undefined;
   /** The validated internal request; throws GatewayError (400s) on a bad body. */
   parse(body: unknown): ChatRequest;
-  /** A new renderer for this request, answering as `model` (the catalog slug). */
-  renderer(request: ChatRequest, model: string): Renderer;
+  /**
+   * A new renderer for this request, answering as `model` (the catalog slug); `prompt` is the
+   * gateway's estimate of the prompt's tokens (Messages announces it before the answer).
+   */
+  renderer(request: ChatRequest, model: string, prompt: number): Renderer;
   /** The body of an error answer before the first byte, in this dialect's shape. */
   errorBody(err: GatewayError, requestId: string): string;
 }

@@ -1,0 +1,34 @@
+// POST /v1/messages/count_tokens (CONTRACT section 6): the prompt's tokens as the model counts
+// them, by the upstream itself when its provider can (an Anthropic upstream's own count_tokens),
+// else with the model's tokenizer. Authenticated and counted toward requests_per_minute, never
+// held nor charged: nothing is generated.
+
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { GatewayError } from '../../errors.js';
+import { isJsonContentType, readBody } from '../../http/body.js';
+import { parseJsonBody } from '../../http/json.js';
+import { sendJson, type RequestContext } from '../../http/respond.js';
+import type { GatewayState } from '../../state.js';
+import { messagesDialect } from './index.js';
+import { parseMessages } from './parse.js';
+
+export async function countTokens(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  ctx.principal = await state.auth.authenticate(messagesDialect.credential(req));
+  if (!isJsonContentType(req.headers['content-type'])) {
+    throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
+  }
+  const body = parseJsonBody(await readBody(req, state.config.server.max_body_bytes));
+  const request = parseMessages(body, true);
+  const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0);
+  ctx.model = model.id;
+  const grant = await state.limits.admit(ctx.principal, 0);
+  ctx.rateHeaders = grant.headers;
+  let n: number;
+  try {
+    n = await state.promptTokens(request, model);
+  } finally {
+    grant.correct(0);
+    grant.release();
+  }
+  sendJson(res, 200, `{"input_tokens":${n}}`, { ...ctx.rateHeaders, 'x-request-id': ctx.id });
+}

@@ -1,0 +1,25 @@
+// The Anthropic Messages dialect (POST /v1/messages, CONTRACT section 6): the credential from
+// x-api-key or a Bearer token, the request parsed into the internal form (parse.ts), answers and
+// events rendered back (render.ts), errors in Anthropic's shape (errors.ts). anthropic-version
+// is accepted whatever its value: Tollgate answers one version of the format.
+
+import type { IncomingMessage } from 'node:http';
+import type { Dialect } from '../types.js';
+import { errorJson } from './errors.js';
+import { parseMessages } from './parse.js';
+import { MessagesRenderer } from './render.js';
+
+/** x-api-key as Anthropic's SDKs send it, else the Authorization header as any client does. */
+function credential(req: IncomingMessage): string | undefined {
+  const key = req.headers['x-api-key'];
+  if (typeof key === 'string' && key !== '') return `Bearer ${key}`;
+  return req.headers.authorization;
+}
+
+export const messagesDialect: Dialect = {
+  name: 'messages',
+  credential,
+  parse: (body) => parseMessages(body),
+  renderer: (request, model, prompt) => new MessagesRenderer(request, model, prompt),
+  errorBody: errorJson,
+};
