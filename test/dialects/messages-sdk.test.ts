@@ -46,7 +46,7 @@ async function balance(id = 'demo'): Promise<number> {
   return body.balance_units;
 }
 
-const WEATHER_TOOL = { name: 'get_weather', description: 'Weather now', input_schema: { type: 'object', properties: { location: { type: 'string' } }, required: ['location'] } };
+const WEATHER_TOOL = { name: 'get_weather', description: 'Weather now', input_schema: { type: 'object' as const, properties: { location: { type: 'string' } }, required: ['location'] } };
 
 /** OpenAI-compatible frames of a text then a tool call, its arguments split in pieces. */
 function oaiToolFrames(): string[] {
@@ -69,7 +69,7 @@ t.test('messages.create: OpenAI-compatible upstream, translated both ways', asyn
   const msg = await client().messages.create({
     model: 'm-oai', max_tokens: 100, system: 'Be brief.', stop_sequences: ['END'], temperature: 0.5, top_p: 0.9, top_k: 5,
     metadata: { user_id: 'u-1' }, messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi' }] }],
-  });
+  } as Anthropic.MessageCreateParamsNonStreaming); // this SDK's types leave out the sampling fields the API takes
   t.match(msg.id, /^msg_/);
   t.equal(msg.type, 'message');
   t.equal(msg.model, 'm-oai');
