@@ -20,10 +20,13 @@ export interface CompletionResult {
   choices: CompletionChoice[];
   usage: Usage | undefined;
   headers: Record<string, string>;
+  /** The upstream's answer in the client's dialect, when the call went natively. */
+  native?: string;
 }
 
 export type StreamPart =
-  | { kind: 'choices'; choices: ChunkChoice[] }
+  /** `native`: the upstream's own event in the client's dialect, when the call went natively. */
+  | { kind: 'choices'; choices: ChunkChoice[]; native?: string }
   | { kind: 'usage'; usage: Usage };
 
 export interface UpstreamStream extends AsyncIterable<StreamPart> {

@@ -219,3 +219,75 @@ t.test('count_tokens: a number, never charged', async (t) => {
   t.ok(longer.input_tokens > res.input_tokens, 'the system prompt counts');
   t.equal(await balance(), before);
 });
+
+t.test('native path to the Anthropic upstream: the body as sent, anthropic-beta passed, answers passed back with the slug', async (t) => {
+  ant.setScript((_req, res) => json(res, 200, JSON.parse(fixture('message.json'))));
+  let before = await balance();
+  const params = {
+    model: 'm-ant', max_tokens: 100, system: [{ type: 'text' as const, text: 'Be brief.', cache_control: { type: 'ephemeral' as const } }],
+    messages: [{ role: 'user' as const, content: 'Hi' }], metadata: { user_id: 'u-9' },
+  };
+  const msg = await client().messages.create(params, { headers: { 'anthropic-beta': 'prompt-caching-2024-07-31' } });
+  const seen = ant.requests.at(-1)!;
+  t.same(seen.body, { ...params, model: 'claude-sonnet-4-5-20250929' }, 'the client body, model rewritten');
+  t.equal(seen.headers['anthropic-beta'], 'prompt-caching-2024-07-31');
+  t.equal(seen.headers['x-api-key'], 'sk-ant-secret', 'the provider key, not the client key');
+  t.equal(msg.id, 'msg_01XFDUDYJgAACzvnptvVoYEL', 'the upstream answer itself');
+  t.equal(msg.model, 'm-ant');
+  t.same(msg.usage, { input_tokens: 12, cache_creation_input_tokens: 100, cache_read_input_tokens: 2000, output_tokens: 9 });
+  t.equal(await balance(), before - (2112 + 18));
+
+  ant.setScript((_req, res) => writeSse(res, frames('text.sse'), { split: 4 }));
+  before = await balance();
+  const events: string[] = [];
+  const stream = client().messages.stream({ model: 'm-ant', max_tokens: 50, messages: [{ role: 'user', content: 'Hi' }] });
+  stream.on('streamEvent', (e) => events.push(e.type));
+  const final = await stream.finalMessage();
+  t.equal(final.id, 'msg_01XFDUDYJgAACzvnptvVoYEL');
+  t.equal(final.model, 'm-ant');
+  t.equal(final.usage.cache_read_input_tokens, 20, 'cache usage as the upstream sent it');
+  // The SDK drops pings before its listeners see them.
+  const upstreamTypes = frames('text.sse').map((f) => /^event: (\S+)/.exec(f)![1]).filter((e) => e !== 'ping');
+  t.same(events, upstreamTypes, 'every upstream event, in order');
+  t.equal(await balance(), before - (25 + 8));
+
+  // An error event mid-stream: one error event in our shape, no message_stop, charged what was sent.
+  const first = frames('text.sse').filter((f) => !/message_delta|message_stop/.test(f));
+  ant.setScript((_req, res) => writeSse(res, [...first, 'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n']));
+  before = await balance();
+  const raw = await fetch(`${gw.url}/v1/messages`, {
+    method: 'POST', headers: { 'x-api-key': DEMO_KEY, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm-ant', max_tokens: 50, stream: true, messages: [{ role: 'user', content: 'Hi' }] }),
+  });
+  const text = await raw.text();
+  t.equal(raw.status, 200);
+  t.notMatch(text, /message_stop/);
+  const last = text.trim().split('\n\n').at(-1)!;
+  t.match(last, /^event: error\ndata: /);
+  const err = JSON.parse(last.split('data: ')[1]!);
+  t.equal(err.type, 'error');
+  t.equal(err.request_id, raw.headers.get('x-request-id'));
+  t.ok(['overloaded_error', 'api_error'].includes(err.error.type), err.error.type);
+  t.notMatch(text, /claude-sonnet-4-5-20250929/, 'the upstream model never shows');
+  t.ok(before - (await balance()) > 0, 'charged what reached the client');
+});
+
+t.test('native falls back to an OpenAI-compatible target through the translated path', async (t) => {
+  const c = baseConfig();
+  c.admin = { token: ADMIN };
+  c.providers.ant = { kind: 'anthropic', base_url: ant.url, api_key: 'k', timeout_ms: 3000, circuit_failures: 1000 };
+  c.providers.oai = { kind: 'openai', base_url: oai.baseUrl, timeout_ms: 3000, circuit_failures: 1000 };
+  c.models.push({ id: 'fb', provider: 'ant', upstream_model: 'claude-x', fallbacks: [{ provider: 'oai', upstream_model: 'llama-70b' }], context_window: 32768, max_output_tokens: 1000, price: PRICE });
+  const gw2 = await startGateway(c);
+  t.teardown(() => gw2.close());
+  ant.setScript((_req, res) => json(res, 500, { type: 'error', error: { type: 'api_error', message: 'down' } }));
+  oai.setScript((_req, res) => json(res, 200, completionBody('from fallback', { usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } })));
+  const before: any = await (await fetch(`${gw2.url}/admin/accounts/demo`, { headers: { authorization: `Bearer ${ADMIN}` } })).json();
+  const msg = await new Anthropic({ apiKey: DEMO_KEY, baseURL: gw2.url, maxRetries: 0 }).messages.create({ model: 'fb', max_tokens: 20, messages: [{ role: 'user', content: 'Hi' }] });
+  t.same(msg.content, [{ type: 'text', text: 'from fallback' }]);
+  t.equal(msg.model, 'fb');
+  t.same(oai.requests.at(-1)!.body.messages, [{ role: 'user', content: 'Hi' }]);
+  const after: any = await (await fetch(`${gw2.url}/admin/accounts/demo`, { headers: { authorization: `Bearer ${ADMIN}` } })).json();
+  t.equal(before.balance_units - after.balance_units, 7 + 4);
+  t.equal(after.held_units, 0);
+});

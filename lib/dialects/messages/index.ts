@@ -19,7 +19,14 @@ function credential(req: IncomingMessage): string | undefined {
 export const messagesDialect: Dialect = {
   name: 'messages',
   credential,
-  parse: (body) => parseMessages(body),
+  parse: (body, req) => {
+    const request = parseMessages(body);
+    // Kept for an upstream that speaks Messages itself: the body as the client sent it.
+    const beta = req.headers['anthropic-beta'];
+    const headers: Record<string, string> = typeof beta === 'string' ? { 'anthropic-beta': beta } : {};
+    request.native = { dialect: 'messages', body: body as Record<string, unknown>, headers };
+    return request;
+  },
   renderer: (request, model, prompt) => new MessagesRenderer(request, model, prompt),
   errorBody: errorJson,
 };

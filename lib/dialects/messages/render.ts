@@ -52,6 +52,8 @@ export class MessagesRenderer implements Renderer {
   /** Chat tool call index -> content block index. */
   readonly #tools = new Map<number, number>();
   #finish: FinishReason | null = null;
+  /** The upstream's own closing events (native path), held until close(): after the debit. */
+  #nativeEnd: string | undefined;
 
   constructor(_request: ChatRequest, model: string, prompt: number) {
     this.#model = model;
@@ -59,6 +61,7 @@ export class MessagesRenderer implements Renderer {
   }
 
   complete(answer: Answer): string {
+    if (answer.native !== undefined) return answer.native;
     const choice = answer.choices[0];
     const content: unknown[] = [];
     const m = choice?.message;
@@ -105,7 +108,15 @@ export class MessagesRenderer implements Renderer {
     return '';
   }
 
-  chunk(choices: readonly ChunkChoice[]): string {
+  chunk(choices: readonly ChunkChoice[], native?: string): string {
+    if (native !== undefined) {
+      if (native.startsWith('event: message_delta') || native.startsWith('event: message_stop')) {
+        this.#nativeEnd = (this.#nativeEnd ?? '') + native;
+        return '';
+      }
+      this.#started = true;
+      return native;
+    }
     let out = this.#start();
     for (const c of choices) {
       if (c.index !== 0) continue; // Messages has one answer
@@ -134,6 +145,7 @@ export class MessagesRenderer implements Renderer {
   }
 
   close(usage: Usage): string {
+    if (this.#nativeEnd !== undefined) return this.#nativeEnd;
     const delta = { stop_reason: stopReason(this.#finish), stop_sequence: null };
     return this.#start() + this.#stop() +
       event('message_delta', JSON.stringify({ type: 'message_delta', delta, usage: usageJson(usage) })) +

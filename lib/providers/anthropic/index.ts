@@ -7,6 +7,8 @@ import type { ProviderConfig } from '../../config/types.js';
 import { HttpProvider, type StreamTranslator as Translator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
 import type { ProviderCall } from '../types.js';
+import { isObj, parseJson } from '../shared.js';
+import { NativeTranslator, isNative } from './native.js';
 import { StreamTranslator, buildRequest, toCompletion } from './translate.js';
 
 /** Statuses that mean "not now": rate-limited, unavailable, overloaded (Anthropic's 529). */
@@ -23,15 +25,30 @@ export class AnthropicProvider extends HttpProvider {
     super(name, config, { path: '/v1/messages', headers, unavailable: UNAVAILABLE });
   }
 
+  // A client speaking Messages itself goes natively (native.ts): its body with the model
+  // rewritten, anthropic-beta passed on; the answer read for metering and passed back whole.
+
   protected body(call: ProviderCall, stream: boolean): string {
+    if (isNative(call)) return JSON.stringify({ ...call.request.native!.body, model: call.upstreamModel });
     return JSON.stringify(buildRequest(call, stream, this.config.forward_params));
   }
 
-  protected completion(text: string, call: ProviderCall): ChoicesAndUsage {
-    return toCompletion(text, call, this.name);
+  protected override callHeaders(call: ProviderCall): Record<string, string> {
+    if (!isNative(call)) return this.headers;
+    return { ...call.request.native!.headers, ...this.headers };
+  }
+
+  protected completion(text: string, call: ProviderCall): ChoicesAndUsage & { native?: string } {
+    const result: ChoicesAndUsage & { native?: string } = toCompletion(text, call, this.name);
+    if (isNative(call)) {
+      const body = parseJson(text);
+      if (isObj(body)) result.native = JSON.stringify({ ...body, model: call.model.id });
+    }
+    return result;
   }
 
   protected translator(call: ProviderCall): Translator {
-    return new StreamTranslator(call, this.name);
+    const inner = new StreamTranslator(call, this.name);
+    return isNative(call) ? new NativeTranslator(inner, call.model.id) : inner;
   }
 }
