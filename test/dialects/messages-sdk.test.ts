@@ -291,3 +291,18 @@ t.test('native falls back to an OpenAI-compatible target through the translated 
   t.equal(before.balance_units - after.balance_units, 7 + 4);
   t.equal(after.held_units, 0);
 });
+
+t.test('count_tokens on an Anthropic model: the upstream own count, the tokenizer when it fails', async (t) => {
+  ant.setScript((req, res) => (req.url === '/v1/messages/count_tokens' ? json(res, 200, { input_tokens: 4242 }) : json(res, 500, {})));
+  const before = await balance();
+  const res = await client().messages.countTokens({ model: 'm-ant', messages: [{ role: 'user', content: 'Hello' }] }, { headers: { 'anthropic-beta': 'b1' } });
+  t.equal(res.input_tokens, 4242);
+  const seen = ant.requests.at(-1)!;
+  t.equal(seen.url, '/v1/messages/count_tokens');
+  t.same(seen.body, { model: 'claude-sonnet-4-5-20250929', messages: [{ role: 'user', content: 'Hello' }] });
+  t.equal(seen.headers['anthropic-beta'], 'b1');
+  ant.setScript((_req, res) => json(res, 500, { type: 'error', error: { type: 'api_error', message: 'down' } }));
+  const fallback = await client().messages.countTokens({ model: 'm-ant', messages: [{ role: 'user', content: 'Hello' }] });
+  t.ok(fallback.input_tokens > 0 && fallback.input_tokens < 100, `the tokenizer's ${fallback.input_tokens}`);
+  t.equal(await balance(), before, 'never charged');
+});

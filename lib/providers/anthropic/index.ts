@@ -6,9 +6,11 @@
 import type { ProviderConfig } from '../../config/types.js';
 import { HttpProvider, type StreamTranslator as Translator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
+import type { NativeRequest } from '../../chat/types.js';
+import { readCapped } from '../../upstream/http.js';
 import type { ProviderCall } from '../types.js';
 import { isObj, parseJson } from '../shared.js';
-import { NativeTranslator, isNative } from './native.js';
+import { NATIVE_DIALECT, NativeTranslator, isNative } from './native.js';
 import { StreamTranslator, buildRequest, toCompletion } from './translate.js';
 
 /** Statuses that mean "not now": rate-limited, unavailable, overloaded (Anthropic's 529). */
@@ -50,5 +52,20 @@ export class AnthropicProvider extends HttpProvider {
   protected translator(call: ProviderCall): Translator {
     const inner = new StreamTranslator(call, this.name);
     return isNative(call) ? new NativeTranslator(inner, call.model.id) : inner;
+  }
+
+  /** POST /v1/messages/count_tokens: Anthropic's own count of a Messages request. */
+  async countNative(native: NativeRequest, upstreamModel: string, signal: AbortSignal): Promise<number | undefined> {
+    if (native.dialect !== NATIVE_DIALECT) return undefined;
+    const body: Record<string, unknown> = { ...native.body, model: upstreamModel };
+    delete body.max_tokens;
+    delete body.stream;
+    const res = await this.endpoint.pool.request({
+      method: 'POST', path: `${this.endpoint.basePath}/v1/messages/count_tokens`, headers: { ...native.headers, ...this.headers }, body: JSON.stringify(body), signal,
+    });
+    const text = await readCapped(res.body, 65536);
+    if (res.statusCode !== 200) return undefined;
+    const v = parseJson(text);
+    return isObj(v) && typeof v.input_tokens === 'number' && Number.isSafeInteger(v.input_tokens) && v.input_tokens >= 0 ? v.input_tokens : undefined;
   }
 }

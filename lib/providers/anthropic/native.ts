@@ -10,7 +10,7 @@ import type { ProviderCall, StreamPart } from '../types.js';
 import type { StreamTranslator } from './translate.js';
 
 /** The dialect whose requests this provider's upstream takes as they are. */
-const NATIVE_DIALECT = 'messages';
+export const NATIVE_DIALECT = 'messages';
 
 export function isNative(call: ProviderCall): boolean {
   return call.request.native?.dialect === NATIVE_DIALECT;
