@@ -9,6 +9,9 @@ import { chatDialect } from './dialects/chat/index.js';
 import { configWarnings } from './config/cross-check.js';
 import { handleStoredResponse, responsesDialect } from './dialects/responses/index.js';
 import { handleEmbeddings } from './dialects/embeddings/index.js';
+import { countTokens } from './dialects/messages/count-tokens.js';
+import { messagesDialect } from './dialects/messages/index.js';
+import type { Dialect } from './dialects/types.js';
 import { validateConfig } from './config/load.js';
 import { checkRemovedPlans } from './config/removed-plans.js';
 import type { Config } from './config/types.js';
@@ -31,10 +34,12 @@ export interface GatewayOptions {
   logger?: Logger;
 }
 
-type V1Route = 'chat' | 'responses' | 'response' | 'embeddings' | 'models' | 'model' | 'unknown';
+type V1Route = 'chat' | 'messages' | 'messages_count_tokens' | 'responses' | 'response' | 'embeddings' | 'models' | 'model' | 'unknown';
 
 function v1Route(path: string): V1Route {
   if (path === '/v1/chat/completions') return 'chat';
+  if (path === '/v1/messages') return 'messages';
+  if (path === '/v1/messages/count_tokens') return 'messages_count_tokens';
   if (path === '/v1/responses') return 'responses';
   if (path === '/v1/embeddings') return 'embeddings';
   if (path.startsWith('/v1/responses/') && path.length > 14 && path.indexOf('/', 14) === -1) return 'response';
@@ -43,7 +48,16 @@ function v1Route(path: string): V1Route {
   return 'unknown';
 }
 
-const ALLOW: Record<V1Route, string> = { chat: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST', models: 'GET, HEAD', model: 'GET, HEAD', unknown: '' };
+/** The dialect whose error shape a path's answers take (unknown paths under it included). */
+function dialectOf(path: string): Dialect | undefined {
+  if (path === '/v1/messages' || path.startsWith('/v1/messages/')) return messagesDialect;
+  return undefined;
+}
+
+const ALLOW: Record<V1Route, string> = {
+  chat: 'POST', messages: 'POST', messages_count_tokens: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST',
+  models: 'GET, HEAD', model: 'GET, HEAD', unknown: '',
+};
 
 export class Gateway {
   readonly metrics = new Metrics();
@@ -192,6 +206,7 @@ export class Gateway {
   async #v1(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     const route = v1Route(path);
     const ctx = newContext(requestIdFor(req.headers['x-request-id']), route);
+    ctx.dialect = dialectOf(path);
     await this.#track(ctx, res, async () => {
       if (route === 'unknown') throw new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
       if (!ALLOW[route].includes(req.method ?? '')) {
@@ -213,6 +228,8 @@ export class Gateway {
       }
       else if (route === 'embeddings') await handleEmbeddings(state, this.metrics, ctx, req, res);
       else if (route === 'response') await handleStoredResponse(state, ctx, req, res, path.slice('/v1/responses/'.length));
+      else if (route === 'messages') await handleGeneration(messagesDialect, state, this.metrics, ctx, req, res);
+      else if (route === 'messages_count_tokens') await countTokens(state, ctx, req, res);
       else await this.#models(state, ctx, req, res, path);
     });
   }

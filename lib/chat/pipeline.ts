@@ -38,7 +38,7 @@ export async function handleGeneration(
     throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
   }
   const body = parseJsonBody(await readBody(req, state.config.server.max_body_bytes, state.config.server.body_timeout_ms));
-  const request = dialect.parse(body);
+  const request = dialect.parse(body, req);
   ctx.stream = request.stream;
   if (dialect.prepare !== undefined) await dialect.prepare(request, { store: state.store, account: ctx.principal.accountId, config: state.config });
   const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, (m) => {
@@ -55,7 +55,7 @@ export async function handleGeneration(
   const admitted = await admitAndHold(state, ctx, res, model, request, prompt);
   if (admitted === undefined) return;
   const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt);
-  const renderer = dialect.renderer(request, model.id);
+  const renderer = dialect.renderer(request, model.id, prompt);
   await settleAfter(admitted, ctx, () => request.stream
     ? streamAnswer(state, metrics, attempts, admitted.charge, ctx, res, renderer)
     : completeAnswer(metrics, attempts, admitted.charge, ctx, res, renderer));
@@ -232,7 +232,7 @@ async function completeAnswer(
       // debit is durable before the answer reports it.
       await charge.settle(usage);
       if (res.destroyed) return;
-      const answer = renderer.complete({ choices: result.choices, usage });
+      const answer = renderer.complete({ choices: result.choices, usage, native: result.native });
       if (renderer.keep !== undefined) await keep(renderer.keep(), ctx);
       const headers: Record<string, string> = { ...result.headers, ...ctx.rateHeaders, 'x-request-id': ctx.id };
       // Unmetered (store.on_error: open during an outage): no balance is known, none is claimed.
@@ -296,7 +296,7 @@ async function streamAnswer(
     for (;;) {
       const { target, admission } = attempts.next();
       const roleSent: boolean[] = [];
-      const held: ChunkChoice[][] = [];
+      const held: Array<{ choices: ChunkChoice[]; native?: string }> = [];
       text = '';
       let usage: Usage | undefined;
       try {
@@ -320,15 +320,15 @@ async function streamAnswer(
               if (c.delta.tool_calls !== undefined) for (const tc of c.delta.tool_calls) text += tc.function?.arguments ?? '';
             }
             if (!committed) {
-              if (!isSubstantive(part.choices, stopExplains)) { held.push(part.choices); continue; }
+              if (!isSubstantive(part.choices, stopExplains)) { held.push(part); continue; }
               commit();
             }
             if (ctx.ttfcMs === undefined) {
               ctx.ttfcMs = performance.now() - started;
               metrics.timeToFirstChunk.labels(target.provider.name).observe(ctx.ttfcMs / 1000);
             }
-            for (const h of held.splice(0)) res.write(renderer.chunk(h));
-            const ok = writeFrame(res, renderer.chunk(part.choices), call.signal);
+            for (const h of held.splice(0)) res.write(renderer.chunk(h.choices, h.native));
+            const ok = writeFrame(res, renderer.chunk(part.choices, part.native), call.signal);
             if (ok !== true && !(await ok)) {
               // The client left, or stopped reading until the time ran out: the upstream is
               // aborted and what was generated so far is charged.

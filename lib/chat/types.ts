@@ -30,6 +30,18 @@ export interface ChatRequest {
   maxOutputTokens: number | undefined;
   imageCount: number;
   body: Record<string, unknown>;
+  /**
+   * The client's own body in its dialect, for a provider whose upstream speaks that dialect
+   * natively (no lossy round trip); others use the fields above.
+   */
+  native?: NativeRequest;
+}
+
+export interface NativeRequest {
+  dialect: string;
+  body: Record<string, unknown>;
+  /** Client headers that such an upstream gets too (anthropic-beta). */
+  headers: Record<string, string>;
 }
 
 export type FinishReason = 'stop' | 'length' | 'tool_calls' | 'content_filter';

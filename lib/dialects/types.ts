@@ -21,6 +21,8 @@ export interface DialectEnv {
 export interface Answer {
   choices: CompletionChoice[];
   usage: Usage;
+  /** The upstream's own answer in the client's dialect (model rewritten), when it went natively. */
+  native?: string;
 }
 
 /** Renders one request's answer; created per request, so it may keep a stream's state. */
@@ -29,8 +31,11 @@ export interface Renderer {
   complete(answer: Answer): string;
   /** SSE frames sent when the stream commits (before any chunk); may be ''. */
   open(): string;
-  /** SSE frames for one upstream chunk's choices; may be ''. */
-  chunk(choices: readonly ChunkChoice[]): string;
+  /**
+   * SSE frames for one upstream chunk's choices; may be ''. `native`: the upstream's own event
+   * in this dialect (model rewritten), when the upstream speaks it natively.
+   */
+  chunk(choices: readonly ChunkChoice[], native?: string): string;
   /** SSE frames that end a whole answer, with its final usage. */
   close(usage: Usage): string;
   /** SSE frames telling of an error after the first byte; the stream then ends. */
@@ -48,14 +53,17 @@ export interface Dialect {
   /** The caller's credential as an `Authorization` value (Messages also takes x-api-key). */
   credential(req: IncomingMessage): string | undefined;
   /** The validated internal request; throws GatewayError (400s) on a bad body. */
-  parse(body: unknown): ChatRequest;
+  parse(body: unknown, req: IncomingMessage): ChatRequest;
   /**
    * Optional: runs after parse, once the caller is authenticated and before the model is
    * resolved (Responses prepends the stored conversation of previous_response_id).
    */
   prepare?(request: ChatRequest, env: DialectEnv): Promise<void>;
-  /** A new renderer for this request, answering as `model` (the catalog slug). */
-  renderer(request: ChatRequest, model: string): Renderer;
+  /**
+   * A new renderer for this request, answering as `model` (the catalog slug); `prompt` is the
+   * gateway's estimate of the prompt's tokens (Messages announces it before the answer).
+   */
+  renderer(request: ChatRequest, model: string, prompt: number): Renderer;
   /** The body of an error answer before the first byte, in this dialect's shape. */
   errorBody(err: GatewayError, requestId: string): string;
 }

@@ -52,11 +52,15 @@ export abstract class HttpProvider implements Provider {
   protected abstract completion(text: string, call: ProviderCall, status: number): ChoicesAndUsage;
   /** A fresh translator for one stream, answered with HTTP status `status`. */
   protected abstract translator(call: ProviderCall, status: number): StreamTranslator;
+  /** The headers of one call: the provider's own, unless a call adds some. */
+  protected callHeaders(_call: ProviderCall): Record<string, string> {
+    return this.headers;
+  }
 
   async #send(call: ProviderCall, stream: boolean): Promise<Dispatcher.ResponseData> {
     try {
       return await this.endpoint.pool.request({
-        method: 'POST', path: this.#path, headers: this.headers, body: this.body(call, stream), signal: call.signal,
+        method: 'POST', path: this.#path, headers: this.callHeaders(call), body: this.body(call, stream), signal: call.signal,
       });
     } catch (err) {
       throw transportError(err, call.signal, this.name);

@@ -2,7 +2,7 @@
 // upstream's, and its upstream's answers, events and errors back into ours; the pipeline
 // adds ids, model slugs and framing, so no provider ever writes to a client.
 
-import type { ChatRequest, ChunkChoice, CompletionChoice, Usage } from '../chat/types.js';
+import type { ChatRequest, ChunkChoice, CompletionChoice, NativeRequest, Usage } from '../chat/types.js';
 import type { ModelConfig, ProviderConfig } from '../config/types.js';
 
 export interface ProviderCall {
@@ -20,10 +20,13 @@ export interface CompletionResult {
   choices: CompletionChoice[];
   usage: Usage | undefined;
   headers: Record<string, string>;
+  /** The upstream's answer in the client's dialect, when the call went natively. */
+  native?: string;
 }
 
 export type StreamPart =
-  | { kind: 'choices'; choices: ChunkChoice[] }
+  /** `native`: the upstream's own event in the client's dialect, when the call went natively. */
+  | { kind: 'choices'; choices: ChunkChoice[]; native?: string }
   | { kind: 'usage'; usage: Usage };
 
 export interface UpstreamStream extends AsyncIterable<StreamPart> {
@@ -71,5 +74,10 @@ export interface Provider {
   discover?(signal: AbortSignal): Promise<DiscoveredModel[]>;
   /** The upstream's own token count of `text` (vLLM's and llama.cpp's POST /tokenize). */
   tokenize?(text: string, upstreamModel: string, signal: AbortSignal): Promise<number>;
+  /**
+   * The upstream's own count of a request's prompt tokens, for a client speaking the upstream's
+   * dialect natively (`native.dialect`); undefined when this upstream cannot count it.
+   */
+  countNative?(native: NativeRequest, upstreamModel: string, signal: AbortSignal): Promise<number | undefined>;
   close(): Promise<void>;
 }

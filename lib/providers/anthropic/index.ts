@@ -6,7 +6,11 @@
 import type { ProviderConfig } from '../../config/types.js';
 import { HttpProvider, type StreamTranslator as Translator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
+import type { NativeRequest } from '../../chat/types.js';
+import { readCapped } from '../../upstream/http.js';
 import type { ProviderCall } from '../types.js';
+import { isObj, parseJson } from '../shared.js';
+import { NATIVE_DIALECT, NativeTranslator, isNative } from './native.js';
 import { StreamTranslator, buildRequest, toCompletion } from './translate.js';
 
 /** Statuses that mean "not now": rate-limited, unavailable, overloaded (Anthropic's 529). */
@@ -23,15 +27,45 @@ export class AnthropicProvider extends HttpProvider {
     super(name, config, { path: '/v1/messages', headers, unavailable: UNAVAILABLE });
   }
 
+  // A client speaking Messages itself goes natively (native.ts): its body with the model
+  // rewritten, anthropic-beta passed on; the answer read for metering and passed back whole.
+
   protected body(call: ProviderCall, stream: boolean): string {
+    if (isNative(call)) return JSON.stringify({ ...call.request.native!.body, model: call.upstreamModel });
     return JSON.stringify(buildRequest(call, stream, this.config.forward_params));
   }
 
-  protected completion(text: string, call: ProviderCall, status: number): ChoicesAndUsage {
-    return toCompletion(text, call, this.name, status);
+  protected override callHeaders(call: ProviderCall): Record<string, string> {
+    if (!isNative(call)) return this.headers;
+    return { ...call.request.native!.headers, ...this.headers };
+  }
+
+  protected completion(text: string, call: ProviderCall, status: number): ChoicesAndUsage & { native?: string } {
+    const result: ChoicesAndUsage & { native?: string } = toCompletion(text, call, this.name, status);
+    if (isNative(call)) {
+      const body = parseJson(text);
+      if (isObj(body)) result.native = JSON.stringify({ ...body, model: call.model.id });
+    }
+    return result;
   }
 
   protected translator(call: ProviderCall, status: number): Translator {
-    return new StreamTranslator(call, this.name, status);
+    const inner = new StreamTranslator(call, this.name, status);
+    return isNative(call) ? new NativeTranslator(inner, call.model.id) : inner;
+  }
+
+  /** POST /v1/messages/count_tokens: Anthropic's own count of a Messages request. */
+  async countNative(native: NativeRequest, upstreamModel: string, signal: AbortSignal): Promise<number | undefined> {
+    if (native.dialect !== NATIVE_DIALECT) return undefined;
+    const body: Record<string, unknown> = { ...native.body, model: upstreamModel };
+    delete body.max_tokens;
+    delete body.stream;
+    const res = await this.endpoint.pool.request({
+      method: 'POST', path: `${this.endpoint.basePath}/v1/messages/count_tokens`, headers: { ...native.headers, ...this.headers }, body: JSON.stringify(body), signal,
+    });
+    const text = await readCapped(res.body, 65536);
+    if (res.statusCode !== 200) return undefined;
+    const v = parseJson(text);
+    return isObj(v) && typeof v.input_tokens === 'number' && Number.isSafeInteger(v.input_tokens) && v.input_tokens >= 0 ? v.input_tokens : undefined;
   }
 }

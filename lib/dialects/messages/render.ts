@@ -1,0 +1,158 @@
+// The internal answer and chunks -> Anthropic Messages answers and named SSE events. A stream is
+// rebuilt block by block (text, thinking, tool_use with its arguments as input_json_delta), as
+// Anthropic would have sent it; the closing message_delta and message_stop wait for close(),
+// which the pipeline calls only once the debit is durable.
+
+import { randomUUID } from 'node:crypto';
+import type { ChatRequest, ChunkChoice, FinishReason, Usage } from '../../chat/types.js';
+import type { GatewayError } from '../../errors.js';
+import type { Answer, Renderer } from '../types.js';
+import { errorJson } from './errors.js';
+
+type StopReason = 'end_turn' | 'max_tokens' | 'stop_sequence' | 'tool_use';
+
+function stopReason(f: FinishReason | null | undefined): StopReason {
+  switch (f) {
+    case 'length': return 'max_tokens';
+    case 'tool_calls': return 'tool_use';
+    default: return 'end_turn'; // stop, content_filter: the chat form cannot tell which stop sequence
+  }
+}
+
+export function messageId(): string {
+  return `msg_${randomUUID().replace(/-/g, '')}`;
+}
+
+function usageJson(u: Usage): Record<string, number> {
+  return { input_tokens: u.prompt_tokens, output_tokens: u.completion_tokens, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 };
+}
+
+function toolInput(args: string): unknown {
+  try {
+    const v: unknown = JSON.parse(args);
+    return v !== null && typeof v === 'object' && !Array.isArray(v) ? v : {};
+  } catch {
+    return {};
+  }
+}
+
+export function event(name: string, json: string): string {
+  return `event: ${name}\ndata: ${json}\n\n`;
+}
+
+type BlockKind = 'text' | 'thinking' | 'tool';
+
+export class MessagesRenderer implements Renderer {
+  readonly #model: string;
+  readonly #prompt: number;
+  #started = false;
+  /** The open block's index and kind; -1 before the first. */
+  #index = -1;
+  #kind: BlockKind | undefined;
+  /** Chat tool call index -> content block index. */
+  readonly #tools = new Map<number, number>();
+  #finish: FinishReason | null = null;
+  /** The upstream's own closing events (native path), held until close(): after the debit. */
+  #nativeEnd: string | undefined;
+
+  constructor(_request: ChatRequest, model: string, prompt: number) {
+    this.#model = model;
+    this.#prompt = prompt;
+  }
+
+  complete(answer: Answer): string {
+    if (answer.native !== undefined) return answer.native;
+    const choice = answer.choices[0];
+    const content: unknown[] = [];
+    const m = choice?.message;
+    if (m?.reasoning_content !== undefined && m.reasoning_content !== '') content.push({ type: 'thinking', thinking: m.reasoning_content, signature: '' });
+    if (m?.content !== undefined && m.content !== null && m.content !== '') content.push({ type: 'text', text: m.content });
+    for (const c of m?.tool_calls ?? []) content.push({ type: 'tool_use', id: c.id, name: c.function.name, input: toolInput(c.function.arguments) });
+    return JSON.stringify({
+      id: messageId(), type: 'message', role: 'assistant', model: this.#model, content,
+      stop_reason: stopReason(choice?.finish_reason), stop_sequence: null, usage: usageJson(answer.usage),
+    });
+  }
+
+  #start(): string {
+    if (this.#started) return '';
+    this.#started = true;
+    const message = {
+      id: messageId(), type: 'message', role: 'assistant', model: this.#model, content: [], stop_reason: null, stop_sequence: null,
+      usage: { input_tokens: this.#prompt, output_tokens: 0, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 },
+    };
+    return event('message_start', JSON.stringify({ type: 'message_start', message })) + event('ping', '{"type":"ping"}');
+  }
+
+  /** Closes the open block, if any, and opens a new one of `kind`. */
+  #open(kind: BlockKind, block: unknown): string {
+    const out = this.#stop();
+    this.#index++;
+    this.#kind = kind;
+    return out + event('content_block_start', JSON.stringify({ type: 'content_block_start', index: this.#index, content_block: block }));
+  }
+
+  #stop(): string {
+    if (this.#kind === undefined) return '';
+    this.#kind = undefined;
+    return event('content_block_stop', `{"type":"content_block_stop","index":${this.#index}}`);
+  }
+
+  #delta(index: number, delta: unknown): string {
+    return event('content_block_delta', JSON.stringify({ type: 'content_block_delta', index, delta }));
+  }
+
+  open(): string {
+    // message_start goes with the first chunk: until then keep-alives (SSE comments) are all
+    // a client sees, and a stream failing before any chunk is one `error` event.
+    return '';
+  }
+
+  chunk(choices: readonly ChunkChoice[], native?: string): string {
+    if (native !== undefined) {
+      if (native.startsWith('event: message_delta') || native.startsWith('event: message_stop')) {
+        this.#nativeEnd = (this.#nativeEnd ?? '') + native;
+        return '';
+      }
+      this.#started = true;
+      return native;
+    }
+    let out = this.#start();
+    for (const c of choices) {
+      if (c.index !== 0) continue; // Messages has one answer
+      const d = c.delta;
+      if (d.reasoning_content !== undefined && d.reasoning_content !== '') {
+        if (this.#kind !== 'thinking') out += this.#open('thinking', { type: 'thinking', thinking: '', signature: '' });
+        out += this.#delta(this.#index, { type: 'thinking_delta', thinking: d.reasoning_content });
+      }
+      if (typeof d.content === 'string' && d.content !== '') {
+        if (this.#kind !== 'text') out += this.#open('text', { type: 'text', text: '' });
+        out += this.#delta(this.#index, { type: 'text_delta', text: d.content });
+      }
+      for (const tc of d.tool_calls ?? []) {
+        let index = this.#tools.get(tc.index);
+        if (index === undefined) {
+          out += this.#open('tool', { type: 'tool_use', id: tc.id ?? `toolu_${randomUUID().replace(/-/g, '')}`, name: tc.function?.name ?? '', input: {} });
+          index = this.#index;
+          this.#tools.set(tc.index, index);
+        }
+        const args = tc.function?.arguments;
+        if (args !== undefined && args !== '') out += this.#delta(index, { type: 'input_json_delta', partial_json: args });
+      }
+      if (c.finish_reason !== null) this.#finish = c.finish_reason;
+    }
+    return out;
+  }
+
+  close(usage: Usage): string {
+    if (this.#nativeEnd !== undefined) return this.#nativeEnd;
+    const delta = { stop_reason: stopReason(this.#finish), stop_sequence: null };
+    return this.#start() + this.#stop() +
+      event('message_delta', JSON.stringify({ type: 'message_delta', delta, usage: usageJson(usage) })) +
+      event('message_stop', '{"type":"message_stop"}');
+  }
+
+  fail(err: GatewayError, requestId: string): string {
+    return event('error', errorJson(err, requestId));
+  }
+}
