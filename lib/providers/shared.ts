@@ -18,6 +18,11 @@ export function isObj(v: unknown): v is Obj {
   return v !== null && typeof v === 'object' && !Array.isArray(v);
 }
 
+/** A token count an upstream may report: a non-negative safe integer. */
+export function isCount(v: unknown): v is number {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+}
+
 export function parseJson(text: string): unknown {
   try {
     return JSON.parse(text);

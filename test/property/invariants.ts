@@ -151,3 +151,23 @@ export function echoesMoreThan(message: string, input: string, max = 256): boole
   for (let i = 0; i + max < message.length; i++) if (input.includes(message.slice(i, i + max + 1))) return true;
   return false;
 }
+
+let accounts = 0;
+/** Every key freshAccount issued: credentials the logs must not hold. */
+export const issuedKeys: string[] = [];
+
+/**
+ * A new account and key for one generated case, so that whatever a failing case leaves
+ * behind (a hold, a slot) cannot make the cases fast-check shrinks to fail as well.
+ */
+export async function freshAccount(url: string, adminToken: string, plan: string, units: number): Promise<{ account: string; key: string }> {
+  const account = `case-${process.pid}-${++accounts}`;
+  const headers = { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' };
+  const created = await request(`${url}/admin/accounts`, { method: 'POST', headers, body: JSON.stringify({ id: account, plan, wallet_units: units }) });
+  assert.equal(created.statusCode, 201, await created.body.text());
+  const issued = await request(`${url}/admin/accounts/${account}/keys`, { method: 'POST', headers });
+  const body: any = await issued.body.json();
+  assert.equal(issued.statusCode, 201);
+  issuedKeys.push(body.key);
+  return { account, key: body.key };
+}

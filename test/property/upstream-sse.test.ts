@@ -15,7 +15,7 @@ import { baseConfig, startGateway, DEMO_KEY, type TestGateway } from '../helpers
 import { startUpstream, type FakeUpstream } from '../helpers/upstream.js';
 import { counter } from '../../lib/tokens/count.js';
 import { holds } from './arbitraries.js';
-import { assertChatAnswer, contractCost, eventually, usageTotals, wallet } from './invariants.js';
+import { assertChatAnswer, contractCost, eventually, freshAccount, issuedKeys, usageTotals, wallet } from './invariants.js';
 
 const ADMIN = 'admin-token-upstream-sse-0123456789';
 const PRICE = { input_per_mtok: 1000, output_per_mtok: 3000 };
@@ -207,11 +207,12 @@ t.test('any split of any stream: the whole text then [DONE], or a contract error
     const plan = provider === 'oai' ? openaiPlan(s) : anthropicPlan(s);
     const bytes = frame(plan, w);
     current = { bytes, cuts: cutsOf(split, bytes.length) };
-    const before = await wallet(gw.url, ADMIN, 'demo');
-    const totals = await usageTotals(gw.url, ADMIN, 'demo');
+    const { account, key } = await freshAccount(gw.url, ADMIN, 'free', 1e12);
+    const before = await wallet(gw.url, ADMIN, account);
+    const totals = await usageTotals(gw.url, ADMIN, account);
     const res = await request(`${gw.url}/v1/chat/completions`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json' },
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model: plan.provider === 'oai' ? 'llama' : 'claude', messages: [{ role: 'user', content: 'Tell me.' }], stream: true, stream_options: { include_usage: includeUsage } }),
       headersTimeout: 10_000, bodyTimeout: 10_000,
     });
@@ -235,11 +236,11 @@ t.test('any split of any stream: the whole text then [DONE], or a contract error
 
     // The charge: the contract's cost of the usage, once; recorded with the debited figures.
     const after = await eventually(async () => {
-      const u = await usageTotals(gw.url, ADMIN, 'demo');
+      const u = await usageTotals(gw.url, ADMIN, account);
       assert.equal(u.requests, totals.requests + 1, 'one usage record');
-      const w = await wallet(gw.url, ADMIN, 'demo');
+      const w = await wallet(gw.url, ADMIN, account);
       assert.equal(w.held_units, 0, 'the hold is released');
-      assert.equal(await gw.gateway.slotsInUse('demo'), 0, 'the slot is free');
+      assert.equal(await gw.gateway.slotsInUse(account), 0, 'the slot is free');
       return { u, w };
     });
     const units = after.u.units - totals.units;
@@ -256,5 +257,5 @@ t.test('any split of any stream: the whole text then [DONE], or a contract error
 t.test('the logs hold no credential', async (t) => {
   const logs = gw.logs();
   t.ok(logs.length > 0);
-  for (const secret of [DEMO_KEY, ADMIN, 'sk-upstream-sse-secret']) t.notOk(logs.includes(secret), 'a credential is not in the logs');
+  for (const secret of [...issuedKeys, DEMO_KEY, ADMIN, 'sk-upstream-sse-secret']) t.notOk(logs.includes(secret), 'a credential is not in the logs');
 });

@@ -7,7 +7,7 @@ import type {
 } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import { EMPTY_ANSWER, isEmptyAnswer, isObj, mapErrorValue, parseJson, type Obj } from '../shared.js';
+import { EMPTY_ANSWER, isCount, isEmptyAnswer, isObj, mapErrorValue, parseJson, type Obj } from '../shared.js';
 import type { ProviderCall, StreamPart } from '../types.js';
 
 type Block = Obj;
@@ -162,7 +162,7 @@ export function finishReason(v: unknown): FinishReason {
 }
 
 function count(v: unknown): number | undefined {
-  return typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : undefined;
+  return isCount(v) ? v : undefined;
 }
 
 /** Anthropic usage -> ours: the prompt includes the tokens written to and read from the cache. */
@@ -172,6 +172,7 @@ export function usageOf(v: unknown): Usage | undefined {
   const output = count(v.output_tokens);
   if (input === undefined || output === undefined) return undefined;
   const prompt = input + (count(v.cache_creation_input_tokens) ?? 0) + (count(v.cache_read_input_tokens) ?? 0);
+  if (!Number.isSafeInteger(prompt + output)) return undefined;
   return { prompt_tokens: prompt, completion_tokens: output, total_tokens: prompt + output };
 }
 

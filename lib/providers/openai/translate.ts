@@ -7,7 +7,7 @@ import type {
 } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import { EMPTY_ANSWER, isEmptyAnswer, isObj, mapErrorValue, parseJson, type Obj } from '../shared.js';
+import { EMPTY_ANSWER, isCount, isEmptyAnswer, isObj, mapErrorValue, parseJson, type Obj } from '../shared.js';
 import type { DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
 
 function finishReason(v: unknown, hasToolCalls: boolean): FinishReason {
@@ -26,13 +26,16 @@ function logprobs(v: unknown): Logprobs | null {
   };
 }
 
+/**
+ * The upstream's usage, when it is one that can be charged exactly: counts that are safe
+ * integers (JSON numbers past 2^53 have already lost their value). Otherwise none, and the
+ * answer is counted.
+ */
 export function usageOf(v: unknown): Usage | undefined {
   if (!isObj(v)) return undefined;
   const p = v.prompt_tokens;
   const c = v.completion_tokens;
-  if (typeof p !== 'number' || typeof c !== 'number' || !Number.isInteger(p) || !Number.isInteger(c) || p < 0 || c < 0) {
-    return undefined;
-  }
+  if (!isCount(p) || !isCount(c) || !Number.isSafeInteger(p + c)) return undefined;
   return { prompt_tokens: p, completion_tokens: c, total_tokens: p + c };
 }
 
@@ -54,7 +57,7 @@ function toolCalls(v: unknown): ToolCall[] | undefined {
 function toolCallDeltas(v: unknown): ToolCallDelta[] | undefined {
   if (!Array.isArray(v) || v.length === 0) return undefined;
   return v.filter(isObj).map((c, i) => {
-    const d: ToolCallDelta = { index: typeof c.index === 'number' ? c.index : i };
+    const d: ToolCallDelta = { index: isCount(c.index) ? c.index : i };
     if (typeof c.id === 'string') d.id = c.id;
     if (c.type === 'function' || typeof c.id === 'string') d.type = 'function';
     if (isObj(c.function)) {
@@ -84,7 +87,7 @@ export function normalizeCompletion(text: string, call: ProviderCall, provider: 
     };
     if (calls !== undefined) message.tool_calls = calls;
     return {
-      index: typeof c.index === 'number' ? c.index : i,
+      index: isCount(c.index) ? c.index : i,
       message,
       logprobs: logprobs(c.logprobs),
       finish_reason: finishReason(c.finish_reason, calls !== undefined),
@@ -105,7 +108,7 @@ function chunkChoice(c: Obj, i: number): ChunkChoice {
   const calls = toolCallDeltas(d.tool_calls);
   if (calls !== undefined) delta.tool_calls = calls;
   const out: ChunkChoice = {
-    index: typeof c.index === 'number' ? c.index : i,
+    index: isCount(c.index) ? c.index : i,
     delta,
     finish_reason: c.finish_reason === null || c.finish_reason === undefined ? null : finishReason(c.finish_reason, false),
   };
