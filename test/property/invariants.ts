@@ -171,3 +171,10 @@ export async function freshAccount(url: string, adminToken: string, plan: string
   issuedKeys.push(body.key);
   return { account, key: body.key };
 }
+
+/** One assertion that none of `secrets` appears in the captured logs (shown by prefix only). */
+export function assertNoCredentials(t: { ok(...args: any[]): unknown; same(...args: any[]): unknown }, logs: string, secrets: string[]): void {
+  t.ok(logs.length > 0, 'the gateway logged');
+  const leaked = secrets.filter((s) => s !== '' && logs.includes(s)).map((s) => `${s.slice(0, 6)}… (${s.length} chars)`);
+  t.same(leaked, [], `none of ${secrets.length} credentials is in the logs`);
+}

@@ -11,7 +11,7 @@ import { baseConfig, startGateway, DEMO_KEY, type TestGateway } from '../helpers
 import { startUpstream, type FakeUpstream } from '../helpers/upstream.js';
 import { counter } from '../../lib/tokens/count.js';
 import { holds, oddString, oddValue } from './arbitraries.js';
-import { assertChatAnswer, contractCost, eventually, freshAccount, issuedKeys, wallet } from './invariants.js';
+import { assertChatAnswer, contractCost, eventually, freshAccount, issuedKeys, wallet, assertNoCredentials } from './invariants.js';
 
 const ADMIN = 'admin-token-upstream-json-0123456789';
 const UPSTREAM_KEY = 'sk-upstream-json-secret';
@@ -149,7 +149,5 @@ t.test('odd upstream answers: 200 schema-valid and charged the cost of its usage
 });
 
 t.test('the logs hold no credential', async (t) => {
-  const logs = gw.logs();
-  t.ok(logs.length > 0);
-  for (const secret of [...issuedKeys, DEMO_KEY, ADMIN, UPSTREAM_KEY]) t.notOk(logs.includes(secret), 'a credential is not in the logs');
+  assertNoCredentials(t, gw.logs(), [...issuedKeys, DEMO_KEY, ADMIN, UPSTREAM_KEY]);
 });
