@@ -411,3 +411,13 @@ t.test('an inexact usage is not charged: the answer is counted', async (t) => {
   t.same(schemas.completion(body), []);
   t.ok(body.usage.completion_tokens < 10, 'the answer is counted');
 });
+
+// Found by test/property/logs: an upstream that echoes the key it was sent had the operator's
+// key passed on to the client in the error message.
+t.test('the upstream key never reaches the client, even when the upstream echoes it', async (t) => {
+  ant.setScript((req, res) => json(res, 400, { type: 'error', error: { type: 'invalid_request_error', message: `invalid x-api-key ${req.headers['x-api-key']}` } }));
+  const res = await postChat(gw.url, { model: 'claude', messages: [{ role: 'user', content: 'hi' }] });
+  t.equal(res.status, 400);
+  t.notMatch(res.text, /sk-ant-secret/);
+  t.match(res.json().message, /invalid x-api-key \[redacted\]/);
+});
