@@ -10,7 +10,7 @@ import { request } from 'undici';
 import { baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { chatBody, contentType, edgeNumber, holds, isJsonMediaType, numberLikeString, serialize, userTurn } from './arbitraries.js';
 import { acceptable, outcomes, type Catalog } from './chat-oracle.js';
-import { assertChatAnswer, contractCost, eventually, freshAccount, issuedKeys, wallet, assertNoCredentials, type Answer } from './invariants.js';
+import { assertChatAnswer, assertNoCredentials, contractCost, echoesMoreThan, eventually, freshAccount, issuedKeys, wallet, type Answer } from './invariants.js';
 
 const ADMIN = 'admin-token-chat-body-0123456789';
 const PRICE = { input_per_mtok: 1000, output_per_mtok: 3000 };
@@ -129,4 +129,25 @@ t.test('odd Content-Type and charset: JSON media types are read, anything else i
 
 t.test('the logs hold no credential', async (t) => {
   assertNoCredentials(t, gw.logs(), [...issuedKeys, ADMIN]);
+});
+
+// Awaits the bounded-work fix (CONTRACT section 10: "an error message never echoes more than
+// 256 characters of client input"): today the 404 for an unknown model, and the 400s for a
+// role, a content part type, an image detail or a tool call type, repeat the value whole.
+t.test('an error message never echoes more than 256 characters of client input', async (t) => {
+  const long = fc.tuple(fc.constantFrom('a', 'é', '🦜', 'x y', 'model-'), fc.integer({ min: 50, max: 3000 })).map(([s, n]) => s.repeat(n)).filter((s) => s.length > 256);
+  const place = fc.constantFrom('model', 'role', 'part', 'detail', 'tool');
+  await holds(t, 'bounded echo', fc.asyncProperty(long, place, async (s, where) => {
+    const user: Record<string, unknown> = { role: 'user', content: 'hi' };
+    const body: Record<string, unknown> = { model: where === 'model' ? s : 'echo-small', messages: [user] };
+    if (where === 'role') user.role = s;
+    if (where === 'part') user.content = [{ type: s }];
+    if (where === 'detail') user.content = [{ type: 'image_url', image_url: { url: 'https://example.com/a.png', detail: s } }];
+    if (where === 'tool') body.messages = [{ role: 'assistant', content: null, tool_calls: [{ id: 'c', type: s, function: { name: 'f', arguments: '{}' } }] }, user];
+    const who = await freshAccount(gw.url, ADMIN, 'free', 1000);
+    const got = assertChatAnswer(await post(JSON.stringify(body), { authorization: `Bearer ${who.key}`, 'content-type': 'application/json' }));
+    assert.equal(got.kind, 'error');
+    assert.equal(got.kind === 'error' && got.code, where === 'model' ? 'model_not_found' : 'unsupported_value');
+    assert.ok(got.kind === 'error' && !echoesMoreThan(got.message, s), `the message repeats at most 256 characters of the ${s.length}-character ${where}`);
+  }), 20);
 });
