@@ -190,3 +190,28 @@ t.test('POST /admin/accounts/{id}/keys: a working key for an account, 404 for no
 t.test('the logs hold no credential', async (t) => {
   assertNoCredentials(t, gw.logs(), [...issuedKeys, ADMIN]);
 });
+
+// Awaits the money fix (CONTRACT section 10: "a negative top-up never takes a balance below
+// zero (400 invalid_value, nothing changed)"; section 9: balances exact at any magnitude the
+// API accepts). Today a deduction larger than the balance is applied (the balance goes
+// negative), and a top-up past 2^53-1 is applied with the balance rounded.
+t.test('credits that would leave the balance below zero or past 2^53-1: 400 invalid_value, or exact', async (t) => {
+  const scenario = fc.oneof(
+    fc.record({ start: fc.integer({ min: 0, max: 1e6 }), over: fc.integer({ min: 1, max: 1e9 }) }).map(({ start, over }) => ({ start, units: -(start + over) })),
+    fc.record({ start: fc.integer({ min: 2 ** 50, max: 2 ** 53 - 2 }), units: fc.integer({ min: 1, max: 2 ** 53 - 1 }) }).filter(({ start, units }) => start + units > 2 ** 53 - 1),
+  );
+  await holds(t, 'balance bounds', fc.asyncProperty(scenario, async ({ start, units }) => {
+    const { account: id } = await freshAccount(gw.url, ADMIN, 'free', start);
+    const res = await call('POST', `/admin/accounts/${id}/credits`, JSON.stringify({ units, idempotency_key: 'k1' }), JSON_TYPE);
+    const now = exactBalance((await account(id)).text);
+    if (units < 0) {
+      assert.equal(tag(res), 'invalid_value:units', 'a deduction below zero is refused');
+      assert.equal(now, BigInt(start), 'nothing changed');
+    } else if (res.status === 200) {
+      assert.equal(now, BigInt(start) + BigInt(units), 'an accepted top-up is exact');
+    } else {
+      assert.equal(tag(res), 'invalid_value:units');
+      assert.equal(now, BigInt(start), 'nothing changed');
+    }
+  }), 20);
+});

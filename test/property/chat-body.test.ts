@@ -35,6 +35,9 @@ t.before(async () => {
   // max_concurrent set so that slots are counted; requests here run one at a time.
   c.plans = { free: { paid: false, max_concurrent: 4 }, pro: { paid: true, max_concurrent: 4 } };
   for (const m of c.models) m.price = PRICE;
+  // Prices no wallet can pay (CONTRACT section 9); only the money test below asks for them.
+  c.models.push({ id: 'echo-dear', provider: 'echo', price: { input_per_mtok: 2 ** 53 - 1, output_per_mtok: 2 ** 53 - 1 } });
+  c.models.push({ id: 'echo-dear-in', provider: 'echo', price: { input_per_mtok: 2 ** 44, output_per_mtok: 0 } });
   gw = await startGateway(c);
 });
 t.teardown(() => gw.close());
@@ -149,5 +152,24 @@ t.test('an error message never echoes more than 256 characters of client input',
     assert.equal(got.kind, 'error');
     assert.equal(got.kind === 'error' && got.code, where === 'model' ? 'model_not_found' : 'unsupported_value');
     assert.ok(got.kind === 'error' && !echoesMoreThan(got.message, s), `the message repeats at most 256 characters of the ${s.length}-character ${where}`);
+  }), 20);
+});
+
+// Awaits the money fix (cost in exact integer arithmetic, lib/billing/meter.ts): a hold
+// whose cost's intermediate product passes 2^53 answers 500 today; CONTRACT section 9 says
+// "a hold larger than any balance is a plain 402, never a 500".
+t.test('prices no wallet can pay: a plain 402 with the available balance, nothing held', async (t) => {
+  const scenario = fc.record({ model: fc.constantFrom('echo-dear', 'echo-dear-in'), units: fc.integer({ min: 0, max: 1e6 }), maxTokens: fc.option(fc.integer({ min: 1, max: 1024 }), { nil: undefined }), stream: fc.boolean() });
+  await holds(t, 'unpayable prices', fc.asyncProperty(scenario, async ({ model, units, maxTokens, stream }) => {
+    const who = await freshAccount(gw.url, ADMIN, 'free', units);
+    const body = { model, messages: [{ role: 'user', content: 'Count to three.' }], max_tokens: maxTokens, stream };
+    const got = assertChatAnswer(await post(JSON.stringify(body), { authorization: `Bearer ${who.key}`, 'content-type': 'application/json' }));
+    assert.equal(got.kind === 'error' && got.code, 'insufficient_credits', `402 insufficient_credits, got ${JSON.stringify(got)}`);
+    const w = await eventually(async () => {
+      const v = await wallet(gw.url, ADMIN, who.account);
+      assert.equal(v.held_units, 0);
+      return v;
+    });
+    assert.equal(w.balance_units, units, 'nothing charged');
   }), 20);
 });
