@@ -214,3 +214,38 @@ t.test('tollgate check as a child process: exit 0, or exit 1 with path: message 
     }
   }), 4);
 });
+
+// Awaits the config fix (CONTRACT section 10: "`check` ... refuses YAML alias bombs with a
+// `path: message` line"; section 9: amounts exact). Today: an alias to an anchor that is
+// not set, or too many aliases, throws a ReferenceError out of parseConfig (check prints
+// its stack trace); a key with a line break makes a problem span two lines; a complex
+// (collection) key prints Node's warning on check's stderr; wallet_units past 2^53-1 are
+// accepted, already rounded.
+const hostileYaml = fc.oneof(
+  fc.tuple(fc.constantFrom('server', 'models', 'accounts', 'x'), fc.stringMatching(/^[a-z]{1,6}$/)).map(([k, a]) => `${k}: *${a}\n`),
+  fc.integer({ min: 2, max: 12 }).map((n) => `a: &a [x, x]\n${Array.from({ length: n }, (_, i) => `b${i}: &b${i} [${Array(12).fill(i === 0 ? '*a' : `*b${i - 1}`).join(', ')}]`).join('\n')}\n`),
+  fc.tuple(fc.constantFrom('service', 'server', 'store'), fc.constantFrom('"a\\nb"', '"x\\ry"', '"\\u2028"')).map(([s, k]) => `${s}:\n  ${k}: 1\n`),
+  fc.constantFrom('? [a]\n: 1\n', 'server:\n  ? {port: 1}\n  : 2\n'),
+  fc.constantFrom('9007199254740993', '1e300', '18446744073709551616').map((n) => `accounts: [{id: a, plan: free, wallet_units: ${n}}]\n`),
+);
+
+t.test('hostile YAML: refused with one-line path: message problems, amounts exact', async (t) => {
+  await holds(t, 'hostile yaml', fc.property(hostileYaml, (text) => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.message);
+    process.on('warning', onWarning);
+    try {
+      const v = verdict(() => parseConfig(text, {}));
+      if (v.ok) for (const a of v.config.accounts) assert.ok(Number.isSafeInteger(a.wallet_units), `wallet_units ${a.wallet_units} accepted exactly`);
+    } finally {
+      process.off('warning', onWarning);
+    }
+    assert.deepEqual(warnings, [], 'no process warning');
+  }), 40);
+  const file = join(dir, 'alias.yaml');
+  await writeFile(file, 'server: *nowhere\n');
+  const out = await run(process.execPath, [BIN, 'check', '--config', file]).catch((e: any) => e);
+  t.equal(out.code, 1, 'tollgate check exits 1');
+  t.notMatch(String(out.stderr), STACK, 'no stack trace');
+  t.match(String(out.stderr), /^server: .+\n$/, 'one line naming the field');
+});
