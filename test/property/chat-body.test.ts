@@ -107,6 +107,23 @@ t.test('numbers at the edges where a number is wanted: 400 invalid_value or inva
   }), 100);
 });
 
+t.test('huge strings: served when they fit the context window, else 422 context_length_exceeded', async (t) => {
+  const huge = fc.record({
+    unit: fc.constantFrom('a', 'ab ', ' ', '\u{1f99c}', '\u00e9\u0301', 'x\n', '\ud800'),
+    size: fc.integer({ min: 50_000, max: 600_000 }),
+    where: fc.constantFrom('content', 'part', 'name', 'tool'),
+  });
+  await holds(t, 'huge strings', fc.asyncProperty(huge, who.filter((k) => !k.low), async ({ unit, size, where }, k) => {
+    const s = unit.repeat(Math.ceil(size / unit.length));
+    const m: Record<string, unknown> = where === 'part' ? { role: 'user', content: [{ type: 'text', text: s }] }
+      : where === 'name' ? { role: 'user', content: 'hi', name: s }
+        : where === 'tool' ? { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: s } }] }
+          : { role: 'user', content: s };
+    const text = serialize({ model: 'echo-small', messages: where === 'tool' ? [m, { role: 'user', content: 'hi' }] : [m] });
+    await exchange(text, k, 'application/json', outcomes(text, k.paid, CATALOG, k.low));
+  }), 8);
+});
+
 /** Bytes: random, a valid body cut short, a byte flipped, a BOM, invalid UTF-8 in a string. */
 const bytes: fc.Arbitrary<Buffer> = fc.oneof(
   fc.uint8Array({ maxLength: 64 }).map((a) => Buffer.from(a)),
