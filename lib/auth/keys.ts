@@ -15,6 +15,8 @@ export function keyIdOf(digest: string): string {
 export function bearer(header: string | undefined): string | undefined {
   if (header === undefined || header.length < 8) return undefined;
   if (header.slice(0, 7).toLowerCase() !== 'bearer ') return undefined;
-  const token = header.slice(7).trim();
+  // Only HTTP's optional whitespace (SP, HTAB) surrounds a credential; String#trim would also
+  // strip NBSP and other Unicode spaces and accept a credential that is not the key.
+  const token = header.slice(7).replace(/^[ \t]+|[ \t]+$/g, '');
   return token === '' ? undefined : token;
 }

@@ -129,7 +129,9 @@ function validateToolCalls(msg: Record<string, unknown>, path: string): void {
     const cp = `${path}.tool_calls[${k}]`;
     if (!isObject(c)) throw wrongType(cp, 'an object');
     if (typeof c.id !== 'string') throw c.id === undefined ? missing(`${cp}.id`) : wrongType(`${cp}.id`, 'a string');
-    if (c.type !== 'function') throw c.type === undefined ? missing(`${cp}.type`) : unsupported(`${cp}.type`, c.type, ['function']);
+    if (c.type === undefined) throw missing(`${cp}.type`);
+    if (typeof c.type !== 'string') throw wrongType(`${cp}.type`, 'a string');
+    if (c.type !== 'function') throw unsupported(`${cp}.type`, c.type, ['function']);
     const fn = c.function;
     if (!isObject(fn)) throw fn === undefined ? missing(`${cp}.function`) : wrongType(`${cp}.function`, 'an object');
     if (typeof fn.name !== 'string') throw fn.name === undefined ? missing(`${cp}.function.name`) : wrongType(`${cp}.function.name`, 'a string');
@@ -154,7 +156,8 @@ function validateMessages(value: unknown): { messages: ChatMessage[]; images: nu
     if (!ROLES.has(role)) throw unsupported(`${path}.role`, role, ROLES);
     images += validateContent(msg, path, role);
     if (msg.name !== undefined && typeof msg.name !== 'string') throw wrongType(`${path}.name`, 'a string');
-    if (role === 'assistant') validateToolCalls(msg, path);
+    // Any role's tool_calls reach the token estimate and the upstream: a malformed one is refused.
+    validateToolCalls(msg, path);
     if (role === 'tool') {
       if (msg.tool_call_id === undefined) throw missing(`${path}.tool_call_id`);
       if (typeof msg.tool_call_id !== 'string') throw wrongType(`${path}.tool_call_id`, 'a string');

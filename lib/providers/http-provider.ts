@@ -36,6 +36,8 @@ export abstract class HttpProvider implements Provider {
   protected readonly headers: Record<string, string>;
   readonly #path: string;
   readonly #unavailable: ReadonlySet<number>;
+  /** The operator's secrets sent upstream (api_key, header values), never to be echoed back. */
+  readonly #secrets: string[];
 
   constructor(name: string, config: ProviderConfig, shape: HttpShape) {
     this.name = name;
@@ -44,6 +46,18 @@ export abstract class HttpProvider implements Provider {
     this.headers = shape.headers;
     this.#path = `${this.endpoint.basePath}${shape.path}`;
     this.#unavailable = shape.unavailable;
+    this.#secrets = [config.api_key, ...Object.values(config.headers)].filter((v) => v.length >= 8);
+  }
+
+  /**
+   * Upstreams echo what they were sent in their error messages ("Incorrect API key provided:
+   * sk-..."), and some of those messages reach the client: the operator's secrets are cut out.
+   */
+  #redact(err: unknown): unknown {
+    if (err instanceof GatewayError && this.#secrets.some((s) => err.message.includes(s))) {
+      err.message = this.#secrets.reduce((m, s) => m.split(s).join('[redacted]'), err.message);
+    }
+    return err;
   }
 
   /** The upstream request body. */
@@ -67,19 +81,23 @@ export abstract class HttpProvider implements Provider {
     }
   }
 
-  async #failure(res: Dispatcher.ResponseData, call: ProviderCall): Promise<GatewayError> {
+  async #failure(res: Dispatcher.ResponseData, call: ProviderCall): Promise<unknown> {
     if (this.#unavailable.has(res.statusCode)) {
       void readCapped(res.body, 0);
       return unavailable(res.headers, this.name, res.statusCode);
     }
-    return mapErrorBody(res.statusCode, await readCapped(res.body), call, this.name);
+    return this.#redact(mapErrorBody(res.statusCode, await readCapped(res.body), call, this.name));
   }
 
   async complete(call: ProviderCall): Promise<CompletionResult> {
     const res = await this.#send(call, false);
     if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
     const text = await this.#answerText(res, call);
-    return { ...this.completion(text, call, res.statusCode), headers: forwardedHeaders(res.headers) };
+    try {
+      return { ...this.completion(text, call, res.statusCode), headers: forwardedHeaders(res.headers) };
+    } catch (err) {
+      throw this.#redact(err);
+    }
   }
 
   /**
@@ -114,7 +132,7 @@ export abstract class HttpProvider implements Provider {
     if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
     if (!isEventStream(res.headers)) {
       // Some servers answer a failing stream request with a JSON error and a 2xx.
-      throw mapErrorBody(res.statusCode, await readCapped(res.body), call, this.name);
+      throw this.#redact(mapErrorBody(res.statusCode, await readCapped(res.body), call, this.name));
     }
     return Object.assign(this.#parts(res.body, call, res.statusCode), { headers: forwardedHeaders(res.headers) });
   }
@@ -131,7 +149,7 @@ export abstract class HttpProvider implements Provider {
       if (err instanceof SseLimitError) {
         throw new GatewayError('provider_error', `The model provider '${this.name}' sent an event stream line or event larger than ${err.limit} bytes.`, { cause: err });
       }
-      throw transportError(err, call.signal, this.name);
+      throw this.#redact(transportError(err, call.signal, this.name));
     } finally {
       if (!body.destroyed) body.destroy();
     }

@@ -34,6 +34,11 @@ export function usageFrom(prompt: number | undefined, completion: number | undef
   return Number.isSafeInteger(total) ? { prompt_tokens: prompt, completion_tokens: completion, total_tokens: total } : undefined;
 }
 
+/** A token count an upstream may report: a non-negative safe integer. */
+export function isCount(v: unknown): v is number {
+  return tokenCount(v) !== undefined;
+}
+
 export function parseJson(text: string): unknown {
   try {
     return JSON.parse(text);

@@ -5,6 +5,7 @@ import t from 'tap';
 import { SignJWT } from 'jose';
 import { DEMO_KEY, baseConfig, postChat, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { schemas } from '../helpers/schemas.js';
+import { rawRequest } from '../helpers/raw-request.js';
 
 const SECRET = 'a-dashboard-secret-of-enough-length-0123456789';
 const ADMIN = 'admin-token-for-identity';
@@ -100,4 +101,20 @@ t.test('without auth.jwt, a JWT-shaped credential is 401 invalid_api_key', async
   const res = await postChat(g.url, ask, withToken(await token({ sub: 'acme' })));
   t.equal(res.status, 401);
   t.equal(res.json().code, 'invalid_api_key');
+});
+
+// Found by test/property/headers: String#trim stripped NBSP around the credential, so
+// "Bearer \xa0<key>" authenticated as <key>.
+t.test('only SP and HTAB surround a credential: a key wrapped in NBSP is not the key', async (t) => {
+  const body = Buffer.from(JSON.stringify(ask));
+  const send = (auth: string) => rawRequest(gw.url, {
+    method: 'POST', path: '/v1/chat/completions', body,
+    headers: [['connection', 'close'], ['content-type', 'application/json'], ['content-length', String(body.length)], ['authorization', auth]],
+  });
+  for (const auth of [`Bearer \xa0${DEMO_KEY}`, `Bearer ${DEMO_KEY}\xa0`]) {
+    const res = (await send(auth)).responses[0]!;
+    t.equal(res.status, 401);
+    t.equal(JSON.parse(res.body).code, 'invalid_api_key');
+  }
+  t.equal((await send(`Bearer  \t${DEMO_KEY}`)).responses[0]!.status, 200, 'SP and HTAB are optional whitespace');
 });

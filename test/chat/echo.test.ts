@@ -121,3 +121,19 @@ t.test('models: list by plan, retrieve any, schema-valid', async (t) => {
   t.same(schemas.model(m), []);
   t.match(m, { id: 'echo-vision', object: 'model', owned_by: 'tollgate', context_window: 8192, max_output_tokens: 2048, supports_vision: true });
 });
+
+// Found by test/property/chat-body: the echo provider split the text with /\s*\S+/g, which
+// backtracks quadratically on a run of spaces: 600 KB of spaces held the event loop for
+// minutes (this test would hit tap's timeout). The split is now a linear scan.
+t.test('a long run of spaces is answered at once, its words concatenating back', async (t) => {
+  // Trailing spaces are what the backtracking split choked on: no word follows them.
+  const long = await postChat(gw.url, { model: 'echo-small', messages: [{ role: 'user', content: `a b${' '.repeat(400_000)}` }] });
+  t.equal(long.status, 200);
+  t.equal(long.json().choices[0].message.content, 'a b');
+  const text = `${' '.repeat(300)}a  b \n `;
+  const res = await postChat(gw.url, { model: 'echo-small', messages: [{ role: 'user', content: text }] });
+  t.equal(res.json().choices[0].message.content, text.trimEnd(), 'trailing whitespace dropped, the rest whole');
+  const { events, done } = sseData((await postChat(gw.url, { model: 'echo-small', messages: [{ role: 'user', content: text }], stream: true })).text);
+  t.ok(done);
+  t.equal(events.map((e) => e.choices[0]?.delta.content ?? '').join(''), text.trimEnd());
+});

@@ -54,6 +54,11 @@ t.test('request validation: missing, wrong type, bad value, unsupported value', 
     [{ model: 'echo-small', messages: [{ role: 'tool', content: 'x' }] }, 'missing_required_parameter', 'messages[0].tool_call_id'],
     [{ model: 'echo-small', messages: [{ role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f' } }] }] }, 'missing_required_parameter', 'messages[0].tool_calls[0].function.arguments'],
     [{ model: 'echo-small', messages: [{ role: 'assistant', tool_calls: [{ id: 'c', type: 'custom', function: { name: 'f', arguments: '{}' } }] }] }, 'unsupported_value', 'messages[0].tool_calls[0].type'],
+    [{ model: 'echo-small', messages: [{ role: 'assistant', tool_calls: [{ id: 'c', type: 5, function: { name: 'f', arguments: '{}' } }] }] }, 'invalid_type', 'messages[0].tool_calls[0].type'],
+    // Found by test/property/chat-body: a user or system turn's tool_calls reached the token
+    // estimate unchecked, and a non-array one was a 500.
+    [{ model: 'echo-small', messages: [{ role: 'system', content: '', tool_calls: [0] }, { role: 'user', content: 'hi' }] }, 'invalid_type', 'messages[0].tool_calls[0]'],
+    [{ model: 'echo-small', messages: [{ role: 'user', content: 'hi', tool_calls: 'NaN' }] }, 'invalid_type', 'messages[0].tool_calls'],
     [{ ...base, max_tokens: '5' }, 'invalid_type', 'max_tokens'],
     [{ ...base, max_tokens: -1 }, 'invalid_value', 'max_tokens'],
     [{ ...base, max_tokens: 0 }, 'invalid_value', 'max_tokens'],
@@ -71,6 +76,12 @@ t.test('request validation: missing, wrong type, bad value, unsupported value', 
     [{ ...base, tools: {} }, 'invalid_type', 'tools'],
   ];
   for (const [body, code, param] of cases) await expectError(t, body, 400, code, param);
+});
+
+t.test("how many stop sequences and top_logprobs is the upstream's to limit (CONTRACT section 10)", async (t) => {
+  const res = await postChat(gw.url, { model: 'echo-small', messages: [{ role: 'user', content: 'x' }], stop: ['a', 'b', 'c', 'd', 'e', 'f'], top_logprobs: 21 });
+  t.equal(res.status, 200);
+  t.same(schemas.completion(res.json()), []);
 });
 
 t.test('numbers that JSON can carry but are not finite are invalid_value', async (t) => {

@@ -400,3 +400,24 @@ t.test('the official OpenAI SDK works unchanged', async (t) => {
   t.equal(err.status, 503);
   t.equal(err.code, 'model_unavailable');
 });
+
+// Found by test/property/upstream-json: usage past 2^53 (already imprecise once parsed) was a
+// 500 that left the hold open; it is counted instead.
+t.test('an inexact usage is not charged: the answer is counted', async (t) => {
+  ant.setScript((_req, res) => json(res, 200, '{"type":"message","role":"assistant","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","usage":{"input_tokens":0,"output_tokens":9007199254740992}}'));
+  const res = await postChat(gw.url, { model: 'claude', messages: [{ role: 'user', content: 'hi' }] });
+  t.equal(res.status, 200);
+  const body = res.json();
+  t.same(schemas.completion(body), []);
+  t.ok(body.usage.completion_tokens < 10, 'the answer is counted');
+});
+
+// Found by test/property/logs: an upstream that echoes the key it was sent had the operator's
+// key passed on to the client in the error message.
+t.test('the upstream key never reaches the client, even when the upstream echoes it', async (t) => {
+  ant.setScript((req, res) => json(res, 400, { type: 'error', error: { type: 'invalid_request_error', message: `invalid x-api-key ${req.headers['x-api-key']}` } }));
+  const res = await postChat(gw.url, { model: 'claude', messages: [{ role: 'user', content: 'hi' }] });
+  t.equal(res.status, 400);
+  t.notMatch(res.text, /sk-ant-secret/);
+  t.match(res.json().message, /invalid x-api-key \[redacted\]/);
+});

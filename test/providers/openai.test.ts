@@ -379,3 +379,28 @@ t.test('backpressure: a client that stops reading stops the upstream too', async
   t.ok(bytes > 30 * 1024 * 1024, `client got the whole stream (${bytes} bytes)`);
   sock.destroy();
 });
+
+// Found by test/property/upstream-json: a fractional choice index reached the client (schema-
+// invalid), and usage past 2^53 (already imprecise once parsed) was a 500 that left the hold.
+t.test('odd numbers in an answer: a bad index is replaced, an inexact usage is counted instead', async (t) => {
+  up.setScript((_req, res) => json(res, 200, '{"choices":[{"index":1.5,"message":{"role":"assistant","content":"Hello there"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":9007199254740993}}'));
+  const res = await postChat(gw.url, ask());
+  t.equal(res.status, 200);
+  const body = res.json();
+  t.same(schemas.completion(body), []);
+  t.equal(body.choices[0].index, 0);
+  t.ok(body.usage.completion_tokens < 10, 'the answer is counted');
+  t.equal(res.headers['x-tollgate-units-charged'], '0', 'at the default price of 0');
+});
+
+// Found by test/property/logs: an upstream that echoes the key it was sent ("Incorrect API key
+// provided: ...") in a 400 had the operator's key passed on to the client in the message.
+t.test("the upstream key never reaches the client, even when the upstream echoes it", async (t) => {
+  up.setScript((req, res) => json(res, 400, { error: { message: `Incorrect API key provided: ${req.headers.authorization}`, type: 'invalid_request_error' } }));
+  const res = await postChat(gw.url, ask());
+  const body = expectError(t, res, 400, 'invalid_value');
+  t.match(body.message, /Incorrect API key provided: Bearer \[redacted\]/);
+  up.setScript((req, res) => { res.writeHead(200, { 'content-type': 'text/event-stream' }); res.end(`data: ${JSON.stringify({ error: { message: `bad key ${req.headers.authorization}`, code: 400 } })}\n\n`); });
+  const stream = await postChat(gw.url, ask({ stream: true }));
+  t.notMatch(stream.text, /sk-upstream-secret/);
+});

@@ -46,12 +46,27 @@ export function echoVector(model: string, input: string | number[], dimensions: 
 
 interface Answer { words: string[]; finish: FinishReason; usage: Usage }
 
+/**
+ * Words with their leading whitespace, so that the deltas concatenate back into the text
+ * (trailing whitespace dropped). A plain scan for runs of non-space: the backtracking
+ * /\s*\S+/g this replaces took quadratic time on a long run of spaces (minutes for 600 KB).
+ */
+function splitWords(text: string): string[] {
+  const out: string[] = [];
+  let start = 0;
+  for (const m of text.matchAll(/\S+/g)) {
+    const end = m.index + m[0].length;
+    out.push(text.slice(start, end));
+    start = end;
+  }
+  return out.length === 0 ? [text] : out;
+}
+
 function answer(call: ProviderCall): Answer {
   const count = counter(call.model.tokenizer);
   const text = lastUserText(call.request.messages) || '(no user message)';
   const limit = call.request.maxOutputTokens ?? call.model.max_output_tokens;
-  // Words keep their leading space so that the deltas concatenate back into the text.
-  const all = text.match(/\s*\S+/g) ?? [text];
+  const all = splitWords(text);
   const words: string[] = [];
   let completion = 0;
   let finish: FinishReason = 'stop';

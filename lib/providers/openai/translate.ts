@@ -7,7 +7,7 @@ import type {
 } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import { emptyAnswer, isEmptyAnswer, isObj, mapErrorValue, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
+import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
 import type { DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
 
 function finishReason(v: unknown, hasToolCalls: boolean): FinishReason {
@@ -26,6 +26,11 @@ function logprobs(v: unknown): Logprobs | null {
   };
 }
 
+/**
+ * The upstream's usage, when it is one that can be charged exactly: counts that are safe
+ * integers (JSON numbers past 2^53 have already lost their value). Otherwise none, and the
+ * answer is counted.
+ */
 export function usageOf(v: unknown): Usage | undefined {
   if (!isObj(v)) return undefined;
   return usageFrom(tokenCount(v.prompt_tokens), tokenCount(v.completion_tokens));
@@ -58,7 +63,7 @@ function reasoningOf(m: Obj): string | undefined {
 function toolCallDeltas(v: unknown): ToolCallDelta[] | undefined {
   if (!Array.isArray(v) || v.length === 0) return undefined;
   return v.filter(isObj).map((c, i) => {
-    const d: ToolCallDelta = { index: typeof c.index === 'number' ? c.index : i };
+    const d: ToolCallDelta = { index: isCount(c.index) ? c.index : i };
     if (typeof c.id === 'string') d.id = c.id;
     if (c.type === 'function' || typeof c.id === 'string') d.type = 'function';
     if (isObj(c.function)) {
@@ -91,7 +96,7 @@ export function normalizeCompletion(text: string, call: ProviderCall, provider: 
     if (reasoning !== undefined) message.reasoning_content = reasoning;
     if (calls !== undefined) message.tool_calls = calls;
     return {
-      index: typeof c.index === 'number' ? c.index : i,
+      index: isCount(c.index) ? c.index : i,
       message,
       logprobs: logprobs(c.logprobs),
       finish_reason: finishReason(c.finish_reason, calls !== undefined),
@@ -113,7 +118,7 @@ function chunkChoice(c: Obj, i: number): ChunkChoice {
   const calls = toolCallDeltas(d.tool_calls);
   if (calls !== undefined) delta.tool_calls = calls;
   const out: ChunkChoice = {
-    index: typeof c.index === 'number' ? c.index : i,
+    index: isCount(c.index) ? c.index : i,
     delta,
     finish_reason: c.finish_reason === null || c.finish_reason === undefined ? null : finishReason(c.finish_reason, false),
   };
