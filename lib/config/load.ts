@@ -4,6 +4,7 @@
 import { readFile } from 'node:fs/promises';
 import { Ajv, type ErrorObject } from 'ajv';
 import YAML from 'yaml';
+import { clip } from '../errors.js';
 import { crossCheck } from './cross-check.js';
 import { configSchema } from './schema.js';
 import type { Config } from './types.js';
@@ -111,11 +112,34 @@ export function validateConfig(input: unknown): Config {
   return deepFreeze(config);
 }
 
+/** Where the first alias `*name` stands, as a config path (`server`, `models[2].price`). */
+function aliasPath(doc: YAML.Document.Parsed | undefined, name: string): string {
+  let found = '(yaml)';
+  if (doc === undefined) return found;
+  YAML.visit(doc, {
+    Alias(_key, node, path) {
+      if (node.source !== name) return undefined;
+      const parts: string[] = [];
+      let prev: unknown = node;
+      for (let i = path.length - 1; i >= 0; i--) {
+        const p = path[i];
+        if (YAML.isPair(p)) parts.unshift(String(YAML.isScalar(p.key) ? p.key.value : p.key));
+        else if (YAML.isSeq(p)) parts.unshift(`[${p.items.indexOf(prev as never)}]`);
+        prev = p;
+      }
+      found = parts.join('.').replace(/\.\[/g, '[') || '(yaml)';
+      return YAML.visit.BREAK;
+    },
+  });
+  return found;
+}
+
 /** Parses YAML text: env interpolation, then validation. */
 export function parseConfig(text: string, env: NodeJS.ProcessEnv = process.env): Config {
   let data: unknown;
+  let doc: YAML.Document.Parsed | undefined;
   try {
-    const doc = YAML.parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+    doc = YAML.parseDocument(text, { prettyErrors: true, uniqueKeys: true });
     if (doc.errors.length > 0) {
       throw new ConfigError([...new Set(doc.errors.map((e) => `(yaml): ${e.message.split('\n')[0]!.replace(/:$/, '')}`))]);
     }
@@ -126,9 +150,12 @@ export function parseConfig(text: string, env: NodeJS.ProcessEnv = process.env):
     // yaml throws (rather than reporting) on an alias bomb; a document nested too deeply for the
     // stack lands here too. Either way: one line, no stack trace.
     const message = (err as Error).message ?? String(err);
-    throw new ConfigError([/alias/i.test(message)
+    const unresolved = /^Unresolved alias[^:]*: (.*)$/.exec(message.split('\n')[0]!);
+    throw new ConfigError([/excessive alias/i.test(message)
       ? `(yaml): aliases expand to more than ${MAX_ALIAS_COUNT} copies (a YAML alias bomb?); use fewer aliases`
-      : `(yaml): cannot read the document: ${message.split('\n')[0]}`]);
+      : unresolved !== null
+        ? `${aliasPath(doc, unresolved[1]!)}: unresolved alias *${clip(unresolved[1]!, 64)} (an anchor must be set before its alias)`
+        : `(yaml): cannot read the document: ${message.split('\n')[0]}`]);
   }
   return validateConfig(data);
 }

@@ -73,7 +73,8 @@ export function sendError(
   res: ServerResponse, err: GatewayError, requestId: string, extraHeaders?: Record<string, string>,
   body: (err: GatewayError, requestId: string) => string = envelopeJson,
 ): void {
-  if (res.headersSent || res.destroyed) return;
+  // A socket already ended (the server's clientError answer went out on it) takes nothing more.
+  if (res.headersSent || res.destroyed || res.socket?.writableEnded === true) return;
   const headers: Record<string, string> = { 'x-request-id': requestId, ...extraHeaders, ...err.headers };
   sendJson(res, err.status, body(err, requestId), headers);
 }

@@ -68,7 +68,7 @@ export function assertChatAnswer(a: Answer): ChatOk | ChatError {
   assert.deepEqual(schemas.completion(body), [], `completion schema: ${a.text.slice(0, 300)}`);
   const charged = header(a.headers, 'x-tollgate-units-charged');
   assert.ok(charged !== undefined && /^\d+$/.test(charged), `x-tollgate-units-charged: ${charged}`);
-  return { kind: 'ok', content: body.choices.map((c: any) => c.message.content ?? '').join(''), usage: body.usage, charged: Number(charged), done: true };
+  return { kind: 'ok', content: body.choices.map((c: any) => (c.message.reasoning_content ?? '') + (c.message.content ?? '')).join(''), usage: body.usage, charged: Number(charged), done: true };
 }
 
 /** An SSE answer: chunks that validate, ending in [DONE] or in one error envelope event. */
