@@ -133,7 +133,7 @@ t.test('generated config objects: accepted and served, or refused with path: mes
     const v = verdict(() => validateConfig(config));
     if (!mutated) assert.ok(v.ok, `a valid config is accepted: ${v.ok ? '' : v.problems.join('; ')}`);
     if (v.ok) await starts(config);
-  }), 150);
+  }), 100);
 });
 
 /** Known leaves of a valid config, and the fields a change there may be reported at. */
@@ -212,7 +212,7 @@ t.test('tollgate check as a child process: exit 0, or exit 1 with path: message 
       for (const l of lines) assert.match(l, LINE, `stderr line is "path: message": ${JSON.stringify(l)}`);
       assert.ok(!inProcess.ok && inProcess.problems.every((p) => lines.includes(p)), 'every problem, as the loader found them');
     }
-  }), 4);
+  }), 3);
 });
 
 // Awaits the config fix (CONTRACT section 10: "`check` ... refuses YAML alias bombs with a
