@@ -221,9 +221,10 @@ t.test('tollgate check as a child process: exit 0, or exit 1 with path: message 
 // Awaits the config fix (CONTRACT section 10: "`check` ... refuses YAML alias bombs with a
 // `path: message` line"; section 9: amounts exact). Today: an alias to an anchor that is
 // not set, or too many aliases, throws a ReferenceError out of parseConfig (check prints
-// its stack trace); a key with a line break makes a problem span two lines; a complex
-// (collection) key prints Node's warning on check's stderr; wallet_units past 2^53-1 are
-// accepted, already rounded.
+// its stack trace); a key or a value with a line break makes a problem span two lines; a
+// complex (collection) key prints Node's warning on check's stderr; wallet_units past
+// 2^53-1 are accepted, already rounded; an auth.jwt public_key that is not a PEM key (or a
+// jwks_url that is not a URL) passes check, and then the gateway cannot start.
 const hostileYaml = fc.oneof(
   fc.tuple(fc.constantFrom('server', 'models', 'accounts', 'x'), fc.stringMatching(/^[a-z]{1,6}$/)).map(([k, a]) => `${k}: *${a}\n`),
   fc.integer({ min: 2, max: 12 }).map((n) => `a: &a [x, x]\n${Array.from({ length: n }, (_, i) => `b${i}: &b${i} [${Array(12).fill(i === 0 ? '*a' : `*b${i - 1}`).join(', ')}]`).join('\n')}\n`),
@@ -231,20 +232,24 @@ const hostileYaml = fc.oneof(
   fc.constantFrom('? [a]\n: 1\n', 'server:\n  ? {port: 1}\n  : 2\n'),
   fc.constantFrom('accounts: [{id: a, plan: "x\\ny"}]\n', 'routing: {auto: ["a\\rb"]}\n', 'providers: {e: {kind: echo}}\nmodels: [{id: m, provider: "e\\n"}]\n'),
   fc.constantFrom('9007199254740993', '1e300', '18446744073709551616').map((n) => `accounts: [{id: a, plan: free, wallet_units: ${n}}]\n`),
+  fc.constantFrom('auth: {jwt: {public_key: "not a pem"}}\n', 'auth: {jwt: {jwks_url: "not a url"}}\n', 'auth: {jwt: {public_key: "-----BEGIN PUBLIC KEY-----\\nAAAA\\n-----END PUBLIC KEY-----"}}\n'),
 );
 
 t.test('hostile YAML: refused with one-line path: message problems, amounts exact', async (t) => {
-  await holds(t, 'hostile yaml', fc.property(hostileYaml, (text) => {
+  await holds(t, 'hostile yaml', fc.asyncProperty(hostileYaml, async (text) => {
     const warnings: string[] = [];
     const onWarning = (w: Error) => warnings.push(w.message);
     process.on('warning', onWarning);
+    let v: ReturnType<typeof verdict>;
     try {
-      const v = verdict(() => parseConfig(text, {}));
-      if (v.ok) for (const a of v.config.accounts) assert.ok(Number.isSafeInteger(a.wallet_units), `wallet_units ${a.wallet_units} accepted exactly`);
+      v = verdict(() => parseConfig(text, {}));
     } finally {
       process.off('warning', onWarning);
     }
     assert.deepEqual(warnings, [], 'no process warning');
+    if (!v.ok) return;
+    for (const a of v.config.accounts) assert.ok(Number.isSafeInteger(a.wallet_units), `wallet_units ${a.wallet_units} accepted exactly`);
+    await starts(v.config); // what check accepts, serve must start on
   }), 40);
   const file = join(dir, 'alias.yaml');
   await writeFile(file, 'server: *nowhere\n');
