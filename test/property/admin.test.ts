@@ -172,10 +172,12 @@ t.test('POST /admin/accounts/{id}/keys: a working key for an account, 404 for no
     // Lone surrogates have no UTF-8 form: their bytes are what Buffer makes of them.
     const encode = (x: string) => [...Buffer.from(x)].map((b) => `%${b.toString(16).padStart(2, '0')}`).join('');
     const target = path === undefined ? id : /%/.test(path) ? path : encode(path);
+    // An account another case created under this name exists as well.
+    const exists = path === undefined || (!/%/.test(path) && (await account(path)).status === 200);
     const res = await call('POST', `/admin/accounts/${target}/keys`, body, ct);
     if (res.status === 201) {
       const issued = JSON.parse(res.text);
-      assert.equal(path, undefined, 'a key only for an existing account');
+      assert.ok(exists, 'a key only for an existing account');
       assert.deepEqual(Object.keys(issued).sort(), ['account', 'id', 'key']);
       assert.match(issued.key, /^tg_/);
       issuedKeys.push(issued.key);
@@ -185,7 +187,7 @@ t.test('POST /admin/accounts/{id}/keys: a working key for an account, 404 for no
       return;
     }
     const e = assertEnvelope(res);
-    if (path === undefined) assert.fail(`a key request for an existing account got ${e.code}`);
+    if (exists) assert.fail(`a key request for an existing account got ${e.code}`);
     assert.ok(['account_not_found', 'unknown_url'].includes(e.code), `${e.code} for an account that does not exist`);
   }), 60);
 });

@@ -241,7 +241,7 @@ export const message: fc.Arbitrary<unknown> = fc.oneof({ weight: 4, arbitrary: v
 export const userTurn = text.map((content) => ({ role: 'user', content: content === '' ? 'hi' : content }));
 
 /** Known chat fields, each with well-formed values and odd ones. */
-export const FIELD_VALUES: Array<[string, fc.Arbitrary<unknown>]> = [
+const FIELD_VALUES: Array<[string, fc.Arbitrary<unknown>]> = [
   ['max_tokens', fc.integer({ min: 1, max: 64 })],
   ['max_completion_tokens', fc.integer({ min: 1, max: 64 })],
   ['temperature', fc.double({ min: 0, max: 2, noNaN: true })],

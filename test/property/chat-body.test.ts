@@ -89,7 +89,7 @@ t.test('valid-shaped bodies with odd values get 200 or the contract code for the
   await holds(t, 'chat bodies', fc.asyncProperty(chatBody, who, async (body, k) => {
     const text = serialize(body);
     await exchange(text, k, 'application/json', outcomes(text, k.paid, CATALOG, k.low));
-  }), 150);
+  }), 250);
 });
 
 const NUMERIC = ['max_tokens', 'max_completion_tokens', 'temperature', 'top_p', 'presence_penalty', 'frequency_penalty', 'n', 'seed', 'top_logprobs'];

@@ -21,7 +21,7 @@ import { holds, oddString, oddValue, RawNumber } from './arbitraries.js';
 
 const run = promisify(execFile);
 /** `path.to.field: message` on one line (a key may itself be odd; the message may not be empty). */
-const LINE = /^[^\n]+: [^\n]*\S[^\n]*$/;
+const LINE = /^[^\r\n]+: [^\r\n]*\S[^\r\n]*$/;
 const STACK = /\n\s+at |\bat [\w.<>]+ \(/;
 
 let dir: string;
@@ -81,7 +81,8 @@ const validConfig = fc.record({
 const mutation = fc.record({
   kind: fc.constantFrom('set', 'set', 'delete', 'add'),
   pick: fc.nat(),
-  value: fc.oneof(odd, count, oddString.filter((s) => s.length < 40), fc.constantFrom('__proto__', 'constructor')),
+  // Strings with line breaks await a fix of their own (see 'hostile YAML' below).
+  value: fc.oneof(odd, count, oddString.filter((s) => s.length < 40), fc.constantFrom('__proto__', 'constructor')).filter((v) => typeof v !== 'string' || !/[\r\n]/.test(v)),
   // Keys with line breaks await a fix of their own (see the end of this file).
   key: fc.oneof(fc.constantFrom('typo', 'Port', '__proto__', 'constructor', 'a b', ''), fc.string({ maxLength: 6 }).filter((k) => !/[\r\n]/.test(k))),
 });
@@ -133,7 +134,7 @@ t.test('generated config objects: accepted and served, or refused with path: mes
     const v = verdict(() => validateConfig(config));
     if (!mutated) assert.ok(v.ok, `a valid config is accepted: ${v.ok ? '' : v.problems.join('; ')}`);
     if (v.ok) await starts(config);
-  }), 150);
+  }), 100);
 });
 
 /** Known leaves of a valid config, and the fields a change there may be reported at. */
@@ -164,7 +165,9 @@ function base(): any {
 }
 
 t.test('one field made odd: refused only by naming that field (or one that depends on it)', async (t) => {
-  const change = fc.tuple(fc.constantFrom(...LEAVES), fc.oneof(odd, count, oddString.filter((s) => s.length < 50)));
+  // Values with line breaks await a fix of their own (see 'hostile YAML' below).
+  const noBreaks = (v: unknown) => typeof v !== 'string' || !/[\r\n]/.test(v);
+  const change = fc.tuple(fc.constantFrom(...LEAVES), fc.oneof(odd, count, oddString.filter((s) => s.length < 50)).filter(noBreaks));
   await holds(t, 'single odd field', fc.property(change, ([[keys, dependents], value]) => {
     const c = base();
     let at = c;
@@ -212,35 +215,41 @@ t.test('tollgate check as a child process: exit 0, or exit 1 with path: message 
       for (const l of lines) assert.match(l, LINE, `stderr line is "path: message": ${JSON.stringify(l)}`);
       assert.ok(!inProcess.ok && inProcess.problems.every((p) => lines.includes(p)), 'every problem, as the loader found them');
     }
-  }), 4);
+  }), 3);
 });
 
 // Awaits the config fix (CONTRACT section 10: "`check` ... refuses YAML alias bombs with a
 // `path: message` line"; section 9: amounts exact). Today: an alias to an anchor that is
 // not set, or too many aliases, throws a ReferenceError out of parseConfig (check prints
-// its stack trace); a key with a line break makes a problem span two lines; a complex
-// (collection) key prints Node's warning on check's stderr; wallet_units past 2^53-1 are
-// accepted, already rounded.
+// its stack trace); a key or a value with a line break makes a problem span two lines; a
+// complex (collection) key prints Node's warning on check's stderr; wallet_units past
+// 2^53-1 are accepted, already rounded; an auth.jwt public_key that is not a PEM key (or a
+// jwks_url that is not a URL) passes check, and then the gateway cannot start.
 const hostileYaml = fc.oneof(
   fc.tuple(fc.constantFrom('server', 'models', 'accounts', 'x'), fc.stringMatching(/^[a-z]{1,6}$/)).map(([k, a]) => `${k}: *${a}\n`),
   fc.integer({ min: 2, max: 12 }).map((n) => `a: &a [x, x]\n${Array.from({ length: n }, (_, i) => `b${i}: &b${i} [${Array(12).fill(i === 0 ? '*a' : `*b${i - 1}`).join(', ')}]`).join('\n')}\n`),
   fc.tuple(fc.constantFrom('service', 'server', 'store'), fc.constantFrom('"a\\nb"', '"x\\ry"', '"\\u2028"')).map(([s, k]) => `${s}:\n  ${k}: 1\n`),
   fc.constantFrom('? [a]\n: 1\n', 'server:\n  ? {port: 1}\n  : 2\n'),
+  fc.constantFrom('accounts: [{id: a, plan: "x\\ny"}]\n', 'routing: {auto: ["a\\rb"]}\n', 'providers: {e: {kind: echo}}\nmodels: [{id: m, provider: "e\\n"}]\n'),
   fc.constantFrom('9007199254740993', '1e300', '18446744073709551616').map((n) => `accounts: [{id: a, plan: free, wallet_units: ${n}}]\n`),
+  fc.constantFrom('auth: {jwt: {public_key: "not a pem"}}\n', 'auth: {jwt: {jwks_url: "not a url"}}\n', 'auth: {jwt: {public_key: "-----BEGIN PUBLIC KEY-----\\nAAAA\\n-----END PUBLIC KEY-----"}}\n'),
 );
 
 t.test('hostile YAML: refused with one-line path: message problems, amounts exact', async (t) => {
-  await holds(t, 'hostile yaml', fc.property(hostileYaml, (text) => {
+  await holds(t, 'hostile yaml', fc.asyncProperty(hostileYaml, async (text) => {
     const warnings: string[] = [];
     const onWarning = (w: Error) => warnings.push(w.message);
     process.on('warning', onWarning);
+    let v: ReturnType<typeof verdict>;
     try {
-      const v = verdict(() => parseConfig(text, {}));
-      if (v.ok) for (const a of v.config.accounts) assert.ok(Number.isSafeInteger(a.wallet_units), `wallet_units ${a.wallet_units} accepted exactly`);
+      v = verdict(() => parseConfig(text, {}));
     } finally {
       process.off('warning', onWarning);
     }
     assert.deepEqual(warnings, [], 'no process warning');
+    if (!v.ok) return;
+    for (const a of v.config.accounts) assert.ok(Number.isSafeInteger(a.wallet_units), `wallet_units ${a.wallet_units} accepted exactly`);
+    await starts(v.config); // what check accepts, serve must start on
   }), 40);
   const file = join(dir, 'alias.yaml');
   await writeFile(file, 'server: *nowhere\n');
