@@ -167,6 +167,16 @@ function parsePublicKey(pem: string): KeyObject {
   return key;
 }
 
+/** Why `pem` cannot verify dashboard JWTs (for `check`), or undefined when it can. */
+export function publicKeyProblem(pem: string): string | undefined {
+  try {
+    algorithmsFor(parsePublicKey(pem));
+    return undefined;
+  } catch (err) {
+    return (err as Error).message.replace(/^auth\.jwt\.public_key:? ?/, '');
+  }
+}
+
 /** The JWS algorithms a public key can verify, by its type (and curve). */
 function algorithmsFor(key: KeyObject): string[] {
   switch (key.asymmetricKeyType) {

@@ -6,6 +6,7 @@
 // problem at once: it reads only the parts whose shape is right and skips the rest (the
 // schema's own messages already name those).
 
+import { publicKeyProblem } from '../auth/jwt.js';
 import type { Config } from './types.js';
 
 type Obj = Record<string, unknown>;
@@ -14,6 +15,8 @@ const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !
 const obj = (v: unknown): Obj => (isObj(v) ? v : {});
 const list = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
 const text = (v: unknown): v is string => typeof v === 'string';
+/** A config value quoted for a problem line: escaped, so it can never break the line. */
+const q = (v: unknown): string => JSON.stringify(v);
 
 /** Every cross-reference problem of a (possibly schema-invalid) config, as `path: message`. */
 export function crossCheck(data: unknown): string[] {
@@ -30,13 +33,13 @@ export function crossCheck(data: unknown): string[] {
   list(c.accounts).forEach((raw, i) => {
     const a = obj(raw);
     if (text(a.id)) {
-      if (accountIds.has(a.id)) problems.push(`accounts[${i}].id: duplicate account id "${a.id}"`);
+      if (accountIds.has(a.id)) problems.push(`accounts[${i}].id: duplicate account id ${q(a.id)}`);
       accountIds.add(a.id);
     }
-    if (text(a.plan) && !Object.hasOwn(plans, a.plan)) problems.push(`accounts[${i}].plan: unknown plan "${a.plan}"`);
+    if (text(a.plan) && !Object.hasOwn(plans, a.plan)) problems.push(`accounts[${i}].plan: unknown plan ${q(a.plan)}`);
     list(a.keys).forEach((k, j) => {
       if (!text(k)) return;
-      if (prefix !== undefined && (!k.startsWith(prefix) || k.length <= prefix.length)) problems.push(`accounts[${i}].keys[${j}]: must begin with "${prefix}"`);
+      if (prefix !== undefined && (!k.startsWith(prefix) || k.length <= prefix.length)) problems.push(`accounts[${i}].keys[${j}]: must begin with ${q(prefix)}`);
       if (keys.has(k)) problems.push(`accounts[${i}].keys[${j}]: the same key is listed twice`);
       keys.add(k);
     });
@@ -55,13 +58,13 @@ export function crossCheck(data: unknown): string[] {
     const m = obj(raw);
     if (text(m.id)) {
       if (m.id === 'auto') problems.push(`models[${i}].id: "auto" is reserved for routing.auto`);
-      if (modelIds.has(m.id)) problems.push(`models[${i}].id: duplicate model id "${m.id}"`);
+      if (modelIds.has(m.id)) problems.push(`models[${i}].id: duplicate model id ${q(m.id)}`);
       modelIds.add(m.id);
     }
-    if (text(m.provider) && !Object.hasOwn(providers, m.provider)) problems.push(`models[${i}].provider: unknown provider "${m.provider}"`);
+    if (text(m.provider) && !Object.hasOwn(providers, m.provider)) problems.push(`models[${i}].provider: unknown provider ${q(m.provider)}`);
     list(m.fallbacks).forEach((f, j) => {
       const provider = obj(f).provider;
-      if (text(provider) && !Object.hasOwn(providers, provider)) problems.push(`models[${i}].fallbacks[${j}].provider: unknown provider "${provider}"`);
+      if (text(provider) && !Object.hasOwn(providers, provider)) problems.push(`models[${i}].fallbacks[${j}].provider: unknown provider ${q(provider)}`);
     });
     const positive = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) > 0;
     if (positive(m.max_output_tokens) && positive(m.context_window) && m.max_output_tokens > m.context_window) {
@@ -74,7 +77,7 @@ export function crossCheck(data: unknown): string[] {
       // Anthropic has no embeddings API: such a model could never answer.
       [m.provider, ...list(m.fallbacks).map((f) => obj(f).provider)].forEach((name, j) => {
         if (text(name) && obj(providers[name]).kind === 'anthropic') {
-          problems.push(`models[${i}]${j === 0 ? '.provider' : `.fallbacks[${j - 1}].provider`}: provider "${name}" is anthropic, which has no embeddings`);
+          problems.push(`models[${i}]${j === 0 ? '.provider' : `.fallbacks[${j - 1}].provider`}: provider ${q(name)} is anthropic, which has no embeddings`);
         }
       });
       if (text(m.id) && list(obj(c.routing).auto).includes(m.id)) problems.push(`models[${i}].type: an embedding model cannot be in routing.auto`);
@@ -84,7 +87,7 @@ export function crossCheck(data: unknown): string[] {
   // With discovery, auto may name models that only the upstream lists.
   const discovers = Object.values(providers).some((p) => obj(p).discover_models === true);
   list(obj(c.routing).auto).forEach((id, i) => {
-    if (text(id) && !modelIds.has(id) && !discovers) problems.push(`routing.auto[${i}]: unknown model "${id}"`);
+    if (text(id) && !modelIds.has(id) && !discovers) problems.push(`routing.auto[${i}]: unknown model ${q(id)}`);
   });
 
   list(obj(c.content_policy).block).forEach((re, i) => {
@@ -106,6 +109,16 @@ export function crossCheck(data: unknown): string[] {
   if (isObj(jwt)) {
     const sources = ['secret', 'public_key', 'jwks_url'].filter((k) => text(jwt[k]) && jwt[k] !== '');
     if (sources.length !== 1) problems.push('auth.jwt: set exactly one of secret, public_key, jwks_url (non-empty)');
+    // What serve would refuse at start, check refuses now.
+    if (text(jwt.public_key) && jwt.public_key !== '') {
+      const why = publicKeyProblem(jwt.public_key);
+      if (why !== undefined) problems.push(`auth.jwt.public_key: ${why}`);
+    }
+    if (text(jwt.jwks_url) && jwt.jwks_url !== '') {
+      let ok = false;
+      try { ok = ['http:', 'https:'].includes(new URL(jwt.jwks_url).protocol); } catch { /* not a URL */ }
+      if (!ok) problems.push('auth.jwt.jwks_url: must be an http:// or https:// URL');
+    }
   }
   return problems;
 }
@@ -152,7 +165,7 @@ function passthroughWarnings(c: Config): string[] {
     let base: URL;
     try { base = new URL(p.base_url); } catch { continue; }
     if (hostOf(base) !== hostOf(target)) continue;
-    out.push(`server.passthrough: points at the host of provider "${name}" (${hostOf(base)}): its own generation endpoints ` +
+    out.push(`server.passthrough: points at the host of provider ${q(name)} (${hostOf(base)}): its own generation endpoints ` +
       `are reachable through the gateway unmetered${c.server.passthrough_auth ? '' : ' and without a key (passthrough_auth is false)'}`);
   }
   return out;
