@@ -65,6 +65,36 @@ function methodNotAllowed(method: string | undefined, path: string, allow: strin
   return new GatewayError('method_not_allowed', `Method ${clip(method ?? '', 16)} is not allowed on ${clip(path, MAX_ECHO - 16)}; use ${allow}.`, { headers: { allow } });
 }
 
+/** The per-key controls of CONTRACT section 8, which this version does not enforce yet. */
+const KEY_CONTROLS = ['name', 'models', 'expires_at', 'budget', 'limits', 'allowed_ips', 'metadata'] as const;
+
+function hasBody(req: IncomingMessage): boolean {
+  const length = req.headers['content-length'];
+  return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
+}
+
+/**
+ * A key request with controls is refused rather than issued without them: a key asked for
+ * with `models` or a `budget` must never come out unrestricted. Amounts are checked first
+ * (above 2^53-1 is 400 invalid_value, CONTRACT section 9), then any control present is 400
+ * unsupported_value until per-key controls are built.
+ */
+function refuseKeyControls(body: Record<string, unknown>): void {
+  const budget = body.budget;
+  if (isObject(budget) && budget.units !== undefined && budget.units !== null) {
+    const units = budget.units;
+    if (typeof units !== 'number') throw new GatewayError('invalid_type', "Invalid type for 'budget.units': expected an integer.", { param: 'budget.units' });
+    if (!Number.isSafeInteger(units) || units < 0) {
+      throw new GatewayError('invalid_value', "Invalid value for 'budget.units': must be an integer from 0 to 9007199254740991.", { param: 'budget.units' });
+    }
+  }
+  for (const field of KEY_CONTROLS) {
+    if (body[field] !== undefined && body[field] !== null) {
+      throw new GatewayError('unsupported_value', `Unsupported parameter: '${field}'. Per-key controls are not available in this version; no key was issued.`, { param: field });
+    }
+  }
+}
+
 /** The contract's account view: balance, open holds, and usage this UTC day and month. */
 export interface AccountView {
   id: string;
@@ -116,6 +146,7 @@ export class AdminApi {
       send(200, { ...(await accountView(account)), applied });
     } else if (a === 'accounts' && b !== undefined && c === 'keys' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
+      if (hasBody(req)) refuseKeyControls((await this.#body(req)).values);
       send(201, await this.#issueKey(b));
     } else if (a === 'keys' && b !== undefined && parts.length === 2) {
       if (method !== 'DELETE') throw methodNotAllowed(method, path, 'DELETE');
