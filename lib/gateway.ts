@@ -62,7 +62,10 @@ const ALLOW: Record<V1Route, string> = {
 export class Gateway {
   readonly metrics = new Metrics();
   readonly logger: Logger;
-  readonly #health = new Health(this.metrics.upstreamHealthy);
+  readonly #health = new Health(this.metrics.upstreamHealthy, (healthy, target) => {
+    if (healthy) this.logger.info(target, 'circuit closed: the upstream answers again');
+    else this.logger.warn(target, 'circuit open: the upstream failed circuit_failures times in a row; requests go to fallbacks or get 503 until a probe succeeds');
+  });
   #store: Promise<StoreHandle>;
   #storeConfig: string;
   /** Concurrency slots outlive reloads: requests in flight keep theirs. */

@@ -65,8 +65,12 @@ export class Health {
   readonly #circuits = new Map<string, Circuit>();
   readonly #gauge: Gauge<'provider' | 'upstream_model'>;
 
-  constructor(gauge: Gauge<'provider' | 'upstream_model'>) {
+  readonly #log: ((healthy: boolean, labels: { provider: string; upstream_model: string }) => void) | undefined;
+
+  /** `log`: told when a circuit opens or closes, so the operator sees why requests fail over. */
+  constructor(gauge: Gauge<'provider' | 'upstream_model'>, log?: (healthy: boolean, labels: { provider: string; upstream_model: string }) => void) {
     this.#gauge = gauge;
+    this.#log = log;
   }
 
   circuit(provider: string, upstreamModel: string, options: CircuitOptions): Circuit {
@@ -75,7 +79,10 @@ export class Health {
     if (c === undefined) {
       const labels = { provider, upstream_model: upstreamModel };
       this.#gauge.set(labels, 1);
-      c = new Circuit(options, (healthy) => this.#gauge.set(labels, healthy ? 1 : 0));
+      c = new Circuit(options, (healthy) => {
+        this.#gauge.set(labels, healthy ? 1 : 0);
+        this.#log?.(healthy, labels);
+      });
       this.#circuits.set(key, c);
     }
     return c;

@@ -117,6 +117,7 @@ t.test('empty answers and upstream 429s never open the circuit for other account
   t.ok(Number(after.headers['retry-after']) >= 1);
   t.equal((await fetch(`${gw.url}/readyz`)).status, 200, '/readyz stays 200 while a circuit is open');
   t.match(await fetch(`${gw.url}/metrics`).then((r) => r.text()), /tollgate_upstream_healthy\{[^}]*\} 0/);
+  t.match(gw.logs(), /"provider":"up","upstream_model":"qwen-7b","msg":"circuit open: /, 'the operator is told why, in the log');
 });
 
 t.test('forward_params pass server-specific fields as they are; others are dropped', async (t) => {
