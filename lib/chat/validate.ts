@@ -7,16 +7,17 @@ import type { ChatMessage, ChatRequest, Role } from './types.js';
 const ROLES: ReadonlySet<string> = new Set<Role>(['system', 'developer', 'user', 'assistant', 'tool']);
 const IMAGE_DETAIL: ReadonlySet<string> = new Set(['auto', 'low', 'high']);
 
-function missing(param: string): GatewayError {
+/** One of the contract's 400s, with its param (shared by every dialect's parser). */
+export function missing(param: string): GatewayError {
   return new GatewayError('missing_required_parameter', `Missing required parameter: '${param}'.`, { param });
 }
-function wrongType(param: string, expected: string): GatewayError {
+export function wrongType(param: string, expected: string): GatewayError {
   return new GatewayError('invalid_type', `Invalid type for '${param}': expected ${expected}.`, { param });
 }
-function badValue(param: string, why: string): GatewayError {
+export function badValue(param: string, why: string): GatewayError {
   return new GatewayError('invalid_value', `Invalid value for '${param}': ${why}.`, { param });
 }
-function unsupported(param: string, value: unknown, allowed: Iterable<string>): GatewayError {
+export function unsupported(param: string, value: unknown, allowed: Iterable<string>): GatewayError {
   return new GatewayError(
     'unsupported_value',
     `Unsupported value for '${param}': ${clip(JSON.stringify(value))}. Supported values are: ${[...allowed].map((v) => `'${v}'`).join(', ')}.`,

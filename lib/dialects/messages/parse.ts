@@ -4,27 +4,13 @@
 // (`native`) for upstreams that speak Messages themselves.
 
 import type { ChatMessage, ChatRequest, ContentPart, ToolCall } from '../../chat/types.js';
-import { isValidImageUrl } from '../../chat/validate.js';
+import { badValue, isValidImageUrl, missing, unsupported, wrongType } from '../../chat/validate.js';
 import { GatewayError } from '../../errors.js';
 
 type Obj = Record<string, unknown>;
 
 function isObj(v: unknown): v is Obj {
   return v !== null && typeof v === 'object' && !Array.isArray(v);
-}
-function missing(param: string): GatewayError {
-  return new GatewayError('missing_required_parameter', `Missing required parameter: '${param}'.`, { param });
-}
-function wrongType(param: string, expected: string): GatewayError {
-  return new GatewayError('invalid_type', `Invalid type for '${param}': expected ${expected}.`, { param });
-}
-function badValue(param: string, why: string): GatewayError {
-  return new GatewayError('invalid_value', `Invalid value for '${param}': ${why}.`, { param });
-}
-function unsupported(param: string, value: unknown, allowed: readonly string[]): GatewayError {
-  return new GatewayError('unsupported_value',
-    `Unsupported value for '${param}': ${JSON.stringify(value)?.slice(0, 100)}. Supported values are: ${allowed.map((v) => `'${v}'`).join(', ')}.`,
-    { param });
 }
 
 function str(o: Obj, key: string, path: string, required = true): string | undefined {
