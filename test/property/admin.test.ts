@@ -165,7 +165,24 @@ t.test('POST /admin/accounts/{id}/credits: applied exactly once, or rejected wit
   }), 150);
 });
 
-t.test('POST /admin/accounts/{id}/keys: a working key for an account, 404 for none, whatever the body', async (t) => {
+/**
+ * What a key request's body allows (CONTRACT sections 5 and 8): none or one without controls
+ * gets a key; one that is not a JSON object is refused as any admin body is; one carrying
+ * per-key controls is refused until those are enforced (never a key issued without them).
+ */
+function keyBodyRefusals(body: string | undefined, ct: string | undefined): string[] | undefined {
+  if (body === undefined || body === '') return undefined;
+  if (!isJsonMediaType(ct)) return ['unsupported_media_type'];
+  let b: any;
+  try { b = JSON.parse(body); } catch { return ['invalid_json']; }
+  if (depthOf(b) > 64 || hasPollutingKey(b)) return ['invalid_json'];
+  if (b === null || typeof b !== 'object' || Array.isArray(b)) return ['invalid_type'];
+  const controls = ['name', 'models', 'expires_at', 'budget', 'limits', 'allowed_ips', 'metadata'];
+  if (controls.some((k) => b[k] !== undefined && b[k] !== null)) return ['unsupported_value', 'invalid_value', 'invalid_type'];
+  return undefined;
+}
+
+t.test('POST /admin/accounts/{id}/keys: a working key for an account, 404 for none; a body with controls refused', async (t) => {
   const scenario = fc.record({ body: fc.option(rawBody, { nil: undefined }), ct: contentType, path: fc.oneof({ weight: 3, arbitrary: fc.constant(undefined) }, oddString.filter((s) => s !== '' && s.length < 200 && s !== 'demo' && s !== 'acme'), fc.constantFrom('%zz', '%', 'a%2Fb', '..', 'demo%00')) });
   await holds(t, 'key requests', fc.asyncProperty(scenario, async ({ body, ct, path }) => {
     const { account: id } = await freshAccount(gw.url, ADMIN, 'free', 10);
@@ -187,6 +204,8 @@ t.test('POST /admin/accounts/{id}/keys: a working key for an account, 404 for no
       return;
     }
     const e = assertEnvelope(res);
+    const refusals = keyBodyRefusals(body, ct);
+    if (refusals !== undefined && refusals.includes(e.code)) return;
     if (exists) assert.fail(`a key request for an existing account got ${e.code}`);
     assert.ok(['account_not_found', 'unknown_url'].includes(e.code), `${e.code} for an account that does not exist`);
   }), 60);
