@@ -18,6 +18,7 @@ import { MemorySlots, RedisSlots, type Slots } from './limits/slots.js';
 import { openStore, type Store } from './store/index.js';
 import { RedisStore } from './store/redis.js';
 import { Health } from './upstream/health.js';
+import { Replicas } from './upstream/balance/index.js';
 
 export type Next = (err?: unknown) => void;
 export type Handler = (req: IncomingMessage, res: ServerResponse, next?: Next) => void;
@@ -42,6 +43,8 @@ export class Gateway {
   readonly metrics = new Metrics();
   readonly logger: Logger;
   readonly #health = new Health(this.metrics.upstreamHealthy);
+  /** Every replica's routing state, kept across reloads like the circuits. */
+  readonly #replicas = new Replicas();
   #store: Promise<Store>;
   #storeConfig: string;
   /** Concurrency slots outlive reloads: requests in flight keep theirs. */
@@ -60,6 +63,7 @@ export class Gateway {
     this.#storeConfig = JSON.stringify(valid.store);
     this.#store = openStore(valid.store);
     this.#pending = this.#build(valid).then((s) => (this.#state = s));
+    this.metrics.upstreams = () => this.#state?.providers.values() ?? [];
   }
 
   async #build(config: Config): Promise<GatewayState> {
@@ -67,7 +71,7 @@ export class Gateway {
     this.#slots ??= store instanceof RedisStore
       ? new RedisSlots(store.client, config.store.prefix, config.store.on_error === 'open', this.logger)
       : new MemorySlots();
-    const state = new GatewayState(config, store, this.#slots, this.#health, this.logger);
+    const state = new GatewayState(config, store, this.#slots, this.#health, this.logger, this.#replicas);
     try {
       await state.start();
     } catch (err) {

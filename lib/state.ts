@@ -21,6 +21,7 @@ import { UpstreamTokens } from './tokens/upstream.js';
 import { promptTokens } from './chat/checks.js';
 import type { ChatRequest } from './chat/types.js';
 import type { Circuit, Health } from './upstream/health.js';
+import { Fleet, type FleetView, type Replicas } from './upstream/balance/index.js';
 
 /** One place a model can be served from: its provider, or one of its fallbacks. */
 export interface Target {
@@ -49,12 +50,12 @@ export class GatewayState {
   /** Per provider that serves POST /tokenize: its counts, for models with `tokenizer: upstream`. */
   readonly #upstreamTokens = new Map<string, UpstreamTokens>();
 
-  constructor(config: Config, store: Store, slots: Slots, health: Health, logger: Logger) {
+  constructor(config: Config, store: Store, slots: Slots, health: Health, logger: Logger, replicas?: Replicas) {
     this.config = config;
     this.store = store;
     this.#health = health;
     const providers = new Map<string, Provider>();
-    for (const [name, p] of Object.entries(config.providers)) providers.set(name, createProvider(name, p));
+    for (const [name, p] of Object.entries(config.providers)) providers.set(name, createProvider(name, p, new Fleet(name, p, replicas, logger)));
     this.providers = providers;
     for (const p of providers.values()) {
       if (p.tokenize !== undefined) this.#upstreamTokens.set(p.name, new UpstreamTokens(p as ConstructorParameters<typeof UpstreamTokens>[0]));
@@ -64,7 +65,7 @@ export class GatewayState {
       ? new OpenMode((msg, err) => logger.error({ err: (err as Error | undefined)?.message }, msg))
       : null;
     this.limits = new Limits(config, store instanceof RedisStore ? store.client : null, slots, logger);
-    this.admin = config.admin.token === null ? null : new AdminApi(store, config);
+    this.admin = config.admin.token === null ? null : new AdminApi(store, config, () => this.upstreams());
     this.policy = new ContentPolicy(config.content_policy.block);
     this.catalog = new Catalog(config, this.#createdAt, []);
     const target = config.server.passthrough;
@@ -79,6 +80,15 @@ export class GatewayState {
     await this.store.seed(this.config.accounts);
     await loadTokenizers(['o200k_base', ...this.config.models.map((m) => m.tokenizer), ...Object.values(this.config.providers).map((p) => p.model_defaults.tokenizer ?? 'o200k_base')]);
     this.#discovery.start();
+    for (const p of this.providers.values()) p.start?.();
+  }
+
+  /** Every provider's replicas as GET /admin/upstreams shows them. */
+  upstreams(): { providers: Record<string, FleetView> } {
+    const now = Date.now();
+    const providers: Record<string, FleetView> = {};
+    for (const p of this.providers.values()) providers[p.name] = p.fleet.view(now);
+    return { providers };
   }
 
   /** Prompt tokens with the model's tokenizer: the server's own count for `tokenizer: upstream`. */
@@ -113,9 +123,10 @@ export class GatewayState {
     return list;
   }
 
-  /** Worth routing to: some target's circuit is not open. */
+  /** Worth routing to: some target's circuit is not open and some replica of it is not ejected. */
   healthy(model: ModelConfig): boolean {
-    return this.targets(model).some((t) => t.circuit.healthy);
+    const now = Date.now();
+    return this.targets(model).some((t) => t.circuit.healthy && t.provider.fleet.available(now));
   }
 
   async close(): Promise<void> {

@@ -58,11 +58,14 @@ export class AdminApi {
   readonly #store: Store;
   readonly #config: Config;
   readonly #token: string;
+  /** GET /admin/upstreams: every provider's replicas (CONTRACT section 7). */
+  readonly #upstreams: () => unknown;
 
-  constructor(store: Store, config: Config) {
+  constructor(store: Store, config: Config, upstreams: () => unknown = () => ({ providers: {} })) {
     this.#store = store;
     this.#config = config;
     this.#token = config.admin.token!;
+    this.#upstreams = upstreams;
   }
 
   async handle(req: IncomingMessage, res: ServerResponse, path: string, requestId: string): Promise<void> {
@@ -101,6 +104,9 @@ export class AdminApi {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
       await this.#store.revokeSession(b);
       send(200, { sid: b, revoked: true });
+    } else if (a === 'upstreams' && parts.length === 1) {
+      if (method !== 'GET' && method !== 'HEAD') throw methodNotAllowed(method, path, 'GET');
+      send(200, this.#upstreams());
     } else if (a === 'usage' && parts.length === 1) {
       if (method !== 'GET' && method !== 'HEAD') throw methodNotAllowed(method, path, 'GET');
       send(200, await this.#usage(req.url ?? ''));

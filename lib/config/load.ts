@@ -96,10 +96,11 @@ function crossCheck(c: Config): string[] {
   });
 
   for (const [name, p] of Object.entries(c.providers)) {
-    if (p.kind !== 'echo' && p.base_url === undefined) problems.push(`providers.${name}.base_url: is required for kind ${p.kind}`);
+    if (p.kind !== 'echo' && p.base_url === undefined && p.targets === undefined) problems.push(`providers.${name}.base_url: is required for kind ${p.kind}`);
     if (p.base_url !== undefined) {
       try { new URL(p.base_url); } catch { problems.push(`providers.${name}.base_url: must be an http:// or https:// URL`); }
     }
+    problems.push(...replicaProblems(name, p));
   }
 
   const modelIds = new Set<string>();
@@ -139,6 +140,27 @@ function crossCheck(c: Config): string[] {
     const sources = (['secret', 'public_key', 'jwks_url'] as const).filter((k) => typeof jwt[k] === 'string' && jwt[k] !== '');
     if (sources.length !== 1) problems.push('auth.jwt: set exactly one of secret, public_key, jwks_url (non-empty)');
   }
+  return problems;
+}
+
+/** A provider's replicas (CONTRACT section 7): exactly one of base_url and targets, distinct URLs. */
+function replicaProblems(name: string, p: Config['providers'][string]): string[] {
+  const problems: string[] = [];
+  const at = `providers.${name}`;
+  if (p.targets === undefined) return problems;
+  if (p.kind === 'echo') problems.push(`${at}.targets: the echo provider has no replicas`);
+  if (p.base_url !== undefined) problems.push(`${at}.targets: set exactly one of base_url and targets`);
+  const seen = new Set<string>();
+  p.targets.forEach((r, i) => {
+    for (const key of ['url', 'metrics_url'] as const) {
+      const v = r[key];
+      if (v === undefined) continue;
+      try { new URL(v); } catch { problems.push(`${at}.targets[${i}].${key}: must be an http:// or https:// URL`); }
+    }
+    const u = r.url.replace(/\/+$/, '');
+    if (seen.has(u)) problems.push(`${at}.targets[${i}].url: the same replica is listed twice`);
+    seen.add(u);
+  });
   return problems;
 }
 
