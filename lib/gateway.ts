@@ -25,6 +25,7 @@ import { GatewayState } from './state.js';
 import { MemorySlots, RedisSlots, type Slots } from './limits/slots.js';
 import { openStore, type StoreHandle } from './store/index.js';
 import { Health } from './upstream/health.js';
+import { Replicas } from './upstream/balance/index.js';
 
 export type Next = (err?: unknown) => void;
 export type Handler = (req: IncomingMessage, res: ServerResponse, next?: Next) => void;
@@ -66,6 +67,8 @@ export class Gateway {
     if (healthy) this.logger.info(target, 'circuit closed: the upstream answers again');
     else this.logger.warn(target, 'circuit open: the upstream failed circuit_failures times in a row; requests go to fallbacks or get 503 until a probe succeeds');
   });
+  /** Every replica's routing state, kept across reloads like the circuits. */
+  readonly #replicas = new Replicas();
   #store: Promise<StoreHandle>;
   #storeConfig: string;
   /** Concurrency slots outlive reloads: requests in flight keep theirs. */
@@ -85,6 +88,7 @@ export class Gateway {
     this.#storeConfig = JSON.stringify(valid.store);
     this.#store = openStore(valid.store, this.logger);
     this.#pending = this.#build(valid).then((s) => (this.#state = s));
+    this.metrics.upstreams = () => this.#state?.providers.values() ?? [];
   }
 
   async #build(config: Config): Promise<GatewayState> {
@@ -95,7 +99,7 @@ export class Gateway {
     // A store that is still connecting (at boot) gets a moment; one that is down does not hold
     // the start or a reload up any longer: the state seeds it once it answers.
     await handle.connected(config.store.timeout_ms);
-    const state = new GatewayState(config, handle, this.#slots, this.#health, this.logger);
+    const state = new GatewayState(config, handle, this.#slots, this.#health, this.logger, this.#replicas);
     try {
       await state.start();
     } catch (err) {

@@ -26,6 +26,7 @@ import { UpstreamTokens } from './tokens/upstream.js';
 import { promptTokens } from './chat/checks.js';
 import type { ChatRequest } from './chat/types.js';
 import type { Circuit, Health } from './upstream/health.js';
+import { Fleet, type FleetView, type Replicas } from './upstream/balance/index.js';
 
 /** One place a model can be served from: its provider, or one of its fallbacks. */
 export interface Target {
@@ -62,7 +63,7 @@ export class GatewayState {
   readonly #offReady: () => void;
   #closed = false;
 
-  constructor(config: Config, handle: StoreHandle, slots: Slots, health: Health, logger: Logger) {
+  constructor(config: Config, handle: StoreHandle, slots: Slots, health: Health, logger: Logger, replicas?: Replicas) {
     const store = handle.store;
     this.config = config;
     this.store = store;
@@ -70,7 +71,7 @@ export class GatewayState {
     this.#health = health;
     this.#logger = logger;
     const providers = new Map<string, Provider>();
-    for (const [name, p] of Object.entries(config.providers)) providers.set(name, createProvider(name, p));
+    for (const [name, p] of Object.entries(config.providers)) providers.set(name, createProvider(name, p, new Fleet(name, p, replicas, logger)));
     this.providers = providers;
     for (const p of providers.values()) {
       if (p.tokenize !== undefined) this.#upstreamTokens.set(p.name, new UpstreamTokens(p as ConstructorParameters<typeof UpstreamTokens>[0]));
@@ -83,7 +84,7 @@ export class GatewayState {
       ? new OpenMode((msg, err) => logger.error({ err: (err as Error | undefined)?.message }, msg))
       : null;
     this.limits = new Limits(config, handle.redis, slots, logger);
-    this.admin = config.admin.token === null ? null : new AdminApi(store, config);
+    this.admin = config.admin.token === null ? null : new AdminApi(store, config, () => this.upstreams());
     this.policy = new ContentPolicy(config.content_policy.block);
     this.catalog = new Catalog(config, this.#createdAt, []);
     const target = config.server.passthrough;
@@ -100,6 +101,7 @@ export class GatewayState {
   async start(): Promise<void> {
     await loadTokenizers(['o200k_base', ...this.config.models.map((m) => m.tokenizer), ...Object.values(this.config.providers).map((p) => p.model_defaults.tokenizer ?? 'o200k_base')]);
     this.#discovery.start();
+    for (const p of this.providers.values()) p.start?.();
     await this.#seed();
   }
 
@@ -131,6 +133,14 @@ export class GatewayState {
     if (this.#seedFailures > 0) this.#logger.warn({ attempts: this.#seedFailures + 1 }, 'store reachable: the config\'s accounts are seeded');
     this.#seedFailures = 0;
     this.#seeded = true;
+  }
+
+  /** Every provider's replicas as GET /admin/upstreams shows them. */
+  upstreams(): { providers: Record<string, FleetView> } {
+    const now = Date.now();
+    const providers: Record<string, FleetView> = {};
+    for (const p of this.providers.values()) providers[p.name] = p.fleet.view(now);
+    return { providers };
   }
 
   /** Prompt tokens with the model's tokenizer: the server's own count for `tokenizer: upstream`. */
@@ -165,9 +175,10 @@ export class GatewayState {
     return list;
   }
 
-  /** Worth routing to: some target's circuit is not open. */
+  /** Worth routing to: some target's circuit is not open and some replica of it is not ejected. */
   healthy(model: ModelConfig): boolean {
-    return this.targets(model).some((t) => t.circuit.healthy);
+    const now = Date.now();
+    return this.targets(model).some((t) => t.circuit.healthy && t.provider.fleet.available(now));
   }
 
   async close(): Promise<void> {

@@ -109,11 +109,14 @@ export class AdminApi {
   readonly #store: Store;
   readonly #config: Config;
   readonly #token: string;
+  /** GET /admin/upstreams: every provider's replicas (CONTRACT section 7). */
+  readonly #upstreams: () => unknown;
 
-  constructor(store: Store, config: Config) {
+  constructor(store: Store, config: Config, upstreams: () => unknown = () => ({ providers: {} })) {
     this.#store = store;
     this.#config = config;
     this.#token = config.admin.token!;
+    this.#upstreams = upstreams;
   }
 
   async handle(req: IncomingMessage, res: ServerResponse, path: string, requestId: string): Promise<void> {
@@ -156,6 +159,9 @@ export class AdminApi {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
       await this.#store.revokeSession(b);
       noContent();
+    } else if (a === 'upstreams' && parts.length === 1) {
+      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
+      send(200, this.#upstreams());
     } else if (a === 'usage' && parts.length === 1) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       send(200, await this.#usage(req.url ?? ''));

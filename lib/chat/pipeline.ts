@@ -17,6 +17,8 @@ import { KEEPALIVE_FRAME, SSE_HEADERS, writeFrame } from '../sse/writer.js';
 import type { Dialect, Renderer } from '../dialects/types.js';
 import type { GatewayState, Target } from '../state.js';
 import type { Admission, Outcome } from '../upstream/health.js';
+import { AffinityKey, type Replica } from '../upstream/balance/index.js';
+import { isConnectFailure } from '../upstream/http.js';
 import { hold, type Charge } from '../billing/meter.js';
 import { checkContext, checkImages, fitsContext } from './checks.js';
 import type { ChatRequest, ChunkChoice, Usage } from './types.js';
@@ -27,8 +29,10 @@ const CLIENT_GONE = Symbol('tollgate.client-gone');
 /** Failures that another target may not repeat: the next fallback is worth a try. */
 const FALLBACK_CODES: ReadonlySet<string> = new Set(['provider_error', 'provider_timeout', 'model_unavailable']);
 
-/** Hold lifetime: every target may use its whole timeout, plus slack for the settle. */
+/** Hold lifetime: every attempt may use its whole timeout, plus slack for the settle. */
 const HOLD_SLACK_MS = 60_000;
+/** Replicas of one target a request tries before it moves on to the next target. */
+const MAX_REPLICA_TRIES = 3;
 
 export async function handleGeneration(
   dialect: Dialect, state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
@@ -54,11 +58,12 @@ export async function handleGeneration(
 
   const admitted = await admitAndHold(state, ctx, res, model, request, prompt);
   if (admitted === undefined) return;
-  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt);
+  const session = req.headers['x-session-affinity'];
+  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt, typeof session === 'string' ? session : undefined);
   const renderer = dialect.renderer(request, model.id, prompt);
-  await settleAfter(admitted, ctx, () => request.stream
-    ? streamAnswer(state, metrics, attempts, admitted.charge, ctx, res, renderer)
-    : completeAnswer(metrics, attempts, admitted.charge, ctx, res, renderer));
+  await settleAfter(admitted, ctx, () => attempts.using(request.stream
+    ? () => streamAnswer(state, metrics, attempts, admitted.charge, ctx, res, renderer)
+    : () => completeAnswer(metrics, attempts, admitted.charge, ctx, res, renderer)));
 }
 
 type Grant = Awaited<ReturnType<GatewayState['limits']['admit']>>;
@@ -82,7 +87,7 @@ export async function admitAndHold(
     return undefined;
   }
   const targets = state.targets(model);
-  const ttl = targets.reduce((sum, t) => sum + t.provider.config.timeout_ms, HOLD_SLACK_MS);
+  const ttl = targets.reduce((sum, t) => sum + t.provider.config.timeout_ms * Math.min(MAX_REPLICA_TRIES, t.provider.fleet.replicas.length), HOLD_SLACK_MS);
   let charge: Charge;
   try {
     // Billing has its own id: x-request-id may come from the client, and must not collide.
@@ -125,10 +130,17 @@ async function keep(work: Promise<void>, ctx: RequestContext): Promise<void> {
   }
 }
 
+/** One attempt: a target (provider and upstream model), its circuit's admission, a replica. */
+interface Attempt { target: Target; admission: Admission; replica: Replica }
+
 /**
- * Calls a model's targets in order. Each attempt has its own timer (its provider's
- * timeout_ms) and is aborted when the client goes. A target whose circuit is open is skipped;
- * when every one is, the answer is 503 with the time until the next probe.
+ * Calls a model's targets in order, and within a target its replicas as the provider's
+ * balancer picks them: a failure before anything reached the client moves to another replica
+ * of the same target (up to MAX_REPLICA_TRIES), then to the next target. Each attempt has its
+ * own timer (its provider's timeout_ms) and is aborted when the client goes. A target's
+ * circuit is settled once for all its replicas' attempts. A target whose circuit is open, or
+ * whose replicas are all ejected, is skipped; when every one is, the answer is 503 with the
+ * time until the first of them may take requests again.
  */
 export class Attempts {
   readonly request: ChatRequest;
@@ -140,11 +152,18 @@ export class Attempts {
   readonly #metrics: Metrics;
   readonly #ctx: RequestContext;
   readonly #res: ServerResponse;
+  readonly #key: AffinityKey;
   #index = 0;
   #retryMs = Infinity;
   #last: GatewayError | undefined;
+  /** The target being tried, and how its latest attempt went (settled into its circuit when left). */
+  #current: { target: Target; admission: Admission; outcome: Outcome } | undefined;
+  #tried: Replica[] = [];
 
-  constructor(state: GatewayState, metrics: Metrics, ctx: RequestContext, res: ServerResponse, request: ChatRequest, model: ModelConfig, prompt: number) {
+  constructor(
+    state: GatewayState, metrics: Metrics, ctx: RequestContext, res: ServerResponse, request: ChatRequest, model: ModelConfig,
+    prompt: number, session: string | undefined,
+  ) {
     this.request = request;
     this.model = model;
     this.prompt = prompt;
@@ -153,15 +172,32 @@ export class Attempts {
     this.#metrics = metrics;
     this.#ctx = ctx;
     this.#res = res;
+    this.#key = new AffinityKey(request, session);
   }
 
-  /** The next target the circuits let through, or the error that ends the request. */
-  next(): { target: Target; admission: Admission } {
-    while (this.#index < this.#targets.length) {
+  /** The next replica of the current target, else of the next target the circuits let through, or the error that ends the request. */
+  next(): Attempt {
+    for (;;) {
+      const current = this.#current;
+      if (current !== undefined) {
+        const fleet = current.target.provider.fleet;
+        const replica = this.#tried.length < MAX_REPLICA_TRIES ? fleet.pick(this.#key, this.#tried) : undefined;
+        if (replica !== undefined) {
+          this.#tried.push(replica);
+          return { target: current.target, admission: current.admission, replica };
+        }
+        if (this.#tried.length === 0) this.#retryMs = Math.min(this.#retryMs, fleet.retryAfterMs());
+        this.#leaveTarget();
+      }
+      if (this.#index >= this.#targets.length) break;
       const target = this.#targets[this.#index++]!;
       const admission = target.circuit.admit();
-      if (admission.ok) return { target, admission };
-      this.#retryMs = Math.min(this.#retryMs, admission.retryMs);
+      if (admission.ok) {
+        this.#current = { target, admission, outcome: 'neutral' };
+        this.#tried = [];
+      } else {
+        this.#retryMs = Math.min(this.#retryMs, admission.retryMs);
+      }
     }
     if (this.#last !== undefined) throw this.#last;
     throw new GatewayError('model_unavailable', `The model '${this.model.id}' is unavailable right now; retry later.`, {
@@ -169,10 +205,28 @@ export class Attempts {
     });
   }
 
-  /** Runs `fn` as one attempt on `target`; settles the circuit; records the error for fallback. */
-  async run<T>(target: Target, admission: Admission, fn: (call: ProviderCall) => Promise<T>): Promise<T> {
+  /** Settles the current target's circuit with how its last attempt went. */
+  #leaveTarget(): void {
+    const current = this.#current;
+    if (current === undefined) return;
+    this.#current = undefined;
+    current.target.circuit.settle(current.admission, current.outcome);
+  }
+
+  /** Runs the answer; then a circuit left mid-way (a failure with no fallback left, a client gone) is settled. */
+  async using(work: () => Promise<void>): Promise<void> {
+    try {
+      await work();
+    } finally {
+      this.#leaveTarget();
+    }
+  }
+
+  /** Runs `fn` as one attempt on the attempt's replica; records its outcome and the error for fallback. */
+  async run<T>(attempt: Attempt, fn: (call: ProviderCall) => Promise<T>): Promise<T> {
+    const { target, replica } = attempt;
     const ac = new AbortController();
-    const call: ProviderCall = { request: this.request, model: this.model, upstreamModel: target.upstreamModel, signal: ac.signal };
+    const call: ProviderCall = { request: this.request, model: this.model, upstreamModel: target.upstreamModel, signal: ac.signal, replica };
     const res = this.#res;
     const onClose = () => { if (!res.writableFinished) ac.abort(CLIENT_GONE); };
     res.on('close', onClose);
@@ -181,20 +235,30 @@ export class Attempts {
     const started = performance.now();
     this.#ctx.provider = target.provider.name;
     this.#ctx.upstreamModel = target.upstreamModel;
+    const fleet = target.provider.fleet;
+    const token = fleet.begin(replica);
     let outcome: Outcome = 'neutral';
+    let connectFailure = false;
     try {
       const result = await fn(call);
       outcome = 'success';
       return result;
     } catch (err) {
       const e = err instanceof GatewayError ? err : new GatewayError('internal_error', 'The gateway failed while calling the provider.', { cause: err });
-      if (ac.signal.reason !== CLIENT_GONE && FALLBACK_CODES.has(e.code) && e.fault) outcome = 'failure';
+      if (ac.signal.reason !== CLIENT_GONE && FALLBACK_CODES.has(e.code) && e.fault) {
+        outcome = 'failure';
+        connectFailure = isConnectFailure(e);
+      }
       this.#last = e;
       throw e;
     } finally {
       clearTimeout(timer);
       res.off('close', onClose);
-      target.circuit.settle(admission, outcome);
+      fleet.end(replica, token, outcome, connectFailure);
+      if (this.#current !== undefined && this.#current.target === target) {
+        this.#current.outcome = outcome;
+        if (outcome === 'success') this.#leaveTarget();
+      }
       this.#ctx.upstreamMs = performance.now() - started;
       this.#metrics.upstreamDuration.labels(target.provider.name).observe(this.#ctx.upstreamMs / 1000);
     }
@@ -206,9 +270,12 @@ export class Attempts {
     return { prompt_tokens: this.prompt, completion_tokens: c, total_tokens: this.prompt + c };
   }
 
-  /** May the request go on to the next target after `err`? Only if nothing reached the client. */
+  /**
+   * May the request go on to another replica or target after `err`? Only if nothing reached
+   * the client; next() says whether one is left (else it throws this error again).
+   */
   canFallBack(err: unknown): boolean {
-    return err instanceof GatewayError && FALLBACK_CODES.has(err.code) && !this.#res.destroyed && this.#index < this.#targets.length;
+    return err instanceof GatewayError && FALLBACK_CODES.has(err.code) && !this.#res.destroyed;
   }
 }
 
@@ -216,10 +283,11 @@ async function completeAnswer(
   metrics: Metrics, attempts: Attempts, charge: Charge, ctx: RequestContext, res: ServerResponse, renderer: Renderer,
 ): Promise<void> {
   for (;;) {
-    const { target, admission } = attempts.next();
+    const attempt = attempts.next();
+    const { target } = attempt;
     try {
       const started = performance.now();
-      const result = await attempts.run(target, admission, (call) => target.provider.complete(call));
+      const result = await attempts.run(attempt, (call) => target.provider.complete(call));
       let usage = result.usage;
       ctx.usageSource = 'upstream';
       if (usage === undefined) {
@@ -294,13 +362,14 @@ async function streamAnswer(
   let text = '';
   try {
     for (;;) {
-      const { target, admission } = attempts.next();
+      const attempt = attempts.next();
+      const { target } = attempt;
       const roleSent: boolean[] = [];
       const held: Array<{ choices: ChunkChoice[]; native?: string }> = [];
       text = '';
       let usage: Usage | undefined;
       try {
-        const finished = await attempts.run(target, admission, async (call) => {
+        const finished = await attempts.run(attempt, async (call) => {
           const upstream = await target.provider.stream(call);
           upstreamHeaders = upstream.headers;
           const iterator = upstream[Symbol.asyncIterator]();

@@ -47,10 +47,13 @@ export function crossCheck(data: unknown): string[] {
 
   for (const [name, raw] of Object.entries(providers)) {
     const p = obj(raw);
-    if ((p.kind === 'openai' || p.kind === 'anthropic') && p.base_url === undefined) problems.push(`providers.${name}.base_url: is required for kind ${p.kind}`);
+    if ((p.kind === 'openai' || p.kind === 'anthropic') && p.base_url === undefined && p.targets === undefined) {
+      problems.push(`providers.${name}.base_url: is required for kind ${p.kind} (or targets: a list of replicas)`);
+    }
     if (text(p.base_url)) {
       try { new URL(p.base_url); } catch { problems.push(`providers.${name}.base_url: must be an http:// or https:// URL`); }
     }
+    problems.push(...replicaProblems(name, p));
   }
 
   const modelIds = new Set<string>();
@@ -150,6 +153,29 @@ export function configWarnings(c: Config): string[] {
   return warnings;
 }
 
+/** A provider's replicas (CONTRACT section 7): exactly one of base_url and targets, distinct URLs. */
+function replicaProblems(name: string, p: Obj): string[] {
+  const problems: string[] = [];
+  const at = `providers.${name}`;
+  if (!Array.isArray(p.targets)) return problems;
+  if (p.kind === 'echo') problems.push(`${at}.targets: the echo provider has no replicas`);
+  if (p.base_url !== undefined) problems.push(`${at}.targets: set exactly one of base_url and targets`);
+  const seen = new Set<string>();
+  p.targets.forEach((raw, i) => {
+    const r = obj(raw);
+    for (const key of ['url', 'metrics_url'] as const) {
+      const v = r[key];
+      if (!text(v)) continue;
+      try { new URL(v); } catch { problems.push(`${at}.targets[${i}].${key}: must be an http:// or https:// URL`); }
+    }
+    if (!text(r.url)) return;
+    const u = r.url.replace(/\/+$/, '');
+    if (seen.has(u)) problems.push(`${at}.targets[${i}].url: the same replica is listed twice`);
+    seen.add(u);
+  });
+  return problems;
+}
+
 /**
  * Passthrough is unmetered by design: pointed at a provider's own host, that server's
  * generation endpoints become free (and, without passthrough_auth, open to anyone).
@@ -161,10 +187,10 @@ function passthroughWarnings(c: Config): string[] {
   const hostOf = (u: URL) => `${u.hostname}:${u.port || (u.protocol === 'https:' ? '443' : '80')}`;
   const out: string[] = [];
   for (const [name, p] of Object.entries(c.providers)) {
-    if (p.base_url === undefined) continue;
-    let base: URL;
-    try { base = new URL(p.base_url); } catch { continue; }
-    if (hostOf(base) !== hostOf(target)) continue;
+    const urls = p.targets?.map((t) => t.url) ?? (p.base_url === undefined ? [] : [p.base_url]);
+    const base = urls.map((u) => { try { return new URL(u); } catch { return undefined; } })
+      .find((u) => u !== undefined && hostOf(u) === hostOf(target));
+    if (base === undefined) continue;
     out.push(`server.passthrough: points at the host of provider ${q(name)} (${hostOf(base)}): its own generation endpoints ` +
       `are reachable through the gateway unmetered${c.server.passthrough_auth ? '' : ' and without a key (passthrough_auth is false)'}`);
   }

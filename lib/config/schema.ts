@@ -72,6 +72,12 @@ const modelDefaults = obj(
 
 const target = obj({ provider: str, upstream_model: str }, { required: ['provider'] });
 
+/** One replica of a provider's server (CONTRACT section 7). */
+const replica = obj(
+  { url: httpUrl, weight: { ...posInt, default: 1 }, metrics_url: httpUrl },
+  { required: ['url'] },
+);
+
 const model = obj(
   {
     id: slug,
@@ -103,6 +109,27 @@ const provider = obj(
     circuit_cooldown_ms: { ...posMs, default: 30000 },
     chunk_delay_ms: { ...uintMs, default: 0 },
     tokenize_timeout_ms: { ...posMs, default: 500 },
+    targets: { type: 'array', items: replica, minItems: 1, 'x-msg': 'must be a non-empty list of {url, weight, metrics_url}' },
+    balance: {
+      enum: ['round_robin', 'least_outstanding', 'prefix_affinity'], default: 'least_outstanding',
+      'x-msg': 'must be one of round_robin, least_outstanding, prefix_affinity',
+    },
+    affinity_prefix_tokens: { ...posInt, default: 256 },
+    metrics_interval_ms: { ...posMs, default: 1000 },
+    max_outstanding: { type: ['integer', 'null'], minimum: 1, default: null, 'x-msg': 'must be a positive integer or null' },
+    outlier: obj(
+      { consecutive_failures: { ...posInt, default: 5 }, eject_ms: { ...posMs, default: 30000 } },
+      { default: {} },
+    ),
+    health_check: {
+      type: ['object', 'null'],
+      additionalProperties: false,
+      default: null,
+      properties: {
+        path: { type: 'string', pattern: '^/[\\x21-\\x7e]*$', default: '/models', 'x-msg': 'must be a path beginning with /' },
+        interval_ms: { ...posMs, default: 5000 },
+      },
+    },
     forward_params: {
       type: 'array',
       default: [],

@@ -12,6 +12,17 @@ export interface PlanConfig {
 
 export type ProviderKind = 'openai' | 'anthropic' | 'echo';
 
+/** How a provider's replicas share its requests (CONTRACT section 7). */
+export type BalancePolicy = 'round_robin' | 'least_outstanding' | 'prefix_affinity';
+
+/** One replica of a provider's server. */
+export interface ReplicaConfig {
+  url: string;
+  weight: number;
+  /** The replica's Prometheus endpoint: queue depth and KV-cache use are read from it. */
+  metrics_url?: string;
+}
+
 export interface ProviderConfig {
   kind: ProviderKind;
   base_url?: string;
@@ -36,6 +47,17 @@ export interface ProviderConfig {
   forward_params: string[];
   /** `tokenizer: upstream`: how long a /tokenize call may take before the local estimate is used. */
   tokenize_timeout_ms: number;
+  /** Replicas of the server; `base_url` is the one-replica short form (exactly one of the two). */
+  targets?: ReplicaConfig[];
+  balance: BalancePolicy;
+  /** The prompt prefix that keys prefix_affinity, in tokens (approximated as 4 characters each). */
+  affinity_prefix_tokens: number;
+  metrics_interval_ms: number;
+  /** Requests in flight per replica above which it is skipped; null = no cap. */
+  max_outstanding: number | null;
+  outlier: { consecutive_failures: number; eject_ms: number };
+  /** Active health checks: GET {replica url}{path} every interval_ms; null = none. */
+  health_check: { path: string; interval_ms: number } | null;
 }
 
 export interface TargetConfig { provider: string; upstream_model?: string }

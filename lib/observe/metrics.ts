@@ -2,6 +2,7 @@
 // gateways embedded in one process do not collide.
 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Fleet } from '../upstream/balance/index.js';
 
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 
@@ -33,6 +34,12 @@ export class Metrics {
   readonly unitsCharged = new Counter({
     name: 'tollgate_units_charged_total', help: 'Wallet units debited.', registers: [this.registry],
   });
+  /** The providers whose replicas the two gauges below show, read when /metrics is scraped. */
+  upstreams: () => Iterable<{ fleet: Fleet }> = () => [];
+  readonly upstreamOutstanding: Gauge<'target'> = upstreamGauge(this, 'tollgate_upstream_outstanding',
+    'Per replica (its URL): requests this instance has in flight on it.', (r) => r.outstanding, (a, b) => a + b);
+  readonly upstreamEjected: Gauge<'target'> = upstreamGauge(this, 'tollgate_upstream_ejected',
+    'Per replica (its URL): 1 while ejected or failing its health checks, else 0.', (r, now) => (r.healthy(now) ? 0 : 1), Math.max);
 
   // Labelled children are cached: the hot path does not rebuild label keys per request.
   readonly #requestChildren = new Map<string, Counter.Internal>();
@@ -53,4 +60,31 @@ export class Metrics {
     }
     child.inc();
   }
+}
+
+/**
+ * A per-replica gauge filled when /metrics is scraped, from the routing state itself: nothing
+ * on the request path. A URL that two providers share adds up (outstanding) or shows the worst
+ * (ejected).
+ */
+function upstreamGauge(
+  metrics: Metrics, name: string, help: string, value: (r: Fleet['replicas'][number], now: number) => number,
+  combine: (a: number, b: number) => number,
+): Gauge<'target'> {
+  return new Gauge({
+    name, help, labelNames: ['target'] as const, registers: [metrics.registry],
+    collect(this: Gauge<'target'>) {
+      this.reset();
+      const now = Date.now();
+      const values = new Map<string, number>();
+      for (const { fleet } of metrics.upstreams()) {
+        for (const r of fleet.replicas) {
+          const v = value(r, now);
+          const seen = values.get(r.url);
+          values.set(r.url, seen === undefined ? v : combine(seen, v));
+        }
+      }
+      for (const [target, v] of values) this.set({ target }, v);
+    },
+  });
 }

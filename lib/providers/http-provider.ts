@@ -1,7 +1,7 @@
-// What every HTTP provider does the same way: send a JSON POST over the provider's undici
-// pool, turn a failing status into our error, read an answer, and turn an event stream into
-// parts. A provider supplies only its translation: the request body, the answer, and a
-// per-stream translator of events.
+// What every HTTP provider does the same way: send a JSON POST over the undici pool of the
+// replica the balancer picked, turn a failing status into our error, read an answer, and turn
+// an event stream into parts. A provider supplies only its translation: the request body, the
+// answer, and a per-stream translator of events.
 
 import type { Dispatcher } from 'undici';
 import type { ChoicesAndUsage } from './shared.js';
@@ -11,6 +11,7 @@ import { SseLimitError, SseParser, type SseEvent } from '../sse/parser.js';
 import {
   createEndpoint, forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint,
 } from '../upstream/http.js';
+import { Fleet, type Replica } from '../upstream/balance/index.js';
 import { ENDED_EARLY, isEventStream, mapErrorBody } from './shared.js';
 import type { CompletionResult, Provider, ProviderCall, StreamPart, UpstreamStream } from './types.js';
 
@@ -32,19 +33,25 @@ export interface HttpShape {
 export abstract class HttpProvider implements Provider {
   readonly name: string;
   readonly config: ProviderConfig;
-  protected readonly endpoint: UpstreamEndpoint;
+  readonly fleet: Fleet;
   protected readonly headers: Record<string, string>;
-  readonly #path: string;
+  /** One pool per replica, with the path of every call on it. */
+  readonly #endpoints: Map<Replica, UpstreamEndpoint & { callPath: string }>;
+  readonly #first: UpstreamEndpoint & { callPath: string };
   readonly #unavailable: ReadonlySet<number>;
   /** The operator's secrets sent upstream (api_key, header values), never to be echoed back. */
   readonly #secrets: string[];
 
-  constructor(name: string, config: ProviderConfig, shape: HttpShape) {
+  constructor(name: string, config: ProviderConfig, shape: HttpShape, fleet = new Fleet(name, config)) {
     this.name = name;
     this.config = config;
-    this.endpoint = createEndpoint(config);
+    this.fleet = fleet;
+    this.#endpoints = new Map(fleet.replicas.map((r) => {
+      const ep = createEndpoint(config, r.url);
+      return [r, { ...ep, callPath: `${ep.basePath}${shape.path}` }];
+    }));
+    this.#first = this.#endpoints.get(fleet.replicas[0]!)!;
     this.headers = shape.headers;
-    this.#path = `${this.endpoint.basePath}${shape.path}`;
     this.#unavailable = shape.unavailable;
     this.#secrets = [config.api_key, ...Object.values(config.headers)].filter((v) => v.length >= 8);
   }
@@ -60,6 +67,24 @@ export abstract class HttpProvider implements Provider {
     return err;
   }
 
+  /** For calls outside the balancer (discovery, /tokenize): a healthy replica's pool, else the first. */
+  protected get endpoint(): UpstreamEndpoint {
+    const r = this.fleet.firstHealthy();
+    return (r === undefined ? undefined : this.#endpoints.get(r)) ?? this.#first;
+  }
+
+  start(): void {
+    this.fleet.watch((replica, path, signal) => this.#healthy(replica, path, signal));
+  }
+
+  /** An active health check: GET {replica url}{path}, answered 2xx. */
+  async #healthy(replica: Replica, path: string, signal: AbortSignal): Promise<boolean> {
+    const ep = this.#endpoints.get(replica)!;
+    const res = await ep.pool.request({ method: 'GET', path: `${ep.basePath}${path}`, headers: this.headers, signal });
+    await readCapped(res.body, 0);
+    return res.statusCode >= 200 && res.statusCode <= 299;
+  }
+
   /** The upstream request body. */
   protected abstract body(call: ProviderCall, stream: boolean): string;
   /** A 2xx answer's text (its HTTP status: `status`) -> our choices and usage; throws GatewayError. */
@@ -71,10 +96,16 @@ export abstract class HttpProvider implements Provider {
     return this.headers;
   }
 
+  /** The pool of the replica the balancer picked for `call` (the first replica for calls outside it). */
+  protected endpointOf(call: ProviderCall): UpstreamEndpoint & { callPath: string } {
+    return (call.replica === undefined ? undefined : this.#endpoints.get(call.replica)) ?? this.#first;
+  }
+
   async #send(call: ProviderCall, stream: boolean): Promise<Dispatcher.ResponseData> {
+    const ep = this.endpointOf(call);
     try {
-      return await this.endpoint.pool.request({
-        method: 'POST', path: this.#path, headers: this.callHeaders(call), body: this.body(call, stream), signal: call.signal,
+      return await ep.pool.request({
+        method: 'POST', path: ep.callPath, headers: this.callHeaders(call), body: this.body(call, stream), signal: call.signal,
       });
     } catch (err) {
       throw transportError(err, call.signal, this.name);
@@ -157,6 +188,7 @@ export abstract class HttpProvider implements Provider {
   }
 
   async close(): Promise<void> {
-    await this.endpoint.pool.close();
+    this.fleet.stop();
+    await Promise.all([...this.#endpoints.values()].map((ep) => ep.pool.close()));
   }
 }

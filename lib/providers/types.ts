@@ -4,6 +4,7 @@
 
 import type { ChatRequest, ChunkChoice, CompletionChoice, NativeRequest, Usage } from '../chat/types.js';
 import type { ModelConfig, ProviderConfig } from '../config/types.js';
+import type { Fleet, Replica } from '../upstream/balance/index.js';
 
 export interface ProviderCall {
   request: ChatRequest;
@@ -11,6 +12,8 @@ export interface ProviderCall {
   upstreamModel: string;
   /** Aborted when the client goes or the provider's timeout passes (reason: TIMEOUT). */
   signal: AbortSignal;
+  /** The replica the balancer picked for this attempt (default: the provider's first). */
+  replica?: Replica;
 }
 
 /** The reason the pipeline aborts an upstream call whose time ran out. */
@@ -58,6 +61,10 @@ export interface DiscoveredModel {
 export interface Provider {
   readonly name: string;
   readonly config: ProviderConfig;
+  /** The provider's replicas and the policy that picks one per attempt. */
+  readonly fleet: Fleet;
+  /** Starts background work: health checks and metrics scraping of the replicas. */
+  start?(): void;
   /** One answer; throws GatewayError on any failure. */
   complete(call: ProviderCall): Promise<CompletionResult>;
   /**

@@ -1,4 +1,4 @@
-// Upstream HTTP transport shared by HTTP providers: one undici Pool per provider origin with
+// Upstream HTTP transport shared by HTTP providers: one undici Pool per replica origin with
 // keep-alive and connect/total timeouts, and the mapping of transport failures to our codes.
 
 import { Pool, errors as undiciErrors } from 'undici';
@@ -13,8 +13,9 @@ export interface UpstreamEndpoint {
   basePath: string;
 }
 
-export function createEndpoint(config: ProviderConfig): UpstreamEndpoint {
-  const url = new URL(config.base_url!);
+/** The pool of one replica (`url`; by default the provider's base_url). */
+export function createEndpoint(config: ProviderConfig, replicaUrl = config.base_url!): UpstreamEndpoint {
+  const url = new URL(replicaUrl);
   const pool = new Pool(url.origin, {
     connections: config.max_connections,
     pipelining: 1,
@@ -40,6 +41,20 @@ export function transportError(err: unknown, signal: AbortSignal, providerName: 
     return new GatewayError('provider_error', `Could not connect to the model provider '${providerName}' in time.`, { cause: err });
   }
   return new GatewayError('provider_error', 'The model provider failed to answer.', { cause: err });
+}
+
+/** Errors that mean the replica could not be reached at all (refused, unreachable, connect timeout). */
+const CONNECT_FAILURES: ReadonlySet<string> = new Set([
+  'ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT',
+]);
+
+/** Did this failure come from not reaching the upstream at all (so its replica is ejected at once)? */
+export function isConnectFailure(err: unknown): boolean {
+  for (let e = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (typeof code === 'string' && CONNECT_FAILURES.has(code)) return true;
+  }
+  return false;
 }
 
 /** The upstream's Retry-After (seconds or an HTTP date) in ms, or undefined. */

@@ -109,14 +109,16 @@ export async function handleEmbeddings(
   }
   const admitted = await admitAndHold(state, ctx, res, model, request, prompt);
   if (admitted === undefined) return;
-  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt);
-  await settleAfter(admitted, ctx, async () => {
+  const session = req.headers['x-session-affinity'];
+  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt, typeof session === 'string' ? session : undefined);
+  await settleAfter(admitted, ctx, () => attempts.using(async () => {
     for (;;) {
-      const { target, admission } = attempts.next();
+      const attempt = attempts.next();
+      const { target } = attempt;
       try {
         const embed = target.provider.embed;
         if (embed === undefined) throw new GatewayError('model_unavailable', `The model '${model.id}' cannot embed on this provider.`);
-        const result = await attempts.run(target, admission, (call) => embed.call(target.provider, call, e));
+        const result = await attempts.run(attempt, (call) => embed.call(target.provider, call, e));
         ctx.usageSource = result.promptTokens === undefined ? 'counted' : 'upstream';
         const tokens = result.promptTokens ?? prompt;
         ctx.usage = { prompt_tokens: tokens, completion_tokens: 0, total_tokens: tokens };
@@ -135,5 +137,5 @@ export async function handleEmbeddings(
         if (!attempts.canFallBack(err)) throw err;
       }
     }
-  });
+  }));
 }

@@ -4,6 +4,7 @@
 // (translate.ts), so clients see the same chat API as with any other upstream.
 
 import type { ProviderConfig } from '../../config/types.js';
+import type { Fleet } from '../../upstream/balance/index.js';
 import { HttpProvider, type StreamTranslator as Translator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
 import type { NativeRequest } from '../../chat/types.js';
@@ -17,14 +18,14 @@ import { StreamTranslator, buildRequest, toCompletion } from './translate.js';
 const UNAVAILABLE: ReadonlySet<number> = new Set([429, 503, 529]);
 
 export class AnthropicProvider extends HttpProvider {
-  constructor(name: string, config: ProviderConfig) {
+  constructor(name: string, config: ProviderConfig, fleet?: Fleet) {
     const headers: Record<string, string> = {
       'content-type': 'application/json',
       'anthropic-version': config.anthropic_version,
       ...config.headers,
     };
     if (config.api_key !== '') headers['x-api-key'] = config.api_key;
-    super(name, config, { path: '/v1/messages', headers, unavailable: UNAVAILABLE });
+    super(name, config, { path: '/v1/messages', headers, unavailable: UNAVAILABLE }, fleet);
   }
 
   // A client speaking Messages itself goes natively (native.ts): its body with the model

@@ -7,6 +7,7 @@ import type { ChatMessage, ChunkChoice, CompletionChoice, FinishReason, Usage } 
 import type { ProviderConfig } from '../../config/types.js';
 import { GatewayError } from '../../errors.js';
 import { counter, estimatePromptTokens } from '../../tokens/count.js';
+import { Fleet } from '../../upstream/balance/index.js';
 import type { CompletionResult, EmbedInput, EmbedResult, Provider, ProviderCall, StreamPart, UpstreamStream } from '../types.js';
 
 function lastUserText(messages: readonly ChatMessage[]): string {
@@ -83,10 +84,13 @@ function answer(call: ProviderCall): Answer {
 export class EchoProvider implements Provider {
   readonly name: string;
   readonly config: ProviderConfig;
+  /** One replica (the process itself), balanced like any other provider's. */
+  readonly fleet: Fleet;
 
-  constructor(name: string, config: ProviderConfig) {
+  constructor(name: string, config: ProviderConfig, fleet = new Fleet(name, config)) {
     this.name = name;
     this.config = config;
+    this.fleet = fleet;
   }
 
   async complete(call: ProviderCall): Promise<CompletionResult> {

@@ -4,6 +4,7 @@
 
 import type { Dispatcher } from 'undici';
 import type { ProviderConfig } from '../../config/types.js';
+import type { Fleet } from '../../upstream/balance/index.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
 import { readCapped, transportError } from '../../upstream/http.js';
@@ -47,10 +48,10 @@ class ChunkTranslator implements StreamTranslator {
 }
 
 export class OpenAIProvider extends HttpProvider {
-  constructor(name: string, config: ProviderConfig) {
+  constructor(name: string, config: ProviderConfig, fleet?: Fleet) {
     const headers: Record<string, string> = { 'content-type': 'application/json', ...config.headers };
     if (config.api_key !== '') headers.authorization = `Bearer ${config.api_key}`;
-    super(name, config, { path: '/chat/completions', headers, unavailable: new Set([429, 503]) });
+    super(name, config, { path: '/chat/completions', headers, unavailable: new Set([429, 503]) }, fleet);
   }
 
   protected body(call: ProviderCall, stream: boolean): string {
@@ -83,7 +84,7 @@ export class OpenAIProvider extends HttpProvider {
   }
 
   embed(call: ProviderCall, input: EmbedInput): Promise<EmbedResult> {
-    return embedOpenAI(this.endpoint, this.headers, this.name, call, input);
+    return embedOpenAI(this.endpointOf(call), this.headers, this.name, call, input);
   }
 
   async discover(signal: AbortSignal): Promise<DiscoveredModel[]> {

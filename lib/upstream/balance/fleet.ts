@@ -1,0 +1,197 @@
+// A provider's replicas and the policy that spreads its requests over them: the one balancer
+// every provider kind and route uses. It picks a replica per attempt from state held in this
+// instance, tracks outcomes for passive ejection, and keeps each replica's view fresh with
+// active health checks and metrics scraping where the config asks for them.
+
+import { request } from 'undici';
+import type { BalancePolicy, ProviderConfig, ReplicaConfig } from '../../config/types.js';
+import type { Logger } from '../../observe/log.js';
+import type { Outcome } from '../health.js';
+import { readCapped } from '../http.js';
+import type { AffinityKey } from './affinity-key.js';
+import { LeastOutstanding } from './least-outstanding.js';
+import type { Policy } from './policy.js';
+import { PrefixAffinity } from './prefix-affinity.js';
+import { Replica, type ReplicaView } from './replica.js';
+import { RoundRobin } from './round-robin.js';
+import { parseServerLoad } from './scrape.js';
+
+/** A metrics page larger than this is cut (and its tail ignored). */
+const MAX_METRICS_BYTES = 4 * 1024 * 1024;
+/** Every replica at max_outstanding (or mid-probe): the client may come back this soon. */
+const BUSY_RETRY_MS = 1000;
+
+export function createPolicy(name: BalancePolicy): Policy {
+  switch (name) {
+    case 'round_robin': return new RoundRobin();
+    case 'least_outstanding': return new LeastOutstanding();
+    case 'prefix_affinity': return new PrefixAffinity();
+  }
+}
+
+/** A provider's replicas as configured: `targets`, or `base_url` as the one-replica form. */
+export function replicaConfigs(name: string, config: ProviderConfig): ReplicaConfig[] {
+  if (config.targets !== undefined) return config.targets;
+  return [{ url: config.base_url ?? `${config.kind}:${name}`, weight: 1 }];
+}
+
+/** Every replica this gateway has routed to, by provider and URL; outlives config reloads. */
+export class Replicas {
+  readonly #all = new Map<string, Replica>();
+
+  get(provider: string, url: string): Replica {
+    const key = `${provider}\u0000${url}`;
+    let r = this.#all.get(key);
+    if (r === undefined) {
+      r = new Replica(url);
+      this.#all.set(key, r);
+    }
+    return r;
+  }
+}
+
+/** One health check of one replica: true when it answered 2xx in time. */
+export type HealthProbe = (replica: Replica, path: string, signal: AbortSignal) => Promise<boolean>;
+
+export interface FleetView {
+  balance: BalancePolicy;
+  replicas: ReplicaView[];
+}
+
+export class Fleet {
+  readonly provider: string;
+  readonly replicas: readonly Replica[];
+  readonly policy: Policy;
+  readonly #config: ProviderConfig;
+  /**
+   * Passive ejection applies to `targets`; the one-replica short form (base_url) keeps its
+   * per-model circuits alone, as before fleets existed (ejecting its only replica would just
+   * repeat them for every model at once).
+   */
+  readonly #outlier: ProviderConfig['outlier'] | null;
+  readonly #logger: Logger | undefined;
+  readonly #timers = new Set<NodeJS.Timeout>();
+  readonly #controller = new AbortController();
+
+  constructor(provider: string, config: ProviderConfig, registry = new Replicas(), logger?: Logger) {
+    this.provider = provider;
+    this.#config = config;
+    this.#outlier = config.targets === undefined ? null : config.outlier;
+    this.#logger = logger;
+    this.policy = createPolicy(config.balance ?? 'least_outstanding');
+    this.replicas = replicaConfigs(provider, config).map((rc) => {
+      const r = registry.get(provider, rc.url);
+      r.weight = rc.weight;
+      r.maxOutstanding = config.max_outstanding ?? null;
+      r.metricsUrl = rc.metrics_url;
+      if (r.metricsUrl === undefined) { r.queueDepth = null; r.kvCacheUsage = null; }
+      return r;
+    });
+  }
+
+  /** The replica for the next attempt of a request, or undefined when none may take it. */
+  pick(key: AffinityKey, exclude: readonly Replica[], now = Date.now()): Replica | undefined {
+    const affinity = this.policy.name === 'prefix_affinity' ? key.hash(this.#config.affinity_prefix_tokens) : 0;
+    return this.policy.pick({ affinity, exclude, now }, this.replicas);
+  }
+
+  /** A replica that is neither ejected nor failing its health checks, or undefined. */
+  firstHealthy(now = Date.now()): Replica | undefined {
+    return this.replicas.find((r) => r.healthy(now));
+  }
+
+  /** Some replica is neither ejected nor failing its health checks. */
+  available(now = Date.now()): boolean {
+    return this.firstHealthy(now) !== undefined;
+  }
+
+  /** How long until some replica may take a request: the first re-admission, or a short wait when all are busy. */
+  retryAfterMs(now = Date.now()): number {
+    let soonest = Infinity;
+    for (const r of this.replicas) {
+      const at = r.availableAt();
+      if (at <= now) return BUSY_RETRY_MS;
+      soonest = Math.min(soonest, at - now);
+    }
+    return soonest;
+  }
+
+  /** A request is sent to `replica`; the token goes back to `end`. */
+  begin(replica: Replica): number {
+    return replica.begin();
+  }
+
+  /** A request on `replica` ended with `outcome`; `connectFailure`: it could not even connect. */
+  end(replica: Replica, token: number, outcome: Outcome, connectFailure: boolean): void {
+    const wasHealthy = replica.healthy(Date.now());
+    replica.end(token, outcome, connectFailure, this.#outlier);
+    if (wasHealthy && !replica.healthy(Date.now())) {
+      this.#logger?.warn({ provider: this.provider, replica: replica.url, until: new Date(replica.availableAt()).toISOString() }, 'replica ejected');
+    }
+  }
+
+  view(now = Date.now()): FleetView {
+    return { balance: this.policy.name, replicas: this.replicas.map((r) => r.view(now)) };
+  }
+
+  /** Starts health checks (with `probe`, when health_check is set) and metrics scraping. */
+  watch(probe: HealthProbe | undefined): void {
+    const hc = this.#config.health_check;
+    for (const r of this.replicas) {
+      if (hc !== null && hc !== undefined && probe !== undefined) this.#loop(hc.interval_ms, () => this.#check(r, probe, hc.path, hc.interval_ms));
+      if (r.metricsUrl !== undefined) this.#loop(this.#config.metrics_interval_ms, () => this.#scrape(r, this.#config.metrics_interval_ms));
+    }
+  }
+
+  stop(): void {
+    this.#controller.abort();
+    for (const t of this.#timers) clearTimeout(t);
+    this.#timers.clear();
+  }
+
+  /** Runs `task` now and then every `intervalMs` after it finished, until stop(). */
+  #loop(intervalMs: number, task: () => Promise<void>): void {
+    const run = async () => {
+      await task();
+      if (this.#controller.signal.aborted) return;
+      const timer = setTimeout(() => { this.#timers.delete(timer); void run(); }, intervalMs);
+      timer.unref();
+      this.#timers.add(timer);
+    };
+    void run();
+  }
+
+  async #check(r: Replica, probe: HealthProbe, path: string, intervalMs: number): Promise<void> {
+    const signal = AbortSignal.any([this.#controller.signal, AbortSignal.timeout(Math.min(intervalMs, this.#config.timeout_ms))]);
+    let ok = false;
+    try {
+      ok = await probe(r, path, signal);
+    } catch {
+      ok = false;
+    }
+    if (this.#controller.signal.aborted) return;
+    const failing = r.checkFailing;
+    r.checked(ok, Date.now() + intervalMs);
+    if (failing === ok) {
+      this.#logger?.warn({ provider: this.provider, replica: r.url, healthy: ok }, ok ? 'replica passed its health check' : 'replica failed its health check');
+    }
+  }
+
+  async #scrape(r: Replica, intervalMs: number): Promise<void> {
+    const url = r.metricsUrl;
+    if (url === undefined) return;
+    const signal = AbortSignal.any([this.#controller.signal, AbortSignal.timeout(intervalMs)]);
+    try {
+      const res = await request(url, { method: 'GET', signal, headers: { accept: 'text/plain' } });
+      const text = await readCapped(res.body, MAX_METRICS_BYTES);
+      if (res.statusCode !== 200) throw new Error(`status ${res.statusCode}`);
+      const load = parseServerLoad(text);
+      r.queueDepth = load.queueDepth;
+      r.kvCacheUsage = load.kvCacheUsage;
+    } catch {
+      // Stale figures would mislead the balancer more than none.
+      r.queueDepth = null;
+      r.kvCacheUsage = null;
+    }
+  }
+}

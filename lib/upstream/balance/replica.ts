@@ -1,0 +1,155 @@
+// One replica of a provider's server and what this gateway instance knows of it: requests in
+// flight, outcomes, passive ejection with backoff, active health checks, and what its /metrics
+// said. Kept per provider and URL across config reloads, so a reload neither forgets that a
+// replica is down nor loses count of the requests still running on it.
+
+import type { Outcome } from '../health.js';
+
+export interface OutlierOptions { consecutive_failures: number; eject_ms: number }
+
+/** Ejections double while a replica keeps failing, up to this (or eject_ms when that is longer). */
+export const MAX_EJECT_MS = 300_000;
+
+/** One replica in GET /admin/upstreams (CONTRACT section 7). */
+export interface ReplicaView {
+  url: string;
+  weight: number;
+  healthy: boolean;
+  /** ISO-8601 time from which the replica takes requests again; null while it does. */
+  ejected_until: string | null;
+  outstanding: number;
+  requests: number;
+  failures: number;
+  queue_depth: number | null;
+  kv_cache_usage: number | null;
+}
+
+/** 32-bit FNV-1a of a string: the replica's seed in prefix hashing, stable for its URL. */
+function seedOf(url: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < url.length; i++) h = Math.imul(h ^ url.charCodeAt(i), 0x01000193);
+  return h >>> 0;
+}
+
+export class Replica {
+  readonly url: string;
+  readonly seed: number;
+  /** Set from the config in force (a reload may change them). */
+  weight = 1;
+  maxOutstanding: number | null = null;
+  metricsUrl: string | undefined;
+  /** Requests this gateway has in flight on the replica. */
+  outstanding = 0;
+  /** Requests sent, and those that failed through the upstream's fault, since start. */
+  requests = 0;
+  failures = 0;
+  /** From the replica's /metrics: requests waiting in its queue, and KV-cache use (0..1). */
+  queueDepth: number | null = null;
+  kvCacheUsage: number | null = null;
+  #consecutive = 0;
+  #ejections = 0;
+  #ejectedUntil = 0;
+  /** After an ejection: one request at a time until one succeeds. */
+  #probation = false;
+  #probing = false;
+  /** Bumped at each ejection: outcomes of requests begun before it do not count again. */
+  #generation = 0;
+  #checkDown = false;
+  #nextCheckAt = 0;
+
+  constructor(url: string) {
+    this.url = url;
+    this.seed = seedOf(url);
+  }
+
+  /** Neither ejected nor failing its health checks. */
+  healthy(now: number): boolean {
+    return !this.#checkDown && now >= this.#ejectedUntil;
+  }
+
+  /** May a request go to the replica now: healthy, under max_outstanding, not mid-probe. */
+  usable(now: number): boolean {
+    if (this.#checkDown || now < this.#ejectedUntil) return false;
+    if (this.maxOutstanding !== null && this.outstanding >= this.maxOutstanding) return false;
+    return !(this.#probation && this.#probing);
+  }
+
+  /** When the replica may take requests again (<= now: it may): the end of its ejection or its next health check. */
+  availableAt(): number {
+    return Math.max(this.#ejectedUntil, this.#checkDown ? this.#nextCheckAt : 0);
+  }
+
+  /** What least_outstanding weighs: requests in flight, plus the server's own queue when scraped. */
+  get load(): number {
+    return this.outstanding + (this.queueDepth ?? 0);
+  }
+
+  /** A request is sent; returns the token that `end` takes back. */
+  begin(): number {
+    this.outstanding++;
+    this.requests++;
+    if (this.#probation) this.#probing = true;
+    return this.#generation;
+  }
+
+  /**
+   * A request ended. A failure through the upstream's fault counts toward ejection; a refused
+   * connection ejects at once, as does any failure of the probe after an ejection. With no
+   * `options`, outcomes are counted but never eject.
+   */
+  end(generation: number, outcome: Outcome, connectFailure: boolean, options: OutlierOptions | null, now = Date.now()): void {
+    this.outstanding--;
+    const current = generation === this.#generation;
+    if (current) this.#probing = false;
+    if (outcome === 'success') {
+      this.#consecutive = 0;
+      if (current) {
+        this.#ejections = 0;
+        this.#probation = false;
+      }
+      return;
+    }
+    if (outcome !== 'failure') return;
+    this.failures++;
+    // Begun before the last ejection, or ending while ejected: already accounted for.
+    if (options === null || !current || now < this.#ejectedUntil) return;
+    this.#consecutive++;
+    if (connectFailure || this.#probation || this.#consecutive >= options.consecutive_failures) this.#eject(now, options.eject_ms);
+  }
+
+  #eject(now: number, ejectMs: number): void {
+    const ms = Math.min(ejectMs * 2 ** Math.min(this.#ejections, 20), Math.max(ejectMs, MAX_EJECT_MS));
+    this.#ejections++;
+    this.#generation++;
+    this.#consecutive = 0;
+    this.#probation = true;
+    this.#probing = false;
+    this.#ejectedUntil = now + ms;
+  }
+
+  /** The last active health check failed. */
+  get checkFailing(): boolean {
+    return this.#checkDown;
+  }
+
+  /** An active health check's result; a failing replica is out until a check passes. */
+  checked(ok: boolean, nextCheckAt: number): void {
+    this.#checkDown = !ok;
+    this.#nextCheckAt = nextCheckAt;
+  }
+
+  view(now: number): ReplicaView {
+    const at = this.availableAt();
+    return {
+      url: this.url,
+      weight: this.weight,
+      healthy: this.healthy(now),
+      ejected_until: at > now ? new Date(at).toISOString() : null,
+      outstanding: this.outstanding,
+      requests: this.requests,
+      failures: this.failures,
+      queue_depth: this.queueDepth,
+      kv_cache_usage: this.kvCacheUsage,
+    };
+  }
+}
