@@ -137,6 +137,12 @@ t.test('provider and model defaults; upstream_model defaults to the id', async (
     chunk_delay_ms: 0,
     forward_params: [],
     tokenize_timeout_ms: 500,
+    balance: 'least_outstanding',
+    affinity_prefix_tokens: 256,
+    metrics_interval_ms: 1000,
+    max_outstanding: null,
+    outlier: { consecutive_failures: 5, eject_ms: 30000 },
+    health_check: null,
   });
   t.strictSame(c.models[0], {
     id: 'llama',
