@@ -73,12 +73,17 @@ t.test('bounded load: the owner gives way when 25% above the mean, ejected, or f
   const home = owner(key, replicas)!;
   const pick = () => policy.pick({ affinity: key, exclude: [], now }, replicas);
   t.equal(pick(), home, 'idle: the owner');
-  // 8 in flight over 4 replicas, a mean of 2: the owner gives way above 2.5.
+  // With this request, 9 in flight over 4 replicas: the owner may carry ceil(1.25 * 9 / 4) = 3.
   for (const r of replicas) r.outstanding = 2;
   t.equal(pick(), home, 'at the mean: still the owner');
   home.outstanding = 3;
-  t.not(pick(), home, 'above the bound: another replica');
+  t.equal(pick(), home, 'within the bound once rounded up to whole requests');
+  home.outstanding = 4;
+  t.not(pick(), home, 'above the bound (ceil(1.25 * 11 / 4) = 4): another replica');
   t.equal(pick()!.outstanding, 2, 'the least loaded one');
+  const others = replicas.filter((r) => r !== home);
+  const second = owner(key, others);
+  for (let i = 0; i < 20; i++) t.equal(pick(), second, 'among equally loaded ones, the key\'s next choice, every time');
   home.outstanding = 2;
   t.not(policy.pick({ affinity: key, exclude: [home], now }, replicas), home, 'a replica already tried is passed over');
   home.maxOutstanding = 2;

@@ -2,10 +2,11 @@
 // replica, so its prefix (KV) cache is hit. Weighted rendezvous hashing: every replica scores
 // the key, the highest wins; adding or removing a replica moves only the keys it wins or won.
 // Bounded load: the winner gives way to the least-loaded replica when it would be more than
-// 25% above the mean in-flight load (weighted), or when it is ejected, tried, or full.
+// 25% above the mean in-flight load (weighted, rounded up to whole requests), or when it is
+// ejected, already tried by this request, or at max_outstanding.
 
 import type { BalanceRequest, Policy } from './policy.js';
-import { eligible, leastLoaded } from './policy.js';
+import { eligible } from './policy.js';
 import type { Replica } from './replica.js';
 
 /** A replica may carry this much more than its share of the requests in flight. */
@@ -36,12 +37,34 @@ export function owner(key: number, replicas: readonly Replica[]): Replica | unde
   return best;
 }
 
+/**
+ * The least-loaded eligible replica (per unit of weight); among equally loaded ones the key's
+ * next choice by rendezvous score, so that a key that overflows keeps going to the same place.
+ */
+function leastLoadedFor(request: BalanceRequest, replicas: readonly Replica[]): Replica | undefined {
+  let best: Replica | undefined;
+  let bestLoad = Infinity;
+  let bestScore = -1;
+  for (const r of replicas) {
+    if (!eligible(r, request)) continue;
+    const load = r.load / r.weight;
+    if (load > bestLoad) continue;
+    const score = r.weight / -Math.log((mix(request.affinity ^ r.seed) + 0.5) / 4294967296);
+    if (load < bestLoad || score > bestScore) {
+      best = r;
+      bestLoad = load;
+      bestScore = score;
+    }
+  }
+  return best;
+}
+
 export class PrefixAffinity implements Policy {
   readonly name = 'prefix_affinity' as const;
 
   pick(request: BalanceRequest, replicas: readonly Replica[]): Replica | undefined {
     const home = owner(request.affinity, replicas);
-    if (home === undefined || !eligible(home, request)) return leastLoaded(request, replicas);
+    if (home === undefined || !eligible(home, request)) return leastLoadedFor(request, replicas);
     let inFlight = 0;
     let weight = 0;
     for (const r of replicas) {
@@ -49,7 +72,9 @@ export class PrefixAffinity implements Policy {
       inFlight += r.outstanding;
       weight += r.weight;
     }
-    // More than 25% above the mean load per unit of weight (so an idle fleet keeps every key home).
-    return home.outstanding * weight > LOAD_BOUND * inFlight * home.weight ? leastLoaded(request, replicas) : home;
+    // The bound of "consistent hashing with bounded loads" (Mirrokni, Thorup, Zadimoghaddam):
+    // with this request placed, no replica above ceil(1.25 x the mean), per unit of weight.
+    const bound = Math.ceil((LOAD_BOUND * (inFlight + 1) * home.weight) / weight);
+    return home.outstanding + 1 > bound ? leastLoadedFor(request, replicas) : home;
   }
 }
