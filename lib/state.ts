@@ -135,11 +135,14 @@ export class GatewayState {
     this.#seeded = true;
   }
 
-  /** Every provider's replicas as GET /admin/upstreams shows them. */
-  upstreams(): { providers: Record<string, FleetView> } {
+  /**
+   * Every provider's replicas as GET /admin/upstreams shows them, with its circuits (one per
+   * upstream model asked for so far): an open circuit shows there too (CONTRACT section 10).
+   */
+  upstreams(): { providers: Record<string, FleetView & { circuits: ReturnType<Health['circuits']> }> } {
     const now = Date.now();
-    const providers: Record<string, FleetView> = {};
-    for (const p of this.providers.values()) providers[p.name] = p.fleet.view(now);
+    const providers: Record<string, FleetView & { circuits: ReturnType<Health['circuits']> }> = {};
+    for (const p of this.providers.values()) providers[p.name] = { ...p.fleet.view(now), circuits: this.#health.circuits(p.name) };
     return { providers };
   }
 

@@ -32,6 +32,11 @@ export class Circuit {
     return this.#openUntil === 0 || (Date.now() >= this.#openUntil && !this.#probing);
   }
 
+  /** While open: when the next probe may pass (ms since the epoch); 0 while closed. */
+  get openUntil(): number {
+    return this.#openUntil;
+  }
+
   admit(now = Date.now()): Admission {
     if (this.#openUntil === 0) return { ok: true, probe: false };
     if (now < this.#openUntil) return { ok: false, retryMs: this.#openUntil - now };
@@ -71,6 +76,18 @@ export class Health {
   constructor(gauge: Gauge<'provider' | 'upstream_model'>, log?: (healthy: boolean, labels: { provider: string; upstream_model: string }) => void) {
     this.#gauge = gauge;
     this.#log = log;
+  }
+
+  /** A provider's circuits (one per upstream model asked for so far), for GET /admin/upstreams. */
+  circuits(provider: string): Array<{ upstream_model: string; open: boolean; open_until: string | null }> {
+    const out: Array<{ upstream_model: string; open: boolean; open_until: string | null }> = [];
+    for (const [key, c] of this.#circuits) {
+      const [p, model] = key.split('\u0000') as [string, string];
+      if (p !== provider) continue;
+      const until = c.openUntil;
+      out.push({ upstream_model: model, open: !c.healthy, open_until: until === 0 ? null : new Date(until).toISOString() });
+    }
+    return out;
   }
 
   circuit(provider: string, upstreamModel: string, options: CircuitOptions): Circuit {

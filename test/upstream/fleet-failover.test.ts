@@ -181,15 +181,22 @@ t.test('every replica ejected: 503 model_unavailable with Retry-After until the 
   t.ok(await postChat(f.gw.url, { model: 'echo-small', messages: [{ role: 'user', content: 'other models still serve' }] }).then((r) => r.status === 200));
 });
 
-t.test('a one-replica base_url provider keeps its circuits: failures do not eject it', async (t) => {
+t.test('a one-replica base_url provider keeps its circuits: failures open the circuit, never eject it', async (t) => {
   const up = await startUpstream(fail500);
   t.teardown(() => up.close());
   const f = await startFleet(t, 0, {}, {
     config: (c) => {
-      c.providers.fleet = { kind: 'openai', base_url: up.baseUrl, circuit_failures: 100 };
+      c.providers.fleet = { kind: 'openai', base_url: up.baseUrl, circuit_failures: 3, circuit_cooldown_ms: 60000 };
     },
   });
-  for (let i = 0; i < 8; i++) t.equal((await postChat(f.gw.url, ask(`q${i}`))).status, 502);
+  for (let i = 0; i < 3; i++) t.equal((await postChat(f.gw.url, ask(`q${i}`))).status, 502);
+  const res = await postChat(f.gw.url, ask('open'));
+  t.equal(res.status, 503, 'the circuit is open');
+  t.equal(res.json().code, 'model_unavailable');
   const view = (await f.admin('/upstreams')).providers.fleet;
-  t.match(view, { balance: 'least_outstanding', replicas: [{ url: up.baseUrl, healthy: true, requests: 8, failures: 8 }] });
+  t.match(view, { balance: 'least_outstanding', replicas: [{ url: up.baseUrl, healthy: true, ejected_until: null, requests: 3, failures: 3 }] });
+  t.equal(view.circuits.length, 1);
+  t.match(view.circuits[0], { upstream_model: 'fleet-7b', open: true });
+  const until = Date.parse(view.circuits[0].open_until) - Date.now();
+  t.ok(until > 50000 && until <= 60000, 'an open circuit shows in /admin/upstreams with its next probe');
 });

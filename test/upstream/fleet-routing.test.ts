@@ -200,6 +200,8 @@ t.test('GET /admin/upstreams: every provider, its policy and each replica', asyn
     t.match(r, { url: f.replicas[i]!.baseUrl, weight: i === 0 ? 2 : 1, healthy: true, ejected_until: null, outstanding: 0, failures: 0, queue_depth: null, kv_cache_usage: null });
   }
   t.equal(replicas[0].requests + replicas[1].requests, 1);
+  t.strictSame(body.providers.fleet.circuits, [{ upstream_model: 'fleet-7b', open: false, open_until: null }], 'circuits of the models asked for');
+  t.strictSame(body.providers.echo.circuits, []);
 
   const wrong = await fetch(`${f.gw.url}/admin/upstreams`, { headers: { authorization: 'Bearer nope' } });
   t.equal(wrong.status, 401);
