@@ -22,6 +22,7 @@ async function deadUrl(): Promise<string> {
 t.test('passive ejection: N failures in a row eject for eject_ms, doubling while it keeps failing', async (t) => {
   const f = await startFleet(t, 2, { balance: 'round_robin', outlier: { consecutive_failures: 2, eject_ms: 400 } });
   f.replicas[0]!.setScript(fail500);
+  const started = Date.now();
   for (let i = 0; i < 6; i++) {
     const res = await postChat(f.gw.url, ask(`q${i}`));
     t.equal(res.status, 200, 'the client never sees the failing replica');
@@ -31,17 +32,18 @@ t.test('passive ejection: N failures in a row eject for eject_ms, doubling while
   let view = (await f.admin('/upstreams')).providers.fleet.replicas;
   t.match(view[0], { healthy: false, failures: 2, outstanding: 0 });
   const until1 = Date.parse(view[0].ejected_until);
-  t.ok(until1 - Date.now() > 100 && until1 - Date.now() <= 400, `ejected for eject_ms (${until1 - Date.now()} ms left)`);
+  t.ok(until1 >= started + 400 && until1 <= Date.now() + 400, 'ejected for eject_ms from its second failure');
   t.match(view[1], { healthy: true, ejected_until: null, failures: 0 });
   t.match(await f.metrics(), new RegExp(`tollgate_upstream_ejected\\{target="${f.replicas[0]!.baseUrl}"\\} 1`));
 
   // After the ejection one probe goes to it; it fails again: ejected for twice as long.
   await sleep(until1 - Date.now() + 20);
+  const probing = Date.now();
   for (let i = 0; i < 3; i++) t.equal((await postChat(f.gw.url, ask(`again ${i}`))).status, 200);
   t.equal(f.chats()[0], 3, 'one probe after the ejection');
   view = (await f.admin('/upstreams')).providers.fleet.replicas;
   const until2 = Date.parse(view[0].ejected_until);
-  t.ok(until2 - Date.now() > 500 && until2 - Date.now() <= 800, `doubled to 800 ms (${until2 - Date.now()} ms left)`);
+  t.ok(until2 >= probing + 800 && until2 <= Date.now() + 800, 'the probe failed: ejected again, for twice as long');
 
   // Healthy again: the next probe succeeds and it takes its share once more.
   f.replicas[0]!.setScript(answerAs('r0'));
@@ -166,9 +168,9 @@ t.test('every replica ejected: 503 model_unavailable with Retry-After until the 
     t.match(body, { code: 'model_unavailable', type: 'server_error', param: null, error: { code: 'model_unavailable', type: 'server_error' } });
     t.same(schemas.error(body), []);
     t.equal(res.headers['content-type'], 'application/json');
-    t.equal(res.headers['retry-after'], '5');
     const ms = Number(res.headers['retry-after-ms']);
-    t.ok(ms > 3000 && ms <= 5000, `retry-after-ms ${ms}`);
+    t.ok(ms > 2000 && ms <= 5000, `retry-after-ms ${ms}: until the first re-admission`);
+    t.equal(res.headers['retry-after'], String(Math.ceil(ms / 1000)));
     t.ok(res.headers['x-request-id']);
   }
   const acct = await f.admin('/accounts/demo');

@@ -139,12 +139,13 @@ export class Replica {
   }
 
   view(now: number): ReplicaView {
-    const at = this.availableAt();
+    const healthy = this.healthy(now);
     return {
       url: this.url,
       weight: this.weight,
-      healthy: this.healthy(now),
-      ejected_until: at > now ? new Date(at).toISOString() : null,
+      healthy,
+      // A health check that is due but not answered yet: out until it is, so "now".
+      ejected_until: healthy ? null : new Date(Math.max(this.availableAt(), now)).toISOString(),
       outstanding: this.outstanding,
       requests: this.requests,
       failures: this.failures,
