@@ -56,7 +56,7 @@ t.test('schema and cross-reference problems are listed together', async (t) => {
     'models[0].context_window: must be a positive integer',
     'accounts[0].plan: unknown plan "gold"',
     'accounts[0].keys[0]: must begin with "tg_"',
-    'providers.up.base_url: is required for kind openai',
+    'providers.up.base_url: is required for kind openai (or targets: a list of replicas)',
     'models[0].provider: unknown provider "nowhere"',
     'models[1].id: duplicate model id "m"',
     'models[1].fallbacks[0].provider: unknown provider "gone"',

@@ -62,7 +62,7 @@ t.test('the contract example of section 7 is accepted as written', async (t) => 
 t.test('exactly one of base_url and targets; replicas are URLs, listed once', async (t) => {
   const two = [{ url: 'http://a:1/v1' }, { url: 'http://b:1/v1' }];
   t.strictSame(problems(t, { kind: 'openai', base_url: 'http://a:1/v1', targets: two }), ['providers.vllm.targets: set exactly one of base_url and targets']);
-  t.strictSame(problems(t, { kind: 'openai' }), ['providers.vllm.base_url: is required for kind openai']);
+  t.strictSame(problems(t, { kind: 'openai' }), ['providers.vllm.base_url: is required for kind openai (or targets: a list of replicas)']);
   t.strictSame(problems(t, { kind: 'openai', targets: [] }), ['providers.vllm.targets: must be a non-empty list of {url, weight, metrics_url}']);
   t.strictSame(problems(t, { kind: 'openai', targets: [{ url: 'ftp://a/v1' }] }), ['providers.vllm.targets[0].url: must be an http:// or https:// URL']);
   t.strictSame(problems(t, { kind: 'openai', targets: [{ url: 'http://a:1/v1' }, { url: 'http://a:1/v1/' }] }), ['providers.vllm.targets[1].url: the same replica is listed twice']);
@@ -88,5 +88,6 @@ t.test('balance, affinity, metrics, max_outstanding, outlier and health_check va
   t.strictSame(problems(t, { kind: 'openai', base_url: 'http://a/v1', targets: [{ url: 'x' }], balance: 'x' }), [
     'providers.vllm.targets[0].url: must be an http:// or https:// URL',
     'providers.vllm.balance: must be one of round_robin, least_outstanding, prefix_affinity',
+    'providers.vllm.targets: set exactly one of base_url and targets',
   ]);
 });

@@ -173,7 +173,7 @@ t.test('an anthropic provider is accepted: anthropic_version defaults, base_url 
   t.equal(c.providers.claude!.anthropic_version, '2023-06-01');
   t.equal(c.providers.claude!.api_key, 'sk-ant-x');
   t.equal(parseConfig('providers:\n  c:\n    kind: anthropic\n    base_url: http://x\n    anthropic_version: 2024-01-01\n', {}).providers.c!.anthropic_version, '2024-01-01');
-  t.strictSame(problemsOf(t, 'providers:\n  c:\n    kind: anthropic\n'), ['providers.c.base_url: is required for kind anthropic']);
+  t.strictSame(problemsOf(t, 'providers:\n  c:\n    kind: anthropic\n'), ['providers.c.base_url: is required for kind anthropic (or targets: a list of replicas)']);
 });
 
 t.test('account defaults', async (t) => {
@@ -402,7 +402,7 @@ t.test('cross-reference problems', async (t) => {
   t.strictSame(with_((c) => { c.accounts.push({ id: 'demo', plan: 'pro' }); }), ['accounts[1].id: duplicate account id "demo"']);
   t.strictSame(with_((c) => { c.models.push({ id: 'small', provider: 'up' }); }), ['models[2].id: duplicate model id "small"']);
   t.strictSame(with_((c) => { c.routing.auto = ['small', 'missing']; }), ['routing.auto[1]: unknown model "missing"']);
-  t.strictSame(with_((c) => { delete c.providers.up.base_url; }), ['providers.up.base_url: is required for kind openai']);
+  t.strictSame(with_((c) => { delete c.providers.up.base_url; }), ['providers.up.base_url: is required for kind openai (or targets: a list of replicas)']);
   t.strictSame(with_((c) => { c.models.push({ id: 'auto', provider: 'echo' }); }), ['models[2].id: "auto" is reserved for routing.auto']);
   t.strictSame(with_((c) => { c.models[0].context_window = 1000; c.models[0].max_output_tokens = 1001; }), ['models[0].max_output_tokens: must not exceed context_window (1000)']);
   t.strictSame(with_((c) => { c.models[0].max_images = 2; }), ['models[0].max_images: must be 0 when supports_vision is false']);
@@ -537,7 +537,7 @@ t.test('check: a bad file exits 1 with every problem on stderr', async (t) => {
     'accounts[0].keys[0]: must begin with "tg_"',
     'accounts[0].plan: unknown plan "gold"',
     'models[0].provider: unknown provider "x"',
-    'providers.up.base_url: is required for kind openai',
+    'providers.up.base_url: is required for kind openai (or targets: a list of replicas)',
     'routing.auto[1]: unknown model "n"',
   ]);
 

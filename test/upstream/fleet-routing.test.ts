@@ -208,7 +208,7 @@ t.test('GET /admin/upstreams: every provider, its policy and each replica', asyn
   t.equal(((await wrong.json()) as any).code, 'invalid_api_key');
   const post = await fetch(`${f.gw.url}/admin/upstreams`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}` } });
   t.equal(post.status, 405);
-  t.equal(post.headers.get('allow'), 'GET');
+  t.equal(post.headers.get('allow'), 'GET, HEAD');
 
   const metrics = await f.metrics();
   for (const r of f.replicas) {
