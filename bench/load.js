@@ -26,6 +26,44 @@ export function requestBody(model, stream) {
   });
 }
 
+/**
+ * The same request in the other dialects (CONTRACT section 6), non-streaming, for the CPU per
+ * request of each route on the same pipeline: path, headers and body.
+ */
+export function dialectRequests(key, model) {
+  const system = MESSAGES[0].content;
+  const user = MESSAGES[1].content;
+  return {
+    messages: {
+      path: '/v1/messages',
+      headers: { 'content-type': 'application/json', 'x-api-key': key, 'anthropic-version': '2023-06-01' },
+      body: JSON.stringify({ model, max_tokens: 256, system, messages: [{ role: 'user', content: user }] }),
+      ok: (json) => json.type === 'message' && json.content?.[0]?.type === 'text' && json.usage?.output_tokens > 0,
+    },
+    responses: {
+      path: '/v1/responses',
+      headers: headersFor(key),
+      body: JSON.stringify({ model, instructions: system, input: user, max_output_tokens: 256, store: false }),
+      ok: (json) => json.object === 'response' && json.status === 'completed' && json.usage?.output_tokens > 0,
+    },
+  };
+}
+
+/** One request of each dialect: a 200 with the dialect's own answer, else throws. */
+export async function dialectCheck(target, requests) {
+  const client = new Client(target.origin);
+  try {
+    for (const [name, r] of Object.entries(requests)) {
+      const res = await client.request({ method: 'POST', path: r.path, headers: r.headers, body: r.body });
+      await expectOk(`${target.name} ${name}`, res);
+      const json = await res.body.json();
+      if (!r.ok(json)) throw new Error(`${target.name} ${name}: unexpected answer ${JSON.stringify(json).slice(0, 500)}`);
+    }
+  } finally {
+    await client.close();
+  }
+}
+
 export const headersFor = (key) => ({ 'content-type': 'application/json', authorization: `Bearer ${key}` });
 
 export function percentile(sorted, p) {
@@ -41,9 +79,9 @@ async function expectOk(label, res) {
 }
 
 /** An autocannon run; throws unless every request got a 2xx answer. */
-export async function cannon(label, origin, { headers, body, connections, seconds }) {
+export async function cannon(label, origin, { headers, body, connections, seconds, path = PATH }) {
   const result = await autocannon({
-    url: `${origin}${PATH}`, method: 'POST', headers, body, connections, pipelining: 1, duration: seconds, timeout: 10,
+    url: `${origin}${path}`, method: 'POST', headers, body, connections, pipelining: 1, duration: seconds, timeout: 10,
   });
   const bad = { non2xx: result.non2xx, errors: result.errors, timeouts: result.timeouts };
   if (bad.non2xx || bad.errors || bad.timeouts || result.requests.total === 0) {

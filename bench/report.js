@@ -57,6 +57,9 @@ export function figures(m, { streams }) {
     figure('throughput, non-streaming c=64', 'req/s', m.c64?.gw.rps, m.c64?.bare.rps, { digits: 0 }),
     figure('throughput, 20-chunk streams c=64', 'streams/s', m.stream?.gw.rps, m.stream?.bare.rps, { digits: 0 }),
   ];
+  // Ratios to the bare hop's chat request: it has no such route, and this is the floor it pays.
+  if (m.dialects?.messages) rows.push(figure('CPU per /v1/messages request, c=64', 'µs', m.dialects.messages.cpuUs, m.c64?.bare.cpuUs));
+  if (m.dialects?.responses) rows.push(figure('CPU per /v1/responses request, c=64', 'µs', m.dialects.responses.cpuUs, m.c64?.bare.cpuUs));
   if (m.redis) {
     rows.push(
       figure('redis store: CPU per non-streaming request, c=64', 'µs', m.redis.c64.cpuUs, m.c64?.bare.cpuUs),

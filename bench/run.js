@@ -28,7 +28,7 @@
 //   BENCH_STREAM_SECONDS    seconds the slow streams are kept up (5)
 //   BENCH_TTFB_REQUESTS     first-byte samples per target (200)
 //   BENCH_REDIS=0           skip the Redis store variant
-//   BENCH_PHASES            comma list of c1,ttfb,c64,stream,slow,redis (default all of them)
+//   BENCH_PHASES            comma list of c1,ttfb,c64,stream,dialects,slow,redis (default all of them)
 //   BENCH_OUT               the JSON file (bench/results.json)
 //   BENCH_LOG_DIR           where the gateway logs go (bench/; gateway*.log, overwritten)
 //   BENCH_GATEWAY_NODE_ARGS extra node flags for the gateway, e.g.
@@ -43,7 +43,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parse, parseDocument } from 'yaml';
 import Redis from 'ioredis';
 import {
-  FAST, SLOW, cannon, cannonWithCpu, counterDelta, headersFor, openStreams, redisCounters, requestBody, sanityCheck,
+  FAST, SLOW, cannon, cannonWithCpu, counterDelta, dialectCheck, dialectRequests, headersFor, openStreams, redisCounters, requestBody, sanityCheck,
   sequential, sequentialLatency, settle, timeToFirstByte,
 } from './load.js';
 import {
@@ -70,7 +70,7 @@ const WARMUP = envNumber('BENCH_WARMUP_SECONDS', 2, 0);
 const STREAMS = Math.round(envNumber('BENCH_STREAMS', 500, 1));
 const STREAM_SECONDS = envNumber('BENCH_STREAM_SECONDS', 5, 2);
 const TTFB_N = Math.round(envNumber('BENCH_TTFB_REQUESTS', 200, 10));
-const ALL_PHASES = ['c1', 'ttfb', 'c64', 'stream', 'slow', 'redis'];
+const ALL_PHASES = ['c1', 'ttfb', 'c64', 'stream', 'dialects', 'slow', 'redis'];
 const PHASES = new Set((process.env.BENCH_PHASES || ALL_PHASES.join(',')).split(',').map((s) => s.trim()).filter(Boolean));
 for (const p of PHASES) if (!ALL_PHASES.includes(p)) throw new Error(`BENCH_PHASES: unknown phase '${p}' (known: ${ALL_PHASES.join(', ')})`);
 if (process.env.BENCH_REDIS === '0') PHASES.delete('redis');
@@ -179,6 +179,19 @@ async function main(tmp) {
       gw: await cannonWithCpu(`gateway ${what} c64`, gw, ticks, opts),
       bare: await cannonWithCpu(`bare hop ${what} c64`, bare, ticks, opts),
     };
+  }
+  if (PHASES.has('dialects')) {
+    // The other routes of the same pipeline on the gateway alone (the bare hop speaks none):
+    // their CPU per request beside the chat route's and the bare hop's in this run.
+    const requests = dialectRequests(key, FAST);
+    await dialectCheck(gw, requests);
+    m.dialects = {};
+    for (const [name, r] of Object.entries(requests)) {
+      log(`gateway ${r.path}, non-streaming, 64 connections: ${SECONDS} s`);
+      const opts = { headers: r.headers, body: r.body, path: r.path, connections: 64, seconds: SECONDS };
+      if (WARMUP > 0) await cannon(`warm-up gateway ${r.path}`, gw.origin, { ...opts, seconds: WARMUP });
+      m.dialects[name] = await cannonWithCpu(`gateway ${r.path} c64`, gw, ticks, opts);
+    }
   }
   const busy = noise();
   await sanityCheck(gw, headers); // still alive and correct after all that
