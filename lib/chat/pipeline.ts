@@ -40,6 +40,7 @@ export async function handleGeneration(
   const body = parseJsonBody(await readBody(req, state.config.server.max_body_bytes, state.config.server.body_timeout_ms));
   const request = dialect.parse(body, req);
   ctx.stream = request.stream;
+  ctx.requestModel = request.model;
   if (dialect.prepare !== undefined) await dialect.prepare(request, { store: state.store, account: ctx.principal.accountId, config: state.config });
   const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, (m) => {
     if (!state.healthy(m)) return 'unhealthy';
@@ -172,7 +173,9 @@ export class Attempts {
   /** Runs `fn` as one attempt on `target`; settles the circuit; records the error for fallback. */
   async run<T>(target: Target, admission: Admission, fn: (call: ProviderCall) => Promise<T>): Promise<T> {
     const ac = new AbortController();
-    const call: ProviderCall = { request: this.request, model: this.model, upstreamModel: target.upstreamModel, signal: ac.signal };
+    const call: ProviderCall = {
+      request: this.request, model: this.model, upstreamModel: target.upstreamModel, signal: ac.signal, headers: this.#ctx.upstreamHeaders,
+    };
     const res = this.#res;
     const onClose = () => { if (!res.writableFinished) ac.abort(CLIENT_GONE); };
     res.on('close', onClose);
@@ -181,6 +184,7 @@ export class Attempts {
     const started = performance.now();
     this.#ctx.provider = target.provider.name;
     this.#ctx.upstreamModel = target.upstreamModel;
+    this.#ctx.target = target.provider.config.base_url ?? null;
     let outcome: Outcome = 'neutral';
     try {
       const result = await fn(call);
@@ -238,6 +242,7 @@ async function completeAnswer(
       // Unmetered (store.on_error: open during an outage): no balance is known, none is claimed.
       if (charge.charged !== undefined) headers['x-tollgate-units-charged'] = String(charge.charged);
       if (charge.available !== undefined) headers['x-tollgate-wallet-balance-units'] = String(charge.available);
+      ctx.ttftMs = performance.now() - ctx.start;
       sendJson(res, 200, answer, headers);
       metrics.timeToFirstChunk.labels(target.provider.name).observe(ctx.ttfcMs / 1000);
       return;
@@ -325,6 +330,7 @@ async function streamAnswer(
             }
             if (ctx.ttfcMs === undefined) {
               ctx.ttfcMs = performance.now() - started;
+              ctx.ttftMs = performance.now() - ctx.start;
               metrics.timeToFirstChunk.labels(target.provider.name).observe(ctx.ttfcMs / 1000);
             }
             for (const h of held.splice(0)) res.write(renderer.chunk(h.choices, h.native));

@@ -12,7 +12,7 @@ import {
   createEndpoint, forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint,
 } from '../upstream/http.js';
 import { ENDED_EARLY, isEventStream, mapErrorBody } from './shared.js';
-import type { CompletionResult, Provider, ProviderCall, StreamPart, UpstreamStream } from './types.js';
+import { withCallHeaders, type CompletionResult, type Provider, type ProviderCall, type StreamPart, type UpstreamStream } from './types.js';
 
 /** Turns one stream's events into parts; `ended` once the upstream said the answer is whole. */
 export interface StreamTranslator {
@@ -74,7 +74,7 @@ export abstract class HttpProvider implements Provider {
   async #send(call: ProviderCall, stream: boolean): Promise<Dispatcher.ResponseData> {
     try {
       return await this.endpoint.pool.request({
-        method: 'POST', path: this.#path, headers: this.callHeaders(call), body: this.body(call, stream), signal: call.signal,
+        method: 'POST', path: this.#path, headers: withCallHeaders(this.callHeaders(call), call), body: this.body(call, stream), signal: call.signal,
       });
     } catch (err) {
       throw transportError(err, call.signal, this.name);

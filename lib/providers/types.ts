@@ -11,6 +11,13 @@ export interface ProviderCall {
   upstreamModel: string;
   /** Aborted when the client goes or the provider's timeout passes (reason: TIMEOUT). */
   signal: AbortSignal;
+  /** Headers this call adds to the provider's own (traceparent when tracing); never overrides them. */
+  headers?: Record<string, string>;
+}
+
+/** A call's headers: the provider's own, plus the call's extra ones where the provider sets none. */
+export function withCallHeaders(own: Record<string, string>, call: ProviderCall): Record<string, string> {
+  return call.headers === undefined ? own : { ...call.headers, ...own };
 }
 
 /** The reason the pipeline aborts an upstream call whose time ran out. */
