@@ -131,7 +131,7 @@ export interface UsageRecord {
   target: string | null;
   /** The route path, e.g. /v1/chat/completions. */
   route: string;
-  /** The HTTP status the client got (499: it left before the answer was complete). */
+  /** The HTTP status the client got (499: it left before any was sent). */
   status: number;
   prompt_tokens: number;
   /** Prompt tokens the upstream read from its prompt cache (part of prompt_tokens or not, as it reports). */
