@@ -9,9 +9,10 @@
 // so no record goes before `retention_days` after its time, and nothing is ever trimmed by
 // length. Each hour has its own hash tag, so on a Redis Cluster the hours spread over the
 // nodes instead of one ever-growing key sitting on one; every command touches one key.
-// The index is written before a stream's first record (once per hour and instance), so a
-// reader listing the index never misses an hour that has records; hours past retention are
-// removed from it as new hours begin.
+// The index is written before a stream's first record, so a reader listing the index never
+// misses an hour that has records (and again with every record, in the same round trip, so an
+// index lost with a Redis restarted empty comes back); hours past retention are removed from
+// it as new hours begin.
 
 import type { Redis } from 'ioredis';
 import { pageOf, readRecord, reportOf, retentionMs, validateUsageRecord, type Buckets, type Entry } from './usage-records.js';
@@ -43,15 +44,22 @@ export class RedisUsage implements Buckets {
     const expireAt = (hour + 1) * HOUR_MS + this.#retentionMs;
     const now = Date.now();
     if (expireAt <= now) return; // past retention already: it would be gone at once
+    const key = this.#key(hour);
     if (!this.#indexed.has(hour)) {
+      // The first record of an hour (for this instance): the index first, so a reader never
+      // lists the hours without one that has records; and the hours past retention out of it.
       await this.#redis.zadd(this.#index, hour, String(hour));
       this.#indexed.add(hour);
       const oldest = Math.floor((now - this.#retentionMs) / HOUR_MS) - 1;
       await this.#redis.zremrangebyscore(this.#index, '-inf', oldest);
       for (const h of this.#indexed) if (h <= oldest) this.#indexed.delete(h);
+      await Promise.all([this.#redis.xadd(key, '*', 'r', JSON.stringify(r)), this.#redis.pexpireat(key, expireAt)]);
+      return;
     }
-    const key = this.#key(hour);
+    // Later records re-add the hour too (same round trip, sent first): an index lost with a
+    // Redis that restarted empty is rebuilt by the next record.
     await Promise.all([
+      this.#redis.zadd(this.#index, hour, String(hour)),
       this.#redis.xadd(key, '*', 'r', JSON.stringify(r)),
       this.#redis.pexpireat(key, expireAt),
     ]);

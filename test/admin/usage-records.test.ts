@@ -251,3 +251,31 @@ t.test('records query parameters: each bad one is a 400 with its code and param,
   t.equal(unauthorized.status, 401);
   t.strictSame((await admin(gw, '/admin/usage/records')).json(), { records: [], next_cursor: null }, 'no records yet: an empty last page');
 });
+
+t.test('a dashboard session\'s request: key_id null, counted in the totals but in no by_key entry; echo has no target', async (t) => {
+  const { SignJWT } = await import('jose');
+  const secret = 'a-dashboard-secret-of-enough-length-0123456789';
+  const c = config({ kind: 'memory' });
+  c.auth = { jwt: { secret } };
+  const gw = await startGateway(c);
+  t.teardown(() => gw.close());
+  const jwt = await new SignJWT({ type: 'access', sid: 'sess-1' }).setProtectedHeader({ alg: 'HS256' }).setSubject('demo')
+    .setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + 600).sign(new TextEncoder().encode(secret));
+  const res = await fetch(`${gw.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${jwt}`, 'content-type': 'application/json', 'x-request-id': 'jwt-1' },
+    body: JSON.stringify({ model: 'echo-small', messages: [{ role: 'user', content: 'hello' }] }),
+  });
+  t.equal(res.status, 200);
+  const charged = Number(res.headers.get('x-tollgate-units-charged'));
+  let page: any;
+  for (let i = 0; i < 100; i++) {
+    page = (await admin(gw, '/admin/usage/records')).json();
+    if (page.records.length > 0) break;
+    await sleep(20);
+  }
+  t.match(page.records, [{ request_id: 'jwt-1', account: 'demo', key_id: null, provider: 'echo', target: null, model: 'echo-small', units: charged }]);
+  const usage = (await admin(gw, '/admin/usage?since=2000-01-01')).json();
+  t.equal(usage.requests, 1);
+  t.strictSame(usage.by_key, {});
+});

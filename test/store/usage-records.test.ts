@@ -247,3 +247,22 @@ t.test('the single usage.jsonl of an earlier version is moved into day files, it
   t.strictSame((await readdir(join(dir, USAGE_DIR))).sort(), ['2026-11-20.jsonl', '2026-11-21.jsonl']);
   t.match(await readFile(join(dir, USAGE_DIR, '2026-11-20.jsonl'), 'utf8'), /"key_id":"key_abc"/);
 });
+
+t.test('redis: records of an hour stay listed after a Redis that restarted empty (the index comes back)', async (t) => {
+  const own = redis.external ? undefined : await startRedis();
+  if (own === undefined) { t.comment('needs a local redis-server to restart'); return; }
+  t.teardown(() => own.stop());
+  const s = new RedisStore({ url: own.url, prefix: 'restart:' });
+  t.teardown(() => s.close());
+  await s.ready();
+  await s.recordUsage(rec(1));
+  await own.restart();
+  await s.ready(5000);
+  let written = false;
+  for (let i = 0; i < 100 && !written; i++) {
+    written = await s.recordUsage(rec(2)).then(() => true, () => false);
+    if (!written) await new Promise((r) => setTimeout(r, 50));
+  }
+  t.ok(written);
+  t.strictSame((await s.usageRecords({ since: 0, limit: 10 })).records.map((r) => r.request_id), ['r-2'], 'the record after the restart is found');
+});
