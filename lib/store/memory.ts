@@ -24,7 +24,8 @@ import {
   creditRefusal, type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyRecord, type Revocation,
   type SettleResult, type Settlement, type Store, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
-import { FileUsageLog, MemoryUsageLog, validateUsageRecord, type UsageLog } from './usage-records.js';
+import { FileUsageLog } from './usage-files.js';
+import { MemoryUsageLog, validateUsageRecord, type UsageLog } from './usage-records.js';
 
 export interface MemoryStoreOptions {
   /** Directory of the journal and snapshot (created when absent); null keeps nothing on disk. */

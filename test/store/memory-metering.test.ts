@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { JOURNAL_FILE, SNAPSHOT_FILE } from '../../lib/store/journal.js';
 import { MemoryStore } from '../../lib/store/memory.js';
 import type { Quotas, UsageRecord } from '../../lib/store/types.js';
-import { USAGE_DIR } from '../../lib/store/usage-records.js';
+import { USAGE_DIR } from '../../lib/store/usage-files.js';
 
 const dirs: string[] = [];
 t.teardown(async () => { for (const d of dirs) await rm(d, { recursive: true, force: true }); });

@@ -11,7 +11,8 @@ import { Redis } from 'ioredis';
 import { MemoryStore } from '../../lib/store/memory.js';
 import { RedisStore } from '../../lib/store/redis.js';
 import type { Store, UsagePage, UsageQuery, UsageRecord } from '../../lib/store/types.js';
-import { DAY_MS, FileUsageLog, LEGACY_USAGE_FILE, MemoryUsageLog, SCAN_CAP, USAGE_DIR } from '../../lib/store/usage-records.js';
+import { DAY_MS, MemoryUsageLog, SCAN_CAP } from '../../lib/store/usage-records.js';
+import { FileUsageLog, LEGACY_USAGE_FILE, USAGE_DIR } from '../../lib/store/usage-files.js';
 import { startRedis } from '../helpers/redis.js';
 
 const dirs: string[] = [];
