@@ -125,7 +125,13 @@ export class Gateway {
   async #trace(config: Config): Promise<void> {
     const key = config.observe.otlp_endpoint === null ? 'null' : JSON.stringify([config.observe, config.service.name]);
     if (key === this.#tracingKey) return;
-    const next = await createTracing(config, this.logger);
+    let next: Tracing | null = null;
+    try {
+      next = await createTracing(config, this.logger);
+    } catch (err) {
+      // Tracing is an aid, never a reason not to serve.
+      this.logger.error({ err: (err as Error).message }, 'tracing could not start; requests are served without spans');
+    }
     const old = this.#tracing;
     this.#tracing = next;
     this.#tracingKey = key;

@@ -23,10 +23,11 @@ function dayName(day: number): string {
  * Records in `<dir>/usage/YYYY-MM-DD.jsonl`, one JSON line each, the day of the record's time.
  * Appends are written in call order, concurrent ones grouped into one write per file; record()
  * resolves once its line is written to the kernel (a kill -9 loses nothing acknowledged). Files
- * are fdatasync'ed every `fsyncMs` and on close, so a power loss takes at most that much. A
- * torn last line left by a crash is closed off with a newline when its file is next opened for
- * appending and skipped when read. A day's file is deleted once the whole day is past
- * retention; nothing else ever shortens or rewrites a file, so a byte offset is a stable cursor.
+ * are fdatasync'ed every `fsyncMs` and on close, so a power loss takes at most that much
+ * (with fsyncMs 0, before record() resolves). A torn last line left by a crash is closed off
+ * with a newline when its file is next opened for appending and skipped when read. A day's
+ * file is deleted once the whole day is past retention; nothing else ever shortens or rewrites
+ * a file, so a byte offset is a stable cursor.
  */
 export class FileUsageLog implements UsageLog, Buckets {
   readonly bucketMs = DAY_MS;
@@ -104,6 +105,11 @@ export class FileUsageLog implements UsageLog, Buckets {
       let off = 0;
       while (off < buf.length) off += (await h.fh.write(buf, off, buf.length - off)).bytesWritten;
       h.dirty = true;
+      // store.fsync_ms: 0 syncs before acknowledging, as the journal does.
+      if (this.#syncTimer === undefined) {
+        h.dirty = false;
+        await h.fh.datasync();
+      }
     }
   }
 
