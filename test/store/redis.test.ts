@@ -399,8 +399,14 @@ t.test('on a one-node Redis Cluster no script touches two slots', { skip: redis.
     t.strictSame(await b.accountUsage(id, DAY, MONTH), { held_units: 0, day: { requests: 1, tokens: 3, units: 2 }, month: { requests: 1, tokens: 3, units: 2 } });
     await a.recordUsage(usageRecord(1, id, 'm'));
   }
-  t.equal((await b.usageReport(undefined, 0)).requests, 3, 'the usage stream too');
+  t.equal((await b.usageReport(undefined, 0)).requests, 3, 'usage records too');
   t.equal((await b.usageReport('a}b{c', 0)).requests, 1);
+  // Records of another hour go to another stream, in another slot.
+  await a.recordUsage(usageRecord(2, 'acme', 'm', Date.now() - 3 * 3_600_000));
+  const first = await b.usageRecords({ since: 0, limit: 2 });
+  const rest = await b.usageRecords({ since: 0, limit: 10, cursor: first.next_cursor! });
+  t.strictSame([...first.records, ...rest.records].map((r) => r.account), ['acme', 'acme', 'a}b{c', '{x}'], 'paged across hours, oldest hour first');
+  t.equal(rest.next_cursor, null);
 });
 
 t.test('while Redis is down calls fail fast; afterwards the same store works again', { skip: redis.external ? 'needs a redis-server this test can stop' : false }, async (t) => {
