@@ -155,6 +155,17 @@ t.test('a stream without traceparent starts a trace; a failure is an error span'
   const bogus = await postChat(gw.url, { model: 'm', messages: [{ role: 'user', content: 'hi' }] }, { ...authHeaders(), traceparent: 'zz-not-a-trace', 'x-request-id': 'trace-5' });
   t.equal(bogus.status, 200, 'a malformed traceparent is ignored');
   t.notOk((await spanOf('trace-5')).parentSpanId);
+
+  const unsampledTrace = '4bf92f3577b34da6a3ce929d0e0e4736';
+  const before2 = upstream.requests.length;
+  const unsampled = await postChat(gw.url, { model: 'm', messages: [{ role: 'user', content: 'hi' }] },
+    { ...authHeaders(), traceparent: `00-${unsampledTrace}-00f067aa0ba902b7-00`, 'x-request-id': 'trace-6' });
+  t.equal(unsampled.status, 200);
+  t.match(upstream.requests[before2]!.headers.traceparent, new RegExp(`^00-${unsampledTrace}-[0-9a-f]{16}-00$`), 'continued, not sampled');
+  const after = await postChat(gw.url, { model: 'm', messages: [{ role: 'user', content: 'hi' }] }, { ...authHeaders(), 'x-request-id': 'trace-7' });
+  t.equal(after.status, 200);
+  await spanOf('trace-7');
+  t.notOk(spans.some((s) => s.traceId === unsampledTrace), 'the caller chose not to sample: no span exported');
 });
 
 t.test('off by default: no traceparent upstream', async (t) => {
