@@ -29,6 +29,7 @@ async function guard<T>(call: Promise<T>): Promise<T> {
 export class GuardedStore implements Store {
   readonly #inner: Store;
   readonly #retries: RetryQueue;
+  #records = 0;
 
   constructor(inner: Store, retries: RetryQueue) {
     this.#inner = inner;
@@ -74,7 +75,8 @@ export class GuardedStore implements Store {
    * but was applied all the same may then land twice.
    */
   recordUsage(r: UsageRecord): Promise<void> {
-    return this.#retries.run(`usage\u0000${r.request_id}`, () => this.#inner.recordUsage(r));
+    // Its own retry key: request ids come from clients (x-request-id) and may repeat.
+    return this.#retries.run(`usage\u0000${++this.#records}`, () => this.#inner.recordUsage(r));
   }
   usageReport(account: string | undefined, since: number): Promise<UsageReport> { return guard(this.#inner.usageReport(account, since)); }
   usageRecords(q: UsageQuery): Promise<UsagePage> { return guard(this.#inner.usageRecords(q)); }
