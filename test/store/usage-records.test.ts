@@ -267,3 +267,28 @@ t.test('redis: records of an hour stay listed after a Redis that restarted empty
   t.ok(written);
   t.strictSame((await s.usageRecords({ since: 0, limit: 10 })).records.map((r) => r.request_id), ['r-2'], 'the record after the restart is found');
 });
+
+t.test('a record the store cannot take now is retried until it lands (Redis down, then back)', async (t) => {
+  const { GuardedStore } = await import('../../lib/store/guard.js');
+  const { RetryQueue } = await import('../../lib/store/retry.js');
+  const own = redis.external ? undefined : await startRedis();
+  if (own === undefined) { t.comment('needs a local redis-server to stop'); return; }
+  t.teardown(() => own.stop());
+  const inner = new RedisStore({ url: own.url, prefix: 'retry:', commandTimeoutMs: 200 });
+  t.teardown(() => inner.close());
+  await inner.ready();
+  const retries = new RetryQueue({ minDelayMs: 20, maxDelayMs: 100 });
+  const s = new GuardedStore(inner, retries);
+  await own.halt();
+  // Two records with the same (client-given) request id: both must land.
+  await s.recordUsage(rec(1, { request_id: 'same' }));
+  await s.recordUsage(rec(2, { request_id: 'same' }));
+  t.equal(retries.size, 2, 'both wait for the store');
+  await own.restart();
+  await inner.ready(5000);
+  for (let i = 0; i < 200 && retries.size > 0; i++) await new Promise((r) => setTimeout(r, 25));
+  t.equal(retries.size, 0);
+  const page = await s.usageRecords({ since: 0, limit: 10 });
+  t.strictSame(page.records.map((r) => r.prompt_tokens).sort(), [1, 2], 'both records landed once Redis was back');
+  await retries.close();
+});
