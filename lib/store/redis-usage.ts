@@ -71,6 +71,9 @@ export class RedisUsage implements Buckets {
   }
 
   async read(bucket: number, pos: string | undefined, max: number): Promise<{ entries: Entry[]; done: boolean }> {
+    // A cursor is the client's to send back: a position past the largest stream id has nothing
+    // after it (Redis would refuse it as an id, which is no store fault).
+    if (pos !== undefined && !beforeLastId(pos)) return { entries: [], done: true };
     const page = await this.#redis.xrange(this.#key(bucket), pos === undefined ? '-' : `(${pos}`, '+', 'COUNT', max);
     const entries: Entry[] = page.map(([id, fields]) => ({ record: recordOf(fields), pos: id }));
     return { entries, done: page.length < max };
@@ -86,6 +89,16 @@ export class RedisUsage implements Buckets {
   page(q: UsageQuery): Promise<UsagePage> {
     return pageOf(this, q, this.#cutoff());
   }
+}
+
+const MAX_ID_PART = 2n ** 64n - 1n;
+
+/** Whether `pos` ('ms' or 'ms-seq') is a stream id with ids after it. */
+function beforeLastId(pos: string): boolean {
+  const [ms, seq] = pos.split('-');
+  const m = BigInt(ms!);
+  const q = seq === undefined ? 0n : BigInt(seq);
+  return m < MAX_ID_PART ? q <= MAX_ID_PART : m === MAX_ID_PART && q < MAX_ID_PART;
 }
 
 function recordOf(fields: string[]): UsageRecord | undefined {

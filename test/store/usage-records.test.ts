@@ -161,6 +161,18 @@ for (const kind of kinds) {
       });
     });
 
+    t.test('a cursor sent back altered answers a page, never a store fault', async (t) => {
+      const { store: s } = await kind.open();
+      t.teardown(() => s.close());
+      const bucket = Math.floor(Date.now() / (kind.name === 'redis' ? 3_600_000 : DAY_MS));
+      await s.recordUsage(rec(1));
+      for (const pos of ['0', '1', '99999999999999999999', '18446744073709551615-18446744073709551615', '18446744073709551614-99999999999999999999', '5-3']) {
+        const page = await s.usageRecords({ since: 0, limit: 10, cursor: `${bucket}:${pos}` });
+        t.ok(Array.isArray(page.records) && page.records.length <= 1, `${pos}: a page`);
+      }
+      t.strictSame((await s.usageRecords({ since: 0, limit: 10, cursor: `${bucket + 5}:0` })).records, [], 'a later bucket: nothing');
+    });
+
     t.test('a bad record is refused', async (t) => {
       const { store: s } = await kind.open();
       t.teardown(() => s.close());
