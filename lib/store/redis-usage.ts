@@ -9,10 +9,11 @@
 // so no record goes before `retention_days` after its time, and nothing is ever trimmed by
 // length. Each hour has its own hash tag, so on a Redis Cluster the hours spread over the
 // nodes instead of one ever-growing key sitting on one; every command touches one key.
-// The index is written before a stream's first record, so a reader listing the index never
-// misses an hour that has records (and again with every record, in the same round trip, so an
-// index lost with a Redis restarted empty comes back); hours past retention are removed from
-// it as new hours begin.
+// A record is one script on its hour's key (XADD, PEXPIREAT): one command per request. The
+// index is written before an hour's first record (once per hour and instance), so a reader
+// listing the index never misses an hour that has records, and again whenever a record finds
+// its stream new (a Redis restarted empty); hours past retention are removed from it as new
+// hours begin.
 
 import type { Redis } from 'ioredis';
 import { pageOf, readRecord, reportOf, retentionMs, validateUsageRecord, type Buckets, type Entry } from './usage-records.js';
@@ -20,16 +21,31 @@ import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from './types.js
 
 export const HOUR_MS = 3_600_000;
 
+/** The script of a record: registered by RedisStore with defineCommand. */
+export interface UsageScripts {
+  tgUsageAdd(stream: string, record: string, expireAt: string): Promise<unknown>;
+}
+
+export const USAGE_SCRIPTS: Record<keyof UsageScripts, { keys: number; lua: string }> = {
+  // One key, one round trip: append the record, (re)set the stream's expiry; 1 when this
+  // record created the stream.
+  tgUsageAdd: { keys: 1, lua: `
+redis.call('XADD', KEYS[1], '*', 'r', ARGV[1])
+redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+if redis.call('XLEN', KEYS[1]) == 1 then return 1 end
+return 0` },
+};
+
 export class RedisUsage implements Buckets {
   readonly bucketMs = HOUR_MS;
-  readonly #redis: Redis;
+  readonly #redis: Redis & UsageScripts;
   readonly #prefix: string;
   readonly #index: string;
   readonly #retentionMs: number;
   /** Hours this instance has put in the index. */
   readonly #indexed = new Set<number>();
 
-  constructor(redis: Redis, prefix: string, retentionDays?: number) {
+  constructor(redis: Redis & UsageScripts, prefix: string, retentionDays?: number) {
     this.#redis = redis;
     this.#prefix = prefix;
     this.#index = `${prefix}{usage:index}`;
@@ -44,7 +60,6 @@ export class RedisUsage implements Buckets {
     const expireAt = (hour + 1) * HOUR_MS + this.#retentionMs;
     const now = Date.now();
     if (expireAt <= now) return; // past retention already: it would be gone at once
-    const key = this.#key(hour);
     if (!this.#indexed.has(hour)) {
       // The first record of an hour (for this instance): the index first, so a reader never
       // lists the hours without one that has records; and the hours past retention out of it.
@@ -53,16 +68,10 @@ export class RedisUsage implements Buckets {
       const oldest = Math.floor((now - this.#retentionMs) / HOUR_MS) - 1;
       await this.#redis.zremrangebyscore(this.#index, '-inf', oldest);
       for (const h of this.#indexed) if (h <= oldest) this.#indexed.delete(h);
-      await Promise.all([this.#redis.xadd(key, '*', 'r', JSON.stringify(r)), this.#redis.pexpireat(key, expireAt)]);
-      return;
     }
-    // Later records re-add the hour too (same round trip, sent first): an index lost with a
-    // Redis that restarted empty is rebuilt by the next record.
-    await Promise.all([
-      this.#redis.zadd(this.#index, hour, String(hour)),
-      this.#redis.xadd(key, '*', 'r', JSON.stringify(r)),
-      this.#redis.pexpireat(key, expireAt),
-    ]);
+    const created = await this.#redis.tgUsageAdd(this.#key(hour), JSON.stringify(r), String(expireAt));
+    // A stream this instance thought indexed was created anew (Redis restarted empty): index it.
+    if (created === 1) await this.#redis.zadd(this.#index, hour, String(hour));
   }
 
   async list(from: number, to: number): Promise<number[]> {

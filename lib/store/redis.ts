@@ -57,7 +57,7 @@ import { keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
 import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-metering.js';
 import { RedisResponses } from './redis-responses.js';
-import { RedisUsage } from './redis-usage.js';
+import { RedisUsage, USAGE_SCRIPTS, type UsageScripts } from './redis-usage.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyRecord, Revocation, SettleResult, Settlement, Store,
   UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
@@ -78,7 +78,7 @@ export interface RedisStoreOptions {
 type Reply = Promise<unknown>;
 
 /** The Lua scripts, registered with defineCommand (EVALSHA, falling back to EVAL). */
-interface Scripts extends MeteringScripts {
+interface Scripts extends MeteringScripts, UsageScripts {
   tgCreateAccount(acct: string, id: string, plan: string, balance: string, now: string): Reply;
   tgAddCredits(acct: string, credits: string, units: string, idempotencyKey: string): Reply;
   tgClaimKeyId(index: string, digest: string): Reply;
@@ -88,7 +88,7 @@ interface Scripts extends MeteringScripts {
   tgRevokeSession(session: string, now: string, channel: string, message: string): Reply;
 }
 
-const SCRIPTS: Record<Exclude<keyof Scripts, keyof MeteringScripts>, { keys: number; lua: string }> = {
+const SCRIPTS: Record<Exclude<keyof Scripts, keyof MeteringScripts | keyof UsageScripts>, { keys: number; lua: string }> = {
   // 1 created, 0 exists (unchanged).
   tgCreateAccount: { keys: 1, lua: `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
@@ -193,7 +193,7 @@ export class RedisStore implements Store {
       autoResendUnfulfilledCommands: false,
     });
     redis.on('error', onError);
-    for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS)]) {
+    for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS)]) {
       redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
     }
     this.#redis = redis as Redis & Scripts;
