@@ -13,7 +13,8 @@ export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADM
   tollgate keys revoke KEY_ID
   tollgate credits add ACCOUNT UNITS [--idempotency-key K]
   tollgate sessions revoke SID
-  tollgate usage [--account A] [--since DATE]`;
+  tollgate usage [--account A] [--since DATE]
+  tollgate usage export --since DATE [--until DATE] [--account A] [--key KEY_ID] [--model M] --format jsonl|csv`;
 
 class CliError extends Error {
   readonly exitCode: number;
@@ -104,7 +105,7 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Re
       };
     }
     case 'usage': {
-      if (sub !== undefined) throw new CliError('usage: tollgate usage [--account A] [--since DATE]', 2);
+      if (sub !== undefined) throw new CliError('usage: tollgate usage [--account A] [--since DATE] | tollgate usage export --since DATE ...', 2);
       const q = new URLSearchParams();
       if (opts.account !== undefined) q.set('account', opts.account);
       if (opts.since !== undefined) q.set('since', opts.since);
@@ -114,6 +115,7 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Re
         show: (b) => [
           `usage since ${b.since}${b.account === null ? ' (all accounts)' : ` for ${b.account}`}: ${b.requests} requests, ${b.prompt_tokens} prompt + ${b.completion_tokens} completion tokens, ${b.units} units`,
           ...Object.entries(b.by_model as Record<string, any>).map(([m, u]) => `  ${m}: ${u.requests} requests, ${u.prompt_tokens} + ${u.completion_tokens} tokens, ${u.units} units`),
+          ...Object.entries((b.by_key ?? {}) as Record<string, any>).map(([k, u]) => `  key ${k}: ${u.requests} requests, ${u.prompt_tokens} + ${u.completion_tokens} tokens, ${u.units} units`),
         ].join('\n'),
       };
     }
@@ -125,12 +127,93 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Re
   }
 }
 
+function adminToken(given: string | undefined): string {
+  const token = given ?? process.env.TOLLGATE_ADMIN_TOKEN;
+  if (token === undefined || token === '') throw new CliError('no admin token: pass --token or set TOLLGATE_ADMIN_TOKEN', 2);
+  return token;
+}
+
+/** The columns of `usage export --format csv`: the record's fields, in the contract's order. */
+export const USAGE_COLUMNS = [
+  'request_id', 'at', 'account', 'key_id', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
+  'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms',
+] as const;
+
+/** One CSV field (RFC 4180): quoted when it holds a comma, a quote, CR or LF; null is empty. */
+export function csvField(v: unknown): string {
+  if (v === null || v === undefined) return '';
+  const s = typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : JSON.stringify(v);
+  return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
+}
+
+export function csvRow(r: Record<string, unknown>): string {
+  return `${USAGE_COLUMNS.map((c) => csvField(r[c])).join(',')}\r\n`;
+}
+
+interface ExportArgs { query: URLSearchParams; format: 'jsonl' | 'csv' }
+
+function exportPlan(args: string[], opts: Record<string, string | undefined>): ExportArgs {
+  const usage = 'usage: tollgate usage export --since DATE [--until DATE] [--account A] [--key KEY_ID] [--model M] --format jsonl|csv';
+  if (args.length !== 0) throw new CliError(usage, 2);
+  if (opts.since === undefined) throw new CliError(`usage export: --since is required\n${usage}`, 2);
+  if (opts.format !== 'jsonl' && opts.format !== 'csv') throw new CliError(`usage export: --format must be jsonl or csv\n${usage}`, 2);
+  const query = new URLSearchParams({ since: opts.since, limit: '1000' });
+  for (const [opt, param] of [['until', 'until'], ['account', 'account'], ['key', 'key'], ['model', 'model']] as const) {
+    if (opts[opt] !== undefined) query.set(param, opts[opt]!);
+  }
+  return { query, format: opts.format };
+}
+
+/** Writes to stdout, waiting while its buffer is full (memory stays bounded by one page). */
+function write(text: string): Promise<void> {
+  if (process.stdout.write(text)) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const done = (err?: Error) => { process.stdout.off('drain', onDrain); process.stdout.off('error', done); if (err) reject(err); else resolve(); };
+    const onDrain = () => done();
+    process.stdout.once('drain', onDrain);
+    process.stdout.once('error', done);
+  });
+}
+
+/**
+ * `tollgate usage export`: every record of the query, page by page (GET /admin/usage/records
+ * with each page's next_cursor), each page written before the next is asked for: one page in
+ * memory at a time, whatever the export's size. jsonl: one record per line; csv: a header, then
+ * one row per record (RFC 4180, CRLF).
+ */
+async function exportUsage(url: string, token: string, a: ExportArgs): Promise<number> {
+  if (a.format === 'csv') await write(`${USAGE_COLUMNS.join(',')}\r\n`);
+  let cursor: string | null = null;
+  let pages = 0;
+  do {
+    const q = new URLSearchParams(a.query);
+    if (cursor !== null) q.set('cursor', cursor);
+    const { status, body } = await call(url, token, { method: 'GET', path: `/admin/usage/records?${q.toString()}` });
+    if (status !== 200) {
+      const e = body as { code?: string; message?: string } | null;
+      process.stderr.write(`error ${status}${e?.code ? ` ${e.code}` : ''}: ${e?.message ?? String(body)}${pages > 0 ? ` (after ${pages} pages were written)` : ''}\n`);
+      return 1;
+    }
+    const page = body as { records?: unknown; next_cursor?: unknown } | null;
+    if (page === null || typeof page !== 'object' || !Array.isArray(page.records) || (page.next_cursor !== null && typeof page.next_cursor !== 'string')) {
+      throw new CliError(`unexpected answer from ${url}: ${JSON.stringify(body).slice(0, 200)}`, 1);
+    }
+    let out = '';
+    for (const r of page.records as Record<string, unknown>[]) out += a.format === 'csv' ? csvRow(r) : `${JSON.stringify(r)}\n`;
+    if (out !== '') await write(out);
+    cursor = page.next_cursor as string | null;
+    pages++;
+  } while (cursor !== null);
+  return 0;
+}
+
 export const ADMIN_COMMANDS: ReadonlySet<string> = new Set(['accounts', 'keys', 'credits', 'sessions', 'usage']);
 
 const OPTIONS = {
   url: { type: 'string' }, token: { type: 'string' }, json: { type: 'boolean' },
   plan: { type: 'string' }, 'wallet-units': { type: 'string' }, 'idempotency-key': { type: 'string' },
-  account: { type: 'string' }, since: { type: 'string' },
+  account: { type: 'string' }, since: { type: 'string' }, until: { type: 'string' }, key: { type: 'string' },
+  model: { type: 'string' }, format: { type: 'string' },
 } as const;
 
 /**
@@ -174,9 +257,13 @@ export async function admin(command: string, argv: string[]): Promise<number> {
   try {
     const { values, positionals } = parseArgs({ args: normalize(argv), allowPositionals: true, strict: true, options: OPTIONS });
     const [sub, ...args] = positionals;
+    if (command === 'usage' && sub === 'export') {
+      const opts = values as Record<string, string | undefined>;
+      const exportArgs = exportPlan(args, opts);
+      return await exportUsage(values.url ?? 'http://127.0.0.1:8080', adminToken(values.token), exportArgs);
+    }
     const step = plan(command, sub, args, values as Record<string, string | undefined>);
-    const token = values.token ?? process.env.TOLLGATE_ADMIN_TOKEN;
-    if (token === undefined || token === '') throw new CliError('no admin token: pass --token or set TOLLGATE_ADMIN_TOKEN', 2);
+    const token = adminToken(values.token);
     const url = values.url ?? 'http://127.0.0.1:8080';
     const { status, body } = await call(url, token, step.call);
     if (status < 200 || status > 299) {

@@ -20,6 +20,7 @@ import { requestIdFor } from './http/request-id.js';
 import { closeIfBodyUnread, newContext, sendError, sendJson, type RequestContext } from './http/respond.js';
 import { createLogger, type Logger } from './observe/log.js';
 import { Metrics } from './observe/metrics.js';
+import { createTracing, type Tracing } from './observe/trace.js';
 import { TokenShapeError } from './auth/jwt.js';
 import { GatewayState } from './state.js';
 import { MemorySlots, RedisSlots, type Slots } from './limits/slots.js';
@@ -55,6 +56,15 @@ function dialectOf(path: string): Dialect | undefined {
   return undefined;
 }
 
+/** The route paths usage records and spans name (CONTRACT section 8). */
+const ROUTE_PATHS: Partial<Record<string, string>> = {
+  chat: '/v1/chat/completions', messages: '/v1/messages', responses: '/v1/responses', embeddings: '/v1/embeddings',
+  messages_count_tokens: '/v1/messages/count_tokens', models: '/v1/models', model: '/v1/models/{id}', response: '/v1/responses/{id}',
+};
+
+/** The GenAI operation of a route (gen_ai.operation.name); none for routes that generate nothing. */
+const OPERATIONS: Partial<Record<string, string>> = { chat: 'chat', messages: 'chat', responses: 'chat', embeddings: 'embeddings' };
+
 const ALLOW: Record<V1Route, string> = {
   chat: 'POST', messages: 'POST', messages_count_tokens: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST',
   models: 'GET, HEAD', model: 'GET, HEAD', unknown: '',
@@ -80,13 +90,18 @@ export class Gateway {
   #draining = false;
   #inflight = 0;
   #idleWaiters: Array<() => void> = [];
+  /** Tracing as the current config asks (null: off), and what built it. */
+  #tracing: Tracing | null = null;
+  #tracingKey = 'null';
+  /** Tracers of earlier configs: shut down a while after a reload, or at close. */
+  readonly #oldTracing = new Set<Tracing>();
 
   constructor(config: Config | unknown, options: GatewayOptions = {}) {
     this.logger = options.logger ?? createLogger();
     const valid = validateConfig(config);
     this.#warn(valid);
     this.#storeConfig = JSON.stringify(valid.store);
-    this.#store = openStore(valid.store, this.logger);
+    this.#store = openStore(valid.store, this.logger, valid.usage.retention_days);
     this.#pending = this.#build(valid).then((s) => (this.#state = s));
     this.metrics.upstreams = () => this.#state?.providers.values() ?? [];
   }
@@ -99,6 +114,7 @@ export class Gateway {
     // A store that is still connecting (at boot) gets a moment; one that is down does not hold
     // the start or a reload up any longer: the state seeds it once it answers.
     await handle.connected(config.store.timeout_ms);
+    await this.#trace(config);
     const state = new GatewayState(config, handle, this.#slots, this.#health, this.logger, this.#replicas);
     try {
       await state.start();
@@ -107,6 +123,27 @@ export class Gateway {
       throw err;
     }
     return state;
+  }
+
+  /** Starts tracing as `config` asks, when that differs from what runs now. */
+  async #trace(config: Config): Promise<void> {
+    const key = config.observe.otlp_endpoint === null ? 'null' : JSON.stringify([config.observe, config.service.name]);
+    if (key === this.#tracingKey) return;
+    let next: Tracing | null = null;
+    try {
+      next = await createTracing(config, this.logger);
+    } catch (err) {
+      // Tracing is an aid, never a reason not to serve.
+      this.logger.error({ err: (err as Error).message }, 'tracing could not start; requests are served without spans');
+    }
+    const old = this.#tracing;
+    this.#tracing = next;
+    this.#tracingKey = key;
+    if (old !== null) {
+      // Requests in flight still end their spans on the old tracer: it stops a while later.
+      this.#oldTracing.add(old);
+      setTimeout(() => { if (this.#oldTracing.delete(old)) void old.shutdown().catch(() => undefined); }, 60_000).unref();
+    }
   }
 
   /** Resolves when tokenizers are loaded and the gateway serves. Rejects if it cannot. */
@@ -225,6 +262,10 @@ export class Gateway {
       // The state is pinned before any await below: a reload must not close its pools under us.
       ctx.state = state;
       this.#refs.set(state, (this.#refs.get(state) ?? 0) + 1);
+      if (this.#tracing !== null) {
+        ctx.span = this.#tracing.start(req.headers, req.method ?? 'GET', path, performance.timeOrigin + ctx.start);
+        ctx.upstreamHeaders = ctx.span.upstreamHeaders;
+      }
       if (route === 'chat') {
         ctx.dialect = chatDialect;
         await handleGeneration(chatDialect, state, this.metrics, ctx, req, res);
@@ -301,6 +342,11 @@ export class Gateway {
     }
     if (charged !== undefined) this.metrics.unitsCharged.inc(charged);
     if (state !== undefined && ctx.charge !== undefined && ctx.principal !== undefined) this.#record(state, ctx, status);
+    ctx.span?.end({
+      route: ROUTE_PATHS[ctx.route] ?? ctx.route, operation: OPERATIONS[ctx.route], requestModel: ctx.requestModel, responseModel: ctx.model,
+      provider: ctx.provider, inputTokens: ctx.usage?.prompt_tokens, outputTokens: ctx.usage?.completion_tokens, status, code: ctx.code,
+      account: ctx.principal?.accountId, units: charged, requestId: ctx.id, stream: ctx.stream,
+    });
     this.logger.info({
       request_id: ctx.id,
       route: ctx.route,
@@ -322,27 +368,35 @@ export class Gateway {
     if (this.#inflight === 0) for (const w of this.#idleWaiters.splice(0)) w();
   }
 
-  /** One usage record per admitted chat request, charged or not (none while the store is down). */
+  /**
+   * One usage record per metered request (one that got its credit hold), charged or not, once
+   * its answer is closed and its debit landed; none while the store is down with
+   * store.on_error: open (nothing is metered then). A record the store cannot take at once is
+   * retried until it lands (store/guard.ts).
+   */
   #record(state: GatewayState, ctx: RequestContext, status: number): void {
     if (state.openMode?.isDown === true) return;
     const charged = ctx.charge?.charged;
     const usage = charged === undefined ? undefined : ctx.usage;
+    const credential = ctx.principal!.credentialId;
     state.store.recordUsage({
       request_id: ctx.id,
       at: Date.now(),
       account: ctx.principal!.accountId,
-      credential: ctx.principal!.credentialId,
+      // Dashboard sessions (JWTs) are not keys: their records carry no key id.
+      key_id: credential.startsWith('key_') ? credential : null,
       model: ctx.model ?? '',
       provider: ctx.provider ?? '',
-      upstream_model: ctx.upstreamModel ?? '',
+      target: ctx.target ?? null,
+      route: ROUTE_PATHS[ctx.route] ?? ctx.route,
+      status,
       prompt_tokens: usage?.prompt_tokens ?? 0,
+      cached_tokens: usage?.cached_tokens ?? 0,
       completion_tokens: usage?.completion_tokens ?? 0,
       units: charged ?? 0,
       usage_source: usage === undefined ? 'none' : ctx.usageSource ?? 'counted',
-      status,
-      code: ctx.code,
-      latency_ms: round(performance.now() - ctx.start),
-      ttfc_ms: ctx.ttfcMs === undefined ? null : round(ctx.ttfcMs),
+      duration_ms: round(performance.now() - ctx.start),
+      ttft_ms: ctx.ttftMs === undefined ? null : round(ctx.ttftMs),
     }).catch((err: unknown) => this.logger.warn({ request_id: ctx.id, err: (err as Error).message }, 'usage record not written'));
   }
 
@@ -443,6 +497,11 @@ export class Gateway {
     const states = new Set([...this.#retired, ...(this.#state ? [this.#state] : [])]);
     this.#retired.clear();
     await Promise.allSettled([...states].map((s) => s.close()));
+    const tracers = [...this.#oldTracing, ...(this.#tracing === null ? [] : [this.#tracing])];
+    this.#oldTracing.clear();
+    this.#tracing = null;
+    this.#tracingKey = 'null';
+    await Promise.allSettled(tracers.map((t) => t.shutdown()));
     await this.#store.then((s) => s.close(), () => undefined);
     this.logger.flush();
   };

@@ -14,7 +14,8 @@ import { roundedMembers } from '../http/exact-json.js';
 import { parseJsonBody } from '../http/json.js';
 import { closeIfBodyUnread, sendJson } from '../http/respond.js';
 import { windows } from '../billing/meter.js';
-import { MAX_UNITS, type AccountRecord, type Store, type UsageTotals } from '../store/types.js';
+import { MAX_UNITS, type AccountRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
+import { isCursor } from '../store/usage-records.js';
 
 const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/;
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,200}$/;
@@ -95,6 +96,34 @@ function refuseKeyControls(body: Record<string, unknown>): void {
   }
 }
 
+/** Records pages hold 1 to RECORDS_MAX_LIMIT records; RECORDS_DEFAULT_LIMIT unless asked. */
+export const RECORDS_DEFAULT_LIMIT = 100;
+export const RECORDS_MAX_LIMIT = 1000;
+
+/** An ISO-8601 date or time of a records query (since, until); undefined when absent. */
+function recordsTime(text: string | undefined, name: string): number | undefined {
+  if (text === undefined) return undefined;
+  const t = /^\d{4}-\d{2}-\d{2}/.test(text) ? Date.parse(text) : Number.NaN;
+  if (!Number.isFinite(t)) {
+    throw new GatewayError('invalid_value', `Invalid value for '${name}': an ISO-8601 date or time, e.g. 2026-11-01T00:00:00Z.`, { param: name });
+  }
+  return t;
+}
+
+/** The limit of a records query: a plain integer from 1 to RECORDS_MAX_LIMIT. */
+function recordsLimit(text: string | undefined): number {
+  if (text === undefined) return RECORDS_DEFAULT_LIMIT;
+  const range = `an integer from 1 to ${RECORDS_MAX_LIMIT}`;
+  if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(text)) {
+    throw new GatewayError('invalid_type', `Invalid type for 'limit': expected ${range}.`, { param: 'limit' });
+  }
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n < 1 || n > RECORDS_MAX_LIMIT) {
+    throw new GatewayError('invalid_value', `Invalid value for 'limit': must be ${range}.`, { param: 'limit' });
+  }
+  return n;
+}
+
 /** The contract's account view: balance, open holds, and usage this UTC day and month. */
 export interface AccountView {
   id: string;
@@ -165,6 +194,9 @@ export class AdminApi {
     } else if (a === 'usage' && parts.length === 1) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       send(200, await this.#usage(req.url ?? ''));
+    } else if (a === 'usage' && b === 'records' && parts.length === 2) {
+      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
+      send(200, await this.#records(req.url ?? ''));
     } else {
       throw notFound(path);
     }
@@ -193,6 +225,39 @@ export class AdminApi {
     }
     const report = await this.#store.usageReport(account, since);
     return { account: account ?? null, since: new Date(since).toISOString(), ...report };
+  }
+
+  /**
+   * GET /admin/usage/records?account=&key=&model=&since=&until=&limit=&cursor= (CONTRACT
+   * section 8): one page, `{records, next_cursor}`; next_cursor is null on the last page. Pass a
+   * page's next_cursor with the same filters for the next one. `at` is ISO-8601 (ms, UTC).
+   */
+  async #records(url: string): Promise<{ records: Array<Omit<UsageRecord, 'at'> & { at: string }>; next_cursor: string | null }> {
+    const q = new URL(url, 'http://admin').searchParams;
+    const text = (name: string): string | undefined => {
+      const v = q.get(name) ?? undefined;
+      if (v === '') throw new GatewayError('invalid_value', `Invalid value for '${name}': must not be empty.`, { param: name });
+      if (v !== undefined && v.length > 256) throw new GatewayError('invalid_value', `Invalid value for '${name}': at most 256 characters.`, { param: name });
+      return v;
+    };
+    const query: UsageQuery = {
+      account: text('account'), keyId: text('key'), model: text('model'),
+      since: recordsTime(text('since'), 'since') ?? 0,
+      until: recordsTime(text('until'), 'until'),
+      limit: recordsLimit(text('limit')),
+      cursor: text('cursor'),
+    };
+    if (query.until !== undefined && query.until <= query.since) {
+      throw new GatewayError('invalid_value', "Invalid value for 'until': must be later than 'since'.", { param: 'until' });
+    }
+    if (query.cursor !== undefined && !isCursor(query.cursor)) {
+      throw new GatewayError('invalid_value', "Invalid value for 'cursor': pass a next_cursor of an earlier page, unchanged.", { param: 'cursor' });
+    }
+    if (query.account !== undefined && (await this.#store.getAccount(query.account)) === undefined) {
+      throw new GatewayError('account_not_found', `No account with id '${clip(query.account)}'.`);
+    }
+    const page = await this.#store.usageRecords(query);
+    return { records: page.records.map((r) => ({ ...r, at: new Date(r.at).toISOString() })), next_cursor: page.next_cursor };
   }
 
   async #body(req: IncomingMessage): Promise<Body> {

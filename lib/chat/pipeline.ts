@@ -44,6 +44,7 @@ export async function handleGeneration(
   const body = parseJsonBody(await readBody(req, state.config.server.max_body_bytes, state.config.server.body_timeout_ms));
   const request = dialect.parse(body, req);
   ctx.stream = request.stream;
+  ctx.requestModel = request.model;
   if (dialect.prepare !== undefined) await dialect.prepare(request, { store: state.store, account: ctx.principal.accountId, config: state.config });
   const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, (m) => {
     if (!state.healthy(m)) return 'unhealthy';
@@ -226,7 +227,9 @@ export class Attempts {
   async run<T>(attempt: Attempt, fn: (call: ProviderCall) => Promise<T>): Promise<T> {
     const { target, replica } = attempt;
     const ac = new AbortController();
-    const call: ProviderCall = { request: this.request, model: this.model, upstreamModel: target.upstreamModel, signal: ac.signal, replica };
+    const call: ProviderCall = {
+      request: this.request, model: this.model, upstreamModel: target.upstreamModel, signal: ac.signal, replica, headers: this.#ctx.upstreamHeaders,
+    };
     const res = this.#res;
     const onClose = () => { if (!res.writableFinished) ac.abort(CLIENT_GONE); };
     res.on('close', onClose);
@@ -235,6 +238,9 @@ export class Attempts {
     const started = performance.now();
     this.#ctx.provider = target.provider.name;
     this.#ctx.upstreamModel = target.upstreamModel;
+    // The replica's URL; null for a provider with no network address (the built-in echo).
+    const pc = target.provider.config;
+    this.#ctx.target = pc.targets !== undefined || pc.base_url !== undefined ? replica.url : null;
     const fleet = target.provider.fleet;
     const token = fleet.begin(replica);
     let outcome: Outcome = 'neutral';
@@ -306,6 +312,7 @@ async function completeAnswer(
       // Unmetered (store.on_error: open during an outage): no balance is known, none is claimed.
       if (charge.charged !== undefined) headers['x-tollgate-units-charged'] = String(charge.charged);
       if (charge.available !== undefined) headers['x-tollgate-wallet-balance-units'] = String(charge.available);
+      ctx.ttftMs = performance.now() - ctx.start;
       sendJson(res, 200, answer, headers);
       metrics.timeToFirstChunk.labels(target.provider.name).observe(ctx.ttfcMs / 1000);
       return;
@@ -394,6 +401,7 @@ async function streamAnswer(
             }
             if (ctx.ttfcMs === undefined) {
               ctx.ttfcMs = performance.now() - started;
+              ctx.ttftMs = performance.now() - ctx.start;
               metrics.timeToFirstChunk.labels(target.provider.name).observe(ctx.ttfcMs / 1000);
             }
             for (const h of held.splice(0)) res.write(renderer.chunk(h.choices, h.native));

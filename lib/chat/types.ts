@@ -50,6 +50,8 @@ export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  /** Prompt tokens the upstream read from its prompt cache, when it says. */
+  cached_tokens?: number;
 }
 
 export interface Logprobs { content: unknown[] | null; refusal: unknown[] | null }

@@ -222,4 +222,17 @@ export const configSchema = obj({
   routing: obj({ auto: { type: 'array', items: str, default: [] } }, { default: {} }),
   content_policy: obj({ block: { type: 'array', items: str, default: [] } }, { default: {} }),
   responses: obj({ retention_hours: { ...posInt, default: 24 } }, { default: {} }),
+  usage: obj(
+    { retention_days: { ...posInt, maximum: 36500, default: 90, 'x-max-msg': 'must be at most 36500 (100 years)' } },
+    { default: {} },
+  ),
+  observe: obj(
+    {
+      otlp_endpoint: { type: ['string', 'null'], pattern: '^https?://[^\\s]+$', default: null, 'x-msg': 'must be an http:// or https:// URL, or null' },
+      otlp_headers: { type: 'object', additionalProperties: str, default: {} },
+      service_name: { ...nullableStr, default: null },
+      export_interval_ms: { ...posMs, default: 1000 },
+    },
+    { default: {} },
+  ),
 });

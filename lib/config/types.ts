@@ -137,4 +137,17 @@ export interface Config {
   content_policy: { block: string[] };
   /** Stored Responses API answers (`store: true`) live this long. */
   responses: { retention_hours: number };
+  /** Usage records (one per metered request) are kept at least this many days. */
+  usage: { retention_days: number };
+  /** Tracing: off while otlp_endpoint is null. */
+  observe: {
+    /** OTLP/HTTP collector: a base URL (`/v1/traces` is appended) or the full traces URL. */
+    otlp_endpoint: string | null;
+    /** Extra headers of every export (a collector's auth). */
+    otlp_headers: Record<string, string>;
+    /** resource attribute service.name; default: service.name. */
+    service_name: string | null;
+    /** Longest wait before a finished span is sent. */
+    export_interval_ms: number;
+  };
 }

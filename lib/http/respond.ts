@@ -7,6 +7,7 @@ import type { Charge } from '../billing/meter.js';
 import type { Usage } from '../chat/types.js';
 import type { GatewayState } from '../state.js';
 import type { Dialect } from '../dialects/types.js';
+import type { RequestSpan } from '../observe/trace.js';
 import { envelope, type GatewayError } from '../errors.js';
 
 export interface RequestContext {
@@ -27,6 +28,19 @@ export interface RequestContext {
   charge: Charge | undefined;
   upstreamMs: number | undefined;
   ttfcMs: number | undefined;
+  /** From the request's arrival to the first byte of the answer's content (usage records). */
+  ttftMs: number | undefined;
+  /**
+   * The replica the request went to, for usage records: the provider's base_url until fleets
+   * name replicas (null: none applies, as for echo); undefined before any upstream call.
+   */
+  target: string | null | undefined;
+  /** Headers every upstream call of this request carries (traceparent when tracing). */
+  upstreamHeaders: Record<string, string> | undefined;
+  /** The model the client asked for (before `auto` or aliases resolved). */
+  requestModel: string | undefined;
+  /** The request's span, when tracing is on. */
+  span: RequestSpan | undefined;
   /** The config state the request runs on, once pinned (a reload leaves it in force for it). */
   state: GatewayState | undefined;
   /** The dialect of the route, whose shape errors take; undefined: the envelope. */
@@ -37,7 +51,7 @@ export function newContext(id: string, route: string): RequestContext {
   return {
     id, start: performance.now(), route, principal: undefined, model: undefined, provider: undefined, upstreamModel: undefined,
     stream: false, code: '', usage: undefined, usageSource: undefined, charge: undefined, rateHeaders: undefined, upstreamMs: undefined, ttfcMs: undefined,
-    state: undefined, dialect: undefined,
+    ttftMs: undefined, target: undefined, upstreamHeaders: undefined, requestModel: undefined, span: undefined, state: undefined, dialect: undefined,
   };
 }
 

@@ -13,7 +13,7 @@ import {
 } from '../upstream/http.js';
 import { Fleet, type Replica } from '../upstream/balance/index.js';
 import { ENDED_EARLY, isEventStream, mapErrorBody } from './shared.js';
-import type { CompletionResult, Provider, ProviderCall, StreamPart, UpstreamStream } from './types.js';
+import { withCallHeaders, type CompletionResult, type Provider, type ProviderCall, type StreamPart, type UpstreamStream } from './types.js';
 
 /** Turns one stream's events into parts; `ended` once the upstream said the answer is whole. */
 export interface StreamTranslator {
@@ -105,7 +105,7 @@ export abstract class HttpProvider implements Provider {
     const ep = this.endpointOf(call);
     try {
       return await ep.pool.request({
-        method: 'POST', path: ep.callPath, headers: this.callHeaders(call), body: this.body(call, stream), signal: call.signal,
+        method: 'POST', path: ep.callPath, headers: withCallHeaders(this.callHeaders(call), call), body: this.body(call, stream), signal: call.signal,
       });
     } catch (err) {
       throw transportError(err, call.signal, this.name);

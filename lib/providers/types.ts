@@ -14,6 +14,13 @@ export interface ProviderCall {
   signal: AbortSignal;
   /** The replica the balancer picked for this attempt (default: the provider's first). */
   replica?: Replica;
+  /** Headers this call adds to the provider's own (traceparent when tracing); never overrides them. */
+  headers?: Record<string, string>;
+}
+
+/** A call's headers: the provider's own, plus the call's extra ones where the provider sets none. */
+export function withCallHeaders(own: Record<string, string>, call: ProviderCall): Record<string, string> {
+  return call.headers === undefined ? own : { ...call.headers, ...own };
 }
 
 /** The reason the pipeline aborts an upstream call whose time ran out. */

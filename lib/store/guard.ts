@@ -13,7 +13,7 @@ import { StoreUnavailableError } from '../errors.js';
 import type { RetryQueue } from './retry.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyRecord, Revocation, SettleResult, Settlement, Store,
-  UsageRecord, UsageReport, UsageTotals,
+  UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
 } from './types.js';
 
 /** Rejections of the store become StoreUnavailableError, except a bad argument's. */
@@ -29,6 +29,7 @@ async function guard<T>(call: Promise<T>): Promise<T> {
 export class GuardedStore implements Store {
   readonly #inner: Store;
   readonly #retries: RetryQueue;
+  #records = 0;
 
   constructor(inner: Store, retries: RetryQueue) {
     this.#inner = inner;
@@ -68,8 +69,17 @@ export class GuardedStore implements Store {
   accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }> {
     return guard(this.#inner.accountUsage(account, day, month));
   }
-  recordUsage(r: UsageRecord): Promise<void> { return guard(this.#inner.recordUsage(r)); }
+  /**
+   * A usage record that the store cannot take now is retried like a release, until it lands
+   * (a request already debited must not lose its record to an outage). A write that timed out
+   * but was applied all the same may then land twice.
+   */
+  recordUsage(r: UsageRecord): Promise<void> {
+    // Its own retry key: request ids come from clients (x-request-id) and may repeat.
+    return this.#retries.run(`usage\u0000${++this.#records}`, () => this.#inner.recordUsage(r));
+  }
   usageReport(account: string | undefined, since: number): Promise<UsageReport> { return guard(this.#inner.usageReport(account, since)); }
+  usageRecords(q: UsageQuery): Promise<UsagePage> { return guard(this.#inner.usageRecords(q)); }
   onRevoke(listener: (r: Revocation) => void): () => void { return this.#inner.onRevoke(listener); }
   ping(): Promise<void> { return guard(this.#inner.ping()); }
   close(): Promise<void> { return this.#inner.close(); }

@@ -26,10 +26,11 @@ export interface StoreHandle {
   close(): Promise<void>;
 }
 
-export async function openStore(config: Config['store'], logger?: Logger): Promise<StoreHandle> {
+/** `usageRetentionDays`: usage.retention_days, read when the store opens (a reload keeps the first). */
+export async function openStore(config: Config['store'], logger?: Logger, usageRetentionDays?: number): Promise<StoreHandle> {
   const retries = new RetryQueue({ log: logger });
   if (config.kind === 'redis') {
-    const redis = new RedisStore({ url: config.url, prefix: config.prefix, commandTimeoutMs: config.timeout_ms });
+    const redis = new RedisStore({ url: config.url, prefix: config.prefix, commandTimeoutMs: config.timeout_ms, usageRetentionDays });
     // Once per outage, not per reconnect attempt: the connection went, and it came back.
     let state: 'new' | 'up' | 'down' | 'closing' = 'new';
     redis.client.on('ready', () => {
@@ -53,7 +54,7 @@ export async function openStore(config: Config['store'], logger?: Logger): Promi
       close: async () => { await retries.close(); state = 'closing'; await redis.close(); },
     };
   }
-  const memory = await MemoryStore.open({ path: config.path, fsyncMs: config.fsync_ms });
+  const memory = await MemoryStore.open({ path: config.path, fsyncMs: config.fsync_ms, usageRetentionDays });
   return {
     store: new GuardedStore(memory, retries),
     redis: null,

@@ -11,8 +11,8 @@
 // Metering (./memory-metering.ts): holds are in memory only (a restart drops them, as if their
 // TTL ran out); a settlement is one journal entry; settled request ids are kept for 48 hours
 // and usage windows for about 40 days / 13 months (pruned at snapshots). Usage records go to
-// their own file, <path>/usage.jsonl, or to a ring of the last 100,000 in memory
-// (./usage-log.ts).
+// their own day files, <path>/usage/YYYY-MM-DD.jsonl, or to arrays per day in memory, kept
+// for the retention (./usage-records.ts).
 
 import { keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
@@ -22,9 +22,10 @@ import { MemoryResponses } from './memory-responses.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './memory-state.js';
 import {
   creditRefusal, type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyRecord, type Revocation,
-  type SettleResult, type Settlement, type Store, type UsageRecord, type UsageReport, type UsageTotals,
+  type SettleResult, type Settlement, type Store, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
-import { FileUsageLog, RingUsageLog, validateUsageRecord, type UsageLog } from './usage-log.js';
+import { FileUsageLog } from './usage-files.js';
+import { MemoryUsageLog, validateUsageRecord, type UsageLog } from './usage-records.js';
 
 export interface MemoryStoreOptions {
   /** Directory of the journal and snapshot (created when absent); null keeps nothing on disk. */
@@ -33,6 +34,8 @@ export interface MemoryStoreOptions {
   fsyncMs?: number;
   /** Journal size (bytes) that triggers compaction into a snapshot. Default 1 MiB. */
   compactBytes?: number;
+  /** Usage records are kept this many days after their time; default 90. */
+  usageRetentionDays?: number;
   /** Errors of background work (periodic fsync, compaction), which the store survives. */
   onError?: (err: Error) => void;
 }
@@ -60,7 +63,7 @@ export class MemoryStore implements Store {
   readonly #listeners = new Set<(r: Revocation) => void>();
   readonly #metering = new MemoryMetering();
   readonly #responses = new MemoryResponses();
-  #usageLog: UsageLog = new RingUsageLog();
+  #usageLog: UsageLog;
   #journal: Journal | null = null;
   /** Set while a durable store is still loading its files. */
   #loading: Promise<void> | null = null;
@@ -70,6 +73,7 @@ export class MemoryStore implements Store {
   /** Prefer MemoryStore.open() for a durable store: it reports a failure to load at once. */
   constructor(opts: MemoryStoreOptions) {
     this.#opts = opts;
+    this.#usageLog = new MemoryUsageLog(opts.usageRetentionDays);
     if (opts.path !== null) {
       this.#loading = this.#load(opts.path).then(
         () => { this.#loading = null; },
@@ -100,7 +104,7 @@ export class MemoryStore implements Store {
         if (entry === undefined) throw new Error(`${dir}: journal entry ${String(raw.seq)} is not a store change`);
         this.#apply(entry);
       }
-      this.#usageLog = await FileUsageLog.open(dir);
+      this.#usageLog = await FileUsageLog.open(dir, { retentionDays: this.#opts.usageRetentionDays, fsyncMs: this.#opts.fsyncMs ?? 1000 });
     } catch (e) {
       await journal.close();
       throw e;
@@ -375,12 +379,17 @@ export class MemoryStore implements Store {
   async recordUsage(r: UsageRecord): Promise<void> {
     await this.#begin();
     validateUsageRecord(r);
-    await this.#usageLog.record(r);
+    await this.#usageLog.record({ ...r });
   }
 
   async usageReport(account: string | undefined, since: number): Promise<UsageReport> {
     await this.#begin();
     return this.#usageLog.report(account, since);
+  }
+
+  async usageRecords(q: UsageQuery): Promise<UsagePage> {
+    await this.#begin();
+    return this.#usageLog.page(q);
   }
 
   async putResponse(account: string, id: string, value: string, ttlMs: number): Promise<void> {

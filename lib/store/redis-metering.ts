@@ -1,4 +1,5 @@
-// Metering for the Redis store: holds, settlements, usage windows and usage records.
+// Metering for the Redis store: holds, settlements and usage windows (usage records:
+// ./redis-usage.ts).
 //
 // Key layout (P = the store's prefix; ID = the account id):
 //   P{acct:ID}:holds            hash  requestId -> "units:expiresAtMs" (open holds; expired ones
@@ -10,16 +11,13 @@
 //                                     and both expire 49 h after the account's last settlement
 //   P{acct:ID}:usage:D:<day>    hash  requests, tokens, units of a UTC day ('YYYY-MM-DD'); 40 days
 //   P{acct:ID}:usage:M:<month>  hash  the same for a UTC month ('YYYY-MM'); 400 days
-//   P + "usage"                 stream one entry per usage record: field "r" = the record's JSON,
-//                                     capped near `usageStreamMaxLen` (MAXLEN ~)
 //
 // Atomicity: hold and settle are one Lua script each, over keys of the account's hash tag only
 // (like every other script of the store, so they run on a cluster too). A hold purges expired
 // holds, checks the balance and the quotas and adds the hold in one step, so concurrent holds
 // from any number of instances can never together exceed the balance. A settle checks whether
 // the request id was settled, debits, drops the hold, adds to both windows and remembers the id
-// in one step, so it applies exactly once (within the 48 h the id is remembered). The usage
-// stream is a single key written by single commands (XADD) and read in pages (XRANGE).
+// in one step, so it applies exactly once (within the 48 h the id is remembered).
 //
 // Time: scripts never read the Redis clock; callers pass Date.now(). Instances whose clocks
 // disagree by more than a hold's TTL see each other's holds expire early or late. Numbers go
@@ -31,7 +29,7 @@
 // no loss at all).
 
 import type { Redis } from 'ioredis';
-import type { HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageRecord, UsageReport, UsageTotals } from './types.js';
+import type { HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageTotals } from './types.js';
 
 type Reply = Promise<unknown>;
 
@@ -142,23 +140,16 @@ return r` },
 export const SETTLED_KEEP_MS = 48 * 3600_000;
 /** Holds keys outlive their longest hold by this much (they are purged by time, not by expiry). */
 const HOLDS_GRACE_MS = 60_000;
-/** usageReport starts reading this long before `since`: entry ids carry Redis's clock, records the caller's. */
-const REPORT_SKEW_MS = 5 * 60_000;
-const REPORT_PAGE = 1000;
 
 const QUOTA_CODES: readonly string[] = ['requests_per_day', 'tokens_per_day', 'units_per_month'] satisfies QuotaCode[];
 
 export class RedisMetering {
   readonly #redis: Redis & MeteringScripts;
   readonly #prefix: string;
-  readonly #stream: string;
-  readonly #streamMaxLen: number;
 
-  constructor(redis: Redis & MeteringScripts, prefix: string, streamMaxLen: number) {
+  constructor(redis: Redis & MeteringScripts, prefix: string) {
     this.#redis = redis;
     this.#prefix = prefix;
-    this.#stream = `${prefix}usage`;
-    this.#streamMaxLen = streamMaxLen;
   }
 
   async hold(h: HoldRequest): Promise<HoldResult | undefined> {
@@ -221,59 +212,7 @@ export class RedisMetering {
     };
   }
 
-  async recordUsage(r: UsageRecord): Promise<void> {
-    requireId('request id', r.request_id);
-    requireId('account id', r.account);
-    if (!Number.isFinite(r.at)) throw new RangeError('at must be a finite number');
-    await this.#redis.xadd(this.#stream, 'MAXLEN', '~', this.#streamMaxLen, '*', 'r', JSON.stringify(r));
-  }
-
-  async usageReport(account: string | undefined, since: number): Promise<UsageReport> {
-    if (typeof since !== 'number' || Number.isNaN(since)) throw new TypeError('since must be a number');
-    const report: UsageReport = { requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0, by_model: {} };
-    const models = new Map<string, UsageReport['by_model'][string]>();
-    let start = `${Math.max(0, Math.floor(Math.min(since, Number.MAX_SAFE_INTEGER)) - REPORT_SKEW_MS)}-0`;
-    for (;;) {
-      const page = await this.#redis.xrange(this.#stream, start, '+', 'COUNT', REPORT_PAGE);
-      for (const [, fields] of page) {
-        const rec = recordOf(fields);
-        if (rec === undefined || rec.at < since || (account !== undefined && rec.account !== account)) continue;
-        let m = models.get(rec.model);
-        if (m === undefined) {
-          m = { requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0 };
-          models.set(rec.model, m);
-        }
-        for (const total of [report, m]) {
-          total.requests += 1;
-          total.prompt_tokens += rec.prompt_tokens;
-          total.completion_tokens += rec.completion_tokens;
-          total.units += rec.units;
-        }
-      }
-      const last = page[page.length - 1];
-      if (page.length < REPORT_PAGE || last === undefined) break;
-      start = `(${last[0]}`;
-    }
-    report.by_model = Object.fromEntries(models);
-    return report;
-  }
-
   #acct(id: string): string { return `${this.#prefix}{acct:${id}}`; }
-}
-
-/** The fields a report needs, from a stream entry's field list; undefined when unreadable. */
-function recordOf(fields: string[]): Pick<UsageRecord, 'at' | 'account' | 'model' | 'prompt_tokens' | 'completion_tokens' | 'units'> | undefined {
-  const i = fields.indexOf('r');
-  const text = i >= 0 && i % 2 === 0 ? fields[i + 1] : undefined;
-  if (text === undefined) return undefined;
-  let v: unknown;
-  try { v = JSON.parse(text); } catch { return undefined; }
-  if (typeof v !== 'object' || v === null) return undefined;
-  const r = v as Record<string, unknown>;
-  const { at, account, model, prompt_tokens, completion_tokens, units } = r;
-  if (typeof at !== 'number' || typeof account !== 'string' || typeof model !== 'string') return undefined;
-  if (typeof prompt_tokens !== 'number' || typeof completion_tokens !== 'number' || typeof units !== 'number') return undefined;
-  return { at, account, model, prompt_tokens, completion_tokens, units };
 }
 
 const DAY = /^\d{4}-\d{2}-\d{2}$/;

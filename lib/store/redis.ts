@@ -9,7 +9,8 @@
 //   P{sess:SID}           string revocation time of session SID
 //   P{plan:NAME}          set    ids of accounts created on plan NAME (see accountsOnPlans)
 //   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>}
-//   metering (holds, settlements, usage windows, the usage stream): see redis-metering.ts
+//   metering (holds, settlements, usage windows): see redis-metering.ts
+//   usage records (P{usage:HOUR}, P{usage:index}): see redis-usage.ts
 //   stored responses (P{resp:ACCOUNT}:ID): see redis-responses.ts
 //
 // Atomicity and Redis Cluster: every mutation is one Lua script, and every script touches keys
@@ -56,9 +57,10 @@ import { keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
 import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-metering.js';
 import { RedisResponses } from './redis-responses.js';
+import { RedisUsage, USAGE_SCRIPTS, type UsageScripts } from './redis-usage.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyRecord, Revocation, SettleResult, Settlement, Store,
-  UsageRecord, UsageReport, UsageTotals,
+  UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
 } from './types.js';
 
 export interface RedisStoreOptions {
@@ -69,14 +71,14 @@ export interface RedisStoreOptions {
   commandTimeoutMs?: number;
   /** Connection errors (ioredis emits them while reconnecting); ignored by default. */
   onError?: (err: Error) => void;
-  /** The usage stream is trimmed to about this many records; default 1,000,000. */
-  usageStreamMaxLen?: number;
+  /** Usage records are kept this many days after their time; default 90. */
+  usageRetentionDays?: number;
 }
 
 type Reply = Promise<unknown>;
 
 /** The Lua scripts, registered with defineCommand (EVALSHA, falling back to EVAL). */
-interface Scripts extends MeteringScripts {
+interface Scripts extends MeteringScripts, UsageScripts {
   tgCreateAccount(acct: string, id: string, plan: string, balance: string, now: string): Reply;
   tgAddCredits(acct: string, credits: string, units: string, idempotencyKey: string): Reply;
   tgClaimKeyId(index: string, digest: string): Reply;
@@ -86,7 +88,7 @@ interface Scripts extends MeteringScripts {
   tgRevokeSession(session: string, now: string, channel: string, message: string): Reply;
 }
 
-const SCRIPTS: Record<Exclude<keyof Scripts, keyof MeteringScripts>, { keys: number; lua: string }> = {
+const SCRIPTS: Record<Exclude<keyof Scripts, keyof MeteringScripts | keyof UsageScripts>, { keys: number; lua: string }> = {
   // 1 created, 0 exists (unchanged).
   tgCreateAccount: { keys: 1, lua: `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
@@ -161,6 +163,7 @@ export class RedisStore implements Store {
   readonly #timeout: number;
   readonly #metering: RedisMetering;
   readonly #responses: RedisResponses;
+  readonly #usage: RedisUsage;
   /** Rejects on close(), so ready() cannot wait on a connection that will never come. */
   readonly #closing: Promise<never>;
   #markClosed: (err: Error) => void = () => {};
@@ -168,8 +171,6 @@ export class RedisStore implements Store {
 
   constructor(options: RedisStoreOptions) {
     this.prefix = options.prefix ?? 'tollgate:';
-    const maxLen = options.usageStreamMaxLen ?? 1_000_000;
-    if (!Number.isSafeInteger(maxLen) || maxLen < 1) throw new RangeError('usageStreamMaxLen must be a positive integer');
     this.#channel = `${this.prefix}revocations`;
     const timeout = options.commandTimeoutMs ?? 1000;
     this.#timeout = timeout;
@@ -192,11 +193,12 @@ export class RedisStore implements Store {
       autoResendUnfulfilledCommands: false,
     });
     redis.on('error', onError);
-    for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS)]) {
+    for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS)]) {
       redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
     }
     this.#redis = redis as Redis & Scripts;
-    this.#metering = new RedisMetering(this.#redis, this.prefix, maxLen);
+    this.#metering = new RedisMetering(this.#redis, this.prefix);
+    this.#usage = new RedisUsage(this.#redis, this.prefix, options.usageRetentionDays);
     this.#responses = new RedisResponses(this.#redis, this.prefix);
 
     // A subscriber connection runs no other command. Its SUBSCRIBE waits for the first connect
@@ -374,8 +376,9 @@ export class RedisStore implements Store {
   accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }> {
     return this.#metering.accountUsage(account, day, month);
   }
-  recordUsage(r: UsageRecord): Promise<void> { return this.#metering.recordUsage(r); }
-  usageReport(account: string | undefined, since: number): Promise<UsageReport> { return this.#metering.usageReport(account, since); }
+  recordUsage(r: UsageRecord): Promise<void> { return this.#usage.record(r); }
+  usageReport(account: string | undefined, since: number): Promise<UsageReport> { return this.#usage.report(account, since); }
+  usageRecords(q: UsageQuery): Promise<UsagePage> { return this.#usage.page(q); }
   putResponse(account: string, id: string, value: string, ttlMs: number): Promise<void> { return this.#responses.put(account, id, value, ttlMs); }
   getResponse(account: string, id: string): Promise<string | undefined> { return this.#responses.get(account, id); }
   deleteResponse(account: string, id: string): Promise<boolean> { return this.#responses.delete(account, id); }

@@ -112,32 +112,64 @@ export interface SettleResult {
   available_units: number;
 }
 
-/** One finished request, kept for usage reports. */
+/**
+ * One metered request, kept for usage reports and exports (CONTRACT section 8): written once,
+ * after its debit, with the debited figures; kept at least `usage.retention_days`.
+ */
 export interface UsageRecord {
   request_id: string;
-  /** Unix milliseconds when the request finished. */
+  /** Unix milliseconds when the request finished (the API shows it as ISO-8601). */
   at: number;
   account: string;
-  credential: string;
+  /** The developer key's id; null for a dashboard JWT (sessions are not keys). */
+  key_id: string | null;
+  /** The catalog slug served. */
   model: string;
+  /** The configured provider name of the target that answered (or was tried last). */
   provider: string;
-  upstream_model: string;
+  /** The replica the request went to (its URL), or null when none applies (echo). */
+  target: string | null;
+  /** The route path, e.g. /v1/chat/completions. */
+  route: string;
+  /** The HTTP status the client got (499: it left before any was sent). */
+  status: number;
   prompt_tokens: number;
+  /** Prompt tokens the upstream read from its prompt cache (part of prompt_tokens or not, as it reports). */
+  cached_tokens: number;
   completion_tokens: number;
+  /** Units debited. */
   units: number;
   usage_source: 'upstream' | 'counted' | 'none';
-  status: number;
-  code: string;
-  latency_ms: number;
-  ttfc_ms: number | null;
+  duration_ms: number;
+  /** Until the first byte of the answer's content; null when none was sent. */
+  ttft_ms: number | null;
 }
 
-export interface UsageReport {
-  requests: number;
-  prompt_tokens: number;
-  completion_tokens: number;
-  units: number;
-  by_model: Record<string, { requests: number; prompt_tokens: number; completion_tokens: number; units: number }>;
+/** Totals of a set of records. */
+export interface UsageSums { requests: number; prompt_tokens: number; completion_tokens: number; units: number }
+
+export interface UsageReport extends UsageSums {
+  by_model: Record<string, UsageSums>;
+  /** Per key id; requests of dashboard sessions (key_id null) count in the totals only. */
+  by_key: Record<string, UsageSums>;
+}
+
+/** Which records a page holds. Times are Unix ms; `since` inclusive, `until` exclusive. */
+export interface UsageQuery {
+  account?: string;
+  keyId?: string;
+  model?: string;
+  since: number;
+  until?: number;
+  limit: number;
+  /** From a previous page's next_cursor; undefined for the first page. */
+  cursor?: string;
+}
+
+export interface UsagePage {
+  records: UsageRecord[];
+  /** Null on the last page (as of this read: records written later go to a new query). */
+  next_cursor: string | null;
 }
 
 /** A revocation, seen by every instance sharing the store. */
@@ -185,10 +217,15 @@ export interface Store {
   release(account: string, requestId: string): Promise<void>;
   /** Units held by open, unexpired holds, and the usage of the given windows. */
   accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }>;
-  /** Appends one usage record (memory: a JSONL file beside the journal; redis: a capped stream). */
+  /**
+   * Appends one usage record (memory: day files beside the journal; redis: hourly streams),
+   * kept until `retention_days` after its time (./usage-records.ts, ./redis-usage.ts).
+   */
   recordUsage(r: UsageRecord): Promise<void>;
   /** Totals of the records since `since` (Unix ms), for one account or all. */
   usageReport(account: string | undefined, since: number): Promise<UsageReport>;
+  /** One page of records, oldest bucket first, each record once across pages. */
+  usageRecords(q: UsageQuery): Promise<UsagePage>;
 
   // ---- stored responses (Responses API, store: true) -------------------------------------
   /** Keeps `value` as response `id` of `account` for `ttlMs`; each account sees only its own. */

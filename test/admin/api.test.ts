@@ -118,7 +118,10 @@ t.test('keys: issued once in plaintext, stored as a digest, revoked at once', as
   t.ok(list.data.some((m: any) => m.id === 'echo-vision'), 'with its account\'s (pro) plan');
 
   let persisted = '';
-  for (const f of await readdir(dir)) persisted += await readFile(join(dir, f), 'utf8');
+  // Every file the store keeps, its usage day files (usage/) included.
+  for (const f of await readdir(dir, { recursive: true, withFileTypes: true })) {
+    if (f.isFile()) persisted += await readFile(join(f.parentPath ?? f.path, f.name), 'utf8');
+  }
   t.notOk(persisted.includes(issued.key), 'the plaintext key is not stored');
   t.notOk(gw.logs().includes(issued.key), 'nor logged');
 

@@ -84,6 +84,8 @@ const EMPTY_DEFAULTS = {
   routing: { auto: [] },
   content_policy: { block: [] },
   responses: { retention_hours: 24 },
+  usage: { retention_days: 90 },
+  observe: { otlp_endpoint: null, otlp_headers: {}, service_name: null, export_interval_ms: 1000 },
 };
 
 t.test('an empty file is every default', async (t) => {

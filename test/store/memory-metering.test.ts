@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { JOURNAL_FILE, SNAPSHOT_FILE } from '../../lib/store/journal.js';
 import { MemoryStore } from '../../lib/store/memory.js';
 import type { Quotas, UsageRecord } from '../../lib/store/types.js';
-import { RING_SIZE, USAGE_FILE } from '../../lib/store/usage-log.js';
+import { USAGE_DIR } from '../../lib/store/usage-files.js';
 
 const dirs: string[] = [];
 t.teardown(async () => { for (const d of dirs) await rm(d, { recursive: true, force: true }); });
@@ -28,8 +28,8 @@ const hold = (account: string, requestId: string, units: number) =>
 const settlement = (account: string, requestId: string, units: number, day = DAY, month = MONTH) =>
   ({ account, requestId, units, promptTokens: 1, completionTokens: 2, day, month });
 const record = (request_id: string, model = 'm'): UsageRecord => ({
-  request_id, at: Date.now(), account: 'acme', credential: 'key_x', model, provider: 'p', upstream_model: 'u',
-  prompt_tokens: 1, completion_tokens: 2, units: 3, usage_source: 'upstream', status: 200, code: '', latency_ms: 1, ttfc_ms: 1,
+  request_id, at: Date.now(), account: 'acme', key_id: 'key_x', model, provider: 'p', target: null, route: '/v1/chat/completions',
+  status: 200, prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 1, ttft_ms: 1,
 });
 const journal = async (dir: string) =>
   (await readFile(join(dir, JOURNAL_FILE), 'utf8')).split('\n').filter((l) => l !== '').map((l) => JSON.parse(l));
@@ -48,8 +48,8 @@ t.test('a settlement is one journal entry; holds, releases and repeats are not j
   const entries = await journal(dir);
   t.strictSame(entries.map((e) => e.op), ['account', 'settle']);
   t.match(entries[1], { seq: 2, op: 'settle', account: 'acme', rid: 'r1', charged: 40, tokens: 3, day: DAY, month: MONTH, at: Number });
-  const usage = (await readFile(join(dir, USAGE_FILE), 'utf8')).split('\n').filter(Boolean).map((l) => JSON.parse(l));
-  t.strictSame(usage, [record('r1')].map((r) => ({ ...r, at: usage[0].at })), 'usage records go to their own file');
+  const usage = (await readFile(join(dir, USAGE_DIR, `${DAY}.jsonl`), 'utf8')).split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  t.strictSame(usage, [record('r1')].map((r) => ({ ...r, at: usage[0].at })), 'usage records go to their own file, one per UTC day');
 });
 
 t.test('open holds do not survive a restart (as if their TTL ran out)', async (t) => {
@@ -106,21 +106,22 @@ t.test('a torn last line of the usage file is skipped, and later records are int
   let s = await MemoryStore.open({ path: dir, fsyncMs: 1000 });
   await s.recordUsage(record('r1'));
   await s.close();
-  await writeFile(join(dir, USAGE_FILE), `${await readFile(join(dir, USAGE_FILE), 'utf8')}{"request_id":"r2","at":`);
+  const file = join(dir, USAGE_DIR, `${DAY}.jsonl`);
+  await writeFile(file, `${await readFile(file, 'utf8')}{"request_id":"r2","at":`);
   s = await MemoryStore.open({ path: dir, fsyncMs: 1000 });
   t.teardown(() => s.close());
   await s.recordUsage(record('r3'));
   t.equal((await s.usageReport(undefined, 0)).requests, 2);
 });
 
-t.test('without a path, the last 100,000 records are kept', async (t) => {
+t.test('without a path, records are not capped by count: 150,000 are all kept', async (t) => {
   const s = new MemoryStore({ path: null });
   t.teardown(() => s.close());
   for (let i = 0; i < 10; i++) await s.recordUsage(record(`first-${i}`, 'first'));
-  for (let i = 0; i < RING_SIZE; i++) await s.recordUsage(record(`r-${i}`));
+  for (let i = 0; i < 150_000; i++) await s.recordUsage(record(`r-${i}`));
   const report = await s.usageReport(undefined, 0);
-  t.equal(report.requests, RING_SIZE);
-  t.strictSame(Object.keys(report.by_model), ['m'], 'the oldest were dropped');
+  t.equal(report.requests, 150_010);
+  t.strictSame(Object.keys(report.by_model), ['first', 'm'], 'the oldest are still there');
 });
 
 t.test('bad metering input is refused before anything is journaled', async (t) => {

@@ -177,8 +177,8 @@ function settlementOf(account: string, requestId: string, units: number, promptT
 }
 function usageRecord(i: number, account: string, model: string, at = Date.now()): UsageRecord {
   return {
-    request_id: `req-${i}`, at, account, credential: 'key_0123456789abcdef', model, provider: 'local', upstream_model: model,
-    prompt_tokens: 1, completion_tokens: 2, units: 3, usage_source: 'upstream', status: 200, code: '', latency_ms: 5, ttfc_ms: null,
+    request_id: `req-${i}`, at, account, key_id: 'key_0123456789abcdef', model, provider: 'local', target: null, route: '/v1/chat/completions',
+    status: 200, prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 5, ttft_ms: null,
   };
 }
 
@@ -256,7 +256,7 @@ t.test('metering keeps every digit, expires its keys and prunes old settlements'
   t.notOk(await c.hexists(`${acct}:holds`, 'x'), 'bad input never reaches Redis');
 });
 
-t.test('usage reports page through the stream, which stays capped', async (t) => {
+t.test('usage reports read every hourly stream; records are trimmed by time only, never by count', async (t) => {
   const open = opener(t);
   const prefix = freshPrefix();
   const s = await open(prefix);
@@ -265,24 +265,22 @@ t.test('usage reports page through the stream, which stays capped', async (t) =>
     await Promise.all(Array.from({ length: 250 }, (_, j) => s.recordUsage(usageRecord(i + j, (i + j) % 5 === 0 ? 'five' : 'other', `m${(i + j) % 3}`, since + 1))));
   }
   const all = await s.usageReport(undefined, since);
-  t.equal(all.requests, 2500, 'all 2500 records, over three pages');
+  t.equal(all.requests, 2500, 'all 2500 records, read in batches');
   t.strictSame([all.prompt_tokens, all.completion_tokens, all.units], [2500, 5000, 7500]);
   t.strictSame(Object.keys(all.by_model).sort(), ['m0', 'm1', 'm2']);
   t.equal(all.by_model.m0!.requests, 834);
+  t.strictSame(all.by_key, { key_0123456789abcdef: { requests: 2500, prompt_tokens: 2500, completion_tokens: 5000, units: 7500 } });
   t.equal((await s.usageReport('five', since)).requests, 500, 'filtered by account');
   t.equal((await s.usageReport(undefined, since + 2)).requests, 0, 'and by time');
 
   const c = inspector();
   t.teardown(() => c.disconnect());
-  const capped = new RedisStore({ url: redis.url, prefix: freshPrefix(), usageStreamMaxLen: 200 });
-  t.teardown(() => capped.close());
-  await capped.ready(); // nothing queues before the first connect: calls fail fast until then
-  for (let i = 0; i < 2000; i += 100) {
-    await Promise.all(Array.from({ length: 100 }, (_, j) => capped.recordUsage(usageRecord(i + j, 'acme', 'm'))));
-  }
-  const len = await c.xlen(`${capped.prefix}usage`);
-  t.ok(len >= 200 && len < 500, `the stream is trimmed near its cap (${len} of 2000 records)`);
-  t.throws(() => new RedisStore({ url: redis.url, usageStreamMaxLen: 0 }), RangeError);
+  const hour = Math.floor((since + 1) / 3_600_000);
+  const key = `${prefix}{usage:${hour}}`;
+  t.equal(await c.xlen(key), 2500, 'one stream for the hour, holding every record (no length cap)');
+  const expireAt = await c.pexpiretime(key);
+  t.equal(expireAt, (hour + 1) * 3_600_000 + 90 * 86_400_000, 'it expires at the end of its hour plus the retention (90 days)');
+  t.strictSame(await c.zrange(`${prefix}{usage:index}`, 0, -1), [String(hour)], 'the index names the hour');
 });
 
 t.test('balances keep every digit; bad input is refused before Redis sees it', async (t) => {
@@ -345,8 +343,10 @@ t.test('every key the store writes starts with its prefix', async (t) => {
   await s.release('acme', 'r2');
   await s.hold(holdOf('acme', 'r3', 1));
   await s.accountUsage('acme', DAY, MONTH);
-  await s.recordUsage(usageRecord(1, 'acme', 'm'));
+  const at = Date.now();
+  await s.recordUsage(usageRecord(1, 'acme', 'm', at));
   await s.usageReport('acme', 0);
+  await s.usageRecords({ since: 0, limit: 10 });
 
   const written = (await keysOf(c)).filter((k) => !before.has(k));
   t.strictSame(written.filter((k) => !k.startsWith(prefix)), [], 'nothing outside the prefix');
@@ -355,7 +355,7 @@ t.test('every key the store writes starts with its prefix', async (t) => {
     '{acct:acme}', '{acct:acme}:credits', '{acct:seeded}',
     `{key:${d2}}`, `{key:${d}}`, `{keyid:${keyIdOf(d2)}}`, `{keyid:${keyIdOf(d)}}`, '{sess:sid}', '{plan:free}', '{plan:pro}',
     '{acct:acme}:holds', '{acct:acme}:settled', '{acct:acme}:settled:at', `{acct:acme}:usage:D:${DAY}`, `{acct:acme}:usage:M:${MONTH}`,
-    'usage',
+    `{usage:${Math.floor(at / 3_600_000)}}`, '{usage:index}',
   ].sort(), 'the documented layout');
 });
 
@@ -399,8 +399,14 @@ t.test('on a one-node Redis Cluster no script touches two slots', { skip: redis.
     t.strictSame(await b.accountUsage(id, DAY, MONTH), { held_units: 0, day: { requests: 1, tokens: 3, units: 2 }, month: { requests: 1, tokens: 3, units: 2 } });
     await a.recordUsage(usageRecord(1, id, 'm'));
   }
-  t.equal((await b.usageReport(undefined, 0)).requests, 3, 'the usage stream too');
+  t.equal((await b.usageReport(undefined, 0)).requests, 3, 'usage records too');
   t.equal((await b.usageReport('a}b{c', 0)).requests, 1);
+  // Records of another hour go to another stream, in another slot.
+  await a.recordUsage(usageRecord(2, 'acme', 'm', Date.now() - 3 * 3_600_000));
+  const first = await b.usageRecords({ since: 0, limit: 2 });
+  const rest = await b.usageRecords({ since: 0, limit: 10, cursor: first.next_cursor! });
+  t.strictSame([...first.records, ...rest.records].map((r) => r.account), ['acme', 'acme', 'a}b{c', '{x}'], 'paged across hours, oldest hour first');
+  t.equal(rest.next_cursor, null);
 });
 
 t.test('while Redis is down calls fail fast; afterwards the same store works again', { skip: redis.external ? 'needs a redis-server this test can stop' : false }, async (t) => {

@@ -86,6 +86,7 @@ export async function handleEmbeddings(
     throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
   }
   const e = parseEmbeddings(parseJsonBody(await readBody(req, state.config.server.max_body_bytes, state.config.server.body_timeout_ms)));
+  ctx.requestModel = e.model;
   const model = state.catalog.resolve(e.model, ctx.principal.plan, false, (m) => (state.healthy(m) ? null : 'unhealthy'));
   ctx.model = model.id;
   checkModelType(model, 'embedding');
@@ -124,6 +125,7 @@ export async function handleEmbeddings(
         ctx.usage = { prompt_tokens: tokens, completion_tokens: 0, total_tokens: tokens };
         await admitted.charge.settle(ctx.usage);
         if (res.destroyed) return;
+        ctx.ttftMs = performance.now() - ctx.start;
         const data = result.vectors.map((v, index) => ({ object: 'embedding', index, embedding: e.base64 ? base64(v) : v }));
         sendJson(res, 200, JSON.stringify({
           object: 'list', data, model: model.id, usage: { prompt_tokens: tokens, total_tokens: tokens },

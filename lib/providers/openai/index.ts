@@ -10,7 +10,7 @@ import type { SseEvent } from '../../sse/parser.js';
 import { readCapped, transportError } from '../../upstream/http.js';
 import { HttpProvider, type StreamTranslator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
-import type { DiscoveredModel, EmbedInput, EmbedResult, ProviderCall, StreamPart } from '../types.js';
+import { withCallHeaders, type DiscoveredModel, type EmbedInput, type EmbedResult, type ProviderCall, type StreamPart } from '../types.js';
 import { embedOpenAI } from './embed.js';
 import { normalizeChunk, normalizeCompletion, parseLlamaCppContext, parseModelList, parseTokenizeCount } from './translate.js';
 
@@ -84,7 +84,7 @@ export class OpenAIProvider extends HttpProvider {
   }
 
   embed(call: ProviderCall, input: EmbedInput): Promise<EmbedResult> {
-    return embedOpenAI(this.endpointOf(call), this.headers, this.name, call, input);
+    return embedOpenAI(this.endpointOf(call), withCallHeaders(this.headers, call), this.name, call, input);
   }
 
   async discover(signal: AbortSignal): Promise<DiscoveredModel[]> {
