@@ -114,6 +114,11 @@ for (const kind of ['openai', 'anthropic'] as const) {
     const [r0, r1] = view.providers.fleet.replicas;
     t.ok(r0.failures > 0 && r1.failures === 0, '/admin/upstreams: the failures are the failing replica\'s');
     t.equal(r0.outstanding + r1.outstanding, 0, 'nothing left in flight');
+    // Each metered request's usage record names the replica that answered it.
+    const page: any = await (await request(`${gw.url}/admin/usage/records?account=demo&limit=1000`, { headers: { authorization: `Bearer ${ADMIN}` } })).body.json();
+    const served = kind === 'openai' ? replicas[1]!.baseUrl : replicas[1]!.url;
+    t.equal(page.records.length, (kind === 'openai' ? routes.length : routes.length - 1) * 2, 'one record per request');
+    t.ok(page.records.every((r: any) => r.target === served && r.provider === 'fleet'), 'every record\'s target is the replica that answered');
     if (kind === 'anthropic') {
       const native = replicas[1]!.requests.filter((r) => r.method === 'POST' && r.url === '/v1/messages');
       t.ok(native.length > 0, 'Anthropic replicas get /v1/messages');
