@@ -46,10 +46,22 @@ export interface NativeRequest {
 
 export type FinishReason = 'stop' | 'length' | 'tool_calls' | 'content_filter';
 
+/**
+ * Token usage as the gateway meters it (CONTRACT section 8). `prompt_tokens` counts every
+ * prompt token, the cached and cache-written ones included (as OpenAI counts them, unlike
+ * Anthropic's input_tokens); `completion_tokens` includes the reasoning tokens. The optional
+ * counts are set only when the upstream reported them.
+ */
 export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  /** Prompt tokens read from the upstream's prompt cache (charged cached_input_per_mtok). */
+  cached_tokens?: number;
+  /** Prompt tokens written to the upstream's prompt cache (charged cache_write_per_mtok). */
+  cache_write_tokens?: number;
+  /** Completion tokens the model spent reasoning (charged as output, like the rest). */
+  reasoning_tokens?: number;
 }
 
 export interface Logprobs { content: unknown[] | null; refusal: unknown[] | null }

@@ -23,8 +23,14 @@ export function messageId(): string {
   return `msg_${randomUUID().replace(/-/g, '')}`;
 }
 
-function usageJson(u: Usage): Record<string, number> {
-  return { input_tokens: u.prompt_tokens, output_tokens: u.completion_tokens, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 };
+/**
+ * Anthropic's usage: input_tokens excludes the tokens read from and written to the cache, which
+ * it reports apart (our prompt_tokens counts all three).
+ */
+export function usageJson(u: Usage): Record<string, number> {
+  const reads = u.cached_tokens ?? 0;
+  const writes = u.cache_write_tokens ?? 0;
+  return { input_tokens: u.prompt_tokens - reads - writes, output_tokens: u.completion_tokens, cache_read_input_tokens: reads, cache_creation_input_tokens: writes };
 }
 
 function toolInput(args: string): unknown {

@@ -18,12 +18,11 @@ type Item = MessageItem | CallItem;
 
 /** The Responses usage object; cached and reasoning tokens are 0 unless the upstream said. */
 export function responsesUsage(u: Usage): Record<string, unknown> {
-  const x = u as Usage & { prompt_tokens_details?: { cached_tokens?: number }; completion_tokens_details?: { reasoning_tokens?: number } };
   return {
     input_tokens: u.prompt_tokens,
-    input_tokens_details: { cached_tokens: x.prompt_tokens_details?.cached_tokens ?? 0 },
+    input_tokens_details: { cached_tokens: u.cached_tokens ?? 0 },
     output_tokens: u.completion_tokens,
-    output_tokens_details: { reasoning_tokens: x.completion_tokens_details?.reasoning_tokens ?? 0 },
+    output_tokens_details: { reasoning_tokens: u.reasoning_tokens ?? 0 },
     total_tokens: u.total_tokens,
   };
 }

@@ -166,14 +166,24 @@ export function finishReason(v: unknown): FinishReason {
   }
 }
 
-/** Anthropic usage -> ours: the prompt includes the tokens written to and read from the cache. */
+/**
+ * Anthropic usage -> ours. Its input_tokens excludes the tokens read from and written to the
+ * cache; our prompt_tokens counts them all (input + reads + writes), with the reads and writes
+ * kept apart for their prices. A read or write count that is there but not a count makes the
+ * usage implausible (none: the gateway counts).
+ */
 export function usageOf(v: unknown): Usage | undefined {
   if (!isObj(v)) return undefined;
   const input = tokenCount(v.input_tokens);
   const output = tokenCount(v.output_tokens);
   if (input === undefined || output === undefined) return undefined;
-  const prompt = input + (tokenCount(v.cache_creation_input_tokens) ?? 0) + (tokenCount(v.cache_read_input_tokens) ?? 0);
-  return usageFrom(Number.isSafeInteger(prompt) ? prompt : undefined, output);
+  const reads = v.cache_read_input_tokens ?? undefined;
+  const writes = v.cache_creation_input_tokens ?? undefined;
+  const r = reads === undefined ? 0 : tokenCount(reads);
+  const w = writes === undefined ? 0 : tokenCount(writes);
+  if (r === undefined || w === undefined) return undefined;
+  const prompt = input + r + w;
+  return usageFrom(Number.isSafeInteger(prompt) ? prompt : undefined, output, { cached: reads, writes });
 }
 
 /** A 2xx answer (HTTP status `status`) -> our choices and usage. */
@@ -232,7 +242,9 @@ export class StreamTranslator {
 
   #addUsage(v: unknown): void {
     if (!isObj(v)) return;
-    for (const [k, n] of Object.entries(v)) if (tokenCount(n) !== undefined) this.#usage[k] = n;
+    // Later events repeat or update earlier counts; a value that is not a count is kept too,
+    // so that usageOf finds the usage implausible rather than bill a part of it.
+    for (const [k, n] of Object.entries(v)) if (n !== undefined && n !== null) this.#usage[k] = n;
   }
 
   handle(ev: SseEvent): StreamPart[] {

@@ -33,7 +33,17 @@ function logprobs(v: unknown): Logprobs | null {
  */
 export function usageOf(v: unknown): Usage | undefined {
   if (!isObj(v)) return undefined;
-  return usageFrom(tokenCount(v.prompt_tokens), tokenCount(v.completion_tokens));
+  // Chat's spelling, else the Responses API's (input/output tokens) for a server that reports that.
+  const chat = v.prompt_tokens !== undefined || v.completion_tokens !== undefined;
+  const prompt = chat ? v.prompt_tokens : v.input_tokens;
+  const completion = chat ? v.completion_tokens : v.output_tokens;
+  const inDetails = chat ? v.prompt_tokens_details : v.input_tokens_details;
+  const outDetails = chat ? v.completion_tokens_details : v.output_tokens_details;
+  const pd = isObj(inDetails) ? inDetails : {};
+  const cd = isObj(outDetails) ? outDetails : {};
+  return usageFrom(tokenCount(prompt), tokenCount(completion), {
+    cached: pd.cached_tokens, writes: pd.cache_write_tokens, reasoning: cd.reasoning_tokens,
+  });
 }
 
 function toolCalls(v: unknown): ToolCall[] | undefined {
