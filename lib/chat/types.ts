@@ -72,6 +72,11 @@ export interface CompletionChoice {
   message: { role: 'assistant'; content: string | null; refusal: string | null; reasoning_content?: string; tool_calls?: ToolCall[] };
   logprobs: Logprobs | null;
   finish_reason: FinishReason;
+  /**
+   * Internal, not part of the chat format (the chat dialect leaves it out): which of the
+   * client's stop sequences ended the answer, when the upstream said so.
+   */
+  stop_sequence?: string;
 }
 
 export interface ChatCompletion {
@@ -103,4 +108,6 @@ export interface ChunkChoice {
   delta: ChunkDelta;
   logprobs?: Logprobs | null;
   finish_reason: FinishReason | null;
+  /** Internal, as CompletionChoice's: the client's stop sequence that ended the answer. */
+  stop_sequence?: string;
 }

@@ -98,6 +98,17 @@ export function hasStop(call: Pick<ProviderCall, 'request'>): boolean {
 }
 
 /**
+ * The client's stop sequence that `v` names, if it is one: servers that say which stop string
+ * ended an answer (vLLM's choices[].stop_reason, llama.cpp's stopping_word, Anthropic's
+ * stop_sequence). A token id or any other string is not the client's sequence.
+ */
+export function matchedStop(call: Pick<ProviderCall, 'request'>, v: unknown): string | undefined {
+  if (typeof v !== 'string' || v === '') return undefined;
+  const stop = call.request.body.stop;
+  return stop === v || (Array.isArray(stop) && stop.includes(v)) ? v : undefined;
+}
+
+/**
  * A legitimate answer has text, reasoning, tool calls or a refusal, or says why it has none:
  * length, content_filter, or a stop that the client's own stop sequences explain.
  */

@@ -26,6 +26,15 @@ export function chatUsage(u: Usage): Record<string, unknown> {
   return out;
 }
 
+/** Choices as the chat format has them: without the internal stop_sequence. */
+function chatChoices<T extends { stop_sequence?: string }>(choices: readonly T[]): readonly T[] {
+  if (!choices.some((c) => c.stop_sequence !== undefined)) return choices;
+  return choices.map((c) => {
+    const { stop_sequence: _internal, ...rest } = c;
+    return rest as T;
+  });
+}
+
 function completionId(): string {
   return `chatcmpl-${randomUUID().replace(/-/g, '')}`;
 }
@@ -47,7 +56,7 @@ class ChatRenderer implements Renderer {
       object: 'chat.completion',
       created: Math.floor(Date.now() / 1000),
       model: this.#model,
-      choices: answer.choices,
+      choices: chatChoices(answer.choices),
       usage: chatUsage(answer.usage),
     });
   }
@@ -63,7 +72,7 @@ class ChatRenderer implements Renderer {
 
   chunk(choices: readonly ChunkChoice[]): string {
     // Without include_usage chunks have no usage member; with it, null until the last.
-    return dataFrame(this.#chunkHead() + JSON.stringify(choices) + (this.#includeUsage ? ',"usage":null}' : '}'));
+    return dataFrame(this.#chunkHead() + JSON.stringify(chatChoices(choices)) + (this.#includeUsage ? ',"usage":null}' : '}'));
   }
 
   close(usage: Answer['usage']): string {

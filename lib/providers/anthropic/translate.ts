@@ -7,7 +7,7 @@ import type {
 } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
+import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, matchedStop, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
 import type { ProviderCall, StreamPart } from '../types.js';
 
 type Block = Obj;
@@ -211,14 +211,17 @@ export function toCompletion(text: string, call: ProviderCall, provider: string,
   if (reasoning !== '') message.reasoning_content = reasoning;
   if (calls.length > 0) message.tool_calls = calls;
   const choice: CompletionChoice = { index: 0, message, logprobs: null, finish_reason: finishReason(body.stop_reason) };
+  const seq = body.stop_reason === 'stop_sequence' ? matchedStop(call, body.stop_sequence) : undefined;
+  if (seq !== undefined) choice.stop_sequence = seq;
   if (isEmptyAnswer(choice, call)) throw emptyAnswer();
   return { choices: [choice], usage: usageOf(body.usage) };
 }
 
 // ---- streams -----------------------------------------------------------------------------
 
-function choices(delta: ChunkDelta, finish: FinishReason | null = null): StreamPart {
+function choices(delta: ChunkDelta, finish: FinishReason | null = null, stopSequence?: string): StreamPart {
   const choice: ChunkChoice = { index: 0, delta, finish_reason: finish, logprobs: null };
+  if (stopSequence !== undefined) choice.stop_sequence = stopSequence;
   return { kind: 'choices', choices: [choice] };
 }
 
@@ -266,7 +269,8 @@ export class StreamTranslator {
         const reason = isObj(body.delta) ? body.delta.stop_reason : undefined;
         if (typeof reason !== 'string' || this.#finished) return [];
         this.#finished = true;
-        return [choices({}, finishReason(reason))];
+        const seq = reason === 'stop_sequence' && isObj(body.delta) ? matchedStop(this.#call, body.delta.stop_sequence) : undefined;
+        return [choices({}, finishReason(reason), seq)];
       }
       case 'message_stop': {
         this.ended = true;
