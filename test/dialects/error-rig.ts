@@ -43,7 +43,7 @@ export interface Rig {
 }
 
 /** What the fake upstream does, by the marker word the prompt carries. */
-const MARKERS = ['FAIL500', 'BUSY503', 'SLOW', 'CTXERR', 'HOLD', 'MIDCUT', 'MIDSTALL', 'MIDBUSY'] as const;
+const MARKERS = ['FAIL500', 'BUSY503', 'SLOW', 'CTXERR', 'HOLD', 'MIDCUT', 'MIDSTALL', 'MIDBUSY', 'MIDCTX'] as const;
 type Marker = typeof MARKERS[number];
 
 function markerOf(body: unknown): Marker | undefined {
@@ -83,6 +83,7 @@ async function openaiScript(res: ServerResponse, url: string, body: any): Promis
     case 'MIDCUT': await writeSse(res, oaiStart(), { end: false }); await sleep(30); res.destroy(); return;
     case 'MIDSTALL': await writeSse(res, oaiStart(), { end: false }); return untilClosed(res);
     case 'MIDBUSY': return writeSse(res, [...oaiStart(), `data: ${JSON.stringify({ error: { message: 'overloaded', code: 503 } })}\n\n`]);
+    case 'MIDCTX': return writeSse(res, [...oaiStart(), `data: ${JSON.stringify({ error: { message: "This model's maximum context length is 10 tokens." } })}\n\n`]);
     default:
       if (url.endsWith('/embeddings')) {
         const n = Array.isArray(body.input) ? body.input.length : 1;
@@ -107,6 +108,7 @@ async function anthropicScript(res: ServerResponse, body: any): Promise<void> {
     case 'MIDCUT': await writeSse(res, antStart(), { end: false }); await sleep(30); res.destroy(); return;
     case 'MIDSTALL': await writeSse(res, antStart(), { end: false }); return untilClosed(res);
     case 'MIDBUSY': return writeSse(res, [...antStart(), antEvent('error', { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } })]);
+    case 'MIDCTX': return writeSse(res, [...antStart(), antEvent('error', { type: 'error', error: { type: 'invalid_request_error', message: 'prompt is too long: 300000 tokens > 200000 maximum' } })]);
     default:
       if (body.stream === true) return writeSse(res, antWhole());
       return json(res, 200, {

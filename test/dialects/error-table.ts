@@ -187,10 +187,33 @@ export function runErrorTable(t: any, spec: DialectSpec, kinds: readonly Kind[])
       t.test(`${spec.name} on an ${kind} upstream: errors after the first byte are in-stream, charged what was delivered once`, async (t: any) => {
         const rig = await startRig(kind);
         t.teardown(() => rig.close());
-        for (const [marker, code] of [['MIDCUT', 'provider_error'], ['MIDSTALL', 'provider_timeout'], ['MIDBUSY', 'model_unavailable']] as const) {
+        const midStream = [
+          ['MIDCUT', 'provider_error'], ['MIDSTALL', 'provider_timeout'], ['MIDBUSY', 'model_unavailable'], ['MIDCTX', 'context_length_exceeded'],
+          ['BUG', 'internal_error'],
+        ] as const;
+        for (const [marker, code] of midStream) {
           const before = await settledAccount(rig, 'demo');
           const seen = rig.up.requests.length;
-          const res = await send(rig, spec, spec.body({ model: spec.models.main, text: `${marker} please`, stream: true }));
+          const original = HttpProvider.prototype.stream;
+          if (marker === 'BUG') {
+            // A provider that throws something other than a GatewayError once text went out.
+            HttpProvider.prototype.stream = async function (this: HttpProvider, call) {
+              const upstream = await original.call(this, call);
+              async function* parts() {
+                for await (const p of upstream) {
+                  yield p;
+                  if (p.kind === 'choices' && p.choices.some((c) => typeof c.delta.content === 'string' && c.delta.content !== '')) throw new TypeError('simulated bug');
+                }
+              }
+              return Object.assign(parts(), { headers: upstream.headers });
+            };
+          }
+          let res: Answer;
+          try {
+            res = await send(rig, spec, spec.body({ model: spec.models.main, text: `${marker} please`, stream: true }));
+          } finally {
+            HttpProvider.prototype.stream = original;
+          }
           t.equal(res.status, 200, `${marker}: committed`);
           t.match(res.headers.get('content-type') ?? '', /^text\/event-stream/);
           t.equal(spec.streamError!(t, res.text, res.headers.get('x-request-id')!), code, `${marker}: in-stream ${code}`);

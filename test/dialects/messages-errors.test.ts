@@ -60,7 +60,7 @@ const spec: DialectSpec = {
     t.equal(evs.filter(([n]) => n === 'error').length, 1, 'one error event');
     t.notOk(evs.some(([n]) => n === 'message_stop' || n === 'message_delta'), 'no message_delta / message_stop');
     const code = body.error.code;
-    const status = { provider_error: 502, provider_timeout: 504, model_unavailable: 503 }[code as string] ?? 500;
+    const status = { provider_error: 502, provider_timeout: 504, model_unavailable: 503, context_length_exceeded: 422 }[code as string] ?? 500;
     checkBody(t, body, status, code, requestId);
     return code;
   },
