@@ -146,18 +146,26 @@ t.test('responses: reasoning_content becomes a reasoning item, whole and streame
   for (const e of evs) t.same(schemas.responseEvent(e), [], `${e.type} validates`);
   t.same(evs.map((e) => e.type), [
     'response.created', 'response.in_progress',
-    'response.output_item.added', 'response.reasoning_text.delta', 'response.reasoning_text.delta', 'response.reasoning_text.done', 'response.output_item.done',
+    'response.output_item.added', 'response.content_part.added', 'response.reasoning_text.delta', 'response.reasoning_text.delta',
+    'response.reasoning_text.done', 'response.content_part.done', 'response.output_item.done',
     'response.output_item.added', 'response.content_part.added', 'response.output_text.delta', 'response.output_text.delta',
     'response.output_text.done', 'response.content_part.done', 'response.output_item.done', 'response.completed',
   ]);
   t.same(evs.map((e) => e.sequence_number), evs.map((_e, i) => i));
-  t.equal(evs[5].text, 'Two and two.');
-  t.equal(evs[6].item.content[0].text, 'Two and two.');
+  t.equal(evs[6].text, 'Two and two.');
+  t.same(evs[7].part, { type: 'reasoning_text', text: 'Two and two.' });
+  t.equal(evs[8].item.content[0].text, 'Two and two.');
   const final = evs.at(-1).response;
   t.same(schemas.response(final), []);
   t.same(final.output.map((o: any) => [o.type, o.type === 'message' ? o.content[0].text : o.content[0].text]), [['reasoning', 'Two and two.'], ['message', 'Four.']]);
   t.same(final.output.map((o: any) => final.output.indexOf(o)), [0, 1]);
-  t.equal(evs[7].output_index, 1, 'the message is output 1');
+  t.equal(evs[9].output_index, 1, 'the message is output 1');
+
+  // The official SDK's stream accumulates the reasoning item too.
+  const sdkFinal = await client.responses.stream({ model: 'm', input: '2+2?' }).finalResponse();
+  t.same(sdkFinal.output.map((o) => o.type), ['reasoning', 'message']);
+  t.match(sdkFinal.output[0], { content: [{ type: 'reasoning_text', text: 'Two and two.' }] });
+  t.equal(sdkFinal.output_text, 'Four.');
 
   const bad = await post('/v1/responses', { model: 'm', input: 'x', include: 'reasoning.encrypted_content' });
   t.equal(bad.status, 400);

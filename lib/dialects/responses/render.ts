@@ -135,7 +135,9 @@ export class ResponsesRenderer implements Renderer {
       out += this.#event('response.output_text.done', { item_id: item.id, output_index: index, content_index: 0, text: part.text });
       out += this.#event('response.content_part.done', { item_id: item.id, output_index: index, content_index: 0, part });
     } else if (item.type === 'reasoning') {
-      out += this.#event('response.reasoning_text.done', { item_id: item.id, output_index: index, content_index: 0, text: item.content[0]!.text });
+      const part = item.content[0]!;
+      out += this.#event('response.reasoning_text.done', { item_id: item.id, output_index: index, content_index: 0, text: part.text });
+      out += this.#event('response.content_part.done', { item_id: item.id, output_index: index, content_index: 0, part });
     } else {
       out += this.#event('response.function_call_arguments.done', { item_id: item.id, output_index: index, name: item.name, arguments: item.arguments });
     }
@@ -159,6 +161,10 @@ export class ResponsesRenderer implements Renderer {
           out += this.#closeOpen('completed');
           this.#reasoning = { id: newId('rs'), type: 'reasoning', summary: [], content: [{ type: 'reasoning_text', text: '' }], status: 'in_progress' };
           out += this.#add(this.#reasoning);
+          // The SDKs' accumulators expect the part announced before its deltas, as for text.
+          out += this.#event('response.content_part.added', {
+            item_id: this.#reasoning.id, output_index: this.#items.length - 1, content_index: 0, part: { type: 'reasoning_text', text: '' },
+          });
         }
         this.#reasoning.content[0]!.text += d.reasoning_content;
         out += this.#event('response.reasoning_text.delta', {
