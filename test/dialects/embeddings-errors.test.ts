@@ -3,7 +3,7 @@
 // real status, its headers, and nothing consumed.
 
 import t from 'tap';
-import { envelopeFields, runErrorTable, type DialectSpec } from './error-table.js';
+import { envelopeFields, runErrorTable, type DialectSpec } from '../helpers/error-table.js';
 
 const spec: DialectSpec = {
   name: 'embeddings',

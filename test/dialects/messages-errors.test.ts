@@ -4,8 +4,8 @@
 // message_stop, charged once for what was delivered.
 
 import t from 'tap';
-import { runErrorTable, type Answer, type DialectSpec } from './error-table.js';
-import { namedEvents } from './error-rig.js';
+import { runErrorTable, type Answer, type DialectSpec } from '../helpers/error-table.js';
+import { namedEvents } from '../helpers/error-rig.js';
 
 const ANTHROPIC_TYPE: Record<number, string> = {
   400: 'invalid_request_error', 401: 'authentication_error', 402: 'billing_error', 403: 'permission_error', 404: 'not_found_error',

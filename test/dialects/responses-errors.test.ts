@@ -5,8 +5,8 @@
 
 import t from 'tap';
 import { schemas } from '../helpers/schemas.js';
-import { envelopeFields, runErrorTable, type DialectSpec } from './error-table.js';
-import { namedEvents } from './error-rig.js';
+import { envelopeFields, runErrorTable, type DialectSpec } from '../helpers/error-table.js';
+import { namedEvents } from '../helpers/error-rig.js';
 
 const spec: DialectSpec = {
   name: 'responses',

@@ -11,7 +11,7 @@ import { connect } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { chunk, streamFrames, type Script } from '../helpers/upstream.js';
-import { KEYS, PARTIAL, PARTIAL_TOKENS, account, namedEvents, settledAccount, startRig, type Kind, type Rig } from './error-rig.js';
+import { KEYS, PARTIAL, PARTIAL_TOKENS, account, namedEvents, settledAccount, startRig, type Kind, type Rig } from '../helpers/error-rig.js';
 
 const FIXTURES = new URL('../fixtures/anthropic/', import.meta.url);
 /** Anthropic's own stream of "Hello wörld 😀" (usage: 4 output tokens). */

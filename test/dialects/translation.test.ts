@@ -10,7 +10,7 @@ import OpenAI from 'openai';
 import { DEMO_KEY, baseConfig, sseData, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { chunk, completionBody, json, startUpstream, writeSse, type FakeUpstream } from '../helpers/upstream.js';
 import { schemas } from '../helpers/schemas.js';
-import { namedEvents } from './error-rig.js';
+import { namedEvents } from '../helpers/error-rig.js';
 
 let up: FakeUpstream;
 let gw: TestGateway;

@@ -6,7 +6,7 @@
 
 import { HttpProvider } from '../../lib/providers/http-provider.js';
 import { OpenAIProvider } from '../../lib/providers/openai/index.js';
-import { schemas } from '../helpers/schemas.js';
+import { schemas } from './schemas.js';
 import {
   ADMIN, KEYS, PARTIAL_TOKENS, PNG, account, deadPort, jwt, settledAccount, startRig, type AccountId, type Kind, type Rig,
 } from './error-rig.js';

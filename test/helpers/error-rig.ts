@@ -11,8 +11,8 @@ import type { ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SignJWT } from 'jose';
 import { countTokens } from 'gpt-tokenizer/encoding/o200k_base';
-import { baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
-import { chunk, json, startUpstream, writeSse, type FakeUpstream } from '../helpers/upstream.js';
+import { baseConfig, startGateway, type TestGateway } from './gateway.js';
+import { chunk, json, startUpstream, writeSse, type FakeUpstream } from './upstream.js';
 
 export const ADMIN = 'error-rig-admin';
 export const SECRET = 'an-error-rig-dashboard-secret-0123456789';
