@@ -7,10 +7,12 @@
 
 import t from 'tap';
 import OpenAI from 'openai';
+import fc from 'fast-check';
 import { DEMO_KEY, baseConfig, sseData, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { chunk, completionBody, json, startUpstream, writeSse, type FakeUpstream } from '../helpers/upstream.js';
 import { schemas } from '../helpers/schemas.js';
 import { namedEvents } from '../helpers/error-rig.js';
+import { holds, oddString, oddValue } from '../property/arbitraries.js';
 
 let up: FakeUpstream;
 let gw: TestGateway;
@@ -170,4 +172,32 @@ t.test('responses: reasoning_content becomes a reasoning item, whole and streame
   const bad = await post('/v1/responses', { model: 'm', input: 'x', include: 'reasoning.encrypted_content' });
   t.equal(bad.status, 400);
   t.match(bad.json(), { code: 'invalid_type', param: 'include' });
+});
+
+t.test('property: any text, include and passed-back reasoning item is a 200 or a 400 naming its field, never more', async (t) => {
+  up.setScript((_req, res) => json(res, 200, completionBody('ok')));
+  const format = fc.oneof(
+    fc.record({ type: fc.constantFrom('text', 'json_object', 'json_schema', 'xml', '', 5), name: oddValue, schema: fc.oneof(fc.constant({ type: 'object' }), oddValue), strict: oddValue, description: oddValue }, { requiredKeys: [] }),
+    oddValue,
+  );
+  const text = fc.oneof(fc.record({ format, verbosity: oddValue }, { requiredKeys: [] }), oddValue);
+  const include = fc.oneof(fc.array(fc.oneof(fc.constantFrom('reasoning.encrypted_content', 'message.output_text.logprobs'), oddString, oddValue), { maxLength: 3 }), oddValue);
+  const reasoningItem = fc.record({ type: fc.constant('reasoning'), id: oddValue, summary: oddValue, content: oddValue, encrypted_content: oddValue }, { requiredKeys: ['type'] });
+  await holds(t, 'responses text/include/reasoning input', fc.asyncProperty(
+    fc.record({ text, include, reasoning: fc.boolean(), item: reasoningItem }, { requiredKeys: ['reasoning', 'item'] }),
+    async ({ text, include, reasoning, item }) => {
+      const body: Record<string, unknown> = { model: 'm', input: reasoning ? [{ role: 'user', content: 'hi' }, item] : 'hi' };
+      if (text !== undefined) body.text = text;
+      if (include !== undefined) body.include = include;
+      const res = await post('/v1/responses', body);
+      if (res.status === 200) {
+        if (schemas.response(res.json()).length > 0) throw new Error(`schema-invalid answer: ${res.text.slice(0, 300)}`);
+        return;
+      }
+      if (res.status !== 400) throw new Error(`status ${res.status}: ${res.text.slice(0, 300)}`);
+      const e = res.json();
+      if (!['invalid_type', 'invalid_value', 'unsupported_value', 'missing_required_parameter'].includes(e.code)) throw new Error(`code ${e.code}`);
+      if (typeof e.param !== 'string' || !/^(text|include)\b/.test(e.param)) throw new Error(`param ${e.param}`);
+    },
+  ), 150);
 });
