@@ -12,6 +12,7 @@ import { usageOf as openaiUsage } from '../../lib/providers/openai/translate.js'
 import { DEMO_KEY, baseConfig, sseData, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { completionBody, json, startUpstream, streamFrames, writeSse, type FakeUpstream } from '../helpers/upstream.js';
 import { schemas } from '../helpers/schemas.js';
+import { startRedis } from '../helpers/redis.js';
 import { holds } from '../property/arbitraries.js';
 
 const ADMIN = 'cached-admin';
@@ -71,25 +72,30 @@ t.before(async () => {
   ant = await startUpstream((_req, res, body) => (body.stream === true
     ? writeSse(res, antFrames(), { split: 5 })
     : json(res, 200, antMessage())));
+  gw = await startGateway(config());
+});
+t.teardown(async () => { await gw.close(); await oai.close(); await ant.close(); });
+
+async function account(url = gw.url): Promise<any> {
+  return (await fetch(`${url}/admin/accounts/demo`, { headers: { authorization: `Bearer ${ADMIN}` } })).json();
+}
+
+/** The account once `requests` requests were debited and nothing is held. */
+async function settled(requests: number, url = gw.url): Promise<any> {
+  let a = await account(url);
+  for (let i = 0; i < 200 && (a.usage.day.requests < requests || a.held_units > 0); i++) { await sleep(10); a = await account(url); }
+  return a;
+}
+
+function config(store?: Record<string, unknown>): Record<string, any> {
   const c = baseConfig();
   c.admin = { token: ADMIN };
+  if (store !== undefined) c.store = store;
   c.providers.oai = { kind: 'openai', base_url: oai.baseUrl, timeout_ms: 3000, circuit_failures: 1000 };
   c.providers.ant = { kind: 'anthropic', base_url: ant.url, api_key: 'sk-ant-test-key', timeout_ms: 3000, circuit_failures: 1000 };
   c.models.push({ id: 'gpt', provider: 'oai', upstream_model: 'gpt-up', context_window: 32768, max_output_tokens: 100, price: PRICE });
   c.models.push({ id: 'claude', provider: 'ant', upstream_model: 'claude-up', context_window: 32768, max_output_tokens: 100, price: PRICE });
-  gw = await startGateway(c);
-});
-t.teardown(async () => { await gw.close(); await oai.close(); await ant.close(); });
-
-async function account(): Promise<any> {
-  return (await fetch(`${gw.url}/admin/accounts/demo`, { headers: { authorization: `Bearer ${ADMIN}` } })).json();
-}
-
-/** The account once `requests` requests were debited and nothing is held. */
-async function settled(requests: number): Promise<any> {
-  let a = await account();
-  for (let i = 0; i < 200 && (a.usage.day.requests < requests || a.held_units > 0); i++) { await sleep(10); a = await account(); }
-  return a;
+  return c;
 }
 
 type Dialect = 'chat' | 'messages' | 'responses';
@@ -167,6 +173,31 @@ for (const [kind, model] of [['openai', 'gpt'], ['anthropic', 'claude']] as cons
     }
   }
 }
+
+t.test('on Redis too: every dialect on both upstream kinds is charged the formula once', async (t) => {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const g = await startGateway(config({ kind: 'redis', url: redis.url, prefix: `cached-${process.pid}:` }));
+  t.teardown(() => g.close());
+  let requests = 0;
+  for (const model of ['gpt', 'claude']) {
+    for (const dialect of ['chat', 'messages', 'responses'] as const) {
+      for (const stream of [false, true]) {
+        const before = await settled(requests, g.url);
+        const res = await fetch(`${g.url}${PATHS[dialect]}`, {
+          method: 'POST', headers: { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json' },
+          body: JSON.stringify(body(dialect, model, stream)),
+        });
+        await res.text();
+        t.equal(res.status, 200);
+        if (!stream) t.equal(res.headers.get('x-tollgate-units-charged'), String(UNITS));
+        requests++;
+        const after = await settled(requests, g.url);
+        t.equal(before.balance_units - after.balance_units, UNITS, `${dialect} ${stream ? 'stream' : 'JSON'} on ${model}: the formula, once`);
+      }
+    }
+  }
+});
 
 t.test('a price without cache prices charges cached tokens as input; a hold covers a dearer cache write', async (t) => {
   const plain = { input_per_mtok: 3_000_000, output_per_mtok: 15_000_000 };
