@@ -25,6 +25,35 @@ export function cost(promptTokens: number, completionTokens: number, price: Pric
 }
 
 /**
+ * What `usage` costs (CONTRACT section 8): the prompt tokens read from the upstream's cache at
+ * cached_input_per_mtok, those written to it at cache_write_per_mtok (each defaulting to
+ * input_per_mtok), the rest of the prompt at input_per_mtok and the completion (reasoning
+ * included) at output_per_mtok; one sum, rounded up once. The providers' usage readers
+ * guarantee cached + written <= prompt.
+ */
+export function usageCost(usage: Usage, price: PriceConfig): bigint {
+  const cached = usage.cached_tokens ?? 0;
+  const written = usage.cache_write_tokens ?? 0;
+  const input = BigInt(price.input_per_mtok);
+  const n = BigInt(usage.prompt_tokens - cached - written) * input +
+    BigInt(cached) * (price.cached_input_per_mtok === undefined ? input : BigInt(price.cached_input_per_mtok)) +
+    BigInt(written) * (price.cache_write_per_mtok === undefined ? input : BigInt(price.cache_write_per_mtok)) +
+    BigInt(usage.completion_tokens) * BigInt(price.output_per_mtok);
+  return (n + MTOK - 1n) / MTOK;
+}
+
+/**
+ * The price a hold assumes for prompt tokens: the dearest of the input, cached and cache-write
+ * prices, since the upstream decides which of them each prompt token is charged (a cache write
+ * usually costs more than plain input).
+ */
+function holdPrice(price: PriceConfig): PriceConfig {
+  let input = price.input_per_mtok;
+  for (const p of [price.cached_input_per_mtok, price.cache_write_per_mtok]) if (p !== undefined && p > input) input = p;
+  return input === price.input_per_mtok ? price : { input_per_mtok: input, output_per_mtok: price.output_per_mtok };
+}
+
+/**
  * A cost as the stores take it. Balances never exceed 2^53-1 (the admin API and the config
  * refuse more), so a cost above that is "more than any balance": debiting it takes what the
  * balance has, exactly as debiting the true figure would.
@@ -102,7 +131,7 @@ export class Charge {
   async settle(usage: Usage): Promise<void> {
     if (this.#done) return;
     this.#done = true;
-    const units = storeUnits(cost(usage.prompt_tokens, usage.completion_tokens, this.#price));
+    const units = storeUnits(usageCost(usage, this.#price));
     if (this.#store === null) {
       this.charged = 0;
       return;
@@ -145,7 +174,7 @@ export async function hold(
   promptTokens: number, ttlMs: number, open: OpenMode | null,
 ): Promise<Charge> {
   const output = request.maxOutputTokens ?? model.max_output_tokens;
-  const units = cost(promptTokens, output, model.price);
+  const units = cost(promptTokens, output, holdPrice(model.price));
   // A worst case above 2^53-1 is more than any balance holds; the store still runs its quota
   // checks (a quota refusal comes first) and reports the available balance for the 402.
   const unpayable = units > MAX_UNITS;

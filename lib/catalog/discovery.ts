@@ -26,7 +26,11 @@ export function discoveredModel(name: string, config: ProviderConfig, m: Discove
     paid_only: d.paid_only ?? false,
     tokenizer: d.tokenizer ?? 'o200k_base',
     image_tokens: d.image_tokens ?? 85,
-    price: { input_per_mtok: d.price?.input_per_mtok ?? 0, output_per_mtok: d.price?.output_per_mtok ?? 0 },
+    price: {
+      input_per_mtok: d.price?.input_per_mtok ?? 0, output_per_mtok: d.price?.output_per_mtok ?? 0,
+      ...(d.price?.cached_input_per_mtok === undefined ? {} : { cached_input_per_mtok: d.price.cached_input_per_mtok }),
+      ...(d.price?.cache_write_per_mtok === undefined ? {} : { cache_write_per_mtok: d.price.cache_write_per_mtok }),
+    },
     ...(d.created === undefined ? {} : { created: d.created }),
   };
 }

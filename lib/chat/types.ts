@@ -46,12 +46,22 @@ export interface NativeRequest {
 
 export type FinishReason = 'stop' | 'length' | 'tool_calls' | 'content_filter';
 
+/**
+ * Token usage as the gateway meters it (CONTRACT section 8). `prompt_tokens` counts every
+ * prompt token, the cached and cache-written ones included (as OpenAI counts them, unlike
+ * Anthropic's input_tokens); `completion_tokens` includes the reasoning tokens. The optional
+ * counts are set only when the upstream reported them.
+ */
 export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
-  /** Prompt tokens the upstream read from its prompt cache, when it says. */
+  /** Prompt tokens read from the upstream's prompt cache (charged cached_input_per_mtok). */
   cached_tokens?: number;
+  /** Prompt tokens written to the upstream's prompt cache (charged cache_write_per_mtok). */
+  cache_write_tokens?: number;
+  /** Completion tokens the model spent reasoning (charged as output, like the rest). */
+  reasoning_tokens?: number;
 }
 
 export interface Logprobs { content: unknown[] | null; refusal: unknown[] | null }
@@ -62,6 +72,11 @@ export interface CompletionChoice {
   message: { role: 'assistant'; content: string | null; refusal: string | null; reasoning_content?: string; tool_calls?: ToolCall[] };
   logprobs: Logprobs | null;
   finish_reason: FinishReason;
+  /**
+   * Internal, not part of the chat format (the chat dialect leaves it out): which of the
+   * client's stop sequences ended the answer, when the upstream said so.
+   */
+  stop_sequence?: string;
 }
 
 export interface ChatCompletion {
@@ -93,4 +108,6 @@ export interface ChunkChoice {
   delta: ChunkDelta;
   logprobs?: Logprobs | null;
   finish_reason: FinishReason | null;
+  /** Internal, as CompletionChoice's: the client's stop sequence that ended the answer. */
+  stop_sequence?: string;
 }

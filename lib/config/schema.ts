@@ -26,8 +26,13 @@ function obj(properties: Record<string, unknown>, extra: Record<string, unknown>
   return { type: 'object', additionalProperties: false, properties, ...extra };
 }
 
+// cached_input_per_mtok and cache_write_per_mtok default to input_per_mtok where a price is
+// used (billing/meter.ts), so a price without them charges cached tokens as any others.
 const price = obj(
-  { input_per_mtok: { ...priceUnits, default: 0 }, output_per_mtok: { ...priceUnits, default: 0 } },
+  {
+    input_per_mtok: { ...priceUnits, default: 0 }, output_per_mtok: { ...priceUnits, default: 0 },
+    cached_input_per_mtok: priceUnits, cache_write_per_mtok: priceUnits,
+  },
   { default: {} },
 );
 
@@ -65,7 +70,7 @@ const modelFields = {
 const modelDefaults = obj(
   Object.fromEntries(Object.entries(modelFields).map(([k, v]) => {
     const { default: _unused, ...rest } = v as Record<string, unknown>;
-    return [k, k === 'price' ? obj({ input_per_mtok: priceUnits, output_per_mtok: priceUnits }) : rest];
+    return [k, k === 'price' ? obj({ input_per_mtok: priceUnits, output_per_mtok: priceUnits, cached_input_per_mtok: priceUnits, cache_write_per_mtok: priceUnits }) : rest];
   })),
   { default: {} },
 );

@@ -1,6 +1,13 @@
 // The validated, defaulted and frozen shape of the config file (CONTRACT section 3).
 
-export interface PriceConfig { input_per_mtok: number; output_per_mtok: number }
+export interface PriceConfig {
+  input_per_mtok: number;
+  output_per_mtok: number;
+  /** Prompt tokens read from the upstream's cache; absent: input_per_mtok. */
+  cached_input_per_mtok?: number;
+  /** Prompt tokens written to the upstream's cache; absent: input_per_mtok. */
+  cache_write_per_mtok?: number;
+}
 
 export interface PlanConfig {
   paid: boolean;

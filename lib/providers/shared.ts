@@ -27,11 +27,50 @@ export function tokenCount(v: unknown): number | undefined {
   return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : undefined;
 }
 
-/** Usage from prompt and completion counts, undefined when either is missing or the sum is not exact. */
-export function usageFrom(prompt: number | undefined, completion: number | undefined): Usage | undefined {
+/** The breakdown an upstream may add to its usage, as it sent it (absent: undefined or null). */
+export interface UsageDetails {
+  /** Prompt tokens read from its prompt cache, part of the prompt count. */
+  cached?: unknown;
+  /** Prompt tokens written to its prompt cache, part of the prompt count. */
+  writes?: unknown;
+  /** Completion tokens spent reasoning, part of the completion count. */
+  reasoning?: unknown;
+}
+
+/** An optional count: absent -> undefined; a count -> it; anything else -> NaN (implausible). */
+function detail(v: unknown): number | undefined {
+  if (v === undefined || v === null) return undefined;
+  return tokenCount(v) ?? Number.NaN;
+}
+
+/**
+ * Usage from prompt and completion counts and their breakdown; undefined when a count is
+ * missing, a sum is not exact, or the breakdown is implausible (a detail that is not a count,
+ * cache reads and writes above the prompt, reasoning above the completion). Like any usage the
+ * gateway cannot bill exactly, implausible usage is none at all: the gateway counts instead.
+ */
+export function usageFrom(prompt: number | undefined, completion: number | undefined, details: UsageDetails = {}): Usage | undefined {
   if (prompt === undefined || completion === undefined) return undefined;
   const total = prompt + completion;
-  return Number.isSafeInteger(total) ? { prompt_tokens: prompt, completion_tokens: completion, total_tokens: total } : undefined;
+  if (!Number.isSafeInteger(total)) return undefined;
+  const usage: Usage = { prompt_tokens: prompt, completion_tokens: completion, total_tokens: total };
+  const cached = detail(details.cached);
+  const writes = detail(details.writes);
+  const reasoning = detail(details.reasoning);
+  // NaN fails every comparison, so each check is written to pass only for real counts.
+  if (cached !== undefined) {
+    if (!(cached <= prompt)) return undefined;
+    usage.cached_tokens = cached;
+  }
+  if (writes !== undefined) {
+    if (!(writes <= prompt - (cached ?? 0))) return undefined;
+    usage.cache_write_tokens = writes;
+  }
+  if (reasoning !== undefined) {
+    if (!(reasoning <= completion)) return undefined;
+    usage.reasoning_tokens = reasoning;
+  }
+  return usage;
 }
 
 /** A token count an upstream may report: a non-negative safe integer. */
@@ -56,6 +95,17 @@ export function isEventStream(headers: Dispatcher.ResponseData['headers']): bool
 export function hasStop(call: Pick<ProviderCall, 'request'>): boolean {
   const stop = call.request.body.stop;
   return typeof stop === 'string' ? stop !== '' : Array.isArray(stop) && stop.length > 0;
+}
+
+/**
+ * The client's stop sequence that `v` names, if it is one: servers that say which stop string
+ * ended an answer (vLLM's choices[].stop_reason, llama.cpp's stopping_word, Anthropic's
+ * stop_sequence). A token id or any other string is not the client's sequence.
+ */
+export function matchedStop(call: Pick<ProviderCall, 'request'>, v: unknown): string | undefined {
+  if (typeof v !== 'string' || v === '') return undefined;
+  const stop = call.request.body.stop;
+  return stop === v || (Array.isArray(stop) && stop.includes(v)) ? v : undefined;
 }
 
 /**

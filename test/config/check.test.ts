@@ -187,3 +187,22 @@ t.test('passthrough pointed at a provider host is warned about (it would be free
   const elsewhere = text.replace('8081"}', '7000"}');
   t.strictSame(configWarnings(parseConfig(elsewhere, {})), [], 'another host: nothing to say');
 });
+
+t.test('cache prices (CONTRACT section 8): optional, non-negative integers, absent = input price, unpayable = warning', async (t) => {
+  const ok = parseConfig('providers:\n  e:\n    kind: echo\n    model_defaults: {price: {cache_write_per_mtok: 5}}\n' +
+    'models:\n  - {id: m, provider: e, price: {input_per_mtok: 10, cached_input_per_mtok: 1, cache_write_per_mtok: 12}}\n  - {id: n, provider: e}\n', {});
+  t.strictSame(ok.models[0]!.price, { input_per_mtok: 10, output_per_mtok: 0, cached_input_per_mtok: 1, cache_write_per_mtok: 12 });
+  t.strictSame(ok.models[1]!.price, { input_per_mtok: 0, output_per_mtok: 0 }, 'absent: left to default to input_per_mtok when charged');
+  t.strictSame(ok.providers.e!.model_defaults.price, { cache_write_per_mtok: 5 });
+  t.strictSame(sorted(problems(() => parseConfig('providers:\n  e: {kind: echo}\n' +
+    'models:\n  - {id: m, provider: e, price: {cached_input_per_mtok: -1, cache_write_per_mtok: 1.5, cache_read_per_mtok: 1}}\n', {}))), sorted([
+    'models[0].price.cached_input_per_mtok: must be a non-negative integer',
+    'models[0].price.cache_write_per_mtok: must be a non-negative integer',
+    'models[0].price.cache_read_per_mtok: unknown key',
+  ]));
+  t.strictSame(configWarnings(parseConfig('providers:\n  e:\n    kind: echo\n    model_defaults: {price: {cached_input_per_mtok: 1e22}}\n' +
+    'models:\n  - {id: m, provider: e, price: {cache_write_per_mtok: 1e300}}\n', {})), [
+    'models[0].price.cache_write_per_mtok: 1e+300 units per million tokens: one token costs more than the largest possible wallet (9007199254740991 units), so no request can ever be paid',
+    'providers.e.model_defaults.price.cached_input_per_mtok: 1e+22 units per million tokens: one token costs more than the largest possible wallet (9007199254740991 units), so no request can ever be paid',
+  ]);
+});

@@ -102,10 +102,22 @@ function reported(provider: 'oai' | 'ant', text: string): { prompt: number; comp
   try { b = JSON.parse(text); } catch { return undefined; }
   const u = b?.usage;
   if (u === null || typeof u !== 'object' || Array.isArray(u)) return undefined;
-  if (provider === 'oai') return isCount(u.prompt_tokens) && isCount(u.completion_tokens) ? { prompt: u.prompt_tokens, completion: u.completion_tokens } : undefined;
+  if (provider === 'oai') {
+    if (!isCount(u.prompt_tokens) || !isCount(u.completion_tokens)) return undefined;
+    // Cached tokens above the prompt cannot be true: no usage, the answer is counted.
+    const cached = u.prompt_tokens_details?.cached_tokens;
+    if (cached !== undefined && !(isCount(cached) && cached <= u.prompt_tokens)) return undefined;
+    return { prompt: u.prompt_tokens, completion: u.completion_tokens };
+  }
   if (!isCount(u.input_tokens) || !isCount(u.output_tokens)) return undefined;
-  const extra = (isCount(u.cache_read_input_tokens) ? u.cache_read_input_tokens : 0) + (isCount(u.cache_creation_input_tokens) ? u.cache_creation_input_tokens : 0);
-  return { prompt: u.input_tokens + extra, completion: u.output_tokens };
+  // A cache count that is there but is not a count makes the usage implausible (CONTRACT
+  // section 8 billing needs each part exactly): the answer is counted instead.
+  const part = (v: unknown) => (v === undefined || v === null ? 0 : isCount(v) ? v : undefined);
+  const reads = part(u.cache_read_input_tokens);
+  const writes = part(u.cache_creation_input_tokens);
+  if (reads === undefined || writes === undefined) return undefined;
+  const prompt = u.input_tokens + reads + writes;
+  return Number.isSafeInteger(prompt + u.output_tokens) ? { prompt, completion: u.output_tokens } : undefined;
 }
 
 const scenario = fc.oneof(

@@ -182,7 +182,7 @@ t.test('headers: x-api-key, anthropic-version, config headers; base_url as the h
 
 t.test('non-streaming text answer: identical to an OpenAI-compatible one; usage includes cache tokens', async (t) => {
   ant.setScript((_req, res) => json(res, 200, fixtureJson('message.json'), { 'request-id': 'req_up_1' }));
-  oai.setScript((_req, res) => json(res, 200, completionBody('Hello! How can I help?', { usage: { prompt_tokens: 2112, completion_tokens: 9, total_tokens: 2121 } })));
+  oai.setScript((_req, res) => json(res, 200, completionBody('Hello! How can I help?', { usage: { prompt_tokens: 2112, completion_tokens: 9, total_tokens: 2121, prompt_tokens_details: { cached_tokens: 2000, cache_write_tokens: 100 } } })));
   const a = await postChat(gw.url, ask());
   const o = await postChat(gwOai.url, ask());
   t.equal(a.status, 200);
@@ -191,7 +191,8 @@ t.test('non-streaming text answer: identical to an OpenAI-compatible one; usage 
   t.match(body.id, /^chatcmpl-/);
   t.equal(body.model, 'claude');
   t.strictSame(body.choices, [{ index: 0, message: { role: 'assistant', content: 'Hello! How can I help?', refusal: null }, logprobs: null, finish_reason: 'stop' }]);
-  t.strictSame(body.usage, { prompt_tokens: 12 + 100 + 2000, completion_tokens: 9, total_tokens: 2121 });
+  t.strictSame(body.usage, { prompt_tokens: 12 + 100 + 2000, completion_tokens: 9, total_tokens: 2121, prompt_tokens_details: { cached_tokens: 2000, cache_write_tokens: 100 } },
+    'the cache reads and writes in the prompt, and passed on (CONTRACT section 8)');
   t.equal(a.headers['x-upstream-request-id'], 'req_up_1');
   const strip = ({ id: _id, created: _created, ...rest }: any) => JSON.stringify(rest);
   t.equal(strip(body), strip(o.json()), 'same bytes as the openai provider, id and created aside');
@@ -245,7 +246,7 @@ t.test('stop_reason -> finish_reason', async (t) => {
 });
 
 t.test('streaming text: chunk for chunk what an OpenAI-compatible upstream gives', async (t) => {
-  oai.setScript((_req, res) => writeSse(res, streamFrames(['Hel', 'lo', ' wör', 'ld 😀'], { prompt_tokens: 25, completion_tokens: 4, total_tokens: 29 })));
+  oai.setScript((_req, res) => writeSse(res, streamFrames(['Hel', 'lo', ' wör', 'ld 😀'], { prompt_tokens: 25, completion_tokens: 4, total_tokens: 29, prompt_tokens_details: { cached_tokens: 20, cache_write_tokens: 0 } } as any)));
   for (const opts of [{ split: 1 }, { split: 7, crlf: true }, { split: 64 }]) {
     for (const usage of [false, true]) {
       ant.setScript((_req, res) => writeSse(res, TEXT, opts));
@@ -261,7 +262,7 @@ t.test('streaming text: chunk for chunk what an OpenAI-compatible upstream gives
       const { events } = sseData(a.text);
       t.ok(events.every((e) => e.id === events[0].id));
       t.equal(events.map((e) => e.choices[0]?.delta.content ?? '').join(''), 'Hello wörld 😀');
-      if (usage) t.strictSame(events.at(-1).usage, { prompt_tokens: 25, completion_tokens: 4, total_tokens: 29 }, 'cache reads in the prompt');
+      if (usage) t.strictSame(events.at(-1).usage, { prompt_tokens: 25, completion_tokens: 4, total_tokens: 29, prompt_tokens_details: { cached_tokens: 20, cache_write_tokens: 0 } }, 'cache reads in the prompt, and passed on');
     }
   }
 });

@@ -4,11 +4,36 @@
 
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { ChatRequest, ChunkChoice } from '../../chat/types.js';
+import type { ChatRequest, ChunkChoice, Usage } from '../../chat/types.js';
 import { validateChatRequest } from '../../chat/validate.js';
 import { envelope, type GatewayError } from '../../errors.js';
 import { DONE_FRAME, dataFrame } from '../../sse/writer.js';
 import type { Answer, Dialect, Renderer } from '../types.js';
+
+/**
+ * The usage object of chat completions: the three counts, and the upstream's breakdown where it
+ * reported one (prompt_tokens_details.cached_tokens / cache_write_tokens,
+ * completion_tokens_details.reasoning_tokens, as OpenAI's schema spells them).
+ */
+export function chatUsage(u: Usage): Record<string, unknown> {
+  const out: Record<string, unknown> = { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens, total_tokens: u.total_tokens };
+  if (u.cached_tokens !== undefined || u.cache_write_tokens !== undefined) {
+    const d: Record<string, number> = { cached_tokens: u.cached_tokens ?? 0 };
+    if (u.cache_write_tokens !== undefined) d.cache_write_tokens = u.cache_write_tokens;
+    out.prompt_tokens_details = d;
+  }
+  if (u.reasoning_tokens !== undefined) out.completion_tokens_details = { reasoning_tokens: u.reasoning_tokens };
+  return out;
+}
+
+/** Choices as the chat format has them: without the internal stop_sequence. */
+function chatChoices<T extends { stop_sequence?: string }>(choices: readonly T[]): readonly T[] {
+  if (!choices.some((c) => c.stop_sequence !== undefined)) return choices;
+  return choices.map((c) => {
+    const { stop_sequence: _internal, ...rest } = c;
+    return rest as T;
+  });
+}
 
 function completionId(): string {
   return `chatcmpl-${randomUUID().replace(/-/g, '')}`;
@@ -31,8 +56,8 @@ class ChatRenderer implements Renderer {
       object: 'chat.completion',
       created: Math.floor(Date.now() / 1000),
       model: this.#model,
-      choices: answer.choices,
-      usage: answer.usage,
+      choices: chatChoices(answer.choices),
+      usage: chatUsage(answer.usage),
     });
   }
 
@@ -47,11 +72,11 @@ class ChatRenderer implements Renderer {
 
   chunk(choices: readonly ChunkChoice[]): string {
     // Without include_usage chunks have no usage member; with it, null until the last.
-    return dataFrame(this.#chunkHead() + JSON.stringify(choices) + (this.#includeUsage ? ',"usage":null}' : '}'));
+    return dataFrame(this.#chunkHead() + JSON.stringify(chatChoices(choices)) + (this.#includeUsage ? ',"usage":null}' : '}'));
   }
 
   close(usage: Answer['usage']): string {
-    const last = this.#includeUsage ? dataFrame(`${this.#chunkHead()}[],"usage":${JSON.stringify(usage)}}`) : '';
+    const last = this.#includeUsage ? dataFrame(`${this.#chunkHead()}[],"usage":${JSON.stringify(chatUsage(usage))}}`) : '';
     return last + DONE_FRAME;
   }
 

@@ -11,11 +11,16 @@ import { errorJson } from './errors.js';
 
 type StopReason = 'end_turn' | 'max_tokens' | 'stop_sequence' | 'tool_use';
 
-function stopReason(f: FinishReason | null | undefined): StopReason {
+/**
+ * A stop caused by one of the client's stop_sequences is `stop_sequence` when the upstream said
+ * which one ended it (Anthropic itself, vLLM's stop_reason, llama.cpp's stopping_word); an
+ * upstream that only says "stop" cannot be told apart from a natural end, so that is end_turn.
+ */
+function stopReason(f: FinishReason | null | undefined, stopSequence: string | undefined): StopReason {
   switch (f) {
     case 'length': return 'max_tokens';
     case 'tool_calls': return 'tool_use';
-    default: return 'end_turn'; // stop, content_filter: the chat form cannot tell which stop sequence
+    default: return stopSequence !== undefined ? 'stop_sequence' : 'end_turn';
   }
 }
 
@@ -23,8 +28,14 @@ export function messageId(): string {
   return `msg_${randomUUID().replace(/-/g, '')}`;
 }
 
-function usageJson(u: Usage): Record<string, number> {
-  return { input_tokens: u.prompt_tokens, output_tokens: u.completion_tokens, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 };
+/**
+ * Anthropic's usage: input_tokens excludes the tokens read from and written to the cache, which
+ * it reports apart (our prompt_tokens counts all three).
+ */
+export function usageJson(u: Usage): Record<string, number> {
+  const reads = u.cached_tokens ?? 0;
+  const writes = u.cache_write_tokens ?? 0;
+  return { input_tokens: u.prompt_tokens - reads - writes, output_tokens: u.completion_tokens, cache_read_input_tokens: reads, cache_creation_input_tokens: writes };
 }
 
 function toolInput(args: string): unknown {
@@ -52,6 +63,7 @@ export class MessagesRenderer implements Renderer {
   /** Chat tool call index -> content block index. */
   readonly #tools = new Map<number, number>();
   #finish: FinishReason | null = null;
+  #stopSequence: string | undefined;
   /** The upstream's own closing events (native path), held until close(): after the debit. */
   #nativeEnd: string | undefined;
 
@@ -70,7 +82,7 @@ export class MessagesRenderer implements Renderer {
     for (const c of m?.tool_calls ?? []) content.push({ type: 'tool_use', id: c.id, name: c.function.name, input: toolInput(c.function.arguments) });
     return JSON.stringify({
       id: messageId(), type: 'message', role: 'assistant', model: this.#model, content,
-      stop_reason: stopReason(choice?.finish_reason), stop_sequence: null, usage: usageJson(answer.usage),
+      stop_reason: stopReason(choice?.finish_reason, choice?.stop_sequence), stop_sequence: choice?.stop_sequence ?? null, usage: usageJson(answer.usage),
     });
   }
 
@@ -139,14 +151,17 @@ export class MessagesRenderer implements Renderer {
         const args = tc.function?.arguments;
         if (args !== undefined && args !== '') out += this.#delta(index, { type: 'input_json_delta', partial_json: args });
       }
-      if (c.finish_reason !== null) this.#finish = c.finish_reason;
+      if (c.finish_reason !== null) {
+        this.#finish = c.finish_reason;
+        this.#stopSequence = c.stop_sequence;
+      }
     }
     return out;
   }
 
   close(usage: Usage): string {
     if (this.#nativeEnd !== undefined) return this.#nativeEnd;
-    const delta = { stop_reason: stopReason(this.#finish), stop_sequence: null };
+    const delta = { stop_reason: stopReason(this.#finish, this.#stopSequence), stop_sequence: this.#stopSequence ?? null };
     return this.#start() + this.#stop() +
       event('message_delta', JSON.stringify({ type: 'message_delta', delta, usage: usageJson(usage) })) +
       event('message_stop', '{"type":"message_stop"}');

@@ -86,8 +86,11 @@ function messages(input: unknown): ChatMessage[] {
         ? output.map((p) => (isObject(p) && typeof p.text === 'string' ? p.text : '')).join('')
         : (() => { throw wrongType(`${at}.output`, 'a string'); })();
       out.push({ role: 'tool', tool_call_id: str(item.call_id, `${at}.call_id`), content: text });
+    } else if (type === 'reasoning') {
+      // A reasoning item of an earlier answer, passed back as clients pass every output item
+      // back: the chat format has no place for a model's past thinking, so it is left out.
     } else {
-      throw unsupported(`${at}.type`, type, ['message', 'function_call', 'function_call_output']);
+      throw unsupported(`${at}.type`, type, ['message', 'function_call', 'function_call_output', 'reasoning']);
     }
   });
   return out;
@@ -111,6 +114,45 @@ function toolChoice(v: unknown): unknown {
   if (v === undefined || v === null || typeof v === 'string') return v ?? undefined;
   if (isObject(v) && v.type === 'function') return { type: 'function', function: { name: str(v.name, 'tool_choice.name') } };
   throw unsupported('tool_choice', v, ['none', 'auto', 'required', '{"type":"function","name":...}']);
+}
+
+/**
+ * `text.format` -> chat's response_format: json_object as is, json_schema with its name, schema,
+ * strict and description under `json_schema`; `text` (the default) asks for nothing. Returns the
+ * chat field (undefined for plain text) and the `text` object the response echoes.
+ */
+function textFormat(v: unknown): { responseFormat: Record<string, unknown> | undefined; echo: Record<string, unknown> } {
+  const plain = { format: { type: 'text' } };
+  if (v === undefined || v === null) return { responseFormat: undefined, echo: plain };
+  if (!isObject(v)) throw wrongType('text', 'an object');
+  const f = v.format;
+  if (f === undefined || f === null) return { responseFormat: undefined, echo: plain };
+  if (!isObject(f)) throw wrongType('text.format', 'an object');
+  if (f.type === 'text') return { responseFormat: undefined, echo: plain };
+  if (f.type === 'json_object') return { responseFormat: { type: 'json_object' }, echo: { format: { type: 'json_object' } } };
+  if (f.type !== 'json_schema') throw unsupported('text.format.type', f.type, ['text', 'json_object', 'json_schema']);
+  const name = str(f.name, 'text.format.name');
+  if (f.schema === undefined || f.schema === null) throw missing('text.format.schema');
+  if (!isObject(f.schema)) throw wrongType('text.format.schema', 'an object');
+  const schema: Record<string, unknown> = { name, schema: f.schema };
+  if (f.strict !== undefined && f.strict !== null) {
+    if (typeof f.strict !== 'boolean') throw wrongType('text.format.strict', 'a boolean');
+    schema.strict = f.strict;
+  }
+  if (f.description !== undefined && f.description !== null) schema.description = str(f.description, 'text.format.description');
+  return { responseFormat: { type: 'json_schema', json_schema: schema }, echo: { format: { type: 'json_schema', ...schema } } };
+}
+
+/**
+ * `include`: extra data an OpenAI answer can carry (encrypted reasoning, logprobs, tool
+ * results...). Tollgate has none of it to add; reasoning text is always in the reasoning item.
+ * The field is checked for its type and otherwise accepted, like any field the route does not
+ * act on.
+ */
+function include(v: unknown): void {
+  if (v === undefined || v === null) return;
+  if (!Array.isArray(v)) throw wrongType('include', 'an array of strings');
+  v.forEach((x, i) => { if (typeof x !== 'string') throw wrongType(`include[${i}]`, 'a string'); });
 }
 
 function metadata(v: unknown): Record<string, string> {
@@ -149,6 +191,9 @@ export function parseResponses(body: unknown): { request: ChatRequest; extra: Re
   if (t !== undefined) chat.tools = t;
   const tc = toolChoice(body.tool_choice);
   if (tc !== undefined) chat.tool_choice = tc;
+  const text = textFormat(body.text);
+  if (text.responseFormat !== undefined) chat.response_format = text.responseFormat;
+  include(body.include);
   let request: ChatRequest;
   try {
     request = validateChatRequest(chat);
@@ -161,6 +206,7 @@ export function parseResponses(body: unknown): { request: ChatRequest; extra: Re
   }
   const echo = {
     instructions,
+    text: text.echo,
     max_output_tokens: request.maxOutputTokens ?? null,
     temperature: typeof body.temperature === 'number' ? body.temperature : 1,
     top_p: typeof body.top_p === 'number' ? body.top_p : 1,

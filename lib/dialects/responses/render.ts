@@ -14,16 +14,17 @@ export function newId(prefix: string): string {
 
 interface MessageItem { id: string; type: 'message'; role: 'assistant'; status: string; content: { type: 'output_text'; text: string; annotations: [] }[] }
 interface CallItem { id: string; type: 'function_call'; call_id: string; name: string; arguments: string; status: string }
-type Item = MessageItem | CallItem;
+/** A reasoning model's thinking (the upstream's reasoning_content), as OpenAI's open models give it. */
+interface ReasoningItem { id: string; type: 'reasoning'; summary: []; content: { type: 'reasoning_text'; text: string }[]; status: string }
+type Item = MessageItem | CallItem | ReasoningItem;
 
 /** The Responses usage object; cached and reasoning tokens are 0 unless the upstream said. */
 export function responsesUsage(u: Usage): Record<string, unknown> {
-  const x = u as Usage & { prompt_tokens_details?: { cached_tokens?: number }; completion_tokens_details?: { reasoning_tokens?: number } };
   return {
     input_tokens: u.prompt_tokens,
-    input_tokens_details: { cached_tokens: x.prompt_tokens_details?.cached_tokens ?? 0 },
+    input_tokens_details: { cached_tokens: u.cached_tokens ?? 0 },
     output_tokens: u.completion_tokens,
-    output_tokens_details: { reasoning_tokens: x.completion_tokens_details?.reasoning_tokens ?? 0 },
+    output_tokens_details: { reasoning_tokens: u.reasoning_tokens ?? 0 },
     total_tokens: u.total_tokens,
   };
 }
@@ -54,6 +55,7 @@ export class ResponsesRenderer implements Renderer {
   #seq = 0;
   #items: Item[] = [];
   #message: MessageItem | undefined;
+  #reasoning: ReasoningItem | undefined;
   /** Function calls being streamed, by the chunk's tool call index. */
   #calls = new Map<number, CallItem>();
   #open: Item | undefined;
@@ -98,6 +100,10 @@ export class ResponsesRenderer implements Renderer {
     const status = choice?.finish_reason === 'length' ? 'incomplete' : 'completed';
     const calls = choice?.message.tool_calls ?? [];
     const text = choice?.message.content ?? '';
+    const reasoning = choice?.message.reasoning_content ?? '';
+    if (reasoning !== '') {
+      output.push({ id: newId('rs'), type: 'reasoning', summary: [], content: [{ type: 'reasoning_text', text: reasoning }], status: 'completed' });
+    }
     if (text !== '' || calls.length === 0) {
       output.push({ id: newId('msg'), type: 'message', role: 'assistant', status, content: [{ type: 'output_text', text, annotations: [] }] });
     }
@@ -128,6 +134,10 @@ export class ResponsesRenderer implements Renderer {
       const part = item.content[0]!;
       out += this.#event('response.output_text.done', { item_id: item.id, output_index: index, content_index: 0, text: part.text });
       out += this.#event('response.content_part.done', { item_id: item.id, output_index: index, content_index: 0, part });
+    } else if (item.type === 'reasoning') {
+      const part = item.content[0]!;
+      out += this.#event('response.reasoning_text.done', { item_id: item.id, output_index: index, content_index: 0, text: part.text });
+      out += this.#event('response.content_part.done', { item_id: item.id, output_index: index, content_index: 0, part });
     } else {
       out += this.#event('response.function_call_arguments.done', { item_id: item.id, output_index: index, name: item.name, arguments: item.arguments });
     }
@@ -137,7 +147,7 @@ export class ResponsesRenderer implements Renderer {
   #add(item: Item): string {
     this.#items.push(item);
     this.#open = item;
-    const added = item.type === 'message' ? { ...item, content: [] } : { ...item };
+    const added = item.type === 'function_call' ? { ...item } : { ...item, content: [] };
     return this.#event('response.output_item.added', { output_index: this.#items.length - 1, item: added });
   }
 
@@ -146,6 +156,21 @@ export class ResponsesRenderer implements Renderer {
     for (const c of choices) {
       if (c.index !== 0) continue; // Responses has one answer (no n)
       const d = c.delta;
+      if (d.reasoning_content !== undefined && d.reasoning_content !== '') {
+        if (this.#reasoning === undefined || this.#open !== this.#reasoning) {
+          out += this.#closeOpen('completed');
+          this.#reasoning = { id: newId('rs'), type: 'reasoning', summary: [], content: [{ type: 'reasoning_text', text: '' }], status: 'in_progress' };
+          out += this.#add(this.#reasoning);
+          // The SDKs' accumulators expect the part announced before its deltas, as for text.
+          out += this.#event('response.content_part.added', {
+            item_id: this.#reasoning.id, output_index: this.#items.length - 1, content_index: 0, part: { type: 'reasoning_text', text: '' },
+          });
+        }
+        this.#reasoning.content[0]!.text += d.reasoning_content;
+        out += this.#event('response.reasoning_text.delta', {
+          item_id: this.#reasoning.id, output_index: this.#items.indexOf(this.#reasoning), content_index: 0, delta: d.reasoning_content,
+        });
+      }
       if (typeof d.content === 'string' && d.content !== '') {
         if (this.#message === undefined || this.#open !== this.#message) {
           out += this.#closeOpen('completed');
@@ -182,11 +207,11 @@ export class ResponsesRenderer implements Renderer {
   close(usage: Usage): string {
     const s = statusOf(this.#finish);
     let out = this.#closeOpen(s.status === 'incomplete' ? 'incomplete' : 'completed');
-    if (this.#items.length === 0) {
-      // An empty answer is still one message, as a non-streamed one would be.
+    if (this.#items.every((i) => i.type === 'reasoning')) {
+      // An answer without text or calls is still one message, as a non-streamed one would be.
       this.#message = { id: newId('msg'), type: 'message', role: 'assistant', status: 'in_progress', content: [{ type: 'output_text', text: '', annotations: [] }] };
       out += this.#add(this.#message);
-      out += this.#event('response.content_part.added', { item_id: this.#message.id, output_index: 0, content_index: 0, part: { type: 'output_text', text: '', annotations: [] } });
+      out += this.#event('response.content_part.added', { item_id: this.#message.id, output_index: this.#items.length - 1, content_index: 0, part: { type: 'output_text', text: '', annotations: [] } });
       out += this.#closeOpen(s.status);
     }
     const body = this.#whole(this.#items, this.#finish, usage);

@@ -7,7 +7,7 @@ import type {
 } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
+import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, matchedStop, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
 import type { ProviderCall, StreamPart } from '../types.js';
 
 type Block = Obj;
@@ -166,14 +166,24 @@ export function finishReason(v: unknown): FinishReason {
   }
 }
 
-/** Anthropic usage -> ours: the prompt includes the tokens written to and read from the cache. */
+/**
+ * Anthropic usage -> ours. Its input_tokens excludes the tokens read from and written to the
+ * cache; our prompt_tokens counts them all (input + reads + writes), with the reads and writes
+ * kept apart for their prices. A read or write count that is there but not a count makes the
+ * usage implausible (none: the gateway counts).
+ */
 export function usageOf(v: unknown): Usage | undefined {
   if (!isObj(v)) return undefined;
   const input = tokenCount(v.input_tokens);
   const output = tokenCount(v.output_tokens);
   if (input === undefined || output === undefined) return undefined;
-  const prompt = input + (tokenCount(v.cache_creation_input_tokens) ?? 0) + (tokenCount(v.cache_read_input_tokens) ?? 0);
-  return usageFrom(Number.isSafeInteger(prompt) ? prompt : undefined, output);
+  const reads = v.cache_read_input_tokens ?? undefined;
+  const writes = v.cache_creation_input_tokens ?? undefined;
+  const r = reads === undefined ? 0 : tokenCount(reads);
+  const w = writes === undefined ? 0 : tokenCount(writes);
+  if (r === undefined || w === undefined) return undefined;
+  const prompt = input + r + w;
+  return usageFrom(Number.isSafeInteger(prompt) ? prompt : undefined, output, { cached: reads, writes });
 }
 
 /** A 2xx answer (HTTP status `status`) -> our choices and usage. */
@@ -201,14 +211,17 @@ export function toCompletion(text: string, call: ProviderCall, provider: string,
   if (reasoning !== '') message.reasoning_content = reasoning;
   if (calls.length > 0) message.tool_calls = calls;
   const choice: CompletionChoice = { index: 0, message, logprobs: null, finish_reason: finishReason(body.stop_reason) };
+  const seq = body.stop_reason === 'stop_sequence' ? matchedStop(call, body.stop_sequence) : undefined;
+  if (seq !== undefined) choice.stop_sequence = seq;
   if (isEmptyAnswer(choice, call)) throw emptyAnswer();
   return { choices: [choice], usage: usageOf(body.usage) };
 }
 
 // ---- streams -----------------------------------------------------------------------------
 
-function choices(delta: ChunkDelta, finish: FinishReason | null = null): StreamPart {
+function choices(delta: ChunkDelta, finish: FinishReason | null = null, stopSequence?: string): StreamPart {
   const choice: ChunkChoice = { index: 0, delta, finish_reason: finish, logprobs: null };
+  if (stopSequence !== undefined) choice.stop_sequence = stopSequence;
   return { kind: 'choices', choices: [choice] };
 }
 
@@ -232,7 +245,9 @@ export class StreamTranslator {
 
   #addUsage(v: unknown): void {
     if (!isObj(v)) return;
-    for (const [k, n] of Object.entries(v)) if (tokenCount(n) !== undefined) this.#usage[k] = n;
+    // Later events repeat or update earlier counts; a value that is not a count is kept too,
+    // so that usageOf finds the usage implausible rather than bill a part of it.
+    for (const [k, n] of Object.entries(v)) if (n !== undefined && n !== null) this.#usage[k] = n;
   }
 
   handle(ev: SseEvent): StreamPart[] {
@@ -254,7 +269,8 @@ export class StreamTranslator {
         const reason = isObj(body.delta) ? body.delta.stop_reason : undefined;
         if (typeof reason !== 'string' || this.#finished) return [];
         this.#finished = true;
-        return [choices({}, finishReason(reason))];
+        const seq = reason === 'stop_sequence' && isObj(body.delta) ? matchedStop(this.#call, body.delta.stop_sequence) : undefined;
+        return [choices({}, finishReason(reason), seq)];
       }
       case 'message_stop': {
         this.ended = true;

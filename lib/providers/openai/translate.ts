@@ -7,7 +7,7 @@ import type {
 } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
+import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, matchedStop, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
 import type { DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
 
 function finishReason(v: unknown, hasToolCalls: boolean): FinishReason {
@@ -33,7 +33,17 @@ function logprobs(v: unknown): Logprobs | null {
  */
 export function usageOf(v: unknown): Usage | undefined {
   if (!isObj(v)) return undefined;
-  return usageFrom(tokenCount(v.prompt_tokens), tokenCount(v.completion_tokens));
+  // Chat's spelling, else the Responses API's (input/output tokens) for a server that reports that.
+  const chat = v.prompt_tokens !== undefined || v.completion_tokens !== undefined;
+  const prompt = chat ? v.prompt_tokens : v.input_tokens;
+  const completion = chat ? v.completion_tokens : v.output_tokens;
+  const inDetails = chat ? v.prompt_tokens_details : v.input_tokens_details;
+  const outDetails = chat ? v.completion_tokens_details : v.output_tokens_details;
+  const pd = isObj(inDetails) ? inDetails : {};
+  const cd = isObj(outDetails) ? outDetails : {};
+  return usageFrom(tokenCount(prompt), tokenCount(completion), {
+    cached: pd.cached_tokens, writes: pd.cache_write_tokens, reasoning: cd.reasoning_tokens,
+  });
 }
 
 function toolCalls(v: unknown): ToolCall[] | undefined {
@@ -95,19 +105,33 @@ export function normalizeCompletion(text: string, call: ProviderCall, provider: 
     const reasoning = reasoningOf(m);
     if (reasoning !== undefined) message.reasoning_content = reasoning;
     if (calls !== undefined) message.tool_calls = calls;
-    return {
+    const choice: CompletionChoice = {
       index: isCount(c.index) ? c.index : i,
       message,
       logprobs: logprobs(c.logprobs),
       finish_reason: finishReason(c.finish_reason, calls !== undefined),
     };
+    if (choice.finish_reason === 'stop') {
+      const seq = stopSequenceOf(c, body, call);
+      if (seq !== undefined) choice.stop_sequence = seq;
+    }
+    return choice;
   });
   if (choices.length === 0) throw new GatewayError('provider_error', 'The model provider sent an answer with no choices.');
   if (choices.every((c) => isEmptyAnswer(c, call))) throw emptyAnswer();
   return { choices, usage: usageOf(body.usage) };
 }
 
-function chunkChoice(c: Obj, i: number): ChunkChoice {
+/**
+ * Which of the client's stop sequences ended a choice, when the server says: vLLM's
+ * `stop_reason` (the stop string; a token id or null otherwise), llama.cpp's `stopping_word`.
+ * Servers that say nothing leave it unknown.
+ */
+function stopSequenceOf(c: Obj, body: Obj, call: ProviderCall): string | undefined {
+  return matchedStop(call, c.stop_reason) ?? matchedStop(call, c.stopping_word) ?? matchedStop(call, body.stopping_word);
+}
+
+function chunkChoice(c: Obj, i: number, body: Obj, call: ProviderCall): ChunkChoice {
   const d = isObj(c.delta) ? c.delta : {};
   const delta: ChunkDelta = {};
   if (d.role === 'assistant') delta.role = 'assistant';
@@ -123,6 +147,10 @@ function chunkChoice(c: Obj, i: number): ChunkChoice {
     finish_reason: c.finish_reason === null || c.finish_reason === undefined ? null : finishReason(c.finish_reason, false),
   };
   if (c.logprobs !== undefined) out.logprobs = logprobs(c.logprobs);
+  if (out.finish_reason === 'stop') {
+    const seq = stopSequenceOf(c, body, call);
+    if (seq !== undefined) out.stop_sequence = seq;
+  }
   return out;
 }
 
@@ -135,7 +163,7 @@ export function normalizeChunk(ev: SseEvent, call: ProviderCall, provider: strin
   }
   const parts: StreamPart[] = [];
   if (Array.isArray(body.choices) && body.choices.length > 0) {
-    parts.push({ kind: 'choices', choices: body.choices.filter(isObj).map(chunkChoice) });
+    parts.push({ kind: 'choices', choices: body.choices.filter(isObj).map((c, i) => chunkChoice(c, i, body, call)) });
   }
   const usage = usageOf(body.usage);
   if (usage !== undefined) parts.push({ kind: 'usage', usage });
