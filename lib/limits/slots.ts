@@ -5,7 +5,7 @@
 // slots back as soon as Redis is, not a lease lifetime later.
 
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../store/redis-connect.js';
 import type { Logger } from '../observe/log.js';
 import { RetryQueue } from '../store/retry.js';
 
@@ -57,7 +57,7 @@ type LeaseCommands = {
 };
 
 export class RedisSlots implements Slots {
-  readonly #redis: Redis & LeaseCommands;
+  readonly #redis: RedisClient & LeaseCommands;
   readonly #prefix: string;
   /** With store.on_error: open, a Redis failure falls back to per-instance counting. */
   readonly #fallback: MemorySlots | null;
@@ -65,10 +65,10 @@ export class RedisSlots implements Slots {
   readonly #leaseMs: number;
   readonly #retries: RetryQueue;
 
-  constructor(redis: Redis, prefix: string, open: boolean, logger: Logger, leaseMs = LEASE_MS, retries = new RetryQueue({ log: logger })) {
+  constructor(redis: RedisClient, prefix: string, open: boolean, logger: Logger, leaseMs = LEASE_MS, retries = new RetryQueue({ log: logger })) {
     redis.defineCommand('tgSlotAcquire', { numberOfKeys: 1, lua: ACQUIRE });
     redis.defineCommand('tgSlotRenew', { numberOfKeys: 1, lua: RENEW });
-    this.#redis = redis as Redis & LeaseCommands;
+    this.#redis = redis as RedisClient & LeaseCommands;
     this.#prefix = prefix;
     this.#fallback = open ? new MemorySlots() : null;
     this.#logger = logger;

@@ -30,7 +30,8 @@
 // Redis crash then depends on the server's persistence (appendonly yes, appendfsync always for
 // no loss at all).
 
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './redis-connect.js';
+import type { ReplicaWait } from './redis-wait.js';
 import type { HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageRecord, UsageReport, UsageTotals } from './types.js';
 
 type Reply = Promise<unknown>;
@@ -149,13 +150,16 @@ const REPORT_PAGE = 1000;
 const QUOTA_CODES: readonly string[] = ['requests_per_day', 'tokens_per_day', 'units_per_month'] satisfies QuotaCode[];
 
 export class RedisMetering {
-  readonly #redis: Redis & MeteringScripts;
+  readonly #redis: RedisClient & MeteringScripts;
+  /** Settlements wait for replicas through it (store.wait_replicas); null: they do not. */
+  readonly #wait: ReplicaWait | null;
   readonly #prefix: string;
   readonly #stream: string;
   readonly #streamMaxLen: number;
 
-  constructor(redis: Redis & MeteringScripts, prefix: string, streamMaxLen: number) {
+  constructor(redis: RedisClient & MeteringScripts, prefix: string, streamMaxLen: number, wait: ReplicaWait | null = null) {
     this.#redis = redis;
+    this.#wait = wait;
     this.#prefix = prefix;
     this.#stream = `${prefix}usage`;
     this.#streamMaxLen = streamMaxLen;
@@ -194,9 +198,11 @@ export class RedisMetering {
     const [day, month] = windowsOf(s.day, s.month);
     const now = Date.now();
     const acct = this.#acct(s.account);
-    const r = await this.#redis.tgSettle(acct, `${acct}:holds`, `${acct}:settled`, `${acct}:settled:at`,
-      `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`,
-      s.requestId, units, tokens, String(now), String(now - SETTLED_KEEP_MS), String(SETTLED_KEEP_MS + 3600_000));
+    const keys = [acct, `${acct}:holds`, `${acct}:settled`, `${acct}:settled:at`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`] as const;
+    const args = [s.requestId, units, tokens, String(now), String(now - SETTLED_KEEP_MS), String(SETTLED_KEEP_MS + 3600_000)] as const;
+    const r = this.#wait !== null
+      ? await this.#wait.eval(METERING_SCRIPTS.tgSettle.lua, [...keys], [...args])
+      : await this.#redis.tgSettle(...keys, ...args);
     if (r === null) return undefined;
     const [applied, charged, balance, available] = tuple(r, 4);
     return { applied: applied === 1, charged_units: Number(charged), balance_units: Number(balance), available_units: Number(available) };

@@ -40,6 +40,10 @@
 // fire-and-forget: an instance whose subscriber connection is down at that moment misses it,
 // and so does this instance when the script applied but its reply was lost (the call rejected).
 //
+// Topologies (./redis-connect.ts): one server, a Sentinel-managed primary, or a Cluster; the
+// same scripts and keys on each. With waitReplicas (store.wait_replicas), settlements, credits
+// and revocations are reported only once that many replicas have them (./redis-wait.ts).
+//
 // Failure: every command is bounded by `commandTimeoutMs` (store.timeout_ms), and fails at once
 // while the connection is down, before the first connect too: there is no offline queue, so a
 // command the caller has seen fail is never sent later (a queued hold would otherwise land after
@@ -51,10 +55,11 @@
 // twice), though the retry may then answer "already there" (false, applied: false).
 
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
 import { keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
+import { connect, type RedisClient, type RedisTopology } from './redis-connect.js';
 import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-metering.js';
+import { ReplicaWait } from './redis-wait.js';
 import { RedisResponses } from './redis-responses.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyRecord, Revocation, SettleResult, Settlement, Store,
@@ -62,7 +67,14 @@ import type {
 } from './types.js';
 
 export interface RedisStoreOptions {
-  url: string;
+  /** One Redis; ignored when `topology` is given. */
+  url?: string;
+  /** Where Redis is: one server, Sentinel or Cluster (./redis-connect.ts). */
+  topology?: RedisTopology;
+  /** Replicas that must acknowledge each settlement, credit and revocation (WAIT); default 0. */
+  waitReplicas?: number;
+  /** How long that WAIT may take, in ms; below commandTimeoutMs (default: half of it). */
+  waitTimeoutMs?: number;
   /** Prepended to every key and to the channel; default "tollgate:". */
   prefix?: string;
   /** Upper bound on each command, in ms; default 1000. */
@@ -151,8 +163,10 @@ interface Message { from: string; r: Revocation }
 
 export class RedisStore implements Store {
   readonly prefix: string;
-  readonly #redis: Redis & Scripts;
-  readonly #sub: Redis;
+  readonly #redis: RedisClient & Scripts;
+  readonly #sub: RedisClient;
+  /** Waited writes (store.wait_replicas > 0), on their own connection; else null. */
+  readonly #wait: ReplicaWait | null;
   readonly #channel: string;
   /** Tells this instance's own messages apart from other instances'. */
   readonly #instance = randomUUID();
@@ -176,32 +190,32 @@ export class RedisStore implements Store {
     this.#closing = new Promise<never>((_, reject) => { this.#markClosed = reject; });
     this.#closing.catch(() => {});
     const onError = options.onError ?? (() => {});
-    const common = {
-      connectTimeout: Math.max(2 * timeout, 2000),
-      retryStrategy: (times: number) => Math.min(times * 50, 1000),
-      lazyConnect: false,
-    };
+    const topology: RedisTopology = options.topology ?? { kind: 'url', url: options.url ?? 'redis://127.0.0.1:6379' };
+    const connectTimeout = Math.max(2 * timeout, 2000);
+    const waitReplicas = options.waitReplicas ?? 0;
+    if (!Number.isSafeInteger(waitReplicas) || waitReplicas < 0) throw new RangeError('waitReplicas must be a non-negative integer');
     // Commands never queue: they fail at once while the connection is down, and are never
     // resent after a reconnect (the caller has seen them fail).
-    const redis = new Redis(options.url, {
-      ...common,
-      connectionName: 'tollgate',
-      commandTimeout: timeout,
-      maxRetriesPerRequest: 1,
-      enableOfflineQueue: false,
-      autoResendUnfulfilledCommands: false,
-    });
+    const redis = connect(topology, { connectionName: 'tollgate', commandTimeout: timeout, connectTimeout });
     redis.on('error', onError);
     for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS)]) {
       redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
     }
-    this.#redis = redis as Redis & Scripts;
-    this.#metering = new RedisMetering(this.#redis, this.prefix, maxLen);
+    this.#redis = redis as RedisClient & Scripts;
+    if (waitReplicas > 0) {
+      const waitMs = options.waitTimeoutMs ?? Math.max(1, Math.floor(timeout / 2));
+      const durable = connect(topology, { connectionName: 'tollgate-wait', commandTimeout: timeout, connectTimeout });
+      durable.on('error', onError);
+      this.#wait = new ReplicaWait(durable, waitReplicas, waitMs, timeout);
+    } else {
+      this.#wait = null;
+    }
+    this.#metering = new RedisMetering(this.#redis, this.prefix, maxLen, this.#wait);
     this.#responses = new RedisResponses(this.#redis, this.prefix);
 
     // A subscriber connection runs no other command. Its SUBSCRIBE waits for the first connect
     // however long that takes; ioredis subscribes again after every reconnect.
-    this.#sub = new Redis(options.url, { ...common, connectionName: 'tollgate-sub', maxRetriesPerRequest: null, autoResubscribe: true });
+    this.#sub = connect(topology, { connectionName: 'tollgate-sub', connectTimeout, subscriber: true });
     this.#sub.on('error', onError);
     this.#sub.on('message', (channel: string, text: string) => {
       if (channel !== this.#channel) return;
@@ -213,7 +227,7 @@ export class RedisStore implements Store {
   }
 
   /** The command connection, for other shared state of the same deployment (rate limits). */
-  get client(): Redis {
+  get client(): RedisClient {
     return this.#redis;
   }
 
@@ -251,6 +265,7 @@ export class RedisStore implements Store {
         await Promise.race([new Promise<void>((resolve) => { onReady = resolve; this.#redis.once('ready', resolve); }), ...ends]);
       }
       await this.ping();
+      if (this.#wait !== null) await Promise.race([this.#wait.client.ping(), ...ends]);
     } finally {
       clearTimeout(timer);
       if (onReady !== undefined) this.#redis.off('ready', onReady);
@@ -277,7 +292,11 @@ export class RedisStore implements Store {
   async addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined> {
     requireId('idempotency key', idempotencyKey);
     const acct = this.#acct(accountId);
-    const r = await this.#redis.tgAddCredits(acct, `${acct}:credits`, integer(units, 'units'), idempotencyKey);
+    const keys = [acct, `${acct}:credits`];
+    const args = [integer(units, 'units'), idempotencyKey];
+    const r = this.#wait !== null
+      ? await this.#wait.eval(SCRIPTS.tgAddCredits.lua, keys, args)
+      : await this.#redis.tgAddCredits(keys[0]!, keys[1]!, args[0]!, args[1]!);
     if (r === null) return undefined;
     const [applied, balance] = tuple(r, 2);
     const result: CreditResult = { applied: applied === 1, balance_units: Number(balance) };
@@ -341,7 +360,10 @@ export class RedisStore implements Store {
   async revokeKey(id: string): Promise<KeyRecord | undefined> {
     const digest = await this.#redis.get(this.#keyId(id));
     if (digest === null) return undefined;
-    const r = await this.#redis.tgRevokeKey(this.#key(digest), id, String(Date.now()), this.#channel, this.#message({ kind: 'key', digest }));
+    const args = [id, String(Date.now()), this.#channel, this.#message({ kind: 'key', digest })] as const;
+    const r = this.#wait !== null
+      ? await this.#wait.eval(SCRIPTS.tgRevokeKey.lua, [this.#key(digest)], [...args])
+      : await this.#redis.tgRevokeKey(this.#key(digest), ...args);
     if (r === null) return undefined;
     const [newly, rid, account, rdigest, created, revoked] = tuple(r, 6);
     if (newly === 1) this.#emit({ kind: 'key', digest });
@@ -350,7 +372,10 @@ export class RedisStore implements Store {
 
   async revokeSession(sid: string): Promise<void> {
     requireId('session id', sid);
-    const r = await this.#redis.tgRevokeSession(this.#sess(sid), String(Date.now()), this.#channel, this.#message({ kind: 'session', sid }));
+    const args = [String(Date.now()), this.#channel, this.#message({ kind: 'session', sid })] as const;
+    const r = this.#wait !== null
+      ? await this.#wait.eval(SCRIPTS.tgRevokeSession.lua, [this.#sess(sid)], [...args])
+      : await this.#redis.tgRevokeSession(this.#sess(sid), ...args);
     if (r === 1) this.#emit({ kind: 'session', sid });
   }
 
@@ -395,7 +420,10 @@ export class RedisStore implements Store {
     this.#closed = true;
     this.#listeners.clear();
     this.#markClosed(new Error('the store is closed'));
-    await Promise.all([quit(this.#redis, this.#timeout), quit(this.#sub, this.#timeout)]);
+    await Promise.all([
+      quit(this.#redis, this.#timeout), quit(this.#sub, this.#timeout),
+      ...(this.#wait !== null ? [quit(this.#wait.client, this.#timeout)] : []),
+    ]);
   }
 
   #acct(id: string): string { return `${this.prefix}{acct:${id}}`; }
@@ -421,7 +449,7 @@ export class RedisStore implements Store {
 }
 
 /** QUIT, or drop the connection when it is down or Redis does not answer in time. */
-async function quit(redis: Redis, ms: number): Promise<void> {
+async function quit(redis: RedisClient, ms: number): Promise<void> {
   if (redis.status === 'ready') {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error('QUIT timed out')), ms); });
