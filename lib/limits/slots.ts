@@ -38,11 +38,16 @@ export class MemorySlots implements Slots {
 /** A lease lives this long unless renewed; renewals come every third of it. */
 export const LEASE_MS = 30_000;
 
+// Expired leases are removed last: on a Redis Cluster, while the slot migrates, a script that
+// touches a key it has just emptied (deleted) fails there, its earlier writes applied.
 const ACQUIRE = `
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+if redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[1], '+inf') >= tonumber(ARGV[3]) then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+  return 0
+end
 redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 return 1`;
 
 const RENEW = `

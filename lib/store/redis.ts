@@ -252,23 +252,28 @@ export class RedisStore implements Store {
    */
   async ready(ms?: number): Promise<void> {
     let timer: NodeJS.Timeout | undefined;
-    let onReady: (() => void) | undefined;
+    const undo: Array<() => void> = [];
     const ends: Array<Promise<never>> = [this.#closing];
     if (ms !== undefined) {
       ends.push(new Promise<never>((_, reject) => {
         timer = setTimeout(() => reject(new Error(`Redis did not answer within ${ms} ms`)), ms);
       }));
     }
+    const connected = async (client: RedisClient) => {
+      if (client.status === 'ready') return;
+      await Promise.race([new Promise<void>((resolve) => { undo.push(() => client.off('ready', resolve)); client.once('ready', resolve); }), ...ends]);
+    };
     try {
       await Promise.race([this.#subscribed, ...ends]);
-      if (this.#redis.status !== 'ready') {
-        await Promise.race([new Promise<void>((resolve) => { onReady = resolve; this.#redis.once('ready', resolve); }), ...ends]);
-      }
+      await connected(this.#redis);
       await this.ping();
-      if (this.#wait !== null) await Promise.race([this.#wait.client.ping(), ...ends]);
+      if (this.#wait !== null) {
+        await connected(this.#wait.client);
+        await this.#wait.client.ping();
+      }
     } finally {
       clearTimeout(timer);
-      if (onReady !== undefined) this.#redis.off('ready', onReady);
+      for (const u of undo) u();
     }
   }
 

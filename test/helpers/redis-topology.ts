@@ -47,7 +47,29 @@ export interface TestCluster {
   /** host:port of each primary, as store.cluster takes them. */
   nodes: string[];
   ports: number[];
+  /** The port of the primary serving `key`'s slot, and the slot. */
+  ownerOf(key: string): Promise<{ port: number; slot: number }>;
+  /** Adds a replica of the primary on `port`, and waits until it is in sync. */
+  addReplica(port: number): Promise<number>;
+  /** Moves `slot` with its keys from one primary to another (IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE). */
+  moveSlot(slot: number, from: number, to: number): Promise<number>;
   stop(): Promise<void>;
+}
+
+/** A plain connection to one node (no cluster redirections), for looking and for admin commands. */
+export async function nodeClient(port: number): Promise<Redis> {
+  const c = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 1 });
+  await c.connect();
+  return c;
+}
+
+async function onNode<T>(port: number, f: (c: Redis) => Promise<T>): Promise<T> {
+  const c = await nodeClient(port);
+  try {
+    return await f(c);
+  } finally {
+    c.disconnect();
+  }
 }
 
 /** Three primaries, the 16384 slots split between them, no replicas. */
@@ -68,7 +90,47 @@ export async function startCluster(primaries = 3): Promise<TestCluster> {
         await sleep(50);
       }
     }
-    return { nodes: addrs, ports: nodes.map((n) => n.port), stop };
+    const ports = nodes.map((n) => n.port);
+    const myId = (port: number) => onNode(port, (c) => c.call('CLUSTER', 'MYID') as Promise<string>);
+    return {
+      nodes: addrs,
+      ports,
+      stop,
+      ownerOf: (key) => onNode(ports[0]!, async (c) => {
+        const slot = await c.call('CLUSTER', 'KEYSLOT', key) as number;
+        const ranges = await c.call('CLUSTER', 'SLOTS') as Array<[number, number, [string, number, string]]>;
+        const range = ranges.find(([lo, hi]) => slot >= lo && slot <= hi);
+        if (range === undefined) throw new Error(`no node serves slot ${slot}`);
+        return { port: Number(range[2][1]), slot };
+      }),
+      async addReplica(port) {
+        const id = await myId(port);
+        const replica = await startNode(server, ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000']);
+        nodes.push(replica);
+        await run(cli, ['--cluster', 'add-node', `127.0.0.1:${replica.port}`, `127.0.0.1:${port}`, '--cluster-slave', '--cluster-master-id', id], { timeout: 20_000 });
+        await waitFor(async () => (await info(port, 'replication')).includes('connected_slaves:1')
+          && (await info(replica.port, 'replication')).includes('master_link_status:up'), 15_000, 'the cluster replica to sync');
+        return replica.port;
+      },
+      async moveSlot(slot, from, to) {
+        const [fromId, toId] = [await myId(from), await myId(to)];
+        await onNode(to, (c) => c.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', fromId));
+        await onNode(from, (c) => c.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', toId));
+        let moved = 0;
+        await onNode(from, async (c) => {
+          for (;;) {
+            const keys = await c.call('CLUSTER', 'GETKEYSINSLOT', slot, 10) as string[];
+            if (keys.length === 0) break;
+            await c.call('MIGRATE', '127.0.0.1', to, '', 0, 5000, 'KEYS', ...keys);
+            moved += keys.length;
+          }
+        });
+        for (const port of [to, from, ...ports.filter((p) => p !== to && p !== from)]) {
+          await onNode(port, (c) => c.call('CLUSTER', 'SETSLOT', slot, 'NODE', toId));
+        }
+        return moved;
+      },
+    };
   } catch (err) {
     await stop();
     throw err;
