@@ -167,3 +167,39 @@ t.test('wait_replicas on a cluster: WAIT goes to the primary owning the account\
   const shown: any = await (await fetch(`${gws[1]!.url}/admin/accounts/${other}`, { headers: admin })).json();
   t.equal(shown.balance_units, 105, 'applied once on the primary, not twice by the retry (idempotency key)');
 });
+
+t.test('while its slot migrates, a settle or hold that empties the holds key still applies whole', async (t) => {
+  // Regression: a script that deleted a key's last field and touched the key again failed
+  // mid-way on a migrating slot ("non local key"), its debit applied and the request a 503.
+  const prefix = `tgc-migrating:${randomUUID()}:`;
+  const store = await RedisStore.open({ topology, prefix });
+  t.teardown(() => store.close());
+  const day = '2026-11-23';
+  const month = '2026-11';
+  const quotas = { requests_per_day: null, tokens_per_day: null, units_per_month: null };
+  await store.createAccount({ id: 'mig', plan: 'free', balance_units: 1000 });
+  // Every key the scripts touch exists (else Redis answers TRYAGAIN before running them).
+  t.ok((await store.hold({ account: 'mig', requestId: 'r0', units: 10, ttlMs: 60_000, day, month, quotas }))?.ok);
+  await store.settle({ account: 'mig', requestId: 'r0', units: 10, promptTokens: 1, completionTokens: 1, day, month });
+  t.ok((await store.hold({ account: 'mig', requestId: 'short', units: 10, ttlMs: 1, day, month, quotas }))?.ok);
+
+  const { port: from, slot } = await cluster.ownerOf(`${prefix}{acct:mig}`);
+  const to = cluster.ports.find((p) => p !== from)!;
+  const [src, dst] = [await nodeClient(from), await nodeClient(to)];
+  t.teardown(async () => {
+    for (const c of [src, dst]) await c.call('CLUSTER', 'SETSLOT', slot, 'STABLE');
+    src.disconnect();
+    dst.disconnect();
+  });
+  await dst.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', await src.call('CLUSTER', 'MYID') as string);
+  await src.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', await dst.call('CLUSTER', 'MYID') as string);
+  await new Promise((r) => setTimeout(r, 5)); // 'short' has expired
+
+  // The holds key holds one expired hold only: purging it empties the key before the new hold lands.
+  const held = await store.hold({ account: 'mig', requestId: 'r1', units: 5, ttlMs: 60_000, day, month, quotas });
+  t.strictSame(held, { ok: true, available_units: 985 }, 'a hold that purges the only (expired) hold applies');
+  t.strictSame(await src.hkeys(`${prefix}{acct:mig}:holds`), ['r1'], 'the expired hold is gone, the new one there');
+  const settled = await store.settle({ account: 'mig', requestId: 'r1', units: 7, promptTokens: 1, completionTokens: 1, day, month });
+  t.strictSame(settled, { applied: true, charged_units: 7, balance_units: 983, available_units: 983 }, 'the settle that drops the last hold applied whole');
+  t.equal((await store.getAccount('mig'))?.balance_units, 983);
+});
