@@ -460,6 +460,8 @@ async function quit(redis: RedisClient, ms: number): Promise<void> {
     const late = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error('QUIT timed out')), ms); });
     try {
       await Promise.race([redis.quit(), late]);
+      // QUIT leaves a Sentinel client's failover detector (its sentinel connections) running.
+      redis.disconnect();
       return;
     } catch {
       // fall through

@@ -147,6 +147,8 @@ export interface TestSentinel {
   replicaPort: number;
   /** SIGKILLs the server that started as primary (no goodbye to anyone). */
   killPrimary(): Promise<void>;
+  /** Starts the killed primary again, empty, as a replica of the server on `port`; waits until in sync. */
+  restartPrimaryAsReplicaOf(port: number): Promise<void>;
   /** The port the sentinels name as primary now. */
   currentPrimary(): Promise<number>;
   stop(): Promise<void>;
@@ -154,17 +156,17 @@ export interface TestSentinel {
 
 /**
  * A primary, its replica, and three sentinels (quorum 2) that call the primary down after
- * `downAfterMs` without an answer, and promote the replica.
+ * `downAfterMs` without an answer, and promote the replica. `serverArgs` go to both servers.
  */
-export async function startSentinel(downAfterMs = 500): Promise<TestSentinel> {
+export async function startSentinel(downAfterMs = 500, serverArgs: string[] = []): Promise<TestSentinel> {
   const { server } = binaries();
   const name = 'tgmaster';
   const nodes: Node[] = [];
   const stop = async () => { await Promise.all(nodes.map(stopNode)); };
   try {
-    const primary = await startNode(server, []);
+    const primary = await startNode(server, serverArgs);
     nodes.push(primary);
-    const replica = await startNode(server, ['--replicaof', '127.0.0.1', String(primary.port)]);
+    const replica = await startNode(server, [...serverArgs, '--replicaof', '127.0.0.1', String(primary.port)]);
     nodes.push(replica);
     await waitFor(async () => (await info(primary.port, 'replication')).includes('connected_slaves:1')
       && (await info(replica.port, 'replication')).includes('master_link_status:up'), 10_000, 'the replica to sync');
@@ -199,6 +201,10 @@ export async function startSentinel(downAfterMs = 500): Promise<TestSentinel> {
         const exited = new Promise<void>((resolve) => primary.child.once('exit', () => resolve()));
         primary.child.kill('SIGKILL');
         await exited;
+      },
+      restartPrimaryAsReplicaOf: async (port) => {
+        primary.child = await launch(server, [...primary.args, '--replicaof', '127.0.0.1', String(port)], primary.port);
+        await waitFor(async () => (await info(primary.port, 'replication')).includes('master_link_status:up'), 15_000, 'the old primary to sync as a replica');
       },
       currentPrimary: async () => {
         const c = new Redis({ port: sentinels[0]!.port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 1 });
