@@ -7,8 +7,9 @@
 // WAIT sent after a reconnect, on a fresh connection, would confirm nothing yet answer at once).
 // On a Cluster the pipeline goes to the primary owning the script's slot (WAIT has no key; the
 // script's keys choose the node). The script is sent as EVAL, not EVALSHA: a NOSCRIPT retry
-// would leave the pipeline and escape the WAIT. The connection is its own, so a WAIT that
-// blocks (replicas slow or gone) delays only other waited writes, never holds and reads.
+// would leave the pipeline and escape the WAIT. WAIT blocks its connection until the replicas
+// answer, so waited writes have connections of their own, a few taken in turn: a WAIT delays
+// only the waited writes queued behind it on its connection, never holds and reads.
 //
 // A write applied on the primary whose WAIT is not acknowledged in time rejects with
 // ReplicaWaitError (a store fault: 503 service_unavailable with Retry-After). It stays applied
@@ -29,26 +30,28 @@ export class ReplicaWaitError extends Error {
 const REDIRECT = /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /;
 
 export class ReplicaWait {
-  readonly #client: RedisClient;
+  readonly #clients: RedisClient[];
+  #next = 0;
   readonly #replicas: number;
   readonly #waitMs: number;
   readonly #deadlineMs: number;
 
   /**
-   * `client` is used for waited writes alone. `deadlineMs` bounds the whole call (the store's
-   * command timeout), and must exceed `waitMs`.
+   * `clients` are used for waited writes alone, in turn. `deadlineMs` bounds the whole call
+   * (the store's command timeout), and must exceed `waitMs`.
    */
-  constructor(client: RedisClient, replicas: number, waitMs: number, deadlineMs: number) {
+  constructor(clients: RedisClient[], replicas: number, waitMs: number, deadlineMs: number) {
+    if (clients.length === 0) throw new RangeError('at least one client');
     if (!Number.isSafeInteger(replicas) || replicas < 1) throw new RangeError('replicas must be a positive integer');
     if (!Number.isSafeInteger(waitMs) || waitMs < 1 || waitMs >= deadlineMs) throw new RangeError('waitMs must be positive and below the deadline');
-    this.#client = client;
+    this.#clients = clients;
     this.#replicas = replicas;
     this.#waitMs = waitMs;
     this.#deadlineMs = deadlineMs;
   }
 
-  get client(): RedisClient {
-    return this.#client;
+  get clients(): readonly RedisClient[] {
+    return this.#clients;
   }
 
   /** Runs `lua` over `keys` and `args`, then waits for the replicas; resolves to the script's reply. */
@@ -66,8 +69,10 @@ export class ReplicaWait {
   }
 
   async #attempt(lua: string, keys: string[], args: string[], deadline: number): Promise<unknown> {
+    const client = this.#clients[this.#next]!;
+    this.#next = (this.#next + 1) % this.#clients.length;
     for (let attempt = 0; ; attempt++) {
-      const p = this.#client.pipeline();
+      const p = client.pipeline();
       p.eval(lua, keys.length, ...keys, ...args);
       p.wait(this.#replicas, this.#waitMs);
       const results = await p.exec();
@@ -76,9 +81,9 @@ export class ReplicaWait {
       if (scriptErr !== null) {
         // Not applied (a redirection is answered before the script runs): try once more where
         // the slot is now, if there is time for a whole WAIT.
-        if (attempt === 0 && REDIRECT.test(scriptErr.message) && 'refreshSlotsCache' in this.#client
+        if (attempt === 0 && REDIRECT.test(scriptErr.message) && 'refreshSlotsCache' in client
           && Date.now() + this.#waitMs < deadline) {
-          await refresh(this.#client);
+          await refresh(client);
           continue;
         }
         throw scriptErr;

@@ -204,8 +204,11 @@ export class RedisStore implements Store {
     this.#redis = redis as RedisClient & Scripts;
     if (waitReplicas > 0) {
       const waitMs = options.waitTimeoutMs ?? Math.max(1, Math.floor(timeout / 2));
-      const durable = connect(topology, { connectionName: 'tollgate-wait', commandTimeout: timeout, connectTimeout });
-      durable.on('error', onError);
+      const durable = Array.from({ length: WAIT_CONNECTIONS }, () => {
+        const c = connect(topology, { connectionName: 'tollgate-wait', commandTimeout: timeout, connectTimeout });
+        c.on('error', onError);
+        return c;
+      });
       this.#wait = new ReplicaWait(durable, waitReplicas, waitMs, timeout);
     } else {
       this.#wait = null;
@@ -267,9 +270,9 @@ export class RedisStore implements Store {
       await Promise.race([this.#subscribed, ...ends]);
       await connected(this.#redis);
       await this.ping();
-      if (this.#wait !== null) {
-        await connected(this.#wait.client);
-        await this.#wait.client.ping();
+      for (const c of this.#wait?.clients ?? []) {
+        await connected(c);
+        await c.ping();
       }
     } finally {
       clearTimeout(timer);
@@ -427,7 +430,7 @@ export class RedisStore implements Store {
     this.#markClosed(new Error('the store is closed'));
     await Promise.all([
       quit(this.#redis, this.#timeout), quit(this.#sub, this.#timeout),
-      ...(this.#wait !== null ? [quit(this.#wait.client, this.#timeout)] : []),
+      ...(this.#wait?.clients ?? []).map((c) => quit(c, this.#timeout)),
     ]);
   }
 
@@ -473,6 +476,8 @@ async function quit(redis: RedisClient, ms: number): Promise<void> {
 }
 
 const DIGEST = /^[0-9a-f]{64}$/;
+/** Connections for waited writes (store.wait_replicas): each WAIT blocks its own until confirmed. */
+const WAIT_CONNECTIONS = 4;
 
 function requireId(what: string, v: unknown): void {
   if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
