@@ -15,7 +15,10 @@
 // Atomicity and Redis Cluster: every mutation is one Lua script, and every script touches keys
 // of one `{...}` hash tag only, so the same scripts work on a cluster. A script's keys all begin
 // with the same string up to and including the tag's closing brace (`P{acct:ID}` and
-// `P{acct:ID}:credits`), so they hash alike whatever the prefix or the ID contain.
+// `P{acct:ID}:credits`), so they hash alike whatever the prefix or the ID contain. While a
+// cluster slot migrates, a script runs only if every key it names exists on the node, and fails
+// mid-way (its earlier writes applied) if it touches a key it emptied itself: scripts therefore
+// delete fields and keys only as their last access to that key (see redis-metering.ts).
 //
 // Two operations span two tags and run as atomic steps in a safe order:
 // - createKey: (1) EXISTS P{acct:ID}. Accounts are never deleted, so once it exists it stays.

@@ -151,6 +151,8 @@ export interface TestSentinel {
   restartPrimaryAsReplicaOf(port: number): Promise<void>;
   /** The port the sentinels name as primary now. */
   currentPrimary(): Promise<number>;
+  /** SENTINEL <args> on the first sentinel. */
+  sentinelCommand(...args: string[]): Promise<unknown>;
   stop(): Promise<void>;
 }
 
@@ -205,6 +207,14 @@ export async function startSentinel(downAfterMs = 500, serverArgs: string[] = []
       restartPrimaryAsReplicaOf: async (port) => {
         primary.child = await launch(server, [...primary.args, '--replicaof', '127.0.0.1', String(port)], primary.port);
         await waitFor(async () => (await info(primary.port, 'replication')).includes('master_link_status:up'), 15_000, 'the old primary to sync as a replica');
+      },
+      sentinelCommand: async (...args) => {
+        const c = await nodeClient(sentinels[0]!.port);
+        try {
+          return await c.call('SENTINEL', ...args);
+        } finally {
+          c.disconnect();
+        }
       },
       currentPrimary: async () => {
         const c = new Redis({ port: sentinels[0]!.port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 1 });

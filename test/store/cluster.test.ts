@@ -37,7 +37,6 @@ async function gateways(t: any, store: Record<string, unknown>, n = 2): Promise<
   const gws: TestGateway[] = [];
   for (let i = 0; i < n; i++) gws.push(await startGateway(walletConfig(store)));
   t.teardown(() => Promise.all(gws.map((g) => g.close())));
-  if (process.env.SCALE_DEBUG) t.teardown(async () => { const { appendFileSync } = await import('node:fs'); for (const g of gws) appendFileSync('/tmp/scale/gw.log', g.logs()); });
   await accountWhenReady(gws[0]!);
   return gws;
 }

@@ -95,3 +95,36 @@ t.test('the primary killed under load: the gateways follow the failover; no ackn
   // reached the replica while its confirmation did not reach the gateway.
   t.ok(landed - acked <= 4 && landed - acked <= refused, `debits that landed unacknowledged: ${landed - acked}, each a 503 (of ${refused}), at most the 4 in flight`);
 });
+
+t.test('a manual failover (the primary demoted, not dead) under load: followed, nothing lost', async (t) => {
+  // After the test above, the first replica is primary and the old primary its replica.
+  const gws = await gateways(t, sentinelStore(`tgs-switch:${randomUUID()}:`));
+  const before = await accountWhenReady(gws[0]!);
+  const primaryBefore = await topo.currentPrimary();
+  const outcomes: Outcome[] = [];
+  let switched = false;
+  let afterOk = 0;
+  const load = Promise.all(gws.map(async (gw) => {
+    while (!switched || afterOk < 20) {
+      for (const o of await Promise.all([chat(gw), chat(gw)])) {
+        outcomes.push(o);
+        if (switched && o.status === 200) afterOk++;
+      }
+    }
+  }));
+  await sleep(200);
+  await topo.sentinelCommand('FAILOVER', topo.name);
+  await waitFor(async () => (await topo.currentPrimary()) !== primaryBefore, 15_000, 'the sentinels to switch the primary');
+  switched = true;
+  await load;
+
+  t.strictSame(outcomes.filter((o) => o.status !== 200 && !isStoreFault(o)), [], 'every request a 200 or a contract 503');
+  t.ok(Math.max(...outcomes.map((o) => o.ms)) < 6000, 'none hangs');
+  t.ok(afterOk >= 20, `served on the new primary (${afterOk} answers after the switch)`);
+  let after: any;
+  await waitFor(async () => { after = await account(gws[1]!).catch(() => undefined); return after?.held_units === 0; }, 5000, 'the holds to be released');
+  const acked = outcomes.filter((o) => o.status === 200);
+  const landed = after.usage.day.requests - before.usage.day.requests;
+  t.ok(landed >= acked.length && landed - acked.length <= 4, `every acknowledged debit kept (${landed} landed, ${acked.length} acknowledged)`);
+  t.equal(before.balance_units - after.balance_units, landed * acked[0]!.charged, 'Δ balance = the debits that landed, each once');
+});
