@@ -53,6 +53,10 @@ export interface TestCluster {
   addReplica(port: number): Promise<number>;
   /** Moves `slot` with its keys from one primary to another (IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE). */
   moveSlot(slot: number, from: number, to: number): Promise<number>;
+  /** SIGKILLs the node on `port`. */
+  kill(port: number): Promise<void>;
+  /** Starts the node on `port` again with its cluster config (it rejoins; a failed-over primary as a replica). */
+  restart(port: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -111,6 +115,16 @@ export async function startCluster(primaries = 3): Promise<TestCluster> {
         await waitFor(async () => (await info(port, 'replication')).includes('connected_slaves:1')
           && (await info(replica.port, 'replication')).includes('master_link_status:up'), 15_000, 'the cluster replica to sync');
         return replica.port;
+      },
+      async kill(port) {
+        const n = nodes.find((x) => x.port === port)!;
+        const exited = new Promise<void>((resolve) => n.child.once('exit', () => resolve()));
+        n.child.kill('SIGKILL');
+        await exited;
+      },
+      async restart(port) {
+        const n = nodes.find((x) => x.port === port)!;
+        n.child = await launch(server, n.args, port);
       },
       async moveSlot(slot, from, to) {
         const [fromId, toId] = [await myId(from), await myId(to)];

@@ -202,3 +202,72 @@ t.test('while its slot migrates, a settle or hold that empties the holds key sti
   t.strictSame(settled, { applied: true, charged_units: 7, balance_units: 983, available_units: 983 }, 'the settle that drops the last hold applied whole');
   t.equal((await store.getAccount('mig'))?.balance_units, 983);
 });
+
+t.test('a primary killed under load, its replica promoted: followed, no acknowledged debit lost', async (t) => {
+  const prefix = `tgc-kill:${randomUUID()}:`;
+  const { port: owner } = await cluster.ownerOf(`${prefix}{acct:demo}`);
+  const info = async (port: number) => { const c = await nodeClient(port); try { return await c.info('replication'); } finally { c.disconnect(); } };
+  let replica = Number(/slave0:ip=[^,]+,port=(\d+)/.exec(await info(owner))?.[1] ?? 0);
+  if (replica === 0) replica = await cluster.addReplica(owner);
+  // As the README advises beside wait_replicas: a primary without a replica refuses writes.
+  for (const port of [owner, replica]) {
+    const c = await nodeClient(port);
+    await c.config('SET', 'min-replicas-to-write', '1');
+    c.disconnect();
+  }
+  t.teardown(async () => {
+    for (const port of [owner, replica]) {
+      const c = await nodeClient(port).catch(() => undefined);
+      await c?.config('SET', 'min-replicas-to-write', '0').catch(() => undefined);
+      c?.disconnect();
+    }
+  });
+  const gws = await gateways(t, { cluster: cluster.nodes, prefix, timeout_ms: 1000, wait_replicas: 1, wait_timeout_ms: 300 });
+  const before = await accountWhenReady(gws[0]!);
+
+  const outcomes: Outcome[] = [];
+  let phase: 'before' | 'failover' | 'after' = 'before';
+  let afterOk = 0;
+  const load = Promise.all(gws.map(async (gw) => {
+    while (phase !== 'after' || afterOk < 20) {
+      for (const o of await Promise.all([chat(gw), chat(gw)])) {
+        outcomes.push(o);
+        if (phase === 'after' && o.status === 200) afterOk++;
+      }
+      if (phase === 'failover') await new Promise((r) => setTimeout(r, 20));
+    }
+  }));
+  await new Promise((r) => setTimeout(r, 300));
+  await cluster.kill(owner);
+  phase = 'failover';
+  const deadline = Date.now() + 20_000;
+  while (!(await info(replica)).includes('role:master')) {
+    if (Date.now() > deadline) throw new Error('the replica was not promoted');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  // The old primary comes back as the new one's replica, so debits can be confirmed again.
+  await cluster.restart(owner);
+  const synced = Date.now() + 20_000;
+  while (!(await info(owner)).includes('master_link_status:up')) {
+    if (Date.now() > synced) throw new Error('the old primary did not rejoin as a replica');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  phase = 'after';
+  await load;
+
+  t.strictSame(outcomes.filter((o) => o.status !== 200 && !isStoreFault(o)), [], 'every request a 200 or a contract 503');
+  t.ok(Math.max(...outcomes.map((o) => o.ms)) < 6000, `none hangs (slowest ${Math.max(...outcomes.map((o) => o.ms))} ms)`);
+  t.ok(afterOk >= 20, `served on the promoted replica (${afterOk} answers)`);
+  let after: any;
+  const released = Date.now() + 5000;
+  for (;;) {
+    after = await accountWhenReady(gws[1]!);
+    if (after.held_units === 0 || Date.now() > released) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  t.equal(after.held_units, 0, 'no hold left');
+  const acked = outcomes.filter((o) => o.status === 200);
+  const landed = after.usage.day.requests - before.usage.day.requests;
+  t.ok(landed >= acked.length && landed - acked.length <= 4, `every acknowledged debit kept (${landed} landed, ${acked.length} acknowledged)`);
+  t.equal(before.balance_units - after.balance_units, landed * acked[0]!.charged, 'Δ balance = the debits that landed, each once');
+});
