@@ -1,8 +1,9 @@
 // The Redis store on a real 3-primary Redis Cluster (store.cluster): the store and metering
 // contracts; every account's keys on one node (hash tags), accounts spread over the nodes;
 // two gateways sharing one wallet exactly; a slot moved under load (each request a 200 or a
-// contract 503, the wallet moved by exactly what the 200s charged); and store.wait_replicas
-// sending WAIT to the primary that owns the account's slot.
+// contract 503, the wallet moved by exactly what the 200s charged); store.wait_replicas
+// sending WAIT to the primary that owns the account's slot; a script that empties a key while
+// its slot migrates; and a primary killed under load, its replica promoted.
 
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
