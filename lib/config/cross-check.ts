@@ -144,6 +144,11 @@ function storeProblems(store: Obj): string[] {
     if (m !== null && (Number(m[1]) < 1 || Number(m[1]) > 65535)) problems.push(`${path}[${i}]: port must be from 1 to 65535`);
   });
   ports(obj(store.sentinel).sentinels, 'store.sentinel.sentinels');
+  // A brace in the prefix would move or break the `{acct:ID}` hash tags that keep an account's
+  // keys in one slot ("p{}" makes every key hash whole: scripts would span slots).
+  if (store.cluster !== undefined && store.cluster !== null && text(store.prefix) && /[{}]/.test(store.prefix)) {
+    problems.push('store.prefix: must not contain { or } with store.cluster (hash tags keep each account in one slot)');
+  }
   ports(store.cluster, 'store.cluster');
   const timeout = typeof store.timeout_ms === 'number' ? store.timeout_ms : 1000;
   if (typeof store.wait_timeout_ms === 'number' && store.wait_timeout_ms >= timeout) {

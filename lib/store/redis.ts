@@ -168,7 +168,7 @@ export class RedisStore implements Store {
   readonly prefix: string;
   readonly #redis: RedisClient & Scripts;
   readonly #sub: RedisClient;
-  /** Waited writes (store.wait_replicas > 0), on their own connection; else null. */
+  /** Waited writes (store.wait_replicas > 0), on connections of their own; else null. */
   readonly #wait: ReplicaWait | null;
   readonly #channel: string;
   /** Tells this instance's own messages apart from other instances'. */

@@ -75,6 +75,9 @@ t.test('host:port lists, sentinel fields, WAIT bounds', async (t) => {
   ]);
   t.strictSame(problems(store(`${r}  sentinel: {name: m, sentinels: ["a:99999"], master: x}\n`)),
     ['store.sentinel.master: unknown key', 'store.sentinel.sentinels[0]: port must be from 1 to 65535']);
+  t.strictSame(problems(store(`${r}  cluster: ["a:1"]\n  prefix: "tg{}:"\n`)),
+    ['store.prefix: must not contain { or } with store.cluster (hash tags keep each account in one slot)']);
+  t.ok(parseConfig(`store:\n${r}  url: redis://x:1\n  prefix: "tg{x}:"\n`, {}), 'one Redis takes any prefix');
   t.strictSame(problems(store(`${r}  wait_replicas: -1\n`)), ['store.wait_replicas: must be a non-negative integer']);
   t.strictSame(problems(store(`${r}  wait_timeout_ms: 0\n`)), ['store.wait_timeout_ms: must be a positive integer']);
   t.strictSame(problems(store(`${r}  wait_replicas: 1\n  wait_timeout_ms: 1000\n`)),
