@@ -134,10 +134,10 @@ export async function startGateway({ root, configPath, logPath, port, upstream, 
 }
 
 /** A redis-server on a free port with no persistence, pinned to `cpu`. */
-export async function startRedis(cpu, dir) {
+export async function startRedis(cpu, dir, extraArgs = [], label = 'redis-server') {
   const port = await freePort();
-  const child = spawnChild('redis-server', 'redis-server', [
-    '--port', String(port), '--bind', HOST, '--save', '', '--appendonly', 'no', '--dir', dir,
+  const child = spawnChild(label, 'redis-server', [
+    '--port', String(port), '--bind', HOST, '--save', '', '--appendonly', 'no', '--dir', dir, ...extraArgs,
   ], { cpu });
   const deadline = Date.now() + 10_000;
   while (!/Ready to accept connections/.test(child.tail)) {

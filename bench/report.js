@@ -67,6 +67,19 @@ export function figures(m, { streams }) {
       figure('redis store: round trips per stream', '', m.redis.stream.reads, undefined, { digits: 2 }),
       figure('redis store: Lua scripts run per request', '', scripts(m.redis.plain), undefined, { digits: 2 }),
       figure('redis store: commands per request, incl. inside scripts', '', m.redis.plain.commands, undefined, { digits: 2 }),
+      figure('redis store: p50 latency, c=1', 'ms', m.redis.c1?.p50, m.c1?.bare.p50, { digits: 3 }),
+      figure('redis store: p99 latency, c=1', 'ms', m.redis.c1?.p99, m.c1?.bare.p99, { digits: 3 }),
+      figure('redis store: throughput, non-streaming c=64', 'req/s', m.redis.c64.rps, m.c64?.bare.rps, { digits: 0 }),
+    );
+  }
+  if (m.redisWait) {
+    // The cost of store.wait_replicas: 1 (a WAIT for one replica after each debit).
+    rows.push(
+      figure('redis + wait_replicas 1: p50 latency, c=1', 'ms', m.redisWait.c1?.p50, m.c1?.bare.p50, { digits: 3 }),
+      figure('redis + wait_replicas 1: p99 latency, c=1', 'ms', m.redisWait.c1?.p99, m.c1?.bare.p99, { digits: 3 }),
+      figure('redis + wait_replicas 1: throughput, non-streaming c=64', 'req/s', m.redisWait.c64.rps, m.c64?.bare.rps, { digits: 0 }),
+      figure('redis + wait_replicas 1: CPU per non-streaming request, c=64', 'µs', m.redisWait.c64.cpuUs, m.c64?.bare.cpuUs),
+      figure('redis + wait_replicas 1: round trips per request', '', m.redisWait.plain.reads, undefined, { digits: 2 }),
     );
   }
   return rows;

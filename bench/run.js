@@ -13,7 +13,10 @@
 //   - RSS (/proc/PID/status) idle, and at its peak while BENCH_STREAMS slow streams are open;
 //   - then the gateway alone on the same config with store.kind redis (a throwaway
 //     redis-server): CPU per request, and Redis round trips (read events) and commands per
-//     request, counted from Redis's INFO around sequential requests.
+//     request, counted from Redis's INFO around sequential requests; p50/p99 at one connection
+//     and throughput at 64;
+//   - and the same with a replica and store.wait_replicas: 1 (phase redis-wait): what waiting
+//     for a replica to confirm each debit (Redis WAIT) costs in latency and throughput.
 //
 // It prints one table (figure | gateway | bare hop | ratio | goal | result) and writes the same
 // as JSON to bench/results.json (or BENCH_OUT). Any non-2xx answer, transport error, timeout or
@@ -28,7 +31,7 @@
 //   BENCH_STREAM_SECONDS    seconds the slow streams are kept up (5)
 //   BENCH_TTFB_REQUESTS     first-byte samples per target (200)
 //   BENCH_REDIS=0           skip the Redis store variant
-//   BENCH_PHASES            comma list of c1,ttfb,c64,stream,dialects,slow,redis (default all of them)
+//   BENCH_PHASES            comma list of c1,ttfb,c64,stream,dialects,slow,redis,redis-wait (default all of them)
 //   BENCH_OUT               the JSON file (bench/results.json)
 //   BENCH_LOG_DIR           where the gateway logs go (bench/; gateway*.log, overwritten)
 //   BENCH_GATEWAY_NODE_ARGS extra node flags for the gateway, e.g.
@@ -70,10 +73,10 @@ const WARMUP = envNumber('BENCH_WARMUP_SECONDS', 2, 0);
 const STREAMS = Math.round(envNumber('BENCH_STREAMS', 500, 1));
 const STREAM_SECONDS = envNumber('BENCH_STREAM_SECONDS', 5, 2);
 const TTFB_N = Math.round(envNumber('BENCH_TTFB_REQUESTS', 200, 10));
-const ALL_PHASES = ['c1', 'ttfb', 'c64', 'stream', 'dialects', 'slow', 'redis'];
+const ALL_PHASES = ['c1', 'ttfb', 'c64', 'stream', 'dialects', 'slow', 'redis', 'redis-wait'];
 const PHASES = new Set((process.env.BENCH_PHASES || ALL_PHASES.join(',')).split(',').map((s) => s.trim()).filter(Boolean));
 for (const p of PHASES) if (!ALL_PHASES.includes(p)) throw new Error(`BENCH_PHASES: unknown phase '${p}' (known: ${ALL_PHASES.join(', ')})`);
-if (process.env.BENCH_REDIS === '0') PHASES.delete('redis');
+if (process.env.BENCH_REDIS === '0') { PHASES.delete('redis'); PHASES.delete('redis-wait'); }
 const NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
 const STOP_MS = NODE_ARGS.length > 0 ? 60_000 : 10_000; // a CPU profile is written on exit
 const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 300 + 4 * WARMUP + 20 * SECONDS + 2 * STREAM_SECONDS + TTFB_N, 10);
@@ -95,12 +98,13 @@ function readConfig() {
   return { text, key, maxConnections };
 }
 
-/** The same config with store.kind redis at `url`, written to `dir`. */
-function redisConfig(text, url, dir) {
+/** The same config with store.kind redis at `url` (and store.wait_replicas), written to `dir`. */
+function redisConfig(text, url, dir, waitReplicas = 0) {
   const doc = parseDocument(text);
   doc.setIn(['store', 'kind'], 'redis');
   doc.setIn(['store', 'url'], url);
-  const path = join(dir, 'tollgate-bench-redis.yaml');
+  if (waitReplicas > 0) doc.setIn(['store', 'wait_replicas'], waitReplicas);
+  const path = join(dir, `tollgate-bench-redis${waitReplicas > 0 ? '-wait' : ''}.yaml`);
   writeFileSync(path, doc.toString());
   return path;
 }
@@ -200,22 +204,38 @@ async function main(tmp) {
   await stopChild(bare.child);
 
   if (PHASES.has('redis')) m.redis = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream });
+  if (PHASES.has('redis-wait')) m.redisWait = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream, waitReplicas: 1 });
   await stopAll(STOP_MS);
-  return { m, busy, pin, logs: [gwLog, ...(m.redis ? [m.redis.log] : [])] };
+  return { m, busy, pin, logs: [gwLog, ...[m.redis, m.redisWait].filter(Boolean).map((r) => r.log)] };
 }
 
-/** The gateway on the same config with store.kind redis: CPU and Redis traffic per request. */
-async function redisVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, stream }) {
-  const server = await startRedis(pin.load, tmp);
-  const logPath = join(LOG_DIR, 'gateway-redis.log');
+/**
+ * The gateway on the same config with store.kind redis: CPU and Redis traffic per request,
+ * latency at one connection, throughput at 64. With `waitReplicas`, Redis has that many
+ * replicas and every debit waits for them (store.wait_replicas).
+ */
+async function redisVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, stream, waitReplicas = 0 }) {
+  const label = waitReplicas > 0 ? `gateway (redis, wait_replicas ${waitReplicas})` : 'gateway (redis)';
+  const server = await startRedis(pin.load, mkdtempSync(join(tmp, 'redis-')));
+  const replicas = [];
+  for (let i = 0; i < waitReplicas; i++) {
+    replicas.push(await startRedis(pin.load, mkdtempSync(join(tmp, 'replica-')), ['--replicaof', HOST, String(server.port)], `redis replica ${i + 1}`));
+  }
+  const logPath = join(LOG_DIR, waitReplicas > 0 ? 'gateway-redis-wait.log' : 'gateway-redis.log');
   rmSync(logPath, { force: true });
-  const gw = { name: 'gateway (redis)', ...await startGateway({
-    root: ROOT, configPath: redisConfig(text, server.url, tmp), logPath, port: await freePort(), upstream: upOrigin,
-    cpu: pin.proxy, nodeArgs: NODE_ARGS, label: 'gateway (redis)',
+  const gw = { name: label, ...await startGateway({
+    root: ROOT, configPath: redisConfig(text, server.url, tmp, waitReplicas), logPath, port: await freePort(), upstream: upOrigin,
+    cpu: pin.proxy, nodeArgs: NODE_ARGS, label,
   }) };
   const redis = new Redis(server.url, { lazyConnect: true, maxRetriesPerRequest: 1 });
   await redis.connect();
   try {
+    // The replicas are in sync before anything is measured (WAIT would otherwise time out).
+    const deadline = Date.now() + 10_000;
+    while (((await redis.info('replication')).match(/state=online/g) ?? []).length < waitReplicas) {
+      if (Date.now() > deadline) throw new Error(`${waitReplicas} replica(s) did not connect in 10 s`);
+      await sleep(50);
+    }
     await sanityCheck(gw, headers);
     if (WARMUP > 0) await cannon('warm-up gateway (redis)', gw.origin, { headers, body: plain, connections: 64, seconds: WARMUP });
     // What one INFO costs in the counters, with nothing else going on: subtracted below.
@@ -236,10 +256,12 @@ async function redisVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, s
       }
       return { n, reads: (d.reads - own.reads) / n, commands: (d.commands - own.commands) / n, perCommand };
     };
-    log('redis store: Redis traffic of 300 sequential requests and 100 sequential streams');
+    log(`${label}: Redis traffic of 300 sequential requests and 100 sequential streams`);
     const r = { plain: await perRequest(plain, 300), stream: await perRequest(stream, 100), log: logPath };
-    log(`redis store: non-streaming, 64 connections: ${SECONDS} s`);
-    r.c64 = await cannonWithCpu('gateway (redis) non-streaming c64', gw, ticks,
+    log(`${label}: non-streaming, 1 connection: ${SECONDS} s`);
+    [r.c1] = await sequentialLatency([gw], SECONDS, headers, plain);
+    log(`${label}: non-streaming, 64 connections: ${SECONDS} s`);
+    r.c64 = await cannonWithCpu(`${label} non-streaming c64`, gw, ticks,
       { headers, body: plain, connections: 64, seconds: SECONDS }, { redis: server.pid });
     await sanityCheck(gw, headers);
     r.rssEnd = rssKb(gw.pid);
@@ -247,6 +269,7 @@ async function redisVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, s
   } finally {
     redis.disconnect();
     await stopChild(gw.child, STOP_MS);
+    for (const r of replicas) await stopChild(r.child);
     await stopChild(server.child);
   }
 }

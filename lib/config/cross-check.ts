@@ -108,6 +108,8 @@ export function crossCheck(data: unknown): string[] {
     } catch { problems.push('server.passthrough: must be an http:// or https:// URL'); }
   }
 
+  problems.push(...storeProblems(obj(c.store)));
+
   const jwt = obj(c.auth).jwt;
   if (isObj(jwt)) {
     const sources = ['secret', 'public_key', 'jwks_url'].filter((k) => text(jwt[k]) && jwt[k] !== '');
@@ -122,6 +124,38 @@ export function crossCheck(data: unknown): string[] {
       try { ok = ['http:', 'https:'].includes(new URL(jwt.jwks_url).protocol); } catch { /* not a URL */ }
       if (!ok) problems.push('auth.jwt.jwks_url: must be an http:// or https:// URL');
     }
+  }
+  return problems;
+}
+
+/** store: one way to reach Redis, host:port that can be, and WAIT bounded by timeout_ms. */
+function storeProblems(store: Obj): string[] {
+  const problems: string[] = [];
+  const given = (['url', 'sentinel', 'cluster'] as const).filter((k) => store[k] !== undefined && store[k] !== null);
+  for (const k of given.slice(1)) {
+    problems.push(`store.${k}: cannot be combined with store.${given[0]}; give one of store.url, store.sentinel, store.cluster`);
+  }
+  if (store.kind !== 'redis') {
+    for (const k of ['sentinel', 'cluster'] as const) {
+      if (store[k] !== undefined && store[k] !== null) problems.push(`store.${k}: needs store.kind redis`);
+    }
+    if (typeof store.wait_replicas === 'number' && store.wait_replicas > 0) problems.push('store.wait_replicas: needs store.kind redis');
+  }
+  const ports = (v: unknown, path: string) => list(v).forEach((hp, i) => {
+    if (!text(hp)) return;
+    const m = /:(\d+)$/.exec(hp);
+    if (m !== null && (Number(m[1]) < 1 || Number(m[1]) > 65535)) problems.push(`${path}[${i}]: port must be from 1 to 65535`);
+  });
+  ports(obj(store.sentinel).sentinels, 'store.sentinel.sentinels');
+  // A brace in the prefix would move or break the `{acct:ID}` hash tags that keep an account's
+  // keys in one slot ("p{}" makes every key hash whole: scripts would span slots).
+  if (store.cluster !== undefined && store.cluster !== null && text(store.prefix) && /[{}]/.test(store.prefix)) {
+    problems.push('store.prefix: must not contain { or } with store.cluster (hash tags keep each account in one slot)');
+  }
+  ports(store.cluster, 'store.cluster');
+  const timeout = typeof store.timeout_ms === 'number' ? store.timeout_ms : 1000;
+  if (typeof store.wait_timeout_ms === 'number' && store.wait_timeout_ms >= timeout) {
+    problems.push(`store.wait_timeout_ms: must be less than store.timeout_ms (${timeout}), which bounds every store call`);
   }
   return problems;
 }

@@ -24,6 +24,7 @@ ajv.addKeyword('x-max-msg');
 /** Alias expansions allowed in one file: plenty for anchors in a config, none to spare for a bomb. */
 const MAX_ALIAS_COUNT = 100;
 const validateSchema = ajv.compile(configSchema);
+const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
 
 const ENV_REF = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
 
@@ -107,6 +108,8 @@ export function validateConfig(input: unknown): Config {
   const problems = [...(schemaOk ? [] : (validateSchema.errors ?? []).map(describe)), ...crossCheck(data)];
   if (problems.length > 0) throw new ConfigError([...new Set(problems)]);
   const config = data as unknown as Config;
+  config.store.url ??= DEFAULT_REDIS_URL;
+  config.store.wait_timeout_ms ??= Math.max(1, Math.floor(config.store.timeout_ms / 2));
   for (const m of config.models) m.upstream_model ??= m.id;
   if (config.admin.token === '') config.admin.token = null;
   return deepFreeze(config);

@@ -20,6 +20,10 @@ const posMs = { ...posInt, ...timerMsg } as const;
 const str = { type: 'string' } as const;
 const nullableStr = { type: ['string', 'null'] } as const;
 const slug = { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$', 'x-msg': 'must be 1-128 characters of letters, digits and ._:/@+-' } as const;
+/** host:port, the host a name, an IPv4 address or a bracketed IPv6 address. */
+const hostPort = {
+  type: 'string', pattern: '^(?:\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9._-]+):[0-9]{1,5}$', 'x-msg': 'must be host:port',
+} as const;
 const httpUrl = { type: 'string', pattern: '^https?://[^\\s]+$', 'x-msg': 'must be an http:// or https:// URL' } as const;
 
 function obj(properties: Record<string, unknown>, extra: Record<string, unknown> = {}) {
@@ -186,7 +190,25 @@ export const configSchema = obj({
       kind: { enum: ['memory', 'redis'], default: 'memory', 'x-msg': 'must be memory or redis' },
       path: { ...nullableStr, default: null },
       fsync_ms: { ...uintMs, default: 1000 },
-      url: { ...str, default: 'redis://127.0.0.1:6379' },
+      // No default here: cross-check.ts must see whether url was given beside sentinel/cluster.
+      // load.ts fills in redis://127.0.0.1:6379 afterwards.
+      url: str,
+      sentinel: {
+        type: ['object', 'null'],
+        additionalProperties: false,
+        default: null,
+        required: ['name', 'sentinels'],
+        properties: {
+          name: { type: 'string', minLength: 1, 'x-msg': 'must be a non-empty string (the master group name Sentinel monitors)' },
+          sentinels: { type: 'array', items: hostPort, minItems: 1, 'x-msg': 'must be a non-empty list of host:port' },
+          sentinel_password: { ...nullableStr, default: null },
+        },
+      },
+      cluster: { type: ['array', 'null'], items: hostPort, minItems: 1, default: null, 'x-msg': 'must be a non-empty list of host:port' },
+      /** Password of the Redis servers behind store.sentinel or store.cluster (store.url carries its own). */
+      password: { ...nullableStr, default: null },
+      wait_replicas: { ...uint, default: 0 },
+      wait_timeout_ms: { ...posMs },
       prefix: { ...str, default: 'tollgate:' },
       on_error: { enum: ['closed', 'open'], default: 'closed', 'x-msg': 'must be closed or open' },
       timeout_ms: { ...posInt, default: 1000 },

@@ -121,7 +121,18 @@ export interface Config {
     kind: 'memory' | 'redis';
     path: string | null;
     fsync_ms: number;
+    /** One Redis (the default, redis://127.0.0.1:6379, when none of url, sentinel, cluster is given). */
     url: string;
+    /** Redis Sentinel: the master group `name`, found through `sentinels` (host:port). */
+    sentinel: { name: string; sentinels: string[]; sentinel_password: string | null } | null;
+    /** Redis Cluster: seed nodes (host:port). */
+    cluster: string[] | null;
+    /** Password of the servers behind sentinel or cluster. */
+    password: string | null;
+    /** Replicas that must acknowledge each debit (Redis WAIT) before it is reported; 0 = none. */
+    wait_replicas: number;
+    /** How long WAIT may take; below timeout_ms (default: half of it). */
+    wait_timeout_ms: number;
     prefix: string;
     on_error: 'closed' | 'open';
     /** Upper bound on every store command (redis); a store slower than this counts as down. */

@@ -3,7 +3,7 @@
 // store and in Redis with the redis store, so every instance shares one view. Tokens are taken
 // at admission from the estimate and corrected once the answer's usage is known.
 
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../store/redis-connect.js';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config/types.js';
@@ -34,13 +34,13 @@ type Dimension = 'requests' | 'tokens';
 export class Limits {
   readonly #limiters = new Map<string, RateLimiterAbstract>();
   readonly #config: Config;
-  readonly #redis: Redis | null;
+  readonly #redis: RedisClient | null;
   readonly #slots: Slots;
   readonly #open: boolean;
   readonly #logger: Logger;
   #outage = false;
 
-  constructor(config: Config, redis: Redis | null, slots: Slots, logger: Logger) {
+  constructor(config: Config, redis: RedisClient | null, slots: Slots, logger: Logger) {
     this.#config = config;
     this.#redis = redis;
     this.#slots = slots;

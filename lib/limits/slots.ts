@@ -5,7 +5,7 @@
 // slots back as soon as Redis is, not a lease lifetime later.
 
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../store/redis-connect.js';
 import type { Logger } from '../observe/log.js';
 import { RetryQueue } from '../store/retry.js';
 
@@ -38,11 +38,16 @@ export class MemorySlots implements Slots {
 /** A lease lives this long unless renewed; renewals come every third of it. */
 export const LEASE_MS = 30_000;
 
+// Expired leases are removed last: on a Redis Cluster, while the slot migrates, a script that
+// touches a key it has just emptied (deleted) fails there, its earlier writes applied.
 const ACQUIRE = `
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+if redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[1], '+inf') >= tonumber(ARGV[3]) then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+  return 0
+end
 redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 return 1`;
 
 const RENEW = `
@@ -57,7 +62,7 @@ type LeaseCommands = {
 };
 
 export class RedisSlots implements Slots {
-  readonly #redis: Redis & LeaseCommands;
+  readonly #redis: RedisClient & LeaseCommands;
   readonly #prefix: string;
   /** With store.on_error: open, a Redis failure falls back to per-instance counting. */
   readonly #fallback: MemorySlots | null;
@@ -65,10 +70,10 @@ export class RedisSlots implements Slots {
   readonly #leaseMs: number;
   readonly #retries: RetryQueue;
 
-  constructor(redis: Redis, prefix: string, open: boolean, logger: Logger, leaseMs = LEASE_MS, retries = new RetryQueue({ log: logger })) {
+  constructor(redis: RedisClient, prefix: string, open: boolean, logger: Logger, leaseMs = LEASE_MS, retries = new RetryQueue({ log: logger })) {
     redis.defineCommand('tgSlotAcquire', { numberOfKeys: 1, lua: ACQUIRE });
     redis.defineCommand('tgSlotRenew', { numberOfKeys: 1, lua: RENEW });
-    this.#redis = redis as Redis & LeaseCommands;
+    this.#redis = redis as RedisClient & LeaseCommands;
     this.#prefix = prefix;
     this.#fallback = open ? new MemorySlots() : null;
     this.#logger = logger;

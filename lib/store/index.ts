@@ -2,11 +2,11 @@
 // the `store` section is reported and needs a restart to take effect. Opening never waits for a
 // Redis that is down: the gateway starts anyway and the store connects when Redis is back.
 
-import type { Redis } from 'ioredis';
 import type { Config } from '../config/types.js';
 import type { Logger } from '../observe/log.js';
 import { GuardedStore } from './guard.js';
 import { MemoryStore } from './memory.js';
+import { describeTopology, type RedisClient, type RedisTopology } from './redis-connect.js';
 import { RedisStore } from './redis.js';
 import { RetryQueue } from './retry.js';
 import type { Store } from './types.js';
@@ -15,7 +15,7 @@ export interface StoreHandle {
   /** The store as routes use it: faults reject with StoreUnavailableError, releases are retried. */
   store: Store;
   /** The command connection (redis), shared by rate limits and concurrency slots; else null. */
-  redis: Redis | null;
+  redis: RedisClient | null;
   /** Releases waiting for the store (holds here, slots in limits/slots.ts). */
   retries: RetryQueue;
   /** Resolves true once the store is connected, or false after `ms` (never rejects). */
@@ -30,17 +30,22 @@ export interface StoreHandle {
 export async function openStore(config: Config['store'], logger?: Logger, usageRetentionDays?: number): Promise<StoreHandle> {
   const retries = new RetryQueue({ log: logger });
   if (config.kind === 'redis') {
-    const redis = new RedisStore({ url: config.url, prefix: config.prefix, commandTimeoutMs: config.timeout_ms, usageRetentionDays });
+    const topology = topologyOf(config);
+    const where = describeTopology(topology);
+    const redis = new RedisStore({
+      topology, prefix: config.prefix, commandTimeoutMs: config.timeout_ms,
+      waitReplicas: config.wait_replicas, waitTimeoutMs: config.wait_timeout_ms, usageRetentionDays,
+    });
     // Once per outage, not per reconnect attempt: the connection went, and it came back.
     let state: 'new' | 'up' | 'down' | 'closing' = 'new';
     redis.client.on('ready', () => {
-      if (state === 'down') logger?.warn({ url: redacted(config.url) }, 'store connection back');
+      if (state === 'down') logger?.warn(where, 'store connection back');
       if (state !== 'closing') state = 'up';
     });
     redis.client.on('close', () => {
       if (state !== 'up') return;
       state = 'down';
-      logger?.error({ url: redacted(config.url) }, 'store connection lost: calls that need the store fail until it is back; reconnecting');
+      logger?.error(where, 'store connection lost: calls that need the store fail until it is back; reconnecting');
     });
     return {
       store: new GuardedStore(redis, retries),
@@ -67,13 +72,14 @@ export async function openStore(config: Config['store'], logger?: Logger, usageR
 
 export type { Store } from './types.js';
 
-/** A Redis URL without its password, for logs. */
-function redacted(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password !== '') u.password = '***';
-    return u.toString();
-  } catch {
-    return '(unparsable URL)';
+/** store.url, store.sentinel or store.cluster (the config allows one of them). */
+export function topologyOf(config: Config['store']): RedisTopology {
+  if (config.sentinel !== null) {
+    return {
+      kind: 'sentinel', name: config.sentinel.name, sentinels: config.sentinel.sentinels,
+      password: config.password, sentinelPassword: config.sentinel.sentinel_password,
+    };
   }
+  if (config.cluster !== null) return { kind: 'cluster', nodes: config.cluster, password: config.password };
+  return { kind: 'url', url: config.url };
 }

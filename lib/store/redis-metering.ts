@@ -28,7 +28,8 @@
 // Redis crash then depends on the server's persistence (appendonly yes, appendfsync always for
 // no loss at all).
 
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './redis-connect.js';
+import type { ReplicaWait } from './redis-wait.js';
 import type { HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageTotals } from './types.js';
 
 type Reply = Promise<unknown>;
@@ -43,61 +44,79 @@ export interface MeteringScripts {
 }
 
 /**
- * Sums the open holds of `key` (not counting `skip`) as of `now`; with `purge`, deletes the
- * expired (and any unreadable) ones. Returns the units held and the number of holds.
+ * openHolds sums the open holds of `key` (not counting `skip`) as of `now`: the units held, the
+ * number of holds, the fields of expired (or unreadable) ones, and whether `skip` is there. hdelAll deletes fields that
+ * exist, in chunks (Lua's unpack has a limit), and may delete the key's last field, so it must
+ * be a script's last access to the key: on a cluster, while the slot migrates, a script that
+ * touches a key it emptied (deleted) fails right there, with its earlier writes applied. Every
+ * key a script touches exists when it starts (Redis answers TRYAGAIN or ASK otherwise), and
+ * only these deletions can remove one.
  */
 const OPEN_HOLDS = `
-local function openHolds(key, now, skip, purge)
+local function openHolds(key, now, skip)
   local h = redis.call('HGETALL', key)
-  local held, count = 0, 0
+  local held, count, expired, skipped = 0, 0, {}, false
   for i = 1, #h, 2 do
-    local u, e = string.match(h[i + 1], '^(%d+):(%d+)$')
-    if u == nil or tonumber(e) <= now then
-      if purge then redis.call('HDEL', key, h[i]) end
-    elseif h[i] ~= skip then
-      held = held + tonumber(u)
-      count = count + 1
+    if h[i] == skip then
+      skipped = true
+    else
+      local u, e = string.match(h[i + 1], '^(%d+):(%d+)$')
+      if u == nil or tonumber(e) <= now then
+        expired[#expired + 1] = h[i]
+      else
+        held = held + tonumber(u)
+        count = count + 1
+      end
     end
   end
-  return held, count
+  return held, count, expired, skipped
+end
+local function hdelAll(key, fields)
+  for i = 1, #fields, 1000 do
+    redis.call('HDEL', key, unpack(fields, i, math.min(i + 999, #fields)))
+  end
 end
 `;
 
 export const METERING_SCRIPTS: Record<keyof MeteringScripts, { keys: number; lua: string }> = {
   // nil: no account; {1, '', available after} or {0, code, available}. A hold of the same request
   // id that is still open is replaced (it counts neither against the balance nor the quota).
-  // Quota arguments are '' for unlimited.
+  // Quota arguments are '' for unlimited. Expired holds are dropped either way, last.
   tgHold: { keys: 4, lua: `${OPEN_HOLDS}
 local bal = redis.call('HGET', KEYS[1], 'balance_units')
 if bal == false then return false end
 local units = tonumber(ARGV[2])
-local held, open = openHolds(KEYS[2], tonumber(ARGV[4]), ARGV[1], true)
+local held, open, expired = openHolds(KEYS[2], tonumber(ARGV[4]), ARGV[1])
 local available = tonumber(bal) - held
 local function used(key, field) return tonumber(redis.call('HGET', key, field) or '0') end
-if ARGV[5] ~= '' and used(KEYS[3], 'requests') + open >= tonumber(ARGV[5]) then return {0, 'requests_per_day', available} end
-if ARGV[6] ~= '' and used(KEYS[3], 'tokens') >= tonumber(ARGV[6]) then return {0, 'tokens_per_day', available} end
-if ARGV[7] ~= '' and used(KEYS[4], 'units') >= tonumber(ARGV[7]) then return {0, 'units_per_month', available} end
+local refused
+if ARGV[5] ~= '' and used(KEYS[3], 'requests') + open >= tonumber(ARGV[5]) then refused = 'requests_per_day'
+elseif ARGV[6] ~= '' and used(KEYS[3], 'tokens') >= tonumber(ARGV[6]) then refused = 'tokens_per_day'
+elseif ARGV[7] ~= '' and used(KEYS[4], 'units') >= tonumber(ARGV[7]) then refused = 'units_per_month'
 -- Quotas before credits, as in the memory store: a hold that breaks both is quota_exceeded.
-if available < units then return {0, 'insufficient_credits', available} end
+elseif available < units then refused = 'insufficient_credits' end
+if refused then
+  hdelAll(KEYS[2], expired)
+  return {0, refused, available}
+end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ':' .. ARGV[3])
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[8]) then redis.call('PEXPIRE', KEYS[2], ARGV[8]) end
+hdelAll(KEYS[2], expired)
 return {1, '', available - units}` },
 
   // nil: no account; {applied, charged, balance, available}. The charge is min(units, balance),
   // and nothing when the balance is not positive; it is kept as a string Redis or the caller
-  // wrote, so no digit is lost.
+  // wrote, so no digit is lost. A repeat (applied 0) writes nothing. Deletions come last (see
+  // OPEN_HOLDS): the request's hold with the expired ones, then settled ids past 48 h (never
+  // this one, just added), at most 100 per settlement.
   tgSettle: { keys: 6, lua: `${OPEN_HOLDS}
 local bal = redis.call('HGET', KEYS[1], 'balance_units')
 if bal == false then return false end
-local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[5], 'LIMIT', '0', '100')
-if #old > 0 then
-  redis.call('HDEL', KEYS[3], unpack(old))
-  redis.call('ZREM', KEYS[4], unpack(old))
-end
 local charged = redis.call('HGET', KEYS[3], ARGV[1])
 local applied = 0
-if charged == false then
-  applied = 1
+if charged == false then applied = 1 end
+local held, _, expired, ownHold = openHolds(KEYS[2], tonumber(ARGV[4]), applied == 1 and ARGV[1] or '')
+if applied == 1 then
   local b, u = tonumber(bal), tonumber(ARGV[2])
   if b <= 0 or u == 0 then
     charged = '0'
@@ -109,7 +128,6 @@ if charged == false then
     charged = ARGV[2]
     bal = redis.call('HINCRBY', KEYS[1], 'balance_units', '-' .. ARGV[2])
   end
-  redis.call('HDEL', KEYS[2], ARGV[1])
   for _, key in ipairs({KEYS[5], KEYS[6]}) do
     redis.call('HINCRBY', key, 'requests', '1')
     redis.call('HINCRBY', key, 'tokens', ARGV[3])
@@ -121,13 +139,19 @@ if charged == false then
   redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
+  if ownHold then expired[#expired + 1] = ARGV[1] end
+  hdelAll(KEYS[2], expired)
+  local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[5], 'LIMIT', '0', '100')
+  if #old > 0 then
+    redis.call('HDEL', KEYS[3], unpack(old))
+    redis.call('ZREM', KEYS[4], unpack(old))
+  end
 end
-local held = openHolds(KEYS[2], tonumber(ARGV[4]), '', applied == 1)
 return {applied, tonumber(charged), tonumber(bal), tonumber(bal) - held}` },
 
   // {held, day requests, tokens, units, month requests, tokens, units}; reads only.
   tgAccountUsage: { keys: 3, lua: `${OPEN_HOLDS}
-local held = openHolds(KEYS[1], tonumber(ARGV[1]), '', false)
+local held = openHolds(KEYS[1], tonumber(ARGV[1]), '')
 local d = redis.call('HMGET', KEYS[2], 'requests', 'tokens', 'units')
 local m = redis.call('HMGET', KEYS[3], 'requests', 'tokens', 'units')
 local r = {held}
@@ -144,11 +168,14 @@ const HOLDS_GRACE_MS = 60_000;
 const QUOTA_CODES: readonly string[] = ['requests_per_day', 'tokens_per_day', 'units_per_month'] satisfies QuotaCode[];
 
 export class RedisMetering {
-  readonly #redis: Redis & MeteringScripts;
+  readonly #redis: RedisClient & MeteringScripts;
+  /** Settlements wait for replicas through it (store.wait_replicas); null: they do not. */
+  readonly #wait: ReplicaWait | null;
   readonly #prefix: string;
 
-  constructor(redis: Redis & MeteringScripts, prefix: string) {
+  constructor(redis: RedisClient & MeteringScripts, prefix: string, wait: ReplicaWait | null = null) {
     this.#redis = redis;
+    this.#wait = wait;
     this.#prefix = prefix;
   }
 
@@ -185,9 +212,11 @@ export class RedisMetering {
     const [day, month] = windowsOf(s.day, s.month);
     const now = Date.now();
     const acct = this.#acct(s.account);
-    const r = await this.#redis.tgSettle(acct, `${acct}:holds`, `${acct}:settled`, `${acct}:settled:at`,
-      `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`,
-      s.requestId, units, tokens, String(now), String(now - SETTLED_KEEP_MS), String(SETTLED_KEEP_MS + 3600_000));
+    const keys = [acct, `${acct}:holds`, `${acct}:settled`, `${acct}:settled:at`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`] as const;
+    const args = [s.requestId, units, tokens, String(now), String(now - SETTLED_KEEP_MS), String(SETTLED_KEEP_MS + 3600_000)] as const;
+    const r = this.#wait !== null
+      ? await this.#wait.eval(METERING_SCRIPTS.tgSettle.lua, [...keys], [...args])
+      : await this.#redis.tgSettle(...keys, ...args);
     if (r === null) return undefined;
     const [applied, charged, balance, available] = tuple(r, 4);
     return { applied: applied === 1, charged_units: Number(charged), balance_units: Number(balance), available_units: Number(available) };

@@ -5,13 +5,13 @@
 // an account's responses sit on one cluster slot apart from its metering keys, and a lookup
 // by another account can never find them. Single commands only: SET PX, GET, DEL.
 
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './redis-connect.js';
 
 export class RedisResponses {
-  readonly #redis: Redis;
+  readonly #redis: RedisClient;
   readonly #prefix: string;
 
-  constructor(redis: Redis, prefix: string) {
+  constructor(redis: RedisClient, prefix: string) {
     this.#redis = redis;
     this.#prefix = prefix;
   }

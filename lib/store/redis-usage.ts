@@ -15,7 +15,7 @@
 // its stream new (a Redis restarted empty); hours past retention are removed from it as new
 // hours begin.
 
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './redis-connect.js';
 import { pageOf, readRecord, reportOf, retentionMs, validateUsageRecord, type Buckets, type Entry } from './usage-records.js';
 import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from './types.js';
 
@@ -38,14 +38,14 @@ return 0` },
 
 export class RedisUsage implements Buckets {
   readonly bucketMs = HOUR_MS;
-  readonly #redis: Redis & UsageScripts;
+  readonly #redis: RedisClient & UsageScripts;
   readonly #prefix: string;
   readonly #index: string;
   readonly #retentionMs: number;
   /** Hours this instance has put in the index. */
   readonly #indexed = new Set<number>();
 
-  constructor(redis: Redis & UsageScripts, prefix: string, retentionDays?: number) {
+  constructor(redis: RedisClient & UsageScripts, prefix: string, retentionDays?: number) {
     this.#redis = redis;
     this.#prefix = prefix;
     this.#index = `${prefix}{usage:index}`;

@@ -16,7 +16,10 @@
 // Atomicity and Redis Cluster: every mutation is one Lua script, and every script touches keys
 // of one `{...}` hash tag only, so the same scripts work on a cluster. A script's keys all begin
 // with the same string up to and including the tag's closing brace (`P{acct:ID}` and
-// `P{acct:ID}:credits`), so they hash alike whatever the prefix or the ID contain.
+// `P{acct:ID}:credits`), so they hash alike whatever the prefix or the ID contain. While a
+// cluster slot migrates, a script runs only if every key it names exists on the node, and fails
+// mid-way (its earlier writes applied) if it touches a key it emptied itself: scripts therefore
+// delete fields and keys only as their last access to that key (see redis-metering.ts).
 //
 // Two operations span two tags and run as atomic steps in a safe order:
 // - createKey: (1) EXISTS P{acct:ID}. Accounts are never deleted, so once it exists it stays.
@@ -41,6 +44,10 @@
 // fire-and-forget: an instance whose subscriber connection is down at that moment misses it,
 // and so does this instance when the script applied but its reply was lost (the call rejected).
 //
+// Topologies (./redis-connect.ts): one server, a Sentinel-managed primary, or a Cluster; the
+// same scripts and keys on each. With waitReplicas (store.wait_replicas), settlements, credits
+// and revocations are reported only once that many replicas have them (./redis-wait.ts).
+//
 // Failure: every command is bounded by `commandTimeoutMs` (store.timeout_ms), and fails at once
 // while the connection is down, before the first connect too: there is no offline queue, so a
 // command the caller has seen fail is never sent later (a queued hold would otherwise land after
@@ -52,10 +59,11 @@
 // twice), though the retry may then answer "already there" (false, applied: false).
 
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
 import { keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
+import { connect, type RedisClient, type RedisTopology } from './redis-connect.js';
 import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-metering.js';
+import { ReplicaWait } from './redis-wait.js';
 import { RedisResponses } from './redis-responses.js';
 import { RedisUsage, USAGE_SCRIPTS, type UsageScripts } from './redis-usage.js';
 import type {
@@ -64,7 +72,14 @@ import type {
 } from './types.js';
 
 export interface RedisStoreOptions {
-  url: string;
+  /** One Redis; ignored when `topology` is given. */
+  url?: string;
+  /** Where Redis is: one server, Sentinel or Cluster (./redis-connect.ts). */
+  topology?: RedisTopology;
+  /** Replicas that must acknowledge each settlement, credit and revocation (WAIT); default 0. */
+  waitReplicas?: number;
+  /** How long that WAIT may take, in ms; below commandTimeoutMs (default: half of it). */
+  waitTimeoutMs?: number;
   /** Prepended to every key and to the channel; default "tollgate:". */
   prefix?: string;
   /** Upper bound on each command, in ms; default 1000. */
@@ -153,8 +168,10 @@ interface Message { from: string; r: Revocation }
 
 export class RedisStore implements Store {
   readonly prefix: string;
-  readonly #redis: Redis & Scripts;
-  readonly #sub: Redis;
+  readonly #redis: RedisClient & Scripts;
+  readonly #sub: RedisClient;
+  /** Waited writes (store.wait_replicas > 0), on connections of their own; else null. */
+  readonly #wait: ReplicaWait | null;
   readonly #channel: string;
   /** Tells this instance's own messages apart from other instances'. */
   readonly #instance = randomUUID();
@@ -177,33 +194,36 @@ export class RedisStore implements Store {
     this.#closing = new Promise<never>((_, reject) => { this.#markClosed = reject; });
     this.#closing.catch(() => {});
     const onError = options.onError ?? (() => {});
-    const common = {
-      connectTimeout: Math.max(2 * timeout, 2000),
-      retryStrategy: (times: number) => Math.min(times * 50, 1000),
-      lazyConnect: false,
-    };
+    const topology: RedisTopology = options.topology ?? { kind: 'url', url: options.url ?? 'redis://127.0.0.1:6379' };
+    const connectTimeout = Math.max(2 * timeout, 2000);
+    const waitReplicas = options.waitReplicas ?? 0;
+    if (!Number.isSafeInteger(waitReplicas) || waitReplicas < 0) throw new RangeError('waitReplicas must be a non-negative integer');
     // Commands never queue: they fail at once while the connection is down, and are never
     // resent after a reconnect (the caller has seen them fail).
-    const redis = new Redis(options.url, {
-      ...common,
-      connectionName: 'tollgate',
-      commandTimeout: timeout,
-      maxRetriesPerRequest: 1,
-      enableOfflineQueue: false,
-      autoResendUnfulfilledCommands: false,
-    });
+    const redis = connect(topology, { connectionName: 'tollgate', commandTimeout: timeout, connectTimeout });
     redis.on('error', onError);
     for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS)]) {
       redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
     }
-    this.#redis = redis as Redis & Scripts;
-    this.#metering = new RedisMetering(this.#redis, this.prefix);
+    this.#redis = redis as RedisClient & Scripts;
+    if (waitReplicas > 0) {
+      const waitMs = options.waitTimeoutMs ?? Math.max(1, Math.floor(timeout / 2));
+      const durable = Array.from({ length: WAIT_CONNECTIONS }, () => {
+        const c = connect(topology, { connectionName: 'tollgate-wait', commandTimeout: timeout, connectTimeout });
+        c.on('error', onError);
+        return c;
+      });
+      this.#wait = new ReplicaWait(durable, waitReplicas, waitMs, timeout);
+    } else {
+      this.#wait = null;
+    }
+    this.#metering = new RedisMetering(this.#redis, this.prefix, this.#wait);
     this.#usage = new RedisUsage(this.#redis, this.prefix, options.usageRetentionDays);
     this.#responses = new RedisResponses(this.#redis, this.prefix);
 
     // A subscriber connection runs no other command. Its SUBSCRIBE waits for the first connect
     // however long that takes; ioredis subscribes again after every reconnect.
-    this.#sub = new Redis(options.url, { ...common, connectionName: 'tollgate-sub', maxRetriesPerRequest: null, autoResubscribe: true });
+    this.#sub = connect(topology, { connectionName: 'tollgate-sub', connectTimeout, subscriber: true });
     this.#sub.on('error', onError);
     this.#sub.on('message', (channel: string, text: string) => {
       if (channel !== this.#channel) return;
@@ -215,7 +235,7 @@ export class RedisStore implements Store {
   }
 
   /** The command connection, for other shared state of the same deployment (rate limits). */
-  get client(): Redis {
+  get client(): RedisClient {
     return this.#redis;
   }
 
@@ -240,22 +260,28 @@ export class RedisStore implements Store {
    */
   async ready(ms?: number): Promise<void> {
     let timer: NodeJS.Timeout | undefined;
-    let onReady: (() => void) | undefined;
+    const undo: Array<() => void> = [];
     const ends: Array<Promise<never>> = [this.#closing];
     if (ms !== undefined) {
       ends.push(new Promise<never>((_, reject) => {
         timer = setTimeout(() => reject(new Error(`Redis did not answer within ${ms} ms`)), ms);
       }));
     }
+    const connected = async (client: RedisClient) => {
+      if (client.status === 'ready') return;
+      await Promise.race([new Promise<void>((resolve) => { undo.push(() => client.off('ready', resolve)); client.once('ready', resolve); }), ...ends]);
+    };
     try {
       await Promise.race([this.#subscribed, ...ends]);
-      if (this.#redis.status !== 'ready') {
-        await Promise.race([new Promise<void>((resolve) => { onReady = resolve; this.#redis.once('ready', resolve); }), ...ends]);
-      }
+      await connected(this.#redis);
       await this.ping();
+      for (const c of this.#wait?.clients ?? []) {
+        await connected(c);
+        await c.ping();
+      }
     } finally {
       clearTimeout(timer);
-      if (onReady !== undefined) this.#redis.off('ready', onReady);
+      for (const u of undo) u();
     }
   }
 
@@ -279,7 +305,11 @@ export class RedisStore implements Store {
   async addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined> {
     requireId('idempotency key', idempotencyKey);
     const acct = this.#acct(accountId);
-    const r = await this.#redis.tgAddCredits(acct, `${acct}:credits`, integer(units, 'units'), idempotencyKey);
+    const keys = [acct, `${acct}:credits`];
+    const args = [integer(units, 'units'), idempotencyKey];
+    const r = this.#wait !== null
+      ? await this.#wait.eval(SCRIPTS.tgAddCredits.lua, keys, args)
+      : await this.#redis.tgAddCredits(keys[0]!, keys[1]!, args[0]!, args[1]!);
     if (r === null) return undefined;
     const [applied, balance] = tuple(r, 2);
     const result: CreditResult = { applied: applied === 1, balance_units: Number(balance) };
@@ -343,7 +373,10 @@ export class RedisStore implements Store {
   async revokeKey(id: string): Promise<KeyRecord | undefined> {
     const digest = await this.#redis.get(this.#keyId(id));
     if (digest === null) return undefined;
-    const r = await this.#redis.tgRevokeKey(this.#key(digest), id, String(Date.now()), this.#channel, this.#message({ kind: 'key', digest }));
+    const args = [id, String(Date.now()), this.#channel, this.#message({ kind: 'key', digest })] as const;
+    const r = this.#wait !== null
+      ? await this.#wait.eval(SCRIPTS.tgRevokeKey.lua, [this.#key(digest)], [...args])
+      : await this.#redis.tgRevokeKey(this.#key(digest), ...args);
     if (r === null) return undefined;
     const [newly, rid, account, rdigest, created, revoked] = tuple(r, 6);
     if (newly === 1) this.#emit({ kind: 'key', digest });
@@ -352,7 +385,10 @@ export class RedisStore implements Store {
 
   async revokeSession(sid: string): Promise<void> {
     requireId('session id', sid);
-    const r = await this.#redis.tgRevokeSession(this.#sess(sid), String(Date.now()), this.#channel, this.#message({ kind: 'session', sid }));
+    const args = [String(Date.now()), this.#channel, this.#message({ kind: 'session', sid })] as const;
+    const r = this.#wait !== null
+      ? await this.#wait.eval(SCRIPTS.tgRevokeSession.lua, [this.#sess(sid)], [...args])
+      : await this.#redis.tgRevokeSession(this.#sess(sid), ...args);
     if (r === 1) this.#emit({ kind: 'session', sid });
   }
 
@@ -398,7 +434,10 @@ export class RedisStore implements Store {
     this.#closed = true;
     this.#listeners.clear();
     this.#markClosed(new Error('the store is closed'));
-    await Promise.all([quit(this.#redis, this.#timeout), quit(this.#sub, this.#timeout)]);
+    await Promise.all([
+      quit(this.#redis, this.#timeout), quit(this.#sub, this.#timeout),
+      ...(this.#wait?.clients ?? []).map((c) => quit(c, this.#timeout)),
+    ]);
   }
 
   #acct(id: string): string { return `${this.prefix}{acct:${id}}`; }
@@ -424,12 +463,14 @@ export class RedisStore implements Store {
 }
 
 /** QUIT, or drop the connection when it is down or Redis does not answer in time. */
-async function quit(redis: Redis, ms: number): Promise<void> {
+async function quit(redis: RedisClient, ms: number): Promise<void> {
   if (redis.status === 'ready') {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error('QUIT timed out')), ms); });
     try {
       await Promise.race([redis.quit(), late]);
+      // QUIT leaves a Sentinel client's failover detector (its sentinel connections) running.
+      redis.disconnect();
       return;
     } catch {
       // fall through
@@ -441,6 +482,8 @@ async function quit(redis: Redis, ms: number): Promise<void> {
 }
 
 const DIGEST = /^[0-9a-f]{64}$/;
+/** Connections for waited writes (store.wait_replicas): each WAIT blocks its own until confirmed. */
+const WAIT_CONNECTIONS = 4;
 
 function requireId(what: string, v: unknown): void {
   if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);

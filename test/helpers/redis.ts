@@ -103,7 +103,7 @@ async function assignAllSlots(port: number): Promise<void> {
   }
 }
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const server = createServer();
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -114,7 +114,7 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-async function launch(bin: string, args: string[], port: number): Promise<ChildProcess> {
+export async function launch(bin: string, args: string[], port: number): Promise<ChildProcess> {
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   running.add(child);
   child.once('exit', () => running.delete(child));
@@ -135,7 +135,7 @@ async function launch(bin: string, args: string[], port: number): Promise<ChildP
   return child;
 }
 
-async function halt(child: ChildProcess): Promise<void> {
+export async function halt(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   child.kill('SIGCONT'); // in case it is frozen
@@ -150,7 +150,7 @@ async function answersPing(port: number): Promise<boolean> {
 }
 
 /** One inline command over a fresh socket (no client library, so nothing retries or queues). */
-function command(port: number, line: string): Promise<string> {
+export function command(port: number, line: string): Promise<string> {
   return new Promise((resolve, reject) => {
     const socket = createConnection({ port, host: '127.0.0.1' });
     let reply = '';

@@ -1,0 +1,120 @@
+// How the Redis store reaches Redis: one server (a URL), a Sentinel-managed primary, or a
+// Cluster, all through ioredis's own support, with one policy for every connection: no offline
+// queue and no resending after a reconnect (a command the caller has seen fail is never applied
+// later), each command bounded by the store's timeout, reconnecting by itself with backoff.
+//
+// Failover: with Sentinel, ioredis asks the sentinels for the primary on every (re)connect, and
+// reconnects as soon as they announce a new one (failoverDetector); a connection that still
+// reaches a demoted primary gets READONLY on its first write and reconnects. With Cluster,
+// ioredis follows MOVED/ASK and refreshes its slot map; a node it cannot reach is dropped until
+// the cluster names its successor.
+
+import { Cluster, Redis, type ClusterNode, type RedisOptions } from 'ioredis';
+
+/** Either kind of client: every command the store sends works on both. */
+export type RedisClient = Redis | Cluster;
+
+export type RedisTopology =
+  | { kind: 'url'; url: string }
+  | { kind: 'sentinel'; name: string; sentinels: string[]; password?: string | null; sentinelPassword?: string | null }
+  | { kind: 'cluster'; nodes: string[]; password?: string | null };
+
+export interface ConnectOptions {
+  /** CLIENT SETNAME, so an operator can tell the connections apart. */
+  connectionName: string;
+  /** Upper bound on each command, in ms; undefined: none (the subscriber waits as long as it takes). */
+  commandTimeout?: number;
+  /** Connect timeout and backoff cap, in ms. */
+  connectTimeout: number;
+  /** A subscriber connection: queues its SUBSCRIBE until connected, resubscribes after reconnects. */
+  subscriber?: boolean;
+}
+
+/** "host:port" (the host possibly a bracketed IPv6 address) as ioredis takes it. */
+export function hostPort(text: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(text);
+  if (m === null) throw new TypeError(`not host:port: ${JSON.stringify(text)}`);
+  return { host: m[1] ?? m[2] ?? '', port: Number(m[3]) };
+}
+
+/** A write refused by a replica: this connection reaches a primary that was demoted. */
+function readonlyError(err: Error): boolean {
+  return err.message.startsWith('READONLY');
+}
+
+const backoff = (times: number) => Math.min(times * 50, 1000);
+
+export function connect(topology: RedisTopology, options: ConnectOptions): RedisClient {
+  const base: RedisOptions = {
+    connectionName: options.connectionName,
+    connectTimeout: options.connectTimeout,
+    retryStrategy: backoff,
+    lazyConnect: false,
+    // Reconnect (to whatever is primary now), without resending the refused command.
+    reconnectOnError: (err) => readonlyError(err),
+    ...(options.subscriber === true
+      ? { maxRetriesPerRequest: null, autoResubscribe: true }
+      : {
+        commandTimeout: options.commandTimeout,
+        maxRetriesPerRequest: 1,
+        enableOfflineQueue: false,
+        autoResendUnfulfilledCommands: false,
+      }),
+  };
+  switch (topology.kind) {
+    case 'url':
+      return new Redis(topology.url, base);
+    case 'sentinel':
+      return new Redis({
+        ...base,
+        name: topology.name,
+        sentinels: topology.sentinels.map(hostPort),
+        role: 'master',
+        ...(topology.password ? { password: topology.password } : {}),
+        ...(topology.sentinelPassword ? { sentinelPassword: topology.sentinelPassword } : {}),
+        sentinelCommandTimeout: options.connectTimeout,
+        // Keep asking the sentinels, however long the outage: the store recovers by itself.
+        sentinelRetryStrategy: backoff,
+        failoverDetector: true,
+      });
+    case 'cluster': {
+      const nodes: ClusterNode[] = topology.nodes.map(hostPort);
+      // Node connections reconnect as the cluster's slot map says, not by themselves.
+      const { retryStrategy: _own, ...nodeOptions } = base;
+      return new Cluster(nodes, {
+        clusterRetryStrategy: backoff,
+        enableOfflineQueue: options.subscriber === true,
+        scaleReads: 'master',
+        // Redirections and waits for a failover stay well inside the command's own timeout.
+        maxRedirections: 8,
+        retryDelayOnFailover: 50,
+        retryDelayOnClusterDown: 50,
+        retryDelayOnTryAgain: 20,
+        slotsRefreshTimeout: options.connectTimeout,
+        redisOptions: {
+          ...nodeOptions,
+          ...(topology.password ? { password: topology.password } : {}),
+        },
+      });
+    }
+  }
+}
+
+/** Where a client connects, for logs: never a password. */
+export function describeTopology(topology: RedisTopology): Record<string, unknown> {
+  switch (topology.kind) {
+    case 'url': return { url: redactedUrl(topology.url) };
+    case 'sentinel': return { sentinel: topology.name, sentinels: topology.sentinels };
+    case 'cluster': return { cluster: topology.nodes };
+  }
+}
+
+function redactedUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password !== '') u.password = '***';
+    return u.toString();
+  } catch {
+    return '(unparsable URL)';
+  }
+}
