@@ -33,7 +33,7 @@ const HOLD_SLACK_MS = 60_000;
 export async function handleGeneration(
   dialect: Dialect, state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
 ): Promise<void> {
-  ctx.principal = await state.auth.authenticate(dialect.credential(req));
+  ctx.principal = await state.auth.authenticate(dialect.credential(req), req);
   if (!isJsonContentType(req.headers['content-type'])) {
     throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
   }
@@ -44,7 +44,7 @@ export async function handleGeneration(
   const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, (m) => {
     if (!state.healthy(m)) return 'unhealthy';
     return fitsContext(request, m) ? null : 'context';
-  });
+  }, ctx.principal.key);
   ctx.model = model.id;
   checkModelType(model, 'chat');
   checkImages(request, model);
