@@ -462,7 +462,7 @@ export class RedisStore implements Store {
     await this.#ensureKey(k);
     // The new digest's record first: until the account-side hash names it, it is not valid.
     const created = await this.#redis.tgCreateKey(this.#key(digest), id, k.account, digest, String(Date.now()));
-    if (created === -1) return undefined;
+    if (created !== 1) return undefined;
     const previous = k.previous?.digest;
     const r = await this.#redis.tgKeyRotate(`${this.#acct(k.account)}:key:${id}`, digest, last4, integer(previousUntil, 'previousUntil'),
       this.#channel, this.#message({ kind: 'key-changed', digest: k.digest }),

@@ -10,6 +10,7 @@ import { JOURNAL_FILE, SNAPSHOT_FILE } from '../../lib/store/journal.js';
 import { MemoryStore, type MemoryStoreOptions } from '../../lib/store/memory.js';
 import { storeContract } from './contract.js';
 import { meteringContract } from './metering-contract.js';
+import { keyContract } from './key-contract.js';
 
 const dirs: string[] = [];
 t.teardown(async () => { for (const d of dirs) await rm(d, { recursive: true, force: true }); });
@@ -41,6 +42,9 @@ storeContract(t, 'durable memory (fsync per write, compacting often)', durable({
 meteringContract(t, 'memory', async () => ({ store: new MemoryStore({ path: null, fsyncMs: 1000 }) }));
 meteringContract(t, 'durable memory', durable({ fsyncMs: 1000 }));
 meteringContract(t, 'durable memory (fsync per write, compacting often)', durable({ fsyncMs: 0, compactBytes: 256 }));
+keyContract(t, 'memory', async () => ({ store: new MemoryStore({ path: null, fsyncMs: 1000 }) }));
+keyContract(t, 'durable memory', durable({ fsyncMs: 1000 }));
+keyContract(t, 'durable memory (compacting often)', durable({ fsyncMs: 0, compactBytes: 256 }));
 
 const journalOf = (dir: string) => join(dir, JOURNAL_FILE);
 const snapshotOf = (dir: string) => join(dir, SNAPSHOT_FILE);
