@@ -15,7 +15,7 @@ import { keyView, readControls } from '../auth/controls.js';
 import { parseJsonBody } from '../http/json.js';
 import { closeIfBodyUnread, sendJson } from '../http/respond.js';
 import { windows } from '../billing/meter.js';
-import { MAX_UNITS, defaultControls, type AccountRecord, type KeyRecord, type Store, type UsageTotals } from '../store/types.js';
+import { MAX_UNITS, applyPatch, defaultControls, type AccountRecord, type KeyRecord, type Store, type UsageTotals } from '../store/types.js';
 
 const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/;
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,200}$/;
@@ -258,7 +258,7 @@ export class AdminApi {
    * `{id, account, key}`; the controls show in the key list.
    */
   async #issueKey(account: string, body: Body | undefined): Promise<{ id: string; account: string; key: string }> {
-    const controls = { ...defaultControls(), ...(body === undefined ? {} : readControls(body.values, body.roundedValues)) };
+    const controls = applyPatch(defaultControls(), body === undefined ? {} : readControls(body.values, body.roundedValues));
     const key = newKey(this.#config.service.key_prefix);
     const digest = sha256Hex(key);
     const id = keyIdOf(digest);

@@ -7,7 +7,7 @@ import type { IncomingMessage } from 'node:http';
 import { GatewayError, clip } from '../errors.js';
 import {
   MAX_UNITS, defaultControls, periodId, spentIn,
-  type BudgetPeriod, type BudgetPeriods, type KeyControls, type KeyLimits, type KeyRecord,
+  type BudgetPeriod, type BudgetPeriods, type KeyControls, type KeyLimits, type KeyPatch, type KeyRecord,
 } from '../store/types.js';
 
 export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'allowed_ips', 'metadata'] as const;
@@ -101,9 +101,10 @@ function readBudget(v: unknown, rounded: ReadonlySet<number>): KeyControls['budg
   return { units, period: p as BudgetPeriod };
 }
 
-function readLimits(v: unknown, rounded: ReadonlySet<number>): KeyLimits {
-  const limits: KeyLimits = { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null };
-  if (v === null) return limits;
+/** The limits named (null clears one); `limits: null` clears them all. */
+function readLimits(v: unknown, rounded: ReadonlySet<number>): Partial<KeyLimits> {
+  if (v === null) return { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null };
+  const limits: Partial<KeyLimits> = {};
   if (!isObject(v)) throw badType('limits', 'an object (or null)');
   for (const [k, x] of Object.entries(v)) {
     if (!(LIMIT_FIELDS as readonly string[]).includes(k)) {
@@ -135,8 +136,8 @@ function readMetadata(v: unknown): Record<string, string> {
  * it), 400 naming the first bad field. `rounded` holds the values of number literals JSON.parse
  * rounded (an amount equal to one is refused rather than taken inexactly).
  */
-export function readControls(body: Record<string, unknown>, rounded: ReadonlySet<number>): Partial<KeyControls> {
-  const out: Partial<KeyControls> = {};
+export function readControls(body: Record<string, unknown>, rounded: ReadonlySet<number>): KeyPatch {
+  const out: KeyPatch = {};
   if (body.name !== undefined) out.name = body.name === null ? null : text(body.name, 'name', MAX_NAME);
   if (body.models !== undefined) {
     out.models = body.models === null ? null : list(body.models, 'models', MAX_MODELS).map((m, i) => text(m, `models[${i}]`, MAX_PATTERN));
@@ -162,11 +163,6 @@ export function readControls(body: Record<string, unknown>, rounded: ReadonlySet
   }
   if (body.metadata !== undefined) out.metadata = readMetadata(body.metadata);
   return out;
-}
-
-/** Controls with a patch applied; `limits` members absent from the patch are kept. */
-export function applyControls(base: KeyControls, patch: Partial<KeyControls>): KeyControls {
-  return { ...base, ...patch, limits: patch.limits === undefined ? base.limits : { ...patch.limits } };
 }
 
 /** A glob (`*` any run of characters) as a test; a plain slug as an equality. */

@@ -12,7 +12,7 @@ import type { AccountConfig } from '../config/types.js';
 import { StoreUnavailableError } from '../errors.js';
 import type { RetryQueue } from './retry.js';
 import type {
-  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyControls, KeyRecord, NewKey, Revocation, SettleResult, Settlement, Store,
+  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, NewKey, Revocation, SettleResult, Settlement, Store,
   UsageRecord, UsageReport, UsageTotals,
 } from './types.js';
 
@@ -43,7 +43,7 @@ export class GuardedStore implements Store {
   createKey(key: NewKey): Promise<boolean> { return guard(this.#inner.createKey(key)); }
   getKey(id: string): Promise<KeyRecord | undefined> { return guard(this.#inner.getKey(id)); }
   listKeys(account: string): Promise<KeyRecord[] | undefined> { return guard(this.#inner.listKeys(account)); }
-  updateKey(id: string, patch: Partial<KeyControls>): Promise<KeyRecord | undefined> { return guard(this.#inner.updateKey(id, patch)); }
+  updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> { return guard(this.#inner.updateKey(id, patch)); }
   rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
     return guard(this.#inner.rotateKey(id, digest, last4, previousUntil));
   }

@@ -21,8 +21,8 @@ import { MemoryMetering, validateHold, validateSettlement } from './memory-meter
 import { MemoryResponses } from './memory-responses.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './memory-state.js';
 import {
-  addSpend, creditRefusal, defaultControls, periodId, spentIn,
-  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyRecord, type NewKey, type Revocation,
+  addSpend, applyPatch, creditRefusal, defaultControls, periodId, spentIn,
+  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type NewKey, type Revocation,
   type SettleResult, type Settlement, type Store, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
 import { FileUsageLog, RingUsageLog, validateUsageRecord, type UsageLog } from './usage-log.js';
@@ -350,14 +350,14 @@ export class MemoryStore implements Store {
     return list;
   }
 
-  async updateKey(id: string, patch: Partial<KeyControls>): Promise<KeyRecord | undefined> {
+  async updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> {
     await this.#begin();
     const key = this.#keys.get(id);
     if (key === undefined || key.revoked_at !== null) {
       await this.#settled();
       return undefined;
     }
-    const controls: KeyControls = { ...key.controls, ...structuredClone(patch) };
+    const controls: KeyControls = applyPatch(key.controls, patch);
     const written = this.#change({ op: 'keyupdate', id, controls });
     const copy = this.#copy(key)!;
     this.#notifyKey(key, 'key-changed');

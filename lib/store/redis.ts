@@ -73,8 +73,8 @@ import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-m
 import { RedisResponses } from './redis-responses.js';
 import { toControls } from './memory-state.js';
 import {
-  defaultControls,
-  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyRecord, type NewKey, type Revocation,
+  applyPatch, defaultControls,
+  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type NewKey, type Revocation,
   type SettleResult, type Settlement, type Store, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
 
@@ -440,11 +440,11 @@ export class RedisStore implements Store {
     await this.#initKey(k.id, k.account, k.digest, String(k.created_at), k.last4, k.controls);
   }
 
-  async updateKey(id: string, patch: Partial<KeyControls>): Promise<KeyRecord | undefined> {
+  async updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> {
     const k = await this.getKey(id);
     if (k === undefined || k.revoked_at !== null) return undefined;
     await this.#ensureKey(k);
-    const c: KeyControls = { ...k.controls, ...patch };
+    const c: KeyControls = applyPatch(k.controls, patch);
     const previous = k.previous?.digest;
     const ok = await this.#redis.tgKeyUpdate(`${this.#acct(k.account)}:key:${id}`, controlsJson(c),
       c.budget === null ? '' : integer(c.budget.units, 'budget.units'), c.budget?.period ?? '', this.#channel,

@@ -38,6 +38,15 @@ export interface KeyControls {
   metadata: Record<string, string>;
 }
 
+/** A change of controls: each member named replaces the key's; `limits` members one by one. */
+export type KeyPatch = Partial<Omit<KeyControls, 'limits'>> & { limits?: Partial<KeyLimits> };
+
+/** `base` with `patch` applied (see KeyPatch); a new object, sharing nothing with either. */
+export function applyPatch(base: KeyControls, patch: KeyPatch): KeyControls {
+  const { limits, ...rest } = structuredClone(patch);
+  return { ...structuredClone(base), ...rest, limits: { ...base.limits, ...limits } };
+}
+
 export function defaultControls(): KeyControls {
   return {
     name: null, models: null, expires_at: null, budget: null,
@@ -267,7 +276,7 @@ export interface Store {
   /** The account's keys that are not revoked, oldest first; undefined when the account does not exist. */
   listKeys(account: string): Promise<KeyRecord[] | undefined>;
   /** Replaces the given controls of a live key; undefined when unknown or revoked. Announced as key-changed. */
-  updateKey(id: string, patch: Partial<KeyControls>): Promise<KeyRecord | undefined>;
+  updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined>;
   /**
    * Gives a live key a new digest; the current one stays usable until `previousUntil` (a
    * previous digest still in its grace is dropped at once). Undefined when unknown or revoked,

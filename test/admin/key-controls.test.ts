@@ -377,6 +377,12 @@ t.test('PATCH changes controls in force at once; a bad PATCH changes nothing', a
   const p = await admin(gw, 'PATCH', `/admin/keys/${k.id}`, { models: ['llama-a'] });
   t.match(p.body, { id: k.id, name: 'p', models: ['llama-a'], metadata: { a: '1' } }, 'the other controls are kept');
   t.equal((await chat(gw, k.key)).body.code, 'model_not_allowed', 'in force for the next request');
+  const lim = await admin(gw, 'PATCH', `/admin/keys/${k.id}`, { limits: { max_concurrent: 4, requests_per_minute: 9 } });
+  t.strictSame(lim.body.limits, { requests_per_minute: 9, tokens_per_minute: null, max_concurrent: 4 });
+  const lim2 = await admin(gw, 'PATCH', `/admin/keys/${k.id}`, { limits: { requests_per_minute: null } });
+  t.strictSame(lim2.body.limits, { requests_per_minute: null, tokens_per_minute: null, max_concurrent: 4 }, 'limits change member by member');
+  const lim3 = await admin(gw, 'PATCH', `/admin/keys/${k.id}`, { limits: null });
+  t.strictSame(lim3.body.limits, { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }, 'limits: null clears them all');
   t.equal((await admin(gw, 'PATCH', `/admin/keys/${k.id}`, { models: null, expires_at: '2001-01-01' })).status, 200);
   t.equal((await chat(gw, k.key)).body.code, 'key_expired');
   t.equal((await admin(gw, 'PATCH', '/admin/keys/key_nothing', { name: 'x' })).body.code, 'key_not_found');
