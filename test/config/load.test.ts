@@ -64,6 +64,7 @@ const EMPTY_DEFAULTS = {
     watch_config: false,
     passthrough: null,
     passthrough_auth: false,
+    trust_proxy: false,
   },
   admin: { token: null },
   store: { kind: 'memory', path: null, fsync_ms: 1000, url: 'redis://127.0.0.1:6379', prefix: 'tollgate:', on_error: 'closed', timeout_ms: 1000 },
