@@ -88,7 +88,8 @@ export async function admitAndHold(
     // Billing has its own id: x-request-id may come from the client, and must not collide.
     charge = await hold(state.store, principal, randomUUID(), model, request, prompt, ttl, state.openMode);
   } catch (err) {
-    grant.correct(0);
+    // Refused by the wallet, the key's budget or a quota: it takes nothing from the limits.
+    grant.cancel();
     throw err;
   }
   ctx.charge = charge;

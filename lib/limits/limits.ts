@@ -27,6 +27,11 @@ export interface Grant {
   correct(actualTokens: number): void;
   /** Frees the concurrency slot; safe to call more than once. */
   release(): void;
+  /**
+   * The request was refused after admission (credits, budget, quota): gives back every point it
+   * took and its slots, as if it had never been admitted. Safe to call more than once.
+   */
+  cancel(): void;
 }
 
 type Dimension = 'requests' | 'tokens';
@@ -175,8 +180,19 @@ export class Limits {
     }
     let corrected = false;
     let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      for (const s of slots) s();
+    };
     return {
       headers,
+      cancel: () => {
+        release();
+        if (corrected) return;
+        corrected = true;
+        refund();
+      },
       correct: (actual) => {
         if (corrected) return;
         corrected = true;
@@ -188,11 +204,7 @@ export class Limits {
           else if (diff < 0) void l.reward(c.id, -diff).catch(() => undefined);
         }
       },
-      release: () => {
-        if (released) return;
-        released = true;
-        for (const s of slots) s();
-      },
+      release,
     };
   }
 

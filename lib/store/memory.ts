@@ -14,14 +14,14 @@
 // their own file, <path>/usage.jsonl, or to a ring of the last 100,000 in memory
 // (./usage-log.ts).
 
-import { keyIdOf, sha256Hex } from '../auth/keys.js';
+import { keyIdOf } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
 import { Journal } from './journal.js';
 import { MemoryMetering, validateHold, validateSettlement } from './memory-metering.js';
 import { MemoryResponses } from './memory-responses.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './memory-state.js';
 import {
-  addSpend, applyPatch, creditRefusal, defaultControls, periodId, spentIn,
+  addSpend, applyPatch, seededKeys, creditRefusal, defaultControls, periodId, spentIn,
   type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type NewKey, type Revocation,
   type SettleResult, type Settlement, type Store, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
@@ -427,8 +427,7 @@ export class MemoryStore implements Store {
     // All checks and changes happen in one synchronous pass; then one wait for the writes.
     for (const a of accounts) {
       this.#createAccount({ id: a.id, plan: a.plan, balance_units: a.wallet_units });
-      const digests = [...a.keys.map(sha256Hex), ...a.key_sha256.map((d) => d.toLowerCase())];
-      for (const digest of digests) this.#createKey({ id: keyIdOf(digest), account: a.id, digest });
+      for (const key of seededKeys(a)) this.#createKey({ id: keyIdOf(key.digest), account: a.id, ...key });
     }
     await this.#settled();
   }

@@ -67,13 +67,13 @@
 
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { keyIdOf, sha256Hex } from '../auth/keys.js';
+import { keyIdOf } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
 import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-metering.js';
 import { RedisResponses } from './redis-responses.js';
 import { toControls } from './memory-state.js';
 import {
-  applyPatch, defaultControls,
+  applyPatch, defaultControls, seededKeys,
   type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type NewKey, type Revocation,
   type SettleResult, type Settlement, type Store, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
@@ -513,8 +513,7 @@ export class RedisStore implements Store {
     // Create-if-absent all the way down: existing accounts and keys are never changed.
     for (const a of accounts) {
       await this.createAccount({ id: a.id, plan: a.plan, balance_units: a.wallet_units });
-      const digests = new Set([...a.keys.map(sha256Hex), ...a.key_sha256.map((d) => d.toLowerCase())]);
-      await Promise.all([...digests].map((digest) => this.createKey({ id: keyIdOf(digest), account: a.id, digest })));
+      await Promise.all(seededKeys(a).map((key) => this.createKey({ id: keyIdOf(key.digest), account: a.id, ...key })));
     }
   }
 

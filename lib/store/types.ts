@@ -3,6 +3,7 @@
 // for accounts, keys and sessions; the config only seeds what is absent.
 
 import type { AccountConfig } from '../config/types.js';
+import { sha256Hex } from '../auth/keys.js';
 
 export interface AccountRecord {
   id: string;
@@ -327,3 +328,12 @@ export interface Store {
   ping(): Promise<void>;
   close(): Promise<void>;
 }
+
+/** A config account's keys: digests, with the last 4 characters of those given in plaintext. */
+export function seededKeys(a: AccountConfig): Array<{ digest: string; last4: string | null }> {
+  const keys = new Map<string, string | null>();
+  for (const k of a.keys) keys.set(sha256Hex(k), k.slice(-4));
+  for (const d of a.key_sha256) if (!keys.has(d.toLowerCase())) keys.set(d.toLowerCase(), null);
+  return [...keys].map(([digest, last4]) => ({ digest, last4 }));
+}
+

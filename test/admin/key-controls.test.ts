@@ -76,6 +76,21 @@ async function ledger(gw: TestGateway, acct: string, keyId?: string): Promise<{ 
   return { balance: a.balance_units, held: a.held_units, key: keys.find((k: any) => k.id === keyId) };
 }
 
+/**
+ * Everything a request could consume: the wallet and its holds, the key's spend, the account's
+ * and the key's concurrency slots, and the plan's rate-limit counters (read through GET
+ * /v1/models with `probe`, another key of the account, which consumes nothing).
+ */
+async function consumed(gw: TestGateway, acct: string, keyId: string, probe: string): Promise<Record<string, unknown>> {
+  const l = await ledger(gw, acct, keyId);
+  const peek = await call(gw.url, 'GET', '/v1/models', undefined, { authorization: `Bearer ${probe}` });
+  return {
+    balance: l.balance, held: l.held, spent: l.key.budget.spent_units,
+    slots: await gw.gateway.slotsInUse(acct), keySlots: await gw.gateway.slotsInUse(`key:${keyId}`),
+    requestsLeft: peek.headers['x-ratelimit-remaining-requests'], tokensLeft: peek.headers['x-ratelimit-remaining-tokens'],
+  };
+}
+
 /** The envelope with its code, param and extras at the top and under `error`. */
 function assertEnvelope(t: any, r: Answer, status: number, code: string, type: string, extras: Record<string, unknown> = {}): void {
   t.equal(r.status, status, `${code}: status`);
@@ -166,14 +181,22 @@ t.test('a key with controls is issued once in plaintext and listed without it', 
   t.equal((await admin(gw, 'POST', `/admin/accounts/${acct}/keys`, '{"models":null,"budget":null,"limits":null,"metadata":null}')).status, 201, 'nulls mean no restriction');
 });
 
+t.test('config keys are listed with their hint and no controls', async (t) => {
+  const list = await admin(gw, 'GET', '/admin/accounts/demo/keys');
+  t.equal(list.status, 200);
+  t.match(list.body.keys, [{ hint: 'tg_…0000', models: null, budget: { units: null, spent_units: 0 } }]);
+  t.notOk(list.text.includes('tg_demo_0000000000000000'), 'no plaintext');
+});
+
 t.test('key_expired: 401, and nothing consumed', async (t) => {
   const acct = await account(gw);
   const past = await issue(gw, acct, { expires_at: '2020-01-01T00:00:00Z' });
-  const before = await ledger(gw, acct, past.id);
+  const probe = await issue(gw, acct);
+  const before = await consumed(gw, acct, past.id, probe.key);
   const r = await chat(gw, past.key);
   assertEnvelope(t, r, 401, 'key_expired', 'invalid_request_error');
   t.match(r.body.message, /2020-01-01T00:00:00.000Z/);
-  t.strictSame(await ledger(gw, acct, past.id), before, 'wallet, holds and key untouched');
+  t.strictSame(await consumed(gw, acct, past.id, probe.key), before, 'wallet, holds, spend, slots and limits untouched');
   const models = await call(gw.url, 'GET', '/v1/models', undefined, { authorization: `Bearer ${past.key}` });
   assertEnvelope(t, models, 401, 'key_expired', 'invalid_request_error');
   // Expiry is read per request from the cached key: a key that expires while cached stops.
@@ -187,12 +210,11 @@ t.test('ip_not_allowed: the socket address is matched; X-Forwarded-For is ignore
   const acct = await account(gw);
   const far = await issue(gw, acct, { allowed_ips: ['10.0.0.0/8', '2001:db8::/32'] });
   const near = await issue(gw, acct, { allowed_ips: ['10.0.0.0/8', '127.0.0.0/8'] });
-  const before = await ledger(gw, acct);
+  const before = await consumed(gw, acct, far.id, near.key);
   const r = await chat(gw, far.key, {}, { 'x-forwarded-for': '10.1.2.3' });
   assertEnvelope(t, r, 403, 'ip_not_allowed', 'permission_error');
   t.notOk(r.body.message.includes('127.0.0.1'), 'the message does not echo addresses');
-  const after = await ledger(gw, acct);
-  t.strictSame([after.balance, after.held], [before.balance, before.held], 'nothing held or charged');
+  t.strictSame(await consumed(gw, acct, far.id, near.key), before, 'nothing held, charged, spent or counted');
   t.equal((await chat(gw, near.key)).status, 200, 'an allowed socket address');
 });
 
@@ -212,8 +234,11 @@ t.test('server.trust_proxy: the first X-Forwarded-For hop is matched (IPv4 and I
 t.test('model_not_allowed: 403 with the key\'s models the plan may use; every route; /v1/models filtered', async (t) => {
   const acct = await account(gw);
   const k = await issue(gw, acct, { models: ['llama-*', 'embed-a'] });
+  const probe = await issue(gw, acct);
   const before = await ledger(gw, acct, k.id);
+  const untouched = await consumed(gw, acct, k.id, probe.key);
   const r = await chat(gw, k.key, { model: 'echo-small' });
+  t.strictSame(await consumed(gw, acct, k.id, probe.key), untouched, 'the refusal consumed nothing');
   // llama-b is paid_only: the free plan may not use it, so it is not suggested. Nearest first.
   assertEnvelope(t, r, 403, 'model_not_allowed', 'permission_error', { suggested_models: ['llama-a', 'embed-a', 'llama-slow'] });
   t.equal(r.body.param, 'model');
@@ -258,13 +283,16 @@ t.test('model_not_allowed: 403 with the key\'s models the plan may use; every ro
 t.test('budget_exceeded: 402 with what is left and when it resets; wallet and budget untouched', async (t) => {
   const acct = await account(gw);
   const k = await issue(gw, acct, { budget: { units: 40, period: 'day' } });
+  const probe = await issue(gw, acct);
   const ok = await chat(gw, k.key, { max_tokens: 5 });
   t.equal(ok.status, 200);
   const charged = Number(ok.headers['x-tollgate-units-charged']);
   t.ok(charged > 0, 'the first request is charged');
   const before = await ledger(gw, acct, k.id);
   t.equal(before.key.budget.spent_units, charged, 'spent = what was charged');
+  const untouched = await consumed(gw, acct, k.id, probe.key);
   const r = await chat(gw, k.key, { max_tokens: 40 });
+  t.strictSame(await consumed(gw, acct, k.id, probe.key), untouched, 'nothing consumed: wallet, spend, holds, slots, rate limits');
   const left = 40 - charged;
   const midnight = new Date(); midnight.setUTCHours(24, 0, 0, 0);
   assertEnvelope(t, r, 402, 'budget_exceeded', 'insufficient_credits', { budget_remaining_units: left, budget_resets_at: midnight.toISOString() });
@@ -292,7 +320,9 @@ t.test('per-key limits on top of the plan\'s: 429 with the tighter headers, noth
   t.equal(first.headers['x-ratelimit-limit-tokens'], '1000000', 'the plan\'s token limit (the key has none)');
   t.equal((await chat(gw, k.key)).headers['x-ratelimit-remaining-requests'], '0');
   const before = await ledger(gw, acct, k.id);
+  const untouched = await consumed(gw, acct, k.id, other.key);
   const r = await chat(gw, k.key);
+  t.strictSame(await consumed(gw, acct, k.id, other.key), untouched, 'nothing consumed, the plan\'s rate limit included');
   assertEnvelope(t, r, 429, 'rate_limit_exceeded', 'rate_limit_error');
   t.match(r.body.message, /API key/);
   t.ok(Number(r.headers['retry-after']) >= 1 && Number(r.headers['retry-after-ms']) >= 1, 'Retry-After');
