@@ -328,6 +328,37 @@ t.test('generated key controls: a key listed with exactly those controls, or 400
   }), 120);
 });
 
+t.test('generated PATCH bodies: the key shows exactly the change, or 400 naming a bad control and nothing changed', async (t) => {
+  await holds(t, 'key patches', fc.asyncProperty(controlsGen, async (gens) => {
+    const { account: acct } = await freshAccount(gw.url, ADMIN, 'free', 1000);
+    const keys = async () => JSON.parse((await call('GET', `/admin/accounts/${acct}/keys`, undefined, undefined)).text).keys as any[];
+    const [before] = await keys();
+    const body: Record<string, unknown> = {};
+    const problems: string[] = [];
+    for (const [k, g] of Object.entries(gens) as Array<[string, Gen | undefined]>) {
+      if (g === undefined) continue;
+      body[k] = g.value;
+      if (g.bad !== undefined) problems.push(`${g.bad.code}:${g.bad.param}`);
+    }
+    const res = await call('PATCH', `/admin/keys/${before.id}`, JSON.stringify(body), JSON_TYPE);
+    const [after] = await keys();
+    if (problems.length > 0) {
+      assert.ok(problems.includes(tag(res)), `${tag(res)}, expected one of ${problems}`);
+      assert.deepEqual(after, before, 'a refused PATCH changes nothing');
+      return;
+    }
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(JSON.parse(res.text), after, 'the answer is the key as listed');
+    for (const [k, shown] of Object.entries(DEFAULT_SHOWN)) {
+      const g = (gens as Record<string, Gen | undefined>)[k];
+      const want = g === undefined ? shown : g.shown;
+      const got = k === 'budget' ? { units: after.budget.units, period: after.budget.period, spent_units: after.budget.spent_units } : after[k];
+      assert.deepEqual(got, want, `patched ${k}`);
+    }
+    assert.deepEqual([after.id, after.hint, after.created_at], [before.id, before.hint, before.created_at], 'the same key');
+  }), 80);
+});
+
 t.test('the logs hold no credential', async (t) => {
   assertNoCredentials(t, gw.logs(), [...issuedKeys, ADMIN]);
 });
