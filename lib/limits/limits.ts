@@ -2,6 +2,10 @@
 // tokens_per_minute, max_concurrent). rate-limiter-flexible counts in memory with the memory
 // store and in Redis with the redis store, so every instance shares one view. Tokens are taken
 // at admission from the estimate and corrected once the answer's usage is known.
+//
+// A developer key may add its own limits (CONTRACT section 8): they are counted per key id on
+// top of the plan's per-account counts, the answer's x-ratelimit-* headers show whichever is
+// tighter, and a request refused by any limit (or later, at the hold) gives back what it took.
 
 import type { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
