@@ -6,7 +6,7 @@ import { BlockList, isIP } from 'node:net';
 import type { IncomingMessage } from 'node:http';
 import { GatewayError, clip } from '../errors.js';
 import {
-  MAX_UNITS, defaultControls, periodId, spentIn,
+  MAX_UNITS, periodId, spentIn,
   type BudgetPeriod, type BudgetPeriods, type KeyControls, type KeyLimits, type KeyPatch, type KeyRecord,
 } from '../store/types.js';
 
@@ -58,14 +58,13 @@ function list(v: unknown, param: string, max: number): unknown[] {
 export function parseIsoTime(v: string): number | undefined {
   const m = ISO.exec(v);
   if (m === null) return undefined;
-  const [, y, mo, d, h, mi, s, zone] = m;
+  const [, y, mo, d, h, mi, s] = m;
   if (Number(mo) < 1 || Number(mo) > 12 || Number(d) < 1 || Number(d) > 31) return undefined;
   if (h !== undefined && (Number(h) > 23 || Number(mi) > 59 || Number(s ?? 0) > 59)) return undefined;
   const ms = Date.parse(h === undefined ? `${v}T00:00:00Z` : v.replace(' ', 'T').replace(/([+-]\d{2})(\d{2})$/, '$1:$2'));
   if (!Number.isFinite(ms)) return undefined;
   // Date.parse rolls 2026-02-31 over to March: refuse a day the month does not have.
   if (new Date(Date.UTC(Number(y), Number(mo) - 1, Number(d))).getUTCDate() !== Number(d)) return undefined;
-  void zone;
   return ms;
 }
 
@@ -286,4 +285,3 @@ export function keyView(record: KeyRecord, prefix: string, now = Date.now()): Re
   };
 }
 
-export { defaultControls };
