@@ -9,8 +9,14 @@ import { parseArgs } from 'node:util';
 export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADMIN_TOKEN, --json):
   tollgate accounts create ID --plan P [--wallet-units N]
   tollgate accounts show ID
-  tollgate keys create ACCOUNT
+  tollgate keys create ACCOUNT [CONTROLS]
+  tollgate keys list ACCOUNT
+  tollgate keys update KEY_ID CONTROLS        (a value of null clears a control)
+  tollgate keys rotate KEY_ID [--grace-seconds N]
   tollgate keys revoke KEY_ID
+    CONTROLS: --name N  --models a,llama-*  --expires ISO-8601  --budget-units N
+              --budget-period day|week|month|never  --rpm N  --tpm N  --max-concurrent N
+              --allow-ips CIDR,CIDR  --metadata k=v (repeatable)
   tollgate credits add ACCOUNT UNITS [--idempotency-key K]
   tollgate sessions revoke SID
   tollgate usage [--account A] [--since DATE]
@@ -24,7 +30,7 @@ class CliError extends Error {
   }
 }
 
-interface Call { method: 'GET' | 'POST' | 'DELETE'; path: string; body?: unknown }
+interface Call { method: 'GET' | 'POST' | 'DELETE' | 'PATCH'; path: string; body?: unknown }
 
 async function call(url: string, token: string, c: Call): Promise<{ status: number; body: unknown }> {
   // The built-in fetch: it starts faster than importing undici, which a CLI call notices.
@@ -65,7 +71,93 @@ export function decimalUnits(text: string, what: string, allowNegative: boolean)
   return Number(text);
 }
 
-function plan(command: string, sub: string | undefined, args: string[], opts: Record<string, string | undefined>): { call: Call; show: (b: any) => string } {
+type Opts = Record<string, string | string[] | boolean | undefined>;
+
+/** A list option (`a,b`), or null for `null`. */
+function listOpt(v: string, what: string): string[] | null {
+  if (v === 'null') return null;
+  const items = v.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  if (items.length === 0) throw new CliError(`${what} needs at least one value (or null)`, 2);
+  return items;
+}
+
+/** A limit option: a positive plain decimal integer, or null. */
+function limitOpt(v: string, what: string): number | null {
+  if (v === 'null') return null;
+  const n = decimalUnits(v, what, false);
+  if (n === 0) throw new CliError(`${what} must be at least 1 (or null for no limit)`, 2);
+  return n;
+}
+
+/**
+ * The controls the options name, as the admin API takes them (CONTRACT section 8); on update,
+ * the value `null` clears one. The API checks every value; the CLI only reads its own syntax.
+ */
+function controlsOf(opts: Opts, verb: string): Record<string, unknown> {
+  const body: Record<string, unknown> = {};
+  const str = (k: string) => (typeof opts[k] === 'string' ? opts[k] as string : undefined);
+  const name = str('name');
+  if (name !== undefined) body.name = name === 'null' ? null : name;
+  const models = str('models');
+  if (models !== undefined) body.models = listOpt(models, `${verb}: --models`);
+  const expires = str('expires');
+  if (expires !== undefined) body.expires_at = expires === 'null' ? null : expires;
+  const units = str('budget-units');
+  const period = str('budget-period');
+  if (units === 'null') {
+    if (period !== undefined) throw new CliError(`${verb}: --budget-period with --budget-units null: a cleared budget has no period`, 2);
+    body.budget = null;
+  } else if (units !== undefined) {
+    if (period !== undefined && !['day', 'week', 'month', 'never'].includes(period)) {
+      throw new CliError(`${verb}: --budget-period must be day, week, month or never, not ${JSON.stringify(period)}`, 2);
+    }
+    body.budget = { units: decimalUnits(units, `${verb}: --budget-units`, false), period: period === undefined || period === 'never' ? null : period };
+  } else if (period !== undefined) {
+    throw new CliError(`${verb}: --budget-period needs --budget-units (a budget is set whole)`, 2);
+  }
+  const limits: Record<string, number | null> = {};
+  for (const [opt, field] of [['rpm', 'requests_per_minute'], ['tpm', 'tokens_per_minute'], ['max-concurrent', 'max_concurrent']] as const) {
+    const v = str(opt);
+    if (v !== undefined) limits[field] = limitOpt(v, `${verb}: --${opt}`);
+  }
+  if (Object.keys(limits).length > 0) body.limits = limits;
+  const ips = str('allow-ips');
+  if (ips !== undefined) body.allowed_ips = listOpt(ips, `${verb}: --allow-ips`);
+  const meta = opts.metadata;
+  if (Array.isArray(meta) && meta.length > 0) {
+    if (meta.length === 1 && meta[0] === 'null') body.metadata = null;
+    else {
+      const m: Record<string, string> = {};
+      for (const kv of meta) {
+        const eq = kv.indexOf('=');
+        if (eq <= 0) throw new CliError(`${verb}: --metadata takes key=value, not ${JSON.stringify(kv)}`, 2);
+        m[kv.slice(0, eq)] = kv.slice(eq + 1);
+      }
+      body.metadata = m;
+    }
+  }
+  return body;
+}
+
+/** One key as the list shows it, on a few lines. */
+function keyLines(k: any): string {
+  const b = k.budget;
+  const budget = b.units === null ? `spent ${b.spent_units} (no budget)` : `${b.spent_units}/${b.units} per ${b.period ?? 'lifetime'}${b.resets_at ? ` (resets ${b.resets_at})` : ''}`;
+  const l = k.limits;
+  const limits = [['rpm', l.requests_per_minute], ['tpm', l.tokens_per_minute], ['concurrent', l.max_concurrent]]
+    .filter(([, v]) => v !== null).map(([n, v]) => `${n}=${v}`).join(' ') || 'plan only';
+  return [
+    `${k.id}  ${k.hint ?? '(no hint)'}${k.name === null ? '' : `  "${k.name}"`}`,
+    `  models: ${k.models === null ? 'any the plan allows' : k.models.join(', ')}`,
+    `  budget: ${budget}`,
+    `  limits: ${limits}`,
+    `  expires: ${k.expires_at ?? 'never'}  ips: ${k.allowed_ips === null ? 'any' : k.allowed_ips.join(', ')}`,
+    `  created: ${k.created_at}  last used: ${k.last_used_at ?? 'never'}`,
+    ...(Object.keys(k.metadata).length === 0 ? [] : [`  metadata: ${Object.entries(k.metadata).map(([a, v]) => `${a}=${v}`).join(' ')}`]),
+  ].join('\n');
+}
+
+function plan(command: string, sub: string | undefined, args: string[], opts: Opts): { call: Call; show: (b: any) => string } {
   const need = (n: number, usage: string) => {
     if (args.length !== n || args.some((a) => a === '')) throw new CliError(`usage: tollgate ${usage}`, 2);
   };
@@ -76,7 +168,7 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Re
       need(1, 'accounts create ID --plan P [--wallet-units N]');
       if (opts.plan === undefined) throw new CliError('accounts create: --plan is required', 2);
       const body: Record<string, unknown> = { id: args[0], plan: opts.plan };
-      if (opts['wallet-units'] !== undefined) body.wallet_units = decimalUnits(opts['wallet-units'], 'accounts create: --wallet-units', false);
+      if (typeof opts['wallet-units'] === 'string') body.wallet_units = decimalUnits(opts['wallet-units'], 'accounts create: --wallet-units', false);
       return { call: { method: 'POST', path: '/admin/accounts', body }, show: (b) => `created ${account(b)}` };
     }
     case 'accounts show':
@@ -85,12 +177,34 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Re
         call: { method: 'GET', path: `/admin/accounts/${enc(args[0]!)}` },
         show: (b) => `${account(b)}\n  today: ${b.usage.day.requests} requests, ${b.usage.day.tokens} tokens, ${b.usage.day.units} units\n  this month: ${b.usage.month.requests} requests, ${b.usage.month.tokens} tokens, ${b.usage.month.units} units`,
       };
-    case 'keys create':
-      need(1, 'keys create ACCOUNT');
+    case 'keys create': {
+      need(1, 'keys create ACCOUNT [--models a,b] [--budget-units N --budget-period day|week|month|never] [--expires ISO-8601] ...');
+      const body = controlsOf(opts, 'keys create');
       return {
-        call: { method: 'POST', path: `/admin/accounts/${enc(args[0]!)}/keys` },
+        call: { method: 'POST', path: `/admin/accounts/${enc(args[0]!)}/keys`, ...(Object.keys(body).length === 0 ? {} : { body }) },
         show: (b) => `key ${b.id} for ${b.account}:\n${b.key}\n(shown once: only its SHA-256 is stored)`,
       };
+    }
+    case 'keys list':
+      need(1, 'keys list ACCOUNT');
+      return {
+        call: { method: 'GET', path: `/admin/accounts/${enc(args[0]!)}/keys` },
+        show: (b) => (b.keys.length === 0 ? `no keys for ${args[0]}` : b.keys.map(keyLines).join('\n')),
+      };
+    case 'keys update': {
+      need(1, 'keys update KEY_ID [--models a,b|null] [--budget-units N|null] [--expires ISO-8601|null] ...');
+      const body = controlsOf(opts, 'keys update');
+      if (Object.keys(body).length === 0) throw new CliError('keys update: name at least one control to change (see tollgate --help)', 2);
+      return { call: { method: 'PATCH', path: `/admin/keys/${enc(args[0]!)}`, body }, show: (b) => `updated ${keyLines(b)}` };
+    }
+    case 'keys rotate': {
+      need(1, 'keys rotate KEY_ID [--grace-seconds N]');
+      const grace = typeof opts['grace-seconds'] === 'string' ? decimalUnits(opts['grace-seconds'], 'keys rotate: --grace-seconds', false) : 0;
+      return {
+        call: { method: 'POST', path: `/admin/keys/${enc(args[0]!)}/rotate`, body: { grace_seconds: grace } },
+        show: (b) => `key ${b.id} for ${b.account} rotated; new key:\n${b.key}\n(shown once; the old key works until ${b.previous_key_valid_until})`,
+      };
+    }
     case 'keys revoke':
       need(1, 'keys revoke KEY_ID');
       return { call: { method: 'DELETE', path: `/admin/keys/${enc(args[0]!)}` }, show: () => `revoked ${args[0]}` };
@@ -107,8 +221,8 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Re
     case 'usage': {
       if (sub !== undefined) throw new CliError('usage: tollgate usage [--account A] [--since DATE] | tollgate usage export --since DATE ...', 2);
       const q = new URLSearchParams();
-      if (opts.account !== undefined) q.set('account', opts.account);
-      if (opts.since !== undefined) q.set('since', opts.since);
+      if (typeof opts.account === 'string') q.set('account', opts.account);
+      if (typeof opts.since === 'string') q.set('since', opts.since);
       const qs = q.toString();
       return {
         call: { method: 'GET', path: `/admin/usage${qs === '' ? '' : `?${qs}`}` },
@@ -214,6 +328,9 @@ const OPTIONS = {
   plan: { type: 'string' }, 'wallet-units': { type: 'string' }, 'idempotency-key': { type: 'string' },
   account: { type: 'string' }, since: { type: 'string' }, until: { type: 'string' }, key: { type: 'string' },
   model: { type: 'string' }, format: { type: 'string' },
+  name: { type: 'string' }, models: { type: 'string' }, expires: { type: 'string' }, 'budget-units': { type: 'string' },
+  'budget-period': { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' }, 'max-concurrent': { type: 'string' },
+  'allow-ips': { type: 'string' }, metadata: { type: 'string', multiple: true }, 'grace-seconds': { type: 'string' },
 } as const;
 
 /**
@@ -262,7 +379,7 @@ export async function admin(command: string, argv: string[]): Promise<number> {
       const exportArgs = exportPlan(args, opts);
       return await exportUsage(values.url ?? 'http://127.0.0.1:8080', adminToken(values.token), exportArgs);
     }
-    const step = plan(command, sub, args, values as Record<string, string | undefined>);
+    const step = plan(command, sub, args, values as Opts);
     const token = adminToken(values.token);
     const url = values.url ?? 'http://127.0.0.1:8080';
     const { status, body } = await call(url, token, step.call);

@@ -30,10 +30,14 @@ export const ERROR_CODES = Object.freeze({
   invalid_api_key: 401,
   token_expired: 401,
   session_revoked: 401,
+  key_expired: 401,
   insufficient_credits: 402,
   quota_exceeded: 402,
+  budget_exceeded: 402,
   model_requires_paid_plan: 403,
   content_blocked: 403,
+  model_not_allowed: 403,
+  ip_not_allowed: 403,
   model_not_found: 404,
   unknown_url: 404,
   account_not_found: 404,
@@ -76,6 +80,9 @@ export interface ErrorExtras {
   quota_code?: string;
   wallet_balance_units?: number;
   suggested_models?: string[];
+  budget_remaining_units?: number;
+  /** ISO-8601, or null for a budget that never resets. */
+  budget_resets_at?: string | null;
 }
 
 /** An error that reaches the client as the envelope. `headers` are added to the answer. */

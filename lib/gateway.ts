@@ -209,7 +209,7 @@ export class Gateway {
     try {
       const state = this.#state ?? (await this.#pending);
       if (state.passthrough !== null) {
-        if (state.config.server.passthrough_auth) await state.auth.authenticate(req.headers.authorization);
+        if (state.config.server.passthrough_auth) await state.auth.authenticate(req.headers.authorization, req);
         res.once('close', () => this.metrics.countRequest('passthrough', res.statusCode, ''));
         state.passthrough.web(req, res, requestId);
       } else if (next !== undefined) {
@@ -236,7 +236,7 @@ export class Gateway {
       path === '/healthz' || path === '/readyz' || path === '/metrics';
     if (state?.passthrough != null && !owned) {
       try {
-        if (state.config.server.passthrough_auth) await state.auth.authenticate(req.headers.authorization);
+        if (state.config.server.passthrough_auth) await state.auth.authenticate(req.headers.authorization, req);
         state.passthrough.ws(req, socket, head);
         return;
       } catch {
@@ -283,14 +283,14 @@ export class Gateway {
   }
 
   async #models(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
-    const principal = await state.auth.authenticate(req.headers.authorization);
+    const principal = await state.auth.authenticate(req.headers.authorization, req);
     ctx.principal = principal;
     ctx.rateHeaders = await state.limits.peek(principal);
     if (ctx.route === 'models') {
       if (state.catalog.size === 0) {
         throw new GatewayError('service_unavailable', 'The model catalog is not populated yet.', { headers: retryAfterHeaders(5000) });
       }
-      sendJson(res, 200, state.catalog.listJson(principal.plan), { ...ctx.rateHeaders, 'x-request-id': ctx.id });
+      sendJson(res, 200, state.catalog.listJson(principal.plan, principal.key), { ...ctx.rateHeaders, 'x-request-id': ctx.id });
       return;
     }
     let id: string;
@@ -302,7 +302,7 @@ export class Gateway {
     ctx.model = id;
     const json = state.catalog.publicJson(id);
     if (json === undefined) {
-      state.catalog.resolve(id, principal.plan, false); // throws model_not_found with suggestions
+      state.catalog.resolve(id, principal.plan, false, undefined, principal.key); // throws model_not_found with suggestions
       throw new GatewayError('model_not_found', `The model '${clip(id)}' does not exist.`, { param: 'model' });
     }
     sendJson(res, 200, json, { ...ctx.rateHeaders, 'x-request-id': ctx.id });

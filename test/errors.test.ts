@@ -43,6 +43,11 @@ const EXTRA: Record<string, number> = {
   key_not_found: 404,
   response_not_found: 404,
   account_exists: 409,
+  // CONTRACT section 8: per-key controls.
+  key_expired: 401,
+  budget_exceeded: 402,
+  model_not_allowed: 403,
+  ip_not_allowed: 403,
 };
 
 t.test('the spec table parses into the 25 codes it lists', async (t) => {
@@ -67,8 +72,8 @@ t.test('the extra codes have their statuses', async (t) => {
 
 t.test('the table holds nothing beyond the spec codes and the extras', async (t) => {
   const expected = new Map([...specTable(), ...Object.entries(EXTRA)]);
-  t.equal(expected.size, 33);
-  t.equal(Object.keys(ERROR_CODES).length, 33, 'count pinned');
+  t.equal(expected.size, 37);
+  t.equal(Object.keys(ERROR_CODES).length, 37, 'count pinned');
   t.strictSame(Object.keys(ERROR_CODES).sort(), [...expected.keys()].sort());
   t.strictSame(Object.fromEntries(Object.entries(ERROR_CODES)), Object.fromEntries(expected));
   t.ok(Object.isFrozen(ERROR_CODES), 'the table cannot be changed at run time');

@@ -1,5 +1,5 @@
-// The admin API (CONTRACT section 5): accounts, credits, developer keys and session
-// revocation, under /admin with Bearer admin.token. Every answer is JSON, except the two
+// The admin API (CONTRACT sections 5 and 8): accounts, credits, developer keys with their
+// controls (list, PATCH, rotation), and session revocation, under /admin with Bearer admin.token. Every answer is JSON, except the two
 // revocations (204, no body); errors use the envelope. Keys are returned in plaintext exactly
 // once; only their SHA-256 is stored. Amounts are exact integers of at most 2^53-1 in size,
 // and a balance never leaves 0..2^53-1 (CONTRACT sections 9 and 10).
@@ -10,11 +10,12 @@ import { bearer, keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { Config } from '../config/types.js';
 import { GatewayError, MAX_ECHO, clip } from '../errors.js';
 import { isJsonContentType, readBody } from '../http/body.js';
-import { roundedMembers } from '../http/exact-json.js';
+import { roundedMembers, roundedValues } from '../http/exact-json.js';
+import { keyView, readControls } from '../auth/controls.js';
 import { parseJsonBody } from '../http/json.js';
 import { closeIfBodyUnread, sendJson } from '../http/respond.js';
 import { windows } from '../billing/meter.js';
-import { MAX_UNITS, type AccountRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
+import { MAX_UNITS, applyPatch, defaultControls, type AccountRecord, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
 import { isCursor } from '../store/usage-records.js';
 
 const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/;
@@ -40,8 +41,14 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return v !== null && typeof v === 'object' && !Array.isArray(v);
 }
 
-/** A parsed JSON object body, and which of its members had a number literal JSON.parse rounded. */
-interface Body { values: Record<string, unknown>; rounded: Set<string> }
+/**
+ * A parsed JSON object body, which of its members had a number literal JSON.parse rounded, and
+ * the values of every rounded literal at any depth (for nested amounts).
+ */
+interface Body { values: Record<string, unknown>; rounded: Set<string>; roundedValues: Set<number> }
+
+/** The longest grace a rotation may give the old plaintext: 30 days. */
+export const MAX_GRACE_SECONDS = 30 * 86_400;
 
 /**
  * An integer member from `min` to `max` (both at most 2^53-1 in size), given exactly; undefined
@@ -66,34 +73,9 @@ function methodNotAllowed(method: string | undefined, path: string, allow: strin
   return new GatewayError('method_not_allowed', `Method ${clip(method ?? '', 16)} is not allowed on ${clip(path, MAX_ECHO - 16)}; use ${allow}.`, { headers: { allow } });
 }
 
-/** The per-key controls of CONTRACT section 8, which this version does not enforce yet. */
-const KEY_CONTROLS = ['name', 'models', 'expires_at', 'budget', 'limits', 'allowed_ips', 'metadata'] as const;
-
 function hasBody(req: IncomingMessage): boolean {
   const length = req.headers['content-length'];
   return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
-}
-
-/**
- * A key request with controls is refused rather than issued without them: a key asked for
- * with `models` or a `budget` must never come out unrestricted. Amounts are checked first
- * (above 2^53-1 is 400 invalid_value, CONTRACT section 9), then any control present is 400
- * unsupported_value until per-key controls are built.
- */
-function refuseKeyControls(body: Record<string, unknown>): void {
-  const budget = body.budget;
-  if (isObject(budget) && budget.units !== undefined && budget.units !== null) {
-    const units = budget.units;
-    if (typeof units !== 'number') throw new GatewayError('invalid_type', "Invalid type for 'budget.units': expected an integer.", { param: 'budget.units' });
-    if (!Number.isSafeInteger(units) || units < 0) {
-      throw new GatewayError('invalid_value', "Invalid value for 'budget.units': must be an integer from 0 to 9007199254740991.", { param: 'budget.units' });
-    }
-  }
-  for (const field of KEY_CONTROLS) {
-    if (body[field] !== undefined && body[field] !== null) {
-      throw new GatewayError('unsupported_value', `Unsupported parameter: '${field}'. Per-key controls are not available in this version; no key was issued.`, { param: field });
-    }
-  }
 }
 
 /** Records pages hold 1 to RECORDS_MAX_LIMIT records; RECORDS_DEFAULT_LIMIT unless asked. */
@@ -177,13 +159,36 @@ export class AdminApi {
       const { applied, account } = await this.#credit(b, await this.#body(req));
       send(200, { ...(await accountView(account)), applied });
     } else if (a === 'accounts' && b !== undefined && c === 'keys' && parts.length === 3) {
-      if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
-      if (hasBody(req)) refuseKeyControls((await this.#body(req)).values);
-      send(201, await this.#issueKey(b));
+      if (reading) {
+        const keys = await this.#store.listKeys(b);
+        if (keys === undefined) throw new GatewayError('account_not_found', `No account with id '${clip(b)}'.`);
+        send(200, { keys: keys.map((k) => this.#keyView(k)) });
+        return;
+      }
+      if (method !== 'POST') throw methodNotAllowed(method, path, 'GET, HEAD, POST');
+      const body = hasBody(req) ? await this.#body(req) : undefined;
+      send(201, await this.#issueKey(b, body));
     } else if (a === 'keys' && b !== undefined && parts.length === 2) {
-      if (method !== 'DELETE') throw methodNotAllowed(method, path, 'DELETE');
-      if ((await this.#store.revokeKey(b)) === undefined) throw new GatewayError('key_not_found', `No key with id '${clip(b)}'.`);
-      noContent();
+      if (method === 'DELETE') {
+        if ((await this.#store.revokeKey(b)) === undefined) throw new GatewayError('key_not_found', `No key with id '${clip(b)}'.`);
+        noContent();
+      } else if (method === 'PATCH') {
+        const body = hasBody(req) ? await this.#body(req) : undefined;
+        const patch = body === undefined ? {} : readControls(body.values, body.roundedValues);
+        const updated = await this.#store.updateKey(b, patch);
+        if (updated === undefined) throw new GatewayError('key_not_found', `No live key with id '${clip(b)}'.`);
+        send(200, this.#keyView(updated));
+      } else if (reading) {
+        const key = await this.#store.getKey(b);
+        if (key === undefined || key.revoked_at !== null) throw new GatewayError('key_not_found', `No live key with id '${clip(b)}'.`);
+        send(200, this.#keyView(key));
+      } else {
+        throw methodNotAllowed(method, path, 'GET, HEAD, PATCH, DELETE');
+      }
+    } else if (a === 'keys' && b !== undefined && c === 'rotate' && parts.length === 3) {
+      if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
+      const body = hasBody(req) ? await this.#body(req) : undefined;
+      send(200, await this.#rotate(b, body));
     } else if (a === 'sessions' && b !== undefined && c === 'revoke' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
       await this.#store.revokeSession(b);
@@ -260,6 +265,10 @@ export class AdminApi {
     return { records: page.records.map((r) => ({ ...r, at: new Date(r.at).toISOString() })), next_cursor: page.next_cursor };
   }
 
+  #keyView(k: KeyRecord): Record<string, unknown> {
+    return keyView(k, this.#config.service.key_prefix);
+  }
+
   async #body(req: IncomingMessage): Promise<Body> {
     if (!isJsonContentType(req.headers['content-type'])) {
       throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
@@ -267,7 +276,8 @@ export class AdminApi {
     const raw = await readBody(req, 65536, this.#config.server.body_timeout_ms);
     const values = parseJsonBody(raw);
     if (!isObject(values)) throw new GatewayError('invalid_type', "Invalid type for '(body)': expected a JSON object.", { param: '(body)' });
-    return { values, rounded: roundedMembers(raw.toString('utf8')) };
+    const text = raw.toString('utf8');
+    return { values, rounded: roundedMembers(text), roundedValues: roundedValues(text) };
   }
 
   async #account(id: string): Promise<AccountRecord> {
@@ -313,11 +323,33 @@ export class AdminApi {
     return { applied: result.applied, account: await this.#account(id) };
   }
 
-  async #issueKey(account: string): Promise<{ id: string; account: string; key: string }> {
+  /**
+   * Issues a key with the controls the body names (all checked before anything is stored: a key
+   * asked for with restrictions never comes out without them). The answer is the contract's
+   * `{id, account, key}`; the controls show in the key list.
+   */
+  async #issueKey(account: string, body: Body | undefined): Promise<{ id: string; account: string; key: string }> {
+    const controls = applyPatch(defaultControls(), body === undefined ? {} : readControls(body.values, body.roundedValues));
     const key = newKey(this.#config.service.key_prefix);
     const digest = sha256Hex(key);
     const id = keyIdOf(digest);
-    if (!(await this.#store.createKey({ id, account, digest }))) throw new GatewayError('account_not_found', `No account with id '${clip(account)}'.`);
+    if (!(await this.#store.createKey({ id, account, digest, last4: key.slice(-4), controls }))) {
+      throw new GatewayError('account_not_found', `No account with id '${clip(account)}'.`);
+    }
     return { id, account, key };
+  }
+
+  /**
+   * POST /admin/keys/{id}/rotate {grace_seconds}: a new plaintext for the same key id (and its
+   * controls, budget and usage); the old one works until the grace ends, then 401.
+   */
+  async #rotate(id: string, body: Body | undefined): Promise<Record<string, unknown>> {
+    const grace = body === undefined || body.values.grace_seconds === null ? 0
+      : integerParam(body, 'grace_seconds', 0, MAX_GRACE_SECONDS, `an integer from 0 to ${MAX_GRACE_SECONDS} (30 days)`) ?? 0;
+    const key = newKey(this.#config.service.key_prefix);
+    const until = Date.now() + grace * 1000;
+    const rotated = await this.#store.rotateKey(id, sha256Hex(key), key.slice(-4), until);
+    if (rotated === undefined) throw new GatewayError('key_not_found', `No live key with id '${clip(id)}'.`);
+    return { id, account: rotated.account, key, previous_key_valid_until: new Date(until).toISOString() };
   }
 }

@@ -3,11 +3,18 @@
 // (lru-cache); a revocation on any instance evicts at once through the store's revocation
 // feed, and the short TTL bounds the delay even if that feed is interrupted.
 //
+// A developer key's own controls (CONTRACT section 8) are compiled into its cached principal;
+// each request then checks its expiry and the caller's address against it without a store read.
+// A PATCH or a rotation on any instance is announced through the same feed (key-changed), so
+// caches drop the key at once; the TTL bounds the delay if the feed misses it. When a key was
+// last used is collected here and written in one batch per second, not once per request.
+//
 // A store that cannot answer rejects with StoreUnavailableError (503). With store.on_error:
 // open, a developer key is then still accepted when this instance saw it resolve in the last
 // 10 minutes, or, never seen (at boot), when the config's own accounts list it: it stands for
 // that config account on the config's plan until the store answers again.
 
+import type { IncomingMessage } from 'node:http';
 import { LRUCache } from 'lru-cache';
 import type { Config } from '../config/types.js';
 import { GatewayError, StoreUnavailableError, retryAfterHeaders } from '../errors.js';
@@ -15,10 +22,17 @@ import type { Logger } from '../observe/log.js';
 import type { Revocation, Store } from '../store/types.js';
 import { JwtVerifier, looksLikeJwt } from './jwt.js';
 import { bearer, keyIdOf, sha256Hex } from './keys.js';
+import { clientIp, compilePolicy } from './controls.js';
 import type { Principal } from './principal.js';
 
-/** How long a looked-up key (or its absence) or a session's state may be served from cache. */
-export const CACHE_TTL_MS = 1000;
+/**
+ * How long a looked-up key (or its absence) or a session's state may be served from cache:
+ * changes are announced at once; this bounds the delay when an announcement is lost, so that a
+ * PATCH is in force everywhere within a second.
+ */
+export const CACHE_TTL_MS = 750;
+/** How often the times keys were last used are written (one batch for all keys). */
+export const TOUCH_FLUSH_MS = 1000;
 /** With store.on_error: open, how long a principal stays usable while the store is down. */
 export const KNOWN_TTL_MS = 10 * 60_000;
 /** An account on a plan the config lacks is logged at most this often per plan. */
@@ -49,6 +63,10 @@ export class Authenticator {
   readonly #logger: Logger | undefined;
   /** When each missing plan was last logged. */
   readonly #missingPlanLogged = new Map<string, number>();
+  /** Keys used since the last flush: key id -> account and last time. */
+  #used = new Map<string, { account: string; at: number }>();
+  #flushTimer: NodeJS.Timeout | undefined;
+  #flushing: Promise<void> = Promise.resolve();
 
   constructor(store: Store, config: Config, seeded: () => boolean = () => true, logger?: Logger) {
     this.#store = store;
@@ -61,7 +79,9 @@ export class Authenticator {
     this.#open = config.store.on_error === 'open';
     this.#seeded = seeded;
     this.#unsubscribe = store.onRevoke((r: Revocation) => {
-      if (r.kind === 'key') {
+      if (r.kind === 'key-changed') {
+        this.#keys.delete(r.digest);
+      } else if (r.kind === 'key') {
         this.#keys.delete(r.digest);
         this.#known?.delete(r.digest);
         this.#configKeys.delete(r.digest);
@@ -71,13 +91,53 @@ export class Authenticator {
     });
   }
 
-  /** The principal behind an Authorization header; throws 401 (or 422 TokenShapeError). */
-  async authenticate(header: string | undefined): Promise<Principal> {
+  /**
+   * The principal behind an Authorization header; throws 401 (or 422 TokenShapeError). With the
+   * request, a developer key's expiry (401 key_expired) and address allowlist (403
+   * ip_not_allowed) are checked too, and its use recorded.
+   */
+  async authenticate(header: string | undefined, req?: IncomingMessage): Promise<Principal> {
     const token = bearer(header);
     if (token === undefined) throw invalidKey();
-    if (token.startsWith(this.#prefix)) return this.#developerKey(token);
+    if (token.startsWith(this.#prefix)) {
+      const principal = await this.#developerKey(token);
+      if (req !== undefined) this.#checkKey(principal, req);
+      return principal;
+    }
     if (this.#jwt !== null && looksLikeJwt(token)) return this.#dashboard(this.#jwt, token);
     throw invalidKey();
+  }
+
+  #checkKey(principal: Principal, req: IncomingMessage): void {
+    const key = principal.key;
+    if (key === undefined) return;
+    const now = Date.now();
+    if (key.expiresAt !== null && now >= key.expiresAt) {
+      throw new GatewayError('key_expired', `This API key expired at ${new Date(key.expiresAt).toISOString()}.`);
+    }
+    if (key.ips !== null && !key.ips(clientIp(req, this.#config.server.trust_proxy))) {
+      throw new GatewayError('ip_not_allowed', 'This API key may not be used from this address.');
+    }
+    this.#touch(key.id, principal.accountId, now);
+  }
+
+  /** Notes a key's use; written with every other key's in the next batch. */
+  #touch(id: string, account: string, at: number): void {
+    this.#used.set(id, { account, at });
+    if (this.#flushTimer !== undefined) return;
+    this.#flushTimer = setTimeout(() => { this.#flushTimer = undefined; void this.flushUses(); }, TOUCH_FLUSH_MS);
+    this.#flushTimer.unref();
+  }
+
+  /** Writes the pending last-used times now (a failed write is dropped: it is not money). */
+  flushUses(): Promise<void> {
+    if (this.#used.size === 0) return this.#flushing;
+    const uses = [...this.#used].map(([id, u]) => ({ id, account: u.account, at: u.at }));
+    this.#used = new Map();
+    this.#flushing = this.#flushing.then(() => this.#store.touchKeys(uses)).catch((err: unknown) => {
+      this.#logger?.debug({ err: (err as Error).message }, 'last-used times of keys not written');
+    });
+    return this.#flushing;
   }
 
   async #developerKey(token: string): Promise<Principal> {
@@ -86,11 +146,18 @@ export class Authenticator {
     if (cached === 'none') throw invalidKey();
     if (cached !== undefined) return cached;
     let principal: Principal | undefined;
+    /** A rotated-out digest is cached no longer than its grace. */
+    let ttl = CACHE_TTL_MS;
     try {
       const record = await this.#store.keyByDigest(digest);
-      principal = record === undefined || record.revoked_at !== null
-        ? undefined
-        : await this.#principal(record.account, record.id);
+      const now = Date.now();
+      const current = record !== undefined && record.digest === digest;
+      const grace = record?.previous?.digest === digest ? record.previous.until - now : 0;
+      if (record !== undefined && record.revoked_at === null && (current || grace > 0)) {
+        principal = await this.#principal(record.account, record.id);
+        if (principal !== undefined) principal.key = compilePolicy(record);
+        if (!current) ttl = Math.max(1, Math.min(ttl, grace));
+      }
     } catch (err) {
       if (err instanceof StoreUnavailableError) {
         const fallback = this.#known?.get(digest) ?? (this.#open ? this.#configKeys.get(digest) : undefined);
@@ -102,7 +169,7 @@ export class Authenticator {
       // The store is back but does not hold the config's accounts yet: not the caller's fault.
       throw new StoreUnavailableError(new Error("the config's accounts are not seeded yet"));
     }
-    this.#keys.set(digest, principal ?? 'none');
+    this.#keys.set(digest, principal ?? 'none', { ttl });
     if (principal === undefined) {
       // The store said no: not even an outage brings this key back.
       this.#known?.delete(digest);
@@ -158,6 +225,9 @@ export class Authenticator {
 
   close(): void {
     this.#unsubscribe();
+    clearTimeout(this.#flushTimer);
+    this.#flushTimer = undefined;
+    void this.flushUses();
   }
 }
 

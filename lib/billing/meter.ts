@@ -8,7 +8,8 @@ import type { Principal } from '../auth/principal.js';
 import type { ChatRequest, Usage } from '../chat/types.js';
 import type { ModelConfig, PriceConfig } from '../config/types.js';
 import { GatewayError, retryAfterHeaders } from '../errors.js';
-import type { Store } from '../store/types.js';
+import type { BudgetPeriods, HoldResult, Store } from '../store/types.js';
+import { budgetPeriods, budgetResetsAt } from '../auth/controls.js';
 
 const MTOK = 1_000_000n;
 const MAX_UNITS = BigInt(Number.MAX_SAFE_INTEGER);
@@ -108,13 +109,15 @@ export class Charge {
   readonly #price: PriceConfig;
   readonly #day: string;
   readonly #month: string;
+  readonly #key: { id: string; periods: BudgetPeriods } | undefined;
   #done = false;
   /** Units debited and the available balance after, once settled. */
   charged: number | undefined;
   available: number | undefined;
 
   /** `store` null: an unmetered request (store.on_error: open while the store is down). */
-  constructor(store: Store | null, account: string, requestId: string, price: PriceConfig, w: { day: string; month: string }) {
+  constructor(store: Store | null, account: string, requestId: string, price: PriceConfig, w: { day: string; month: string }, key?: { id: string; periods: BudgetPeriods }) {
+    this.#key = key;
     this.#store = store;
     this.#account = account;
     this.#requestId = requestId;
@@ -141,7 +144,7 @@ export class Charge {
       result = await this.#store.settle({
         account: this.#account, requestId: this.#requestId, units,
         promptTokens: usage.prompt_tokens, completionTokens: usage.completion_tokens,
-        day: this.#day, month: this.#month,
+        day: this.#day, month: this.#month, ...(this.#key === undefined ? {} : { key: this.#key }),
       });
     } catch (err) {
       this.#done = false;
@@ -178,17 +181,21 @@ export async function hold(
   // A worst case above 2^53-1 is more than any balance holds; the store still runs its quota
   // checks (a quota refusal comes first) and reports the available balance for the 402.
   const unpayable = units > MAX_UNITS;
-  const w = windows();
-  let result;
+  const now = new Date();
+  const w = windows(now);
+  // A developer key's budget is held with the wallet; its spend counts in the period of the hold.
+  const key = principal.key === undefined ? undefined : { id: principal.key.id, periods: budgetPeriods(now.getTime()) };
+  let result: HoldResult | undefined;
   try {
     result = await store.hold({
       account: principal.accountId, requestId, units: storeUnits(units), ttlMs, day: w.day, month: w.month, quotas: principal.plan.quotas,
+      ...(key === undefined ? {} : { key }),
     });
   } catch (err) {
     // store.on_error: open — serve unmetered rather than refuse; said loudly, once per outage.
     if (open !== null) {
       open.down(err);
-      return new Charge(null, principal.accountId, requestId, model.price, w);
+      return new Charge(null, principal.accountId, requestId, model.price, w, key);
     }
     throw unavailable(err);
   }
@@ -205,9 +212,14 @@ export async function hold(
         extras: { wallet_balance_units: result.available_units },
       });
     }
+    if (result.code === 'budget_exceeded') {
+      throw new GatewayError('budget_exceeded', `This request may cost up to ${units} units; this API key's budget has ${result.budget_remaining_units} left.`, {
+        extras: { budget_remaining_units: result.budget_remaining_units, budget_resets_at: budgetResetsAt(result.budget_period, now.getTime()) },
+      });
+    }
     throw new GatewayError('quota_exceeded', `The plan's ${result.quota_code} quota is used up.`, {
       extras: { quota_code: result.quota_code, wallet_balance_units: result.available_units },
     });
   }
-  return new Charge(store, principal.accountId, requestId, model.price, w);
+  return new Charge(store, principal.accountId, requestId, model.price, w, key);
 }

@@ -5,6 +5,10 @@ import type { Config, ModelConfig, PlanConfig } from '../config/types.js';
 import { retryAfterHeaders } from '../errors.js';
 import { GatewayError, clip } from '../errors.js';
 import { nearest } from './suggest.js';
+import type { KeyPolicy } from '../auth/controls.js';
+
+/** Model lists per plan and key allowlist, kept this many at most. */
+const KEY_LISTS_KEPT = 1000;
 
 export interface PublicModel {
   id: string;
@@ -23,6 +27,10 @@ export class Catalog {
   readonly #listJson: { free: string; paid: string };
   readonly #usable: { free: string[]; paid: string[] };
   readonly #auto: readonly string[];
+  readonly #paidList: PublicModel[];
+  readonly #freeList: PublicModel[];
+  /** GET /v1/models answers for keys with a models allowlist, by plan kind and patterns. */
+  readonly #keyLists = new Map<string, string>();
 
   /** The YAML's models, then discovered ones whose slug the YAML does not use. */
   constructor(config: Config, createdAt: number, discovered: readonly ModelConfig[]) {
@@ -50,6 +58,8 @@ export class Catalog {
       paid: JSON.stringify({ object: 'list', data: paid }),
     };
     this.#usable = { free: free.map((m) => m.id), paid: paid.map((m) => m.id) };
+    this.#paidList = paid;
+    this.#freeList = free;
     this.#auto = config.routing.auto;
   }
 
@@ -66,13 +76,25 @@ export class Catalog {
     return this.#public.get(slug);
   }
 
-  /** The JSON of GET /v1/models for a plan. */
-  listJson(plan: PlanConfig): string {
-    return plan.paid ? this.#listJson.paid : this.#listJson.free;
+  /** The JSON of GET /v1/models for a plan: only what the plan and the key (if any) both allow. */
+  listJson(plan: PlanConfig, key?: KeyPolicy): string {
+    const models = key?.models ?? null;
+    if (models === null) return plan.paid ? this.#listJson.paid : this.#listJson.free;
+    const memo = `${plan.paid ? 'p' : 'f'}\u0000${key!.patterns!.join('\u0000')}`;
+    let json = this.#keyLists.get(memo);
+    if (json === undefined) {
+      json = JSON.stringify({ object: 'list', data: (plan.paid ? this.#paidList : this.#freeList).filter((m) => models(m.id)) });
+      if (this.#keyLists.size >= KEY_LISTS_KEPT) this.#keyLists.clear();
+      this.#keyLists.set(memo, json);
+    }
+    return json;
   }
 
-  usableBy(plan: PlanConfig): readonly string[] {
-    return plan.paid ? this.#usable.paid : this.#usable.free;
+  /** Slugs the plan may use, and the key too when one is given. */
+  usableBy(plan: PlanConfig, key?: KeyPolicy): readonly string[] {
+    const all = plan.paid ? this.#usable.paid : this.#usable.free;
+    const models = key?.models ?? null;
+    return models === null ? all : all.filter(models);
   }
 
   /**
@@ -81,31 +103,46 @@ export class Catalog {
    * health; it names what is wrong, or returns null). Throws model_not_found /
    * model_requires_paid_plan with suggestions the plan may use.
    */
-  resolve(slug: string, plan: PlanConfig, needsVision: boolean, fits: (m: ModelConfig) => 'context' | 'unhealthy' | null = () => null): ModelConfig {
-    if (slug === 'auto') return this.#resolveAuto(plan, needsVision, fits);
+  resolve(
+    slug: string, plan: PlanConfig, needsVision: boolean, fits: (m: ModelConfig) => 'context' | 'unhealthy' | null = () => null, key?: KeyPolicy,
+  ): ModelConfig {
+    if (slug === 'auto') return this.#resolveAuto(plan, needsVision, fits, key);
     const model = this.#models.get(slug);
     if (model === undefined) {
       throw new GatewayError('model_not_found', `The model '${clip(slug)}' does not exist.`, {
         param: 'model',
-        extras: { suggested_models: nearest(slug, this.usableBy(plan), 3) },
+        extras: { suggested_models: nearest(slug, this.usableBy(plan, key), 3) },
       });
     }
+    // The key's allowlist before the plan: it is the narrower of the two.
+    if (key?.models != null && !key.models(slug)) throw this.#notAllowed(slug, plan, key);
     if (model.paid_only && !plan.paid) {
       throw new GatewayError('model_requires_paid_plan', `The model '${clip(slug)}' requires a paid plan.`, {
         param: 'model',
-        extras: { suggested_models: nearest(slug, this.usableBy(plan), 3) },
+        extras: { suggested_models: nearest(slug, this.usableBy(plan, key), 3) },
       });
     }
     return model;
   }
 
-  #resolveAuto(plan: PlanConfig, needsVision: boolean, fits: (m: ModelConfig) => 'context' | 'unhealthy' | null): ModelConfig {
+  /** 403 model_not_allowed, suggesting the key's allowed models that the plan may use (nearest first). */
+  #notAllowed(slug: string, plan: PlanConfig, key: KeyPolicy): GatewayError {
+    const usable = this.usableBy(plan, key);
+    return new GatewayError('model_not_allowed', `This API key may not use the model '${clip(slug)}'.`, {
+      param: 'model',
+      extras: { suggested_models: nearest(slug, usable, usable.length) },
+    });
+  }
+
+  #resolveAuto(plan: PlanConfig, needsVision: boolean, fits: (m: ModelConfig) => 'context' | 'unhealthy' | null, key?: KeyPolicy): ModelConfig {
     const seen = { paid: false, vision: false, context: false, unhealthy: false };
     let candidates = 0;
+    let keyRefused = 0;
     for (const id of this.#auto) {
       const m = this.#models.get(id);
       if (m === undefined) continue;
       candidates++;
+      if (key?.models != null && !key.models(id)) { keyRefused++; continue; }
       if (m.paid_only && !plan.paid) { seen.paid = true; continue; }
       if (needsVision && !m.supports_vision) { seen.vision = true; continue; }
       const problem = fits(m);
@@ -118,6 +155,7 @@ export class Catalog {
         extras: { suggested_models: this.usableBy(plan).slice(0, 3) },
       });
     }
+    if (keyRefused === candidates && key !== undefined) throw this.#notAllowed('auto', plan, key);
     if (seen.unhealthy) {
       throw new GatewayError('model_unavailable', "No model that 'auto' may choose is available right now.", {
         param: 'model', headers: retryAfterHeaders(5000),
@@ -131,7 +169,7 @@ export class Catalog {
     }
     throw new GatewayError('model_requires_paid_plan', "Every model that 'auto' may choose requires a paid plan.", {
       param: 'model',
-      extras: { suggested_models: this.usableBy(plan).slice(0, 3) },
+      extras: { suggested_models: this.usableBy(plan, key).slice(0, 3) },
     });
   }
 }

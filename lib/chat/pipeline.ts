@@ -37,7 +37,7 @@ const MAX_REPLICA_TRIES = 3;
 export async function handleGeneration(
   dialect: Dialect, state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
 ): Promise<void> {
-  ctx.principal = await state.auth.authenticate(dialect.credential(req));
+  ctx.principal = await state.auth.authenticate(dialect.credential(req), req);
   if (!isJsonContentType(req.headers['content-type'])) {
     throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
   }
@@ -49,7 +49,7 @@ export async function handleGeneration(
   const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, (m) => {
     if (!state.healthy(m)) return 'unhealthy';
     return fitsContext(request, m) ? null : 'context';
-  });
+  }, ctx.principal.key);
   ctx.model = model.id;
   checkModelType(model, 'chat');
   checkImages(request, model);
@@ -94,7 +94,8 @@ export async function admitAndHold(
     // Billing has its own id: x-request-id may come from the client, and must not collide.
     charge = await hold(state.store, principal, randomUUID(), model, request, prompt, ttl, state.openMode);
   } catch (err) {
-    grant.correct(0);
+    // Refused by the wallet, the key's budget or a quota: it takes nothing from the limits.
+    grant.cancel();
     throw err;
   }
   ctx.charge = charge;

@@ -181,6 +181,7 @@ export const configSchema = obj({
       watch_config: { type: 'boolean', default: false },
       passthrough: { ...nullableStr, default: null },
       passthrough_auth: { type: 'boolean', default: false },
+      trust_proxy: { type: 'boolean', default: false },
     },
     { default: {} },
   ),

@@ -115,6 +115,8 @@ export interface Config {
     watch_config: boolean;
     passthrough: string | null;
     passthrough_auth: boolean;
+    /** true: a key's allowed_ips are matched against the first X-Forwarded-For hop, not the socket. */
+    trust_proxy: boolean;
   };
   admin: { token: string | null };
   store: {

@@ -68,3 +68,27 @@ export function roundedMembers(text: string): Set<string> {
   }
   return rounded;
 }
+
+/**
+ * The values of every number literal, at any depth, that JSON.parse turned into a safe integer
+ * other than its exact value: a nested amount equal to one of them may have been rounded.
+ */
+export function roundedValues(text: string): Set<number> {
+  const rounded = new Set<number>();
+  let i = 0;
+  while (i < text.length) {
+    const c = text[i]!;
+    if (c === '"') {
+      i = stringEnd(text, i);
+    } else if (c === '-' || (c >= '0' && c <= '9')) {
+      NUMBER.lastIndex = i;
+      const literal = NUMBER.exec(text)?.[0] ?? c;
+      const parsed = Number(literal);
+      if (Number.isSafeInteger(parsed) && exactSafeInteger(literal) !== BigInt(parsed)) rounded.add(parsed);
+      i += literal.length;
+    } else {
+      i++;
+    }
+  }
+  return rounded;
+}

@@ -2,6 +2,10 @@
 // tokens_per_minute, max_concurrent). rate-limiter-flexible counts in memory with the memory
 // store and in Redis with the redis store, so every instance shares one view. Tokens are taken
 // at admission from the estimate and corrected once the answer's usage is known.
+//
+// A developer key may add its own limits (CONTRACT section 8): they are counted per key id on
+// top of the plan's per-account counts, the answer's x-ratelimit-* headers show whichever is
+// tighter, and a request refused by any limit (or later, at the hold) gives back what it took.
 
 import type { RedisClient } from '../store/redis-connect.js';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
@@ -27,6 +31,11 @@ export interface Grant {
   correct(actualTokens: number): void;
   /** Frees the concurrency slot; safe to call more than once. */
   release(): void;
+  /**
+   * The request was refused after admission (credits, budget, quota): gives back every point it
+   * took and its slots, as if it had never been admitted. Safe to call more than once.
+   */
+  cancel(): void;
 }
 
 type Dimension = 'requests' | 'tokens';
@@ -48,11 +57,18 @@ export class Limits {
     this.#logger = logger;
   }
 
-  #limiter(planName: string, dim: Dimension, points: number): RateLimiterAbstract {
-    const key = `${planName}\u0000${dim}`;
+  /**
+   * The limiter of a plan's `dim`, or with `planName` null the keys' one: keys' limits differ
+   * and change (PATCH), so that one never refuses by itself (its points are unbounded) and the
+   * caller compares the points consumed with the key's limit; a PATCH keeps what a key used.
+   */
+  #limiter(planName: string | null, dim: Dimension, points: number): RateLimiterAbstract {
+    const key = planName === null ? `\u0001key\u0000${dim}` : `${planName}\u0000${dim}`;
+    if (planName === null) points = Number.MAX_SAFE_INTEGER;
     let l = this.#limiters.get(key);
     if (l === undefined) {
-      const opts = { points, duration: WINDOW_S, keyPrefix: `${this.#config.store.prefix}rl:${dim}:${planName}` };
+      const keyPrefix = planName === null ? `${this.#config.store.prefix}rl:key:${dim}` : `${this.#config.store.prefix}rl:${dim}:${planName}`;
+      const opts = { points, duration: WINDOW_S, keyPrefix };
       l = this.#redis === null
         ? new RateLimiterMemory(opts)
         : new RateLimiterRedis({
@@ -82,103 +98,159 @@ export class Limits {
     }
   }
 
-  async #consume(p: Principal, dim: Dimension, limit: number, points: number, headers: Record<string, string>): Promise<void> {
+  /** One limit of one counter: the plan's (by account) or the key's (by key id). */
+  #checks(p: Principal): Check[] {
+    const plan = p.plan;
+    const checks: Check[] = [];
+    if (plan.requests_per_minute !== null) checks.push({ scope: 'plan', dim: 'requests', limit: plan.requests_per_minute, id: p.accountId });
+    const key = p.key;
+    if (key?.limits.requests_per_minute != null) checks.push({ scope: 'key', dim: 'requests', limit: key.limits.requests_per_minute, id: key.id });
+    if (plan.tokens_per_minute !== null) checks.push({ scope: 'plan', dim: 'tokens', limit: plan.tokens_per_minute, id: p.accountId });
+    if (key?.limits.tokens_per_minute != null) checks.push({ scope: 'key', dim: 'tokens', limit: key.limits.tokens_per_minute, id: key.id });
+    return checks;
+  }
+
+  #limiterOf(p: Principal, c: Check): RateLimiterAbstract {
+    return this.#limiter(c.scope === 'plan' ? p.planName : null, c.dim, c.limit);
+  }
+
+  async #consume(p: Principal, c: Check, points: number, shown: Shown): Promise<void> {
     let res: RateLimiterRes;
     try {
-      res = await this.#limiter(p.planName, dim, limit).consume(p.accountId, points);
+      res = await this.#limiterOf(p, c).consume(c.id, points);
       this.#recovered();
+      if (c.scope === 'key' && res.consumedPoints > c.limit) {
+        // Over the key's limit: these points were never granted, so they are given back.
+        void this.#limiterOf(p, c).reward(c.id, points).catch(() => undefined);
+        throw new RateLimiterRes(0, res.msBeforeNext, res.consumedPoints - points, false);
+      }
     } catch (rejection) {
       if (!(rejection instanceof RateLimiterRes)) throw this.#storeDown(rejection);
       this.#recovered();
-      Object.assign(headers, this.#headers(dim, limit, rejection));
-      throw new GatewayError('rate_limit_exceeded', `Rate limit reached: ${limit} ${dim} per minute for this account. Retry after ${resetText(rejection.msBeforeNext)}.`, {
-        headers: { ...headers, ...retryAfterHeaders(rejection.msBeforeNext) },
+      tighter(shown, c.dim, c.limit, rejection);
+      const whose = c.scope === 'plan' ? 'this account' : 'this API key';
+      throw new GatewayError('rate_limit_exceeded', `Rate limit reached: ${c.limit} ${c.dim} per minute for ${whose}. Retry after ${resetText(rejection.msBeforeNext)}.`, {
+        headers: { ...headersOf(shown), ...retryAfterHeaders(rejection.msBeforeNext) },
       });
     }
-    Object.assign(headers, this.#headers(dim, limit, res));
-  }
-
-  #headers(dim: Dimension, limit: number, res: RateLimiterRes): Record<string, string> {
-    return {
-      [`x-ratelimit-limit-${dim}`]: String(limit),
-      [`x-ratelimit-remaining-${dim}`]: String(Math.max(0, res.remainingPoints)),
-      [`x-ratelimit-reset-${dim}`]: resetText(res.msBeforeNext),
-    };
+    tighter(shown, c.dim, c.limit, res);
   }
 
   /**
    * Admits a request or throws 429 (rate_limit_exceeded / too_many_concurrent, with
-   * Retry-After). A request refused by one limit leaves nothing consumed in the others.
+   * Retry-After). The plan's limits and the key's own apply both; the headers show the tighter
+   * of the two. A request refused by one limit leaves nothing consumed in the others.
    */
   async admit(p: Principal, estimatedTokens: number): Promise<Grant> {
-    const plan = p.plan;
-    const headers: Record<string, string> = {};
-    const rpm = plan.requests_per_minute;
-    const tpm = plan.tokens_per_minute;
-    // A request larger than the whole budget is taken as the whole budget, not refused forever.
-    const taken = tpm === null ? 0 : Math.min(Math.max(1, estimatedTokens), tpm);
-    if (rpm !== null) await this.#consume(p, 'requests', rpm, 1, headers);
+    const shown: Shown = {};
+    const taken = new Map<Check, number>();
+    const refund = () => {
+      for (const [c, points] of taken) void this.#limiterOf(p, c).reward(c.id, points).catch(() => undefined);
+    };
     try {
-      if (tpm !== null) await this.#consume(p, 'tokens', tpm, taken, headers);
+      for (const c of this.#checks(p)) {
+        // A request larger than the whole budget is taken as the whole budget, not refused forever.
+        const points = c.dim === 'requests' ? 1 : Math.min(Math.max(1, estimatedTokens), c.limit);
+        await this.#consume(p, c, points, shown);
+        taken.set(c, points);
+      }
     } catch (err) {
-      if (rpm !== null) void this.#limiter(p.planName, 'requests', rpm).reward(p.accountId, 1).catch(() => undefined);
+      refund();
       throw err;
     }
-    let slot: (() => void) | undefined;
-    if (plan.max_concurrent !== null) {
+    const headers = headersOf(shown);
+    const slots: Array<() => void> = [];
+    const caps: Array<[string, number, string]> = [];
+    if (p.plan.max_concurrent !== null) caps.push([p.accountId, p.plan.max_concurrent, `this account may have ${p.plan.max_concurrent} at once`]);
+    const keyCap = p.key?.limits.max_concurrent;
+    if (keyCap != null) caps.push([`key:${p.key!.id}`, keyCap, `this API key may have ${keyCap} at once`]);
+    for (const [id, max, what] of caps) {
+      let slot: (() => void) | undefined;
       try {
-        slot = await this.#slots.acquire(p.accountId, plan.max_concurrent);
+        slot = await this.#slots.acquire(id, max);
       } catch (err) {
-        this.#refund(p, rpm, tpm, taken);
+        for (const s of slots) s();
+        refund();
         throw this.#storeDown(err);
       }
       if (slot === undefined) {
-        this.#refund(p, rpm, tpm, taken);
-        throw new GatewayError('too_many_concurrent', `Too many requests in flight: this account may have ${plan.max_concurrent} at once.`, {
+        for (const s of slots) s();
+        refund();
+        throw new GatewayError('too_many_concurrent', `Too many requests in flight: ${what}.`, {
           headers: { ...headers, ...retryAfterHeaders(1000) },
         });
       }
+      slots.push(slot);
     }
     let corrected = false;
     let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      for (const s of slots) s();
+    };
     return {
       headers,
-      correct: (actual) => {
-        if (corrected || tpm === null) return;
+      cancel: () => {
+        release();
+        if (corrected) return;
         corrected = true;
-        const diff = actual - taken;
-        const l = this.#limiter(p.planName, 'tokens', tpm);
-        if (diff > 0) void l.penalty(p.accountId, diff).catch(() => undefined);
-        else if (diff < 0) void l.reward(p.accountId, -diff).catch(() => undefined);
+        refund();
       },
-      release: () => {
-        if (released) return;
-        released = true;
-        slot?.();
+      correct: (actual) => {
+        if (corrected) return;
+        corrected = true;
+        for (const [c, points] of taken) {
+          if (c.dim !== 'tokens') continue;
+          const diff = actual - points;
+          const l = this.#limiterOf(p, c);
+          if (diff > 0) void l.penalty(c.id, diff).catch(() => undefined);
+          else if (diff < 0) void l.reward(c.id, -diff).catch(() => undefined);
+        }
       },
+      release,
     };
   }
 
-  #refund(p: Principal, rpm: number | null, tpm: number | null, taken: number): void {
-    if (rpm !== null) void this.#limiter(p.planName, 'requests', rpm).reward(p.accountId, 1).catch(() => undefined);
-    if (tpm !== null) void this.#limiter(p.planName, 'tokens', tpm).reward(p.accountId, taken).catch(() => undefined);
-  }
-
-  /** The headers for an answer that consumes nothing (GET /v1/models). */
+  /** The headers for an answer that consumes nothing (GET /v1/models): the tighter of plan and key. */
   async peek(p: Principal): Promise<Record<string, string>> {
-    const headers: Record<string, string> = {};
-    for (const [dim, limit] of [['requests', p.plan.requests_per_minute], ['tokens', p.plan.tokens_per_minute]] as const) {
-      if (limit === null) continue;
+    const shown: Shown = {};
+    for (const c of this.#checks(p)) {
       let res: RateLimiterRes | null;
       try {
-        res = await this.#limiter(p.planName, dim, limit).get(p.accountId);
+        res = await this.#limiterOf(p, c).get(c.id);
       } catch {
         continue;
       }
-      Object.assign(headers, res === null
-        ? { [`x-ratelimit-limit-${dim}`]: String(limit), [`x-ratelimit-remaining-${dim}`]: String(limit), [`x-ratelimit-reset-${dim}`]: '0ms' }
-        : this.#headers(dim, limit, res));
+      tighter(shown, c.dim, c.limit, res);
     }
-    return headers;
+    return headersOf(shown);
   }
+}
+
+interface Check { scope: 'plan' | 'key'; dim: Dimension; limit: number; id: string }
+
+/** Per dimension, the limit with the fewest points left (ties: the smaller limit). */
+type Shown = Partial<Record<Dimension, { limit: number; remaining: number; resetMs: number }>>;
+
+function tighter(shown: Shown, dim: Dimension, limit: number, res: RateLimiterRes | null): void {
+  // Keys' limiters count without a bound of their own: what is left is the limit minus the count.
+  const remaining = res === null ? limit : Math.max(0, Math.min(limit, res.remainingPoints, limit - res.consumedPoints));
+  const resetMs = res === null ? 0 : res.msBeforeNext;
+  const cur = shown[dim];
+  if (cur === undefined || remaining < cur.remaining || (remaining === cur.remaining && limit < cur.limit)) {
+    shown[dim] = { limit, remaining, resetMs };
+  }
+}
+
+function headersOf(shown: Shown): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const dim of ['requests', 'tokens'] as const) {
+    const s = shown[dim];
+    if (s === undefined) continue;
+    headers[`x-ratelimit-limit-${dim}`] = String(s.limit);
+    headers[`x-ratelimit-remaining-${dim}`] = String(s.remaining);
+    headers[`x-ratelimit-reset-${dim}`] = resetText(s.resetMs);
+  }
+  return headers;
 }

@@ -12,7 +12,7 @@ import type { AccountConfig } from '../config/types.js';
 import { StoreUnavailableError } from '../errors.js';
 import type { RetryQueue } from './retry.js';
 import type {
-  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyRecord, Revocation, SettleResult, Settlement, Store,
+  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, NewKey, Revocation, SettleResult, Settlement, Store,
   UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
 } from './types.js';
 
@@ -41,7 +41,14 @@ export class GuardedStore implements Store {
   addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined> {
     return guard(this.#inner.addCredits(accountId, units, idempotencyKey));
   }
-  createKey(key: { id: string; account: string; digest: string }): Promise<boolean> { return guard(this.#inner.createKey(key)); }
+  createKey(key: NewKey): Promise<boolean> { return guard(this.#inner.createKey(key)); }
+  getKey(id: string): Promise<KeyRecord | undefined> { return guard(this.#inner.getKey(id)); }
+  listKeys(account: string): Promise<KeyRecord[] | undefined> { return guard(this.#inner.listKeys(account)); }
+  updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> { return guard(this.#inner.updateKey(id, patch)); }
+  rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
+    return guard(this.#inner.rotateKey(id, digest, last4, previousUntil));
+  }
+  touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void> { return guard(this.#inner.touchKeys(uses)); }
   accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>> { return guard(this.#inner.accountsOnPlans(plans)); }
   putResponse(account: string, id: string, value: string, ttlMs: number): Promise<void> { return guard(this.#inner.putResponse(account, id, value, ttlMs)); }
   getResponse(account: string, id: string): Promise<string | undefined> { return guard(this.#inner.getResponse(account, id)); }

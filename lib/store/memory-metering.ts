@@ -17,7 +17,7 @@
 //   requests_per_day counts the day's settled requests plus the account's open holds for that
 //   day; a hold's own request id (re-holding it replaces the old hold) is not counted twice.
 
-import type { AccountRecord, HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageTotals } from './types.js';
+import type { AccountRecord, BudgetPeriod, HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageTotals } from './types.js';
 
 export const SETTLED_TTL_MS = 48 * 3_600_000;
 export const DAY_WINDOWS_KEPT = 40;
@@ -36,6 +36,9 @@ export type SettleEntry = {
   month: string;
   /** Unix ms of the settlement: when its request id may be forgotten. */
   at: number;
+  /** The request's key and the budget period its spend counts in (absent: a JWT, or older entries). */
+  key?: string;
+  kpid?: string;
 };
 
 /** The metering part of the snapshot. */
@@ -46,7 +49,10 @@ export interface MeteringSnapshot {
   usage: Record<string, Record<string, [number, number, number]>>;
 }
 
-interface Hold { units: number; day: string; expires: number }
+interface Hold { units: number; day: string; expires: number; key: string | undefined }
+
+/** A key's budget as a hold sees it: its units and what its period has spent so far. */
+export interface BudgetState { units: number; spent: number; period: BudgetPeriod }
 
 const DAY = /^\d{4}-\d{2}-\d{2}$/;
 const MONTH = /^\d{4}-\d{2}$/;
@@ -62,9 +68,14 @@ function isRecord(v: unknown): v is Record<string, unknown> {
 const ridKey = (account: string, rid: string): string => `${account.length}:${account}${rid}`;
 
 export function toSettleEntry(v: Record<string, unknown>): SettleEntry | undefined {
-  return str(v.account) && str(v.rid) && count(v.charged) && count(v.tokens) && str(v.day) && str(v.month) && int(v.at)
-    ? { op: 'settle', account: v.account, rid: v.rid, charged: v.charged, tokens: v.tokens, day: v.day, month: v.month, at: v.at }
-    : undefined;
+  if (!(str(v.account) && str(v.rid) && count(v.charged) && count(v.tokens) && str(v.day) && str(v.month) && int(v.at))) return undefined;
+  const e: SettleEntry = { op: 'settle', account: v.account, rid: v.rid, charged: v.charged, tokens: v.tokens, day: v.day, month: v.month, at: v.at };
+  if (v.key !== undefined || v.kpid !== undefined) {
+    if (!str(v.key) || !str(v.kpid)) return undefined;
+    e.key = v.key;
+    e.kpid = v.kpid;
+  }
+  return e;
 }
 
 function requireWindows(day: unknown, month: unknown): void {
@@ -112,12 +123,16 @@ export class MemoryMetering {
   readonly #usage = new Map<string, Map<string, UsageTotals>>();
   #lastSweep = performance.now();
 
-  /** Units held by the account's open holds (purging expired ones), except request `except`. */
-  #held(account: string, now: number, except?: string, day?: string): { units: number; count: number } {
+  /**
+   * Units held by the account's open holds (purging expired ones), except request `except`;
+   * how many are of `day`, and the units of those made with key `key`.
+   */
+  #held(account: string, now: number, except?: string, day?: string, key?: string): { units: number; count: number; keyUnits: number } {
     const holds = this.#holds.get(account);
     let units = 0;
     let n = 0;
-    if (holds === undefined) return { units, count: n };
+    let keyUnits = 0;
+    if (holds === undefined) return { units, count: n, keyUnits };
     for (const [rid, h] of holds) {
       if (h.expires <= now) {
         holds.delete(rid);
@@ -126,9 +141,15 @@ export class MemoryMetering {
       if (rid === except) continue;
       units += h.units;
       if (h.day === day) n++;
+      if (key !== undefined && h.key === key) keyUnits += h.units;
     }
     if (holds.size === 0) this.#holds.delete(account);
-    return { units, count: n };
+    return { units, count: n, keyUnits };
+  }
+
+  /** Units held by the open holds of one key of the account. */
+  keyHeldUnits(account: string, key: string): number {
+    return this.#held(account, performance.now(), undefined, undefined, key).keyUnits;
   }
 
   #window(account: string, window: string): UsageTotals {
@@ -139,10 +160,11 @@ export class MemoryMetering {
     return this.#held(account, performance.now()).units;
   }
 
-  hold(account: AccountRecord, h: HoldRequest): HoldResult {
+  /** `budget`: the key's, when it has one; its open holds count against it as against the wallet. */
+  hold(account: AccountRecord, h: HoldRequest, budget?: BudgetState): HoldResult {
     const now = performance.now();
     this.#maybeSweep(now);
-    const held = this.#held(account.id, now, h.requestId, h.day);
+    const held = this.#held(account.id, now, h.requestId, h.day, h.key?.id);
     const available = account.balance_units - held.units;
     const day = this.#window(account.id, h.day);
     const month = this.#window(account.id, h.month);
@@ -152,10 +174,16 @@ export class MemoryMetering {
     else if (tpd !== null && day.tokens >= tpd) quota = 'tokens_per_day';
     else if (upm !== null && month.units >= upm) quota = 'units_per_month';
     if (quota !== undefined) return { ok: false, code: 'quota_exceeded', quota_code: quota, available_units: available };
+    if (budget !== undefined) {
+      const remaining = budget.units - budget.spent - held.keyUnits;
+      if (remaining < h.units) {
+        return { ok: false, code: 'budget_exceeded', available_units: available, budget_remaining_units: Math.max(0, remaining), budget_period: budget.period };
+      }
+    }
     if (available < h.units) return { ok: false, code: 'insufficient_credits', available_units: available };
     let holds = this.#holds.get(account.id);
     if (holds === undefined) this.#holds.set(account.id, (holds = new Map()));
-    holds.set(h.requestId, { units: h.units, day: h.day, expires: now + h.ttlMs });
+    holds.set(h.requestId, { units: h.units, day: h.day, expires: now + h.ttlMs, key: h.key?.id });
     return { ok: true, available_units: available - h.units };
   }
 
@@ -173,17 +201,26 @@ export class MemoryMetering {
     return { applied: false, charged_units: first[1], balance_units: account.balance_units, available_units: account.balance_units - this.heldUnits(account.id) };
   }
 
-  /** The journal entry settling `s` now: the cost, capped at what the balance covers. */
-  entry(account: AccountRecord, s: Settlement): SettleEntry {
-    const charged = Math.min(s.units, Math.max(0, account.balance_units));
-    return { op: 'settle', account: account.id, rid: s.requestId, charged, tokens: s.promptTokens + s.completionTokens, day: s.day, month: s.month, at: Date.now() };
+  /**
+   * The journal entry settling `s` now: the cost, capped at what the balance covers and, for a
+   * key with a budget, at what is left of it (`budgetLeft`); `kpid` the key's period.
+   */
+  entry(account: AccountRecord, s: Settlement, key?: { kpid: string; budgetLeft: number | undefined }): SettleEntry {
+    let charged = Math.min(s.units, Math.max(0, account.balance_units));
+    if (key?.budgetLeft !== undefined) charged = Math.min(charged, Math.max(0, key.budgetLeft));
+    const e: SettleEntry = { op: 'settle', account: account.id, rid: s.requestId, charged, tokens: s.promptTokens + s.completionTokens, day: s.day, month: s.month, at: Date.now() };
+    if (key !== undefined && s.key !== undefined) {
+      e.key = s.key.id;
+      e.kpid = key.kpid;
+    }
+    return e;
   }
 
-  /** Applies a settlement (live or replayed); a request id already settled changes nothing. */
-  apply(account: AccountRecord | undefined, e: SettleEntry): void {
-    if (account === undefined) return;
+  /** Applies a settlement (live or replayed); false when its request id was settled already. */
+  apply(account: AccountRecord | undefined, e: SettleEntry): boolean {
+    if (account === undefined) return false;
     const key = ridKey(e.account, e.rid);
-    if (this.#settled.has(key)) return;
+    if (this.#settled.has(key)) return false;
     this.#settled.set(key, [e.at, e.charged]);
     account.balance_units -= e.charged;
     this.release(e.account, e.rid);
@@ -197,6 +234,7 @@ export class MemoryMetering {
       u.units += e.charged;
     }
     this.#forgetSettled(Date.now() - SETTLED_TTL_MS, true);
+    return true;
   }
 
   usage(account: string, day: string, month: string): { held_units: number; day: UsageTotals; month: UsageTotals } {

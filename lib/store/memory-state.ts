@@ -2,14 +2,17 @@
 // whatever is read back from disk is checked before it is applied.
 
 import { toSettleEntry, type SettleEntry } from './memory-metering.js';
-import type { AccountRecord, KeyRecord } from './types.js';
+import { defaultControls, type BudgetPeriod, type KeyControls, type KeyRecord, type AccountRecord } from './types.js';
 
 /** One change, as journaled and as replayed. */
 export type Entry =
   | { op: 'account'; id: string; plan: string; balance_units: number; created_at: number }
   | { op: 'credit'; account: string; units: number; ik: string }
-  | { op: 'key'; id: string; account: string; digest: string; created_at: number }
+  | { op: 'key'; id: string; account: string; digest: string; created_at: number; last4?: string | null; controls?: KeyControls }
   | { op: 'revoke'; id: string; at: number }
+  | { op: 'keyupdate'; id: string; controls: KeyControls }
+  | { op: 'rotate'; id: string; digest: string; last4: string; until: number }
+  | { op: 'used'; uses: [string, number][] }
   | { op: 'session'; sid: string }
   | SettleEntry;
 
@@ -33,9 +36,21 @@ export function toEntry(v: Record<string, unknown>): Entry | undefined {
         ? { op: 'account', id: v.id, plan: v.plan, balance_units: v.balance_units, created_at: v.created_at } : undefined;
     case 'credit':
       return str(v.account) && int(v.units) && str(v.ik) ? { op: 'credit', account: v.account, units: v.units, ik: v.ik } : undefined;
-    case 'key':
-      return str(v.id) && str(v.account) && str(v.digest) && int(v.created_at)
-        ? { op: 'key', id: v.id, account: v.account, digest: v.digest, created_at: v.created_at } : undefined;
+    case 'key': {
+      if (!(str(v.id) && str(v.account) && str(v.digest) && int(v.created_at))) return undefined;
+      const controls = v.controls === undefined ? undefined : toControls(v.controls);
+      if (controls === null || !(v.last4 === undefined || v.last4 === null || str(v.last4))) return undefined;
+      return { op: 'key', id: v.id, account: v.account, digest: v.digest, created_at: v.created_at, last4: (v.last4 as string | null | undefined) ?? null, ...(controls === undefined ? {} : { controls }) };
+    }
+    case 'keyupdate': {
+      const controls = toControls(v.controls);
+      return str(v.id) && controls !== null ? { op: 'keyupdate', id: v.id, controls } : undefined;
+    }
+    case 'rotate':
+      return str(v.id) && str(v.digest) && str(v.last4) && int(v.until) ? { op: 'rotate', id: v.id, digest: v.digest, last4: v.last4, until: v.until } : undefined;
+    case 'used':
+      return Array.isArray(v.uses) && v.uses.every((u) => Array.isArray(u) && u.length === 2 && str(u[0]) && int(u[1]))
+        ? { op: 'used', uses: v.uses as [string, number][] } : undefined;
     case 'revoke':
       return str(v.id) && int(v.at) ? { op: 'revoke', id: v.id, at: v.at } : undefined;
     case 'session':
@@ -62,9 +77,38 @@ export function toSnapshotState(v: unknown): SnapshotState {
   const accounts = list(v.accounts).map((a): AccountRecord =>
     str(a.id) && str(a.plan) && int(a.balance_units) && int(a.created_at)
       ? { id: a.id, plan: a.plan, balance_units: a.balance_units, created_at: a.created_at } : bad());
-  const keys = list(v.keys).map((k): KeyRecord =>
-    str(k.id) && str(k.account) && str(k.digest) && int(k.created_at) && (k.revoked_at === null || int(k.revoked_at))
-      ? { id: k.id, account: k.account, digest: k.digest, created_at: k.created_at, revoked_at: k.revoked_at } : bad());
+  const keys = list(v.keys).map((k): KeyRecord => {
+    if (!(str(k.id) && str(k.account) && str(k.digest) && int(k.created_at) && (k.revoked_at === null || int(k.revoked_at)))) return bad();
+    // Snapshots from before per-key controls hold only the fields above.
+    const controls = k.controls === undefined ? defaultControls() : toControls(k.controls) ?? bad();
+    const prev = k.previous;
+    const previous = prev === undefined || prev === null ? null
+      : isRecord(prev) && str(prev.digest) && int(prev.until) ? { digest: prev.digest, until: prev.until } : bad();
+    const sp = k.spent;
+    const spent = sp === undefined ? { period: 'n', units: 0 } : isRecord(sp) && str(sp.period) && int(sp.units) ? { period: sp.period, units: sp.units } : bad();
+    const last4 = k.last4 === undefined || k.last4 === null ? null : str(k.last4) ? k.last4 : bad();
+    const used = k.last_used_at === undefined || k.last_used_at === null ? null : int(k.last_used_at) ? k.last_used_at : bad();
+    return { id: k.id, account: k.account, digest: k.digest, created_at: k.created_at, revoked_at: k.revoked_at, last4, controls, previous, last_used_at: used, spent };
+  });
   // The metering part is checked when it is restored (MemoryMetering.restore).
   return { accounts, keys, sessions, credits, metering: v.metering };
+}
+
+const nullableInt = (v: unknown): v is number | null => v === null || int(v);
+const strList = (v: unknown): v is string[] | null => v === null || (Array.isArray(v) && v.every(str));
+
+/** Controls as written by this store, or null when they are not. */
+export function toControls(v: unknown): KeyControls | null {
+  if (!isRecord(v) || !isRecord(v.limits) || !isRecord(v.metadata)) return null;
+  const { name, models, expires_at, budget, limits, allowed_ips, metadata } = v;
+  if (!(name === null || str(name)) || !strList(models) || !nullableInt(expires_at) || !strList(allowed_ips)) return null;
+  if (!(budget === null || (isRecord(budget) && int(budget.units) && (budget.period === null || ['day', 'week', 'month'].includes(budget.period as string))))) return null;
+  if (!nullableInt(limits.requests_per_minute) || !nullableInt(limits.tokens_per_minute) || !nullableInt(limits.max_concurrent)) return null;
+  if (!Object.values(metadata).every(str)) return null;
+  return {
+    name, models, expires_at,
+    budget: budget === null ? null : { units: budget.units as number, period: budget.period as BudgetPeriod },
+    limits: { requests_per_minute: limits.requests_per_minute, tokens_per_minute: limits.tokens_per_minute, max_concurrent: limits.max_concurrent },
+    allowed_ips, metadata: { ...metadata } as Record<string, string>,
+  };
 }

@@ -14,14 +14,15 @@
 // their own day files, <path>/usage/YYYY-MM-DD.jsonl, or to arrays per day in memory, kept
 // for the retention (./usage-records.ts).
 
-import { keyIdOf, sha256Hex } from '../auth/keys.js';
+import { keyIdOf } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
 import { Journal } from './journal.js';
 import { MemoryMetering, validateHold, validateSettlement } from './memory-metering.js';
 import { MemoryResponses } from './memory-responses.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './memory-state.js';
 import {
-  creditRefusal, type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyRecord, type Revocation,
+  addSpend, applyPatch, seededKeys, creditRefusal, defaultControls, periodId, spentIn,
+  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type NewKey, type Revocation,
   type SettleResult, type Settlement, type Store, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
 import { FileUsageLog } from './usage-files.js';
@@ -56,9 +57,10 @@ export class MemoryStore implements Store {
   /** One account per plan in use (accounts are never deleted nor moved): accountsOnPlans(). */
   readonly #planUser = new Map<string, string>();
   readonly #credits = new Map<string, Set<string>>();
-  /** Keys by digest, and digests by key id. */
+  /** Keys by id; key ids by digest (current and previous digests); key ids by account. */
   readonly #keys = new Map<string, KeyRecord>();
-  readonly #keyIds = new Map<string, string>();
+  readonly #digests = new Map<string, string>();
+  readonly #accountKeys = new Map<string, Set<string>>();
   readonly #sessions = new Set<string>();
   readonly #listeners = new Set<(r: Revocation) => void>();
   readonly #metering = new MemoryMetering();
@@ -153,21 +155,47 @@ export class MemoryStore implements Store {
         return;
       }
       case 'key':
-        if (this.#accounts.has(e.account) && !this.#keys.has(e.digest) && !this.#keyIds.has(e.id)) {
-          this.#keys.set(e.digest, { id: e.id, account: e.account, digest: e.digest, created_at: e.created_at, revoked_at: null });
-          this.#keyIds.set(e.id, e.digest);
+        if (this.#accounts.has(e.account) && !this.#digests.has(e.digest) && !this.#keys.has(e.id)) {
+          this.#addKey({
+            id: e.id, account: e.account, digest: e.digest, created_at: e.created_at, revoked_at: null, last4: e.last4 ?? null,
+            controls: e.controls ?? defaultControls(), previous: null, last_used_at: null, spent: { period: 'n', units: 0 },
+          });
         }
         return;
       case 'revoke': {
-        const key = this.#keys.get(this.#keyIds.get(e.id) ?? '');
+        const key = this.#keys.get(e.id);
         if (key !== undefined && key.revoked_at === null) key.revoked_at = e.at;
         return;
       }
+      case 'keyupdate': {
+        const key = this.#keys.get(e.id);
+        if (key !== undefined) key.controls = e.controls;
+        return;
+      }
+      case 'rotate': {
+        const key = this.#keys.get(e.id);
+        if (key === undefined || this.#digests.has(e.digest)) return;
+        if (key.previous !== null) this.#digests.delete(key.previous.digest);
+        key.previous = { digest: key.digest, until: e.until };
+        key.digest = e.digest;
+        key.last4 = e.last4;
+        this.#digests.set(e.digest, key.id);
+        return;
+      }
+      case 'used':
+        for (const [id, at] of e.uses) {
+          const key = this.#keys.get(id);
+          if (key !== undefined && (key.last_used_at === null || key.last_used_at < at)) key.last_used_at = at;
+        }
+        return;
       case 'session':
         this.#sessions.add(e.sid);
         return;
       case 'settle':
-        this.#metering.apply(this.#accounts.get(e.account), e);
+        if (this.#metering.apply(this.#accounts.get(e.account), e) && e.key !== undefined && e.kpid !== undefined) {
+          const key = this.#keys.get(e.key);
+          if (key !== undefined) key.spent = addSpend(key.spent, e.kpid, e.charged);
+        }
         return;
     }
   }
@@ -187,10 +215,7 @@ export class MemoryStore implements Store {
       this.#accounts.set(a.id, { ...a });
       if (!this.#planUser.has(a.plan)) this.#planUser.set(a.plan, a.id);
     }
-    for (const k of s.keys) {
-      this.#keys.set(k.digest, { ...k });
-      this.#keyIds.set(k.id, k.digest);
-    }
+    for (const k of s.keys) this.#addKey({ ...k });
     for (const sid of s.sessions) this.#sessions.add(sid);
     for (const [id, used] of Object.entries(s.credits)) this.#credits.set(id, new Set(used));
     this.#metering.restore(s.metering);
@@ -216,13 +241,35 @@ export class MemoryStore implements Store {
     return this.#change({ op: 'account', id: a.id, plan: a.plan, balance_units: a.balance_units, created_at: Date.now() });
   }
 
+  #addKey(k: KeyRecord): void {
+    this.#keys.set(k.id, k);
+    this.#digests.set(k.digest, k.id);
+    if (k.previous !== null) this.#digests.set(k.previous.digest, k.id);
+    let ids = this.#accountKeys.get(k.account);
+    if (ids === undefined) this.#accountKeys.set(k.account, (ids = new Set()));
+    ids.add(k.id);
+  }
+
   /** Creates the key when its account exists and its digest and id are new; the pending write. */
-  #createKey(k: { id: string; account: string; digest: string }): Promise<void> | undefined {
+  #createKey(k: NewKey): Promise<void> | undefined {
     requireId('key id', k.id);
     requireId('account id', k.account);
     if (typeof k.digest !== 'string' || !DIGEST.test(k.digest)) throw new TypeError('digest must be 64 lowercase hex digits');
-    if (!this.#accounts.has(k.account) || this.#keys.has(k.digest) || this.#keyIds.has(k.id)) return undefined;
-    return this.#change({ op: 'key', id: k.id, account: k.account, digest: k.digest, created_at: Date.now() });
+    if (!this.#accounts.has(k.account) || this.#digests.has(k.digest) || this.#keys.has(k.id)) return undefined;
+    return this.#change({
+      op: 'key', id: k.id, account: k.account, digest: k.digest, created_at: Date.now(), last4: k.last4 ?? null,
+      ...(k.controls === undefined ? {} : { controls: k.controls }),
+    });
+  }
+
+  /** A copy callers may keep: nothing they do to it reaches the store's state. */
+  #copy(k: KeyRecord | undefined): KeyRecord | undefined {
+    return k === undefined ? undefined : structuredClone(k);
+  }
+
+  #notifyKey(k: KeyRecord, kind: 'key' | 'key-changed'): void {
+    this.#notify({ kind, digest: k.digest });
+    if (k.previous !== null) this.#notify({ kind, digest: k.previous.digest });
   }
 
   async createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean> {
@@ -276,7 +323,7 @@ export class MemoryStore implements Store {
     return found;
   }
 
-  async createKey(key: { id: string; account: string; digest: string }): Promise<boolean> {
+  async createKey(key: NewKey): Promise<boolean> {
     await this.#begin();
     const written = this.#createKey(key);
     await (written ?? this.#settled());
@@ -285,24 +332,80 @@ export class MemoryStore implements Store {
 
   async keyByDigest(digest: string): Promise<KeyRecord | undefined> {
     await this.#begin();
-    const k = this.#keys.get(digest);
-    const copy = k === undefined ? undefined : { ...k };
+    const copy = this.#copy(this.#keys.get(this.#digests.get(digest) ?? ''));
     await this.#settled();
     return copy;
   }
 
+  async getKey(id: string): Promise<KeyRecord | undefined> {
+    await this.#begin();
+    const copy = this.#copy(this.#keys.get(id));
+    await this.#settled();
+    return copy;
+  }
+
+  async listKeys(account: string): Promise<KeyRecord[] | undefined> {
+    await this.#begin();
+    const list = this.#accounts.has(account)
+      ? [...this.#accountKeys.get(account) ?? []].map((id) => this.#keys.get(id)!).filter((k) => k.revoked_at === null)
+        .sort((a, b) => a.created_at - b.created_at).map((k) => this.#copy(k)!)
+      : undefined;
+    await this.#settled();
+    return list;
+  }
+
+  async updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> {
+    await this.#begin();
+    const key = this.#keys.get(id);
+    if (key === undefined || key.revoked_at !== null) {
+      await this.#settled();
+      return undefined;
+    }
+    const controls: KeyControls = applyPatch(key.controls, patch);
+    const written = this.#change({ op: 'keyupdate', id, controls });
+    const copy = this.#copy(key)!;
+    this.#notifyKey(key, 'key-changed');
+    await written;
+    return copy;
+  }
+
+  async rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
+    await this.#begin();
+    if (typeof digest !== 'string' || !DIGEST.test(digest)) throw new TypeError('digest must be 64 lowercase hex digits');
+    requireUnits('previousUntil', previousUntil);
+    const key = this.#keys.get(id);
+    if (key === undefined || key.revoked_at !== null || this.#digests.has(digest)) {
+      await this.#settled();
+      return undefined;
+    }
+    const before = this.#copy(key)!;
+    const written = this.#change({ op: 'rotate', id, digest, last4, until: previousUntil });
+    const copy = this.#copy(key)!;
+    // The digests whose cached state is now wrong: the one rotated out, and one whose grace ended.
+    this.#notifyKey(before, 'key-changed');
+    await written;
+    return copy;
+  }
+
+  async touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void> {
+    await this.#begin();
+    const known = uses.filter((u) => this.#keys.has(u.id) && Number.isSafeInteger(u.at)).map((u): [string, number] => [u.id, u.at]);
+    if (known.length === 0) return this.#settled();
+    await this.#change({ op: 'used', uses: known });
+  }
+
   async revokeKey(id: string): Promise<KeyRecord | undefined> {
     await this.#begin();
-    const key = this.#keys.get(this.#keyIds.get(id) ?? '');
+    const key = this.#keys.get(id);
     if (key === undefined || key.revoked_at !== null) {
-      const copy = key === undefined ? undefined : { ...key };
+      const copy = this.#copy(key);
       await this.#settled();
       return copy;
     }
     const written = this.#change({ op: 'revoke', id, at: Date.now() });
-    const copy = { ...key };
+    const copy = this.#copy(key);
     // Tell listeners at once: dropping a key from a cache early is always safe.
-    this.#notify({ kind: 'key', digest: key.digest });
+    this.#notifyKey(key, 'key');
     await written;
     return copy;
   }
@@ -328,8 +431,7 @@ export class MemoryStore implements Store {
     // All checks and changes happen in one synchronous pass; then one wait for the writes.
     for (const a of accounts) {
       this.#createAccount({ id: a.id, plan: a.plan, balance_units: a.wallet_units });
-      const digests = [...a.keys.map(sha256Hex), ...a.key_sha256.map((d) => d.toLowerCase())];
-      for (const digest of digests) this.#createKey({ id: keyIdOf(digest), account: a.id, digest });
+      for (const key of seededKeys(a)) this.#createKey({ id: keyIdOf(key.digest), account: a.id, ...key });
     }
     await this.#settled();
   }
@@ -338,7 +440,13 @@ export class MemoryStore implements Store {
     await this.#begin();
     validateHold(h);
     const account = this.#accounts.get(h.account);
-    const result = account === undefined ? undefined : this.#metering.hold(account, h);
+    let budget;
+    const key = h.key === undefined ? undefined : this.#keys.get(h.key.id);
+    if (key !== undefined && key.account === h.account && key.controls.budget !== null && h.key !== undefined) {
+      const b = key.controls.budget;
+      budget = { units: b.units, period: b.period, spent: spentIn(key.spent.period, key.spent.units, periodId(b.period, h.key.periods)) };
+    }
+    const result = account === undefined ? undefined : this.#metering.hold(account, h, budget);
     await this.#settled();
     return result;
   }
@@ -352,7 +460,14 @@ export class MemoryStore implements Store {
       await this.#settled();
       return repeated;
     }
-    const entry = this.#metering.entry(account, s);
+    const key = s.key === undefined ? undefined : this.#keys.get(s.key.id);
+    let keyPart;
+    if (key !== undefined && key.account === s.account && s.key !== undefined) {
+      const b = key.controls.budget;
+      const kpid = periodId(b?.period ?? null, s.key.periods);
+      keyPart = { kpid, budgetLeft: b === null ? undefined : b.units - spentIn(key.spent.period, key.spent.units, kpid) };
+    }
+    const entry = this.#metering.entry(account, s, keyPart);
     const written = this.#change(entry);
     const result: SettleResult = {
       applied: true,

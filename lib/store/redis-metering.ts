@@ -30,94 +30,134 @@
 
 import type { RedisClient } from './redis-connect.js';
 import type { ReplicaWait } from './redis-wait.js';
-import type { HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageTotals } from './types.js';
+import type { BudgetPeriod, HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageTotals } from './types.js';
 
 type Reply = Promise<unknown>;
 
 /** The metering scripts, registered by RedisStore with defineCommand. */
 export interface MeteringScripts {
-  tgHold(acct: string, holds: string, day: string, month: string,
-    requestId: string, units: string, expiresAt: string, now: string, rpd: string, tpd: string, upm: string, keepMs: string): Reply;
-  tgSettle(acct: string, holds: string, settled: string, settledAt: string, day: string, month: string,
-    requestId: string, units: string, tokens: string, now: string, cutoff: string, keepMs: string): Reply;
+  tgHold(acct: string, holds: string, day: string, month: string, key: string,
+    requestId: string, units: string, expiresAt: string, now: string, rpd: string, tpd: string, upm: string, keepMs: string,
+    keyId: string, dpid: string, wpid: string, mpid: string): Reply;
+  tgSettle(acct: string, holds: string, settled: string, settledAt: string, day: string, month: string, key: string,
+    requestId: string, units: string, tokens: string, now: string, cutoff: string, keepMs: string,
+    keyId: string, dpid: string, wpid: string, mpid: string): Reply;
   tgAccountUsage(holds: string, day: string, month: string, now: string): Reply;
 }
 
 /**
  * openHolds sums the open holds of `key` (not counting `skip`) as of `now`: the units held, the
- * number of holds, the fields of expired (or unreadable) ones, and whether `skip` is there. hdelAll deletes fields that
- * exist, in chunks (Lua's unpack has a limit), and may delete the key's last field, so it must
- * be a script's last access to the key: on a cluster, while the slot migrates, a script that
- * touches a key it emptied (deleted) fails right there, with its earlier writes applied. Every
- * key a script touches exists when it starts (Redis answers TRYAGAIN or ASK otherwise), and
- * only these deletions can remove one.
+ * number of holds, the fields of expired (or unreadable) ones, whether `skip` is there, and the
+ * units of the holds made with developer key `keyId`. A hold is "units:expires[:key id]".
+ * hdelAll deletes fields that exist, in chunks (Lua's unpack has a limit), and may delete the
+ * key's last field, so it must be a script's last access to the key: on a cluster, while the
+ * slot migrates, a script that touches a key it emptied (deleted) fails right there, with its
+ * earlier writes applied. Every key a script touches exists when it starts (Redis answers
+ * TRYAGAIN or ASK otherwise), and only these deletions can remove one.
  */
 const OPEN_HOLDS = `
-local function openHolds(key, now, skip)
+local function openHolds(key, now, skip, keyId)
   local h = redis.call('HGETALL', key)
-  local held, count, expired, skipped = 0, 0, {}, false
+  local held, count, expired, skipped, keyHeld = 0, 0, {}, false, 0
   for i = 1, #h, 2 do
     if h[i] == skip then
       skipped = true
     else
-      local u, e = string.match(h[i + 1], '^(%d+):(%d+)$')
+      local u, e, k = string.match(h[i + 1], '^(%d+):(%d+):?(.*)$')
       if u == nil or tonumber(e) <= now then
         expired[#expired + 1] = h[i]
       else
         held = held + tonumber(u)
         count = count + 1
+        if keyId ~= nil and keyId ~= '' and k == keyId then keyHeld = keyHeld + tonumber(u) end
       end
     end
   end
-  return held, count, expired, skipped
+  return held, count, expired, skipped, keyHeld
 end
 local function hdelAll(key, fields)
   for i = 1, #fields, 1000 do
     redis.call('HDEL', key, unpack(fields, i, math.min(i + 999, #fields)))
   end
 end
+-- The budget state of a key hash: {units or false, period or false, spent in pid, pid, exists}.
+local function budgetOf(key, dpid, wpid, mpid)
+  local b = redis.call('HMGET', key, 'bu', 'bp', 'sp', 'su', 'account')
+  local pid = 'n'
+  if b[2] == 'day' then pid = dpid elseif b[2] == 'week' then pid = wpid elseif b[2] == 'month' then pid = mpid end
+  local spent = 0
+  if b[3] == pid then spent = tonumber(b[4] or '0') end
+  return b[1], b[2], spent, pid, b[5] ~= false, b[3]
+end
 `;
 
 export const METERING_SCRIPTS: Record<keyof MeteringScripts, { keys: number; lua: string }> = {
-  // nil: no account; {1, '', available after} or {0, code, available}. A hold of the same request
-  // id that is still open is replaced (it counts neither against the balance nor the quota).
-  // Quota arguments are '' for unlimited. Expired holds are dropped either way, last.
-  tgHold: { keys: 4, lua: `${OPEN_HOLDS}
+  // nil: no account; {1, '', available after} or {0, code, available[, budget left, period]}. A
+  // hold of the same request id that is still open is replaced (it counts neither against the
+  // balance nor the quota). Quota arguments are '' for unlimited. Order as in the memory store:
+  // quotas, then the key's budget, then credits. Expired holds are dropped either way, last.
+  tgHold: { keys: 5, lua: `${OPEN_HOLDS}
 local bal = redis.call('HGET', KEYS[1], 'balance_units')
 if bal == false then return false end
 local units = tonumber(ARGV[2])
-local held, open, expired = openHolds(KEYS[2], tonumber(ARGV[4]), ARGV[1])
+local held, open, expired, _, keyHeld = openHolds(KEYS[2], tonumber(ARGV[4]), ARGV[1], ARGV[9])
 local available = tonumber(bal) - held
 local function used(key, field) return tonumber(redis.call('HGET', key, field) or '0') end
-local refused
+local refused, remaining, period
 if ARGV[5] ~= '' and used(KEYS[3], 'requests') + open >= tonumber(ARGV[5]) then refused = 'requests_per_day'
 elseif ARGV[6] ~= '' and used(KEYS[3], 'tokens') >= tonumber(ARGV[6]) then refused = 'tokens_per_day'
-elseif ARGV[7] ~= '' and used(KEYS[4], 'units') >= tonumber(ARGV[7]) then refused = 'units_per_month'
--- Quotas before credits, as in the memory store: a hold that breaks both is quota_exceeded.
-elseif available < units then refused = 'insufficient_credits' end
+elseif ARGV[7] ~= '' and used(KEYS[4], 'units') >= tonumber(ARGV[7]) then refused = 'units_per_month' end
+if refused == nil and ARGV[9] ~= '' then
+  local bu, bp, spent = budgetOf(KEYS[5], ARGV[10], ARGV[11], ARGV[12])
+  if bu ~= false then
+    remaining = tonumber(bu) - spent - keyHeld
+    if remaining < units then
+      if remaining < 0 then remaining = 0 end
+      refused, period = 'budget_exceeded', bp or ''
+    end
+  end
+end
+if refused == nil and available < units then refused = 'insufficient_credits' end
 if refused then
   hdelAll(KEYS[2], expired)
+  if refused == 'budget_exceeded' then return {0, refused, available, remaining, period} end
   return {0, refused, available}
 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ':' .. ARGV[3])
+local tag = ''
+if ARGV[9] ~= '' then tag = ':' .. ARGV[9] end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. tag)
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[8]) then redis.call('PEXPIRE', KEYS[2], ARGV[8]) end
 hdelAll(KEYS[2], expired)
 return {1, '', available - units}` },
 
   // nil: no account; {applied, charged, balance, available}. The charge is min(units, balance),
   // and nothing when the balance is not positive; it is kept as a string Redis or the caller
-  // wrote, so no digit is lost. A repeat (applied 0) writes nothing. Deletions come last (see
+  // wrote, so no digit is lost. A repeat (applied 0) writes nothing. With a key (ARGV[7]), the
+  // charge is also capped at what its budget has left in the period of the hold, and added to
+  // the key's spend in the same step (see addSpend in types.ts). Deletions come last (see
   // OPEN_HOLDS): the request's hold with the expired ones, then settled ids past 48 h (never
   // this one, just added), at most 100 per settlement.
-  tgSettle: { keys: 6, lua: `${OPEN_HOLDS}
+  tgSettle: { keys: 7, lua: `${OPEN_HOLDS}
 local bal = redis.call('HGET', KEYS[1], 'balance_units')
 if bal == false then return false end
 local charged = redis.call('HGET', KEYS[3], ARGV[1])
 local applied = 0
 if charged == false then applied = 1 end
-local held, _, expired, ownHold = openHolds(KEYS[2], tonumber(ARGV[4]), applied == 1 and ARGV[1] or '')
+local held, _, expired, ownHold = openHolds(KEYS[2], tonumber(ARGV[4]), applied == 1 and ARGV[1] or '', '')
 if applied == 1 then
-  local b, u = tonumber(bal), tonumber(ARGV[2])
+  local b, u, ustr = tonumber(bal), tonumber(ARGV[2]), ARGV[2]
+  local bu, bp, spent, pid, exists, sp = false, false, 0, nil, false, false
+  if ARGV[7] ~= '' then
+    bu, bp, spent, pid, exists, sp = budgetOf(KEYS[7], ARGV[8], ARGV[9], ARGV[10])
+    if bu ~= false then
+      local left = tonumber(bu) - spent
+      if left < 0 then left = 0 end
+      if left < u then
+        u = left
+        ustr = string.format('%d', left)
+      end
+    end
+  end
   if b <= 0 or u == 0 then
     charged = '0'
   elseif b <= u then
@@ -125,8 +165,15 @@ if applied == 1 then
     bal = '0'
     redis.call('HSET', KEYS[1], 'balance_units', '0')
   else
-    charged = ARGV[2]
-    bal = redis.call('HINCRBY', KEYS[1], 'balance_units', '-' .. ARGV[2])
+    charged = ustr
+    bal = redis.call('HINCRBY', KEYS[1], 'balance_units', '-' .. ustr)
+  end
+  if exists then
+    if sp == pid then
+      redis.call('HINCRBY', KEYS[7], 'su', charged)
+    elseif not (sp ~= false and string.sub(sp, 1, 1) == string.sub(pid, 1, 1) and sp > pid) then
+      redis.call('HSET', KEYS[7], 'sp', pid, 'su', charged)
+    end
   end
   for _, key in ipairs({KEYS[5], KEYS[6]}) do
     redis.call('HINCRBY', key, 'requests', '1')
@@ -151,7 +198,7 @@ return {applied, tonumber(charged), tonumber(bal), tonumber(bal) - held}` },
 
   // {held, day requests, tokens, units, month requests, tokens, units}; reads only.
   tgAccountUsage: { keys: 3, lua: `${OPEN_HOLDS}
-local held = openHolds(KEYS[1], tonumber(ARGV[1]), '')
+local held = openHolds(KEYS[1], tonumber(ARGV[1]), '', '')
 local d = redis.call('HMGET', KEYS[2], 'requests', 'tokens', 'units')
 local m = redis.call('HMGET', KEYS[3], 'requests', 'tokens', 'units')
 local r = {held}
@@ -187,11 +234,19 @@ export class RedisMetering {
     const [day, month] = windowsOf(h.day, h.month);
     const now = Date.now();
     const acct = this.#acct(h.account);
-    const r = await this.#redis.tgHold(acct, `${acct}:holds`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`,
+    const k = keyArgs(h.key);
+    const r = await this.#redis.tgHold(acct, `${acct}:holds`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, `${acct}:key:${k[0]}`,
       h.requestId, units, String(now + ttl), String(now),
       quota(h.quotas.requests_per_day, 'requests_per_day'), quota(h.quotas.tokens_per_day, 'tokens_per_day'),
-      quota(h.quotas.units_per_month, 'units_per_month'), String(ttl + HOLDS_GRACE_MS));
+      quota(h.quotas.units_per_month, 'units_per_month'), String(ttl + HOLDS_GRACE_MS), ...k);
     if (r === null) return undefined;
+    if (Array.isArray(r) && r[1] === 'budget_exceeded') {
+      const [, , available, remaining, period] = tuple(r, 5);
+      return {
+        ok: false, code: 'budget_exceeded', available_units: Number(available), budget_remaining_units: Number(remaining),
+        budget_period: period === '' ? null : period as BudgetPeriod,
+      };
+    }
     const [ok, code, available] = tuple(r, 3);
     const available_units = Number(available);
     if (ok === 1) return { ok: true, available_units };
@@ -212,8 +267,9 @@ export class RedisMetering {
     const [day, month] = windowsOf(s.day, s.month);
     const now = Date.now();
     const acct = this.#acct(s.account);
-    const keys = [acct, `${acct}:holds`, `${acct}:settled`, `${acct}:settled:at`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`] as const;
-    const args = [s.requestId, units, tokens, String(now), String(now - SETTLED_KEEP_MS), String(SETTLED_KEEP_MS + 3600_000)] as const;
+    const k = keyArgs(s.key);
+    const keys = [acct, `${acct}:holds`, `${acct}:settled`, `${acct}:settled:at`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, `${acct}:key:${k[0]}`] as const;
+    const args = [s.requestId, units, tokens, String(now), String(now - SETTLED_KEEP_MS), String(SETTLED_KEEP_MS + 3600_000), ...k] as const;
     const r = this.#wait !== null
       ? await this.#wait.eval(METERING_SCRIPTS.tgSettle.lua, [...keys], [...args])
       : await this.#redis.tgSettle(...keys, ...args);
@@ -265,6 +321,13 @@ function count(n: number, what: string): string {
 
 function quota(n: number | null, what: string): string {
   return n === null ? '' : count(n, `quotas.${what}`);
+}
+
+/** A request's key id and budget periods as script arguments; '' for none. */
+function keyArgs(key: HoldRequest['key']): [string, string, string, string] {
+  if (key === undefined) return ['', '', '', ''];
+  requireId('key id', key.id);
+  return [key.id, key.periods.day, key.periods.week, key.periods.month];
 }
 
 function tuple(reply: unknown, length: number): unknown[] {

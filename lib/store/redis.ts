@@ -8,6 +8,13 @@
 //   P{keyid:ID}           string the digest of key ID (revocation is by id, lookup by digest)
 //   P{sess:SID}           string revocation time of session SID
 //   P{plan:NAME}          set    ids of accounts created on plan NAME (see accountsOnPlans)
+//   P{acct:A}:key:ID      hash   key ID's controls and state, in its account's slot so the
+//                                metering scripts read and charge its budget atomically with the
+//                                wallet: account, digest (current), created_at, last4, c (the
+//                                controls but the budget, JSON), bu/bp (budget units/period),
+//                                sp/su (spend: period id, units), pd/pu (digest a rotation
+//                                replaced, valid until), lu (last used), ra (revoked at)
+//   P{acct:A}:keys        set    ids of A's keys (for listing)
 //   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>}
 //   metering (holds, settlements, usage windows): see redis-metering.ts
 //   usage records (P{usage:HOUR}, P{usage:index}): see redis-usage.ts
@@ -36,6 +43,14 @@
 //   existing account) is removed when accountsOnPlans meets it, one whose account does not
 //   exist (yet: a creation in progress, or a crash between the steps) is skipped.
 // Idempotency keys are kept for good (the set grows with the account's credits).
+//
+// Keys: a key's record lives in its account's hash (above); P{key:DIGEST} only leads a digest to
+// its id and account. createKey writes the account-side hash BEFORE the digest record, so a key
+// is never usable without its controls. A digest record with no account-side hash is a key from
+// before per-key controls: it has none. A rotation adds the new digest's record, then moves
+// digest -> pd in the account-side hash (one script), then points P{keyid:ID} at the new digest.
+// Whether a digest is valid is decided by the account-side hash alone (its digest, or pd before
+// pu), and revocation sets ra there before the digest record's revoked_at.
 //
 // Revocations: the script that records a revocation also publishes it, so a revocation is
 // announced if and only if it was newly recorded. This instance's listeners are called directly
@@ -66,9 +81,11 @@ import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-m
 import { ReplicaWait } from './redis-wait.js';
 import { RedisResponses } from './redis-responses.js';
 import { RedisUsage, USAGE_SCRIPTS, type UsageScripts } from './redis-usage.js';
-import type {
-  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyRecord, Revocation, SettleResult, Settlement, Store,
-  UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
+import { toControls } from './memory-state.js';
+import {
+  applyPatch, defaultControls, seededKeys,
+  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type NewKey, type Revocation,
+  type SettleResult, type Settlement, type Store, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
 
 export interface RedisStoreOptions {
@@ -101,6 +118,11 @@ interface Scripts extends MeteringScripts, UsageScripts {
   tgCreateKey(record: string, id: string, account: string, digest: string, now: string): Reply;
   tgRevokeKey(record: string, id: string, now: string, channel: string, message: string): Reply;
   tgRevokeSession(session: string, now: string, channel: string, message: string): Reply;
+  tgKeyInit(hash: string, set: string, id: string, account: string, digest: string, createdAt: string, last4: string, controls: string, bu: string, bp: string): Reply;
+  tgKeyUpdate(hash: string, controls: string, bu: string, bp: string, channel: string, m1: string, m2: string): Reply;
+  tgKeyRotate(hash: string, digest: string, last4: string, until: string, channel: string, m1: string, m2: string): Reply;
+  tgKeyRevoke(hash: string, now: string): Reply;
+  tgKeyTouch(hash: string, at: string): Reply;
 }
 
 const SCRIPTS: Record<Exclude<keyof Scripts, keyof MeteringScripts | keyof UsageScripts>, { keys: number; lua: string }> = {
@@ -155,6 +177,42 @@ if r[5] == false then
   newly = 1
 end
 return {newly, r[1], r[2], r[3], r[4], r[5]}` },
+  // 1 created, 0 exists (unchanged). Adds the id to the account's key set either way.
+  tgKeyInit: { keys: 2, lua: `
+redis.call('SADD', KEYS[2], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'account', ARGV[2], 'digest', ARGV[3], 'created_at', ARGV[4], 'last4', ARGV[5], 'c', ARGV[6], 'sp', 'n', 'su', '0')
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'bu', ARGV[7], 'bp', ARGV[8]) end
+return 1` },
+  // 1 changed (and announced for the digest and, if any, the rotated one), 0 unknown or revoked.
+  tgKeyUpdate: { keys: 1, lua: `
+local r = redis.call('HMGET', KEYS[1], 'digest', 'ra')
+if r[1] == false or r[2] ~= false then return 0 end
+redis.call('HSET', KEYS[1], 'c', ARGV[1])
+if ARGV[2] == '' then redis.call('HDEL', KEYS[1], 'bu', 'bp') else redis.call('HSET', KEYS[1], 'bu', ARGV[2], 'bp', ARGV[3]) end
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[6]) end
+return 1` },
+  // {1, digest rotated out, previous digest dropped or ''}, or 0 when unknown or revoked.
+  tgKeyRotate: { keys: 1, lua: `
+local r = redis.call('HMGET', KEYS[1], 'digest', 'ra', 'pd')
+if r[1] == false or r[2] ~= false then return 0 end
+redis.call('HSET', KEYS[1], 'pd', r[1], 'pu', ARGV[3], 'digest', ARGV[1], 'last4', ARGV[2])
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[6]) end
+return {1, r[1], r[3] or ''}` },
+  // The revocation time (the first one stands), or false for no such hash.
+  tgKeyRevoke: { keys: 1, lua: `
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local at = redis.call('HGET', KEYS[1], 'ra')
+if at then return at end
+redis.call('HSET', KEYS[1], 'ra', ARGV[1])
+return ARGV[1]` },
+  tgKeyTouch: { keys: 1, lua: `
+local lu = redis.call('HMGET', KEYS[1], 'account', 'lu')
+if lu[1] == false then return 0 end
+if lu[2] == false or tonumber(lu[2]) < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'lu', ARGV[1]) end
+return 1` },
   // 1 newly revoked, 0 already.
   tgRevokeSession: { keys: 1, lua: `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
@@ -344,43 +402,141 @@ export class RedisStore implements Store {
     return undefined;
   }
 
-  async createKey(key: { id: string; account: string; digest: string }): Promise<boolean> {
+  async createKey(key: NewKey): Promise<boolean> {
     requireId('key id', key.id);
     requireId('account id', key.account);
     if (typeof key.digest !== 'string' || !DIGEST.test(key.digest)) throw new TypeError('digest must be 64 lowercase hex digits');
-    // Three atomic steps in this order; see the header for why the order is safe.
+    // Four atomic steps in this order; see the header for why the order is safe.
     if ((await this.#redis.exists(this.#acct(key.account))) !== 1) return false;
     const index = this.#keyId(key.id);
     const claimed = await this.#redis.tgClaimKeyId(index, key.digest);
     if (claimed === -1) return false;
-    const created = await this.#redis.tgCreateKey(this.#key(key.digest), key.id, key.account, key.digest, String(Date.now()));
+    const now = String(Date.now());
+    if (claimed === 1) {
+      // Only the request that claimed the id writes its controls (a seed repeating an existing
+      // key never touches them).
+      await this.#initKey(key.id, key.account, key.digest, now, key.last4 ?? null, key.controls ?? defaultControls());
+    } else {
+      // The id was this digest's already: a key from before per-key controls gets its hash.
+      const h = await this.#redis.hgetall(this.#key(key.digest));
+      if (h.account === key.account) await this.#initKey(key.id, key.account, key.digest, h.created_at ?? now, key.last4 ?? null, defaultControls());
+    }
+    const created = await this.#redis.tgCreateKey(this.#key(key.digest), key.id, key.account, key.digest, now);
     if (created === -1 && claimed === 1) await this.#redis.tgReleaseKeyId(index, key.digest);
     return created === 1;
   }
 
+  #initKey(id: string, account: string, digest: string, createdAt: string, last4: string | null, c: KeyControls): Promise<unknown> {
+    const acct = this.#acct(account);
+    return this.#redis.tgKeyInit(`${acct}:key:${id}`, `${acct}:keys`, id, account, digest, createdAt, last4 ?? '',
+      controlsJson(c), c.budget === null ? '' : integer(c.budget.units, 'budget.units'), c.budget?.period ?? '');
+  }
+
   async keyByDigest(digest: string): Promise<KeyRecord | undefined> {
     const h = await this.#redis.hgetall(this.#key(digest));
-    if (h.id === undefined) return undefined;
-    return {
-      id: h.id,
-      account: h.account ?? '',
-      digest: h.digest ?? digest,
-      created_at: Number(h.created_at),
-      revoked_at: h.revoked_at === undefined ? null : Number(h.revoked_at),
-    };
+    if (h.id === undefined || h.account === undefined) return undefined;
+    const k = await this.#redis.hgetall(`${this.#acct(h.account)}:key:${h.id}`);
+    if (k.account === undefined) {
+      // A key from before per-key controls: it has none.
+      return {
+        id: h.id, account: h.account, digest: h.digest ?? digest, created_at: Number(h.created_at),
+        revoked_at: h.revoked_at === undefined ? null : Number(h.revoked_at), last4: null, controls: defaultControls(),
+        previous: null, last_used_at: null, spent: { period: 'n', units: 0 },
+      };
+    }
+    return keyRecord(h.id, k, h.revoked_at);
+  }
+
+  async getKey(id: string): Promise<KeyRecord | undefined> {
+    const digest = await this.#redis.get(this.#keyId(id));
+    if (digest === null) return undefined;
+    const k = await this.keyByDigest(digest);
+    return k?.id === id ? k : undefined;
+  }
+
+  async listKeys(account: string): Promise<KeyRecord[] | undefined> {
+    const acct = this.#acct(account);
+    if ((await this.#redis.exists(acct)) !== 1) return undefined;
+    const ids = await this.#redis.smembers(`${acct}:keys`);
+    const hashes = await Promise.all(ids.map((id) => this.#redis.hgetall(`${acct}:key:${id}`)));
+    const keys: KeyRecord[] = [];
+    ids.forEach((id, i) => {
+      const h = hashes[i]!;
+      if (h.account !== undefined && h.ra === undefined) keys.push(keyRecord(id, h, undefined));
+    });
+    return keys.sort((a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : 1));
+  }
+
+  /** The key's account-side hash exists (a key from before per-key controls gets one now). */
+  async #ensureKey(k: KeyRecord): Promise<void> {
+    await this.#initKey(k.id, k.account, k.digest, String(k.created_at), k.last4, k.controls);
+  }
+
+  async updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> {
+    const k = await this.getKey(id);
+    if (k === undefined || k.revoked_at !== null) return undefined;
+    await this.#ensureKey(k);
+    const c: KeyControls = applyPatch(k.controls, patch);
+    const previous = k.previous?.digest;
+    const ok = await this.#redis.tgKeyUpdate(`${this.#acct(k.account)}:key:${id}`, controlsJson(c),
+      c.budget === null ? '' : integer(c.budget.units, 'budget.units'), c.budget?.period ?? '', this.#channel,
+      this.#message({ kind: 'key-changed', digest: k.digest }), previous === undefined ? '' : this.#message({ kind: 'key-changed', digest: previous }));
+    if (ok !== 1) return undefined;
+    this.#emit({ kind: 'key-changed', digest: k.digest });
+    if (previous !== undefined) this.#emit({ kind: 'key-changed', digest: previous });
+    return { ...k, controls: c };
+  }
+
+  async rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
+    if (typeof digest !== 'string' || !DIGEST.test(digest)) throw new TypeError('digest must be 64 lowercase hex digits');
+    const k = await this.getKey(id);
+    if (k === undefined || k.revoked_at !== null) return undefined;
+    await this.#ensureKey(k);
+    // The new digest's record first: until the account-side hash names it, it is not valid.
+    const created = await this.#redis.tgCreateKey(this.#key(digest), id, k.account, digest, String(Date.now()));
+    if (created !== 1) return undefined;
+    const previous = k.previous?.digest;
+    const r = await this.#redis.tgKeyRotate(`${this.#acct(k.account)}:key:${id}`, digest, last4, integer(previousUntil, 'previousUntil'),
+      this.#channel, this.#message({ kind: 'key-changed', digest: k.digest }),
+      previous === undefined ? '' : this.#message({ kind: 'key-changed', digest: previous }));
+    if (r === 0 || r === null) return undefined;
+    this.#emit({ kind: 'key-changed', digest: k.digest });
+    if (previous !== undefined) this.#emit({ kind: 'key-changed', digest: previous });
+    await this.#redis.set(this.#keyId(id), digest);
+    const [, , dropped] = tuple(r, 3);
+    if (typeof dropped === 'string' && dropped !== '') await this.#redis.del(this.#key(dropped));
+    return { ...k, digest, last4, previous: { digest: k.digest, until: previousUntil } };
+  }
+
+  async touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void> {
+    await Promise.all(uses.map((u) => this.#redis.tgKeyTouch(`${this.#acct(u.account)}:key:${u.id}`, integer(u.at, 'at'))));
   }
 
   async revokeKey(id: string): Promise<KeyRecord | undefined> {
     const digest = await this.#redis.get(this.#keyId(id));
     if (digest === null) return undefined;
+    const before = await this.keyByDigest(digest);
+    if (before === undefined || before.id !== id) return undefined;
+    // The account-side hash first: it alone decides whether a digest is valid. With
+    // wait_replicas, both writes are confirmed by the replicas before the answer.
+    const keyRecord = `${this.#acct(before.account)}:key:${id}`;
+    const now = String(Date.now());
+    const at = this.#wait !== null
+      ? await this.#wait.eval(SCRIPTS.tgKeyRevoke.lua, [keyRecord], [now])
+      : await this.#redis.tgKeyRevoke(keyRecord, now);
     const args = [id, String(Date.now()), this.#channel, this.#message({ kind: 'key', digest })] as const;
     const r = this.#wait !== null
       ? await this.#wait.eval(SCRIPTS.tgRevokeKey.lua, [this.#key(digest)], [...args])
       : await this.#redis.tgRevokeKey(this.#key(digest), ...args);
     if (r === null) return undefined;
-    const [newly, rid, account, rdigest, created, revoked] = tuple(r, 6);
+    const [newly, , , , , revoked] = tuple(r, 6);
     if (newly === 1) this.#emit({ kind: 'key', digest });
-    return { id: String(rid), account: String(account), digest: String(rdigest), created_at: Number(created), revoked_at: Number(revoked) };
+    const previous = before.previous?.digest;
+    if (previous !== undefined && newly === 1) {
+      await this.#redis.publish(this.#channel, this.#message({ kind: 'key', digest: previous }));
+      this.#emit({ kind: 'key', digest: previous });
+    }
+    return { ...before, revoked_at: at === null || at === undefined ? Number(revoked) : Number(at) };
   }
 
   async revokeSession(sid: string): Promise<void> {
@@ -400,8 +556,7 @@ export class RedisStore implements Store {
     // Create-if-absent all the way down: existing accounts and keys are never changed.
     for (const a of accounts) {
       await this.createAccount({ id: a.id, plan: a.plan, balance_units: a.wallet_units });
-      const digests = new Set([...a.keys.map(sha256Hex), ...a.key_sha256.map((d) => d.toLowerCase())]);
-      await Promise.all([...digests].map((digest) => this.createKey({ id: keyIdOf(digest), account: a.id, digest })));
+      await Promise.all(seededKeys(a).map((key) => this.createKey({ id: keyIdOf(key.digest), account: a.id, ...key })));
     }
   }
 
@@ -499,6 +654,32 @@ function tuple(reply: unknown, length: number): unknown[] {
   return reply;
 }
 
+/** The controls but the budget (which the scripts keep in bu/bp), as stored in `c`. */
+function controlsJson(c: KeyControls): string {
+  const { budget: _budget, ...rest } = c;
+  return JSON.stringify(rest);
+}
+
+/** A key's record from its account-side hash; `revokedAt` from its digest record, if known. */
+function keyRecord(id: string, k: Record<string, string>, revokedAt: string | undefined): KeyRecord {
+  let parsed: unknown;
+  try { parsed = JSON.parse(k.c ?? ''); } catch { parsed = undefined; }
+  const bu = k.bu === undefined ? null : Number(k.bu);
+  const period = k.bp === 'day' || k.bp === 'week' || k.bp === 'month' ? k.bp : null;
+  // Unreadable controls would be a key without restrictions: refuse it rather than serve it so.
+  const controls = toControls({ ...(parsed as object), budget: bu === null ? null : { units: bu, period } });
+  const ra = k.ra ?? revokedAt;
+  return {
+    id, account: k.account!, digest: k.digest!, created_at: Number(k.created_at),
+    revoked_at: ra === undefined ? (controls === null ? 0 : null) : Number(ra),
+    last4: k.last4 === undefined || k.last4 === '' ? null : k.last4,
+    controls: controls ?? defaultControls(),
+    previous: k.pd === undefined ? null : { digest: k.pd, until: Number(k.pu) },
+    last_used_at: k.lu === undefined ? null : Number(k.lu),
+    spent: { period: k.sp ?? 'n', units: Number(k.su ?? '0') },
+  };
+}
+
 function parseMessage(text: string): Message | undefined {
   let m: unknown;
   try { m = JSON.parse(text); } catch { return undefined; }
@@ -507,5 +688,6 @@ function parseMessage(text: string): Message | undefined {
   if (typeof from !== 'string' || typeof r !== 'object' || r === null) return undefined;
   if (r.kind === 'key' && typeof r.digest === 'string') return { from, r: { kind: 'key', digest: r.digest } };
   if (r.kind === 'session' && typeof r.sid === 'string') return { from, r: { kind: 'session', sid: r.sid } };
+  if (r.kind === 'key-changed' && typeof r.digest === 'string') return { from, r: { kind: 'key-changed', digest: r.digest } };
   return undefined;
 }

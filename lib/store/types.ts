@@ -3,6 +3,7 @@
 // for accounts, keys and sessions; the config only seeds what is absent.
 
 import type { AccountConfig } from '../config/types.js';
+import { sha256Hex } from '../auth/keys.js';
 
 export interface AccountRecord {
   id: string;
@@ -13,15 +14,114 @@ export interface AccountRecord {
   created_at: number;
 }
 
+/** How often a key's budget starts again from 0 (UTC; weeks start on Monday); null: never. */
+export type BudgetPeriod = 'day' | 'week' | 'month' | null;
+
+export interface KeyLimits {
+  requests_per_minute: number | null;
+  tokens_per_minute: number | null;
+  max_concurrent: number | null;
+}
+
+/** A key's controls (CONTRACT section 8), as the admin API sets them. */
+export interface KeyControls {
+  name: string | null;
+  /** Catalog slugs or globs (`llama-*`) the key may use; null: any the plan allows. */
+  models: string[] | null;
+  /** Unix milliseconds after which the key answers 401 key_expired; null: never. */
+  expires_at: number | null;
+  /** Units the key may spend per period; null: no budget of its own (the wallet still bounds it). */
+  budget: { units: number; period: BudgetPeriod } | null;
+  /** Per-key limits on top of the plan's; null members: only the plan's. */
+  limits: KeyLimits;
+  /** IPv4/IPv6 CIDRs the key may be used from; null: anywhere. */
+  allowed_ips: string[] | null;
+  metadata: Record<string, string>;
+}
+
+/** A change of controls: each member named replaces the key's; `limits` members one by one. */
+export type KeyPatch = Partial<Omit<KeyControls, 'limits'>> & { limits?: Partial<KeyLimits> };
+
+/** `base` with `patch` applied (see KeyPatch); a new object, sharing nothing with either. */
+export function applyPatch(base: KeyControls, patch: KeyPatch): KeyControls {
+  const { limits, ...rest } = structuredClone(patch);
+  return { ...structuredClone(base), ...rest, limits: { ...base.limits, ...limits } };
+}
+
+export function defaultControls(): KeyControls {
+  return {
+    name: null, models: null, expires_at: null, budget: null,
+    limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null },
+    allowed_ips: null, metadata: {},
+  };
+}
+
+/**
+ * A key's budget periods at one moment, one id per kind: a spend is counted in the period it
+ * was admitted in, and a stored spend of another period id counts as 0 (no job resets budgets).
+ */
+export interface BudgetPeriods {
+  /** 'd:YYYY-MM-DD' */
+  day: string;
+  /** 'w:YYYY-MM-DD', the Monday the week starts on */
+  week: string;
+  /** 'm:YYYY-MM' */
+  month: string;
+}
+
+/** The period id a budget of `period` counts in at `periods`; 'n' for a budget that never resets. */
+export function periodId(period: BudgetPeriod, periods: BudgetPeriods): string {
+  return period === null ? 'n' : periods[period];
+}
+
+/**
+ * What a spend in period `current` finds already spent, given the stored spend (`stored` units
+ * in period `storedId`): the stored units in the same period, else 0. The Redis scripts apply
+ * the same rule.
+ */
+export function spentIn(storedId: string | null, stored: number, current: string): number {
+  return storedId === current ? stored : 0;
+}
+
+/**
+ * A stored spend after adding `units` spent in period `pid`: added within the same period,
+ * started afresh in a new one, and left alone when a later period of the same kind has begun
+ * (a spend admitted before a boundary and settled after it belongs to the period it was
+ * admitted in, which is over). The Redis settle script applies the same rule.
+ */
+export function addSpend(spent: { period: string; units: number }, pid: string, units: number): { period: string; units: number } {
+  if (spent.period === pid) return { period: pid, units: Math.min(MAX_UNITS, spent.units + units) };
+  if (spent.period[0] === pid[0] && spent.period > pid) return spent;
+  return { period: pid, units };
+}
+
 export interface KeyRecord {
   /** Public id (safe to show and log), e.g. key_<16 hex>. */
   id: string;
   account: string;
-  /** SHA-256 of the plaintext key, lowercase hex. The plaintext is never stored. */
+  /** SHA-256 of the current plaintext key, lowercase hex. The plaintext is never stored. */
   digest: string;
   created_at: number;
   /** Unix milliseconds, or null while valid. */
   revoked_at: number | null;
+  /** The last 4 characters of the plaintext (null when the store was given only a digest). */
+  last4: string | null;
+  controls: KeyControls;
+  /** The digest a rotation replaced, usable until `until` (Unix ms). */
+  previous: { digest: string; until: number } | null;
+  /** Unix ms of the last request seen (written coalesced, so up to a few seconds late). */
+  last_used_at: number | null;
+  /** Units spent in period `period` (see spentIn). */
+  spent: { period: string; units: number };
+}
+
+/** A key's record as createKey takes it. */
+export interface NewKey {
+  id: string;
+  account: string;
+  digest: string;
+  last4?: string | null;
+  controls?: KeyControls;
 }
 
 /** The largest balance or amount a store keeps: beyond it integer arithmetic is not exact. */
@@ -79,18 +179,23 @@ export interface HoldRequest {
   month: string;
   /** The plan's quotas; null = unlimited. */
   quotas: Quotas;
+  /** The developer key making the request: its budget is held with the wallet, in the same step. */
+  key?: { id: string; periods: BudgetPeriods };
 }
 
 /**
  * The outcome of a hold. Refused when available units (balance minus open, unexpired holds)
  * are below `units` (insufficient_credits), or when a quota is already used up:
  * requests_per_day counts settled requests of the day plus open holds; tokens_per_day and
- * units_per_month count settled usage. A refusal changes nothing.
+ * units_per_month count settled usage. With a key whose budget cannot cover `units` (its units
+ * minus its spend this period minus its open holds): budget_exceeded. Quotas come first, then
+ * the budget, then the wallet. A refusal changes nothing.
  */
 export type HoldResult =
   | { ok: true; available_units: number }
   | { ok: false; code: 'insufficient_credits'; available_units: number }
-  | { ok: false; code: 'quota_exceeded'; quota_code: QuotaCode; available_units: number };
+  | { ok: false; code: 'quota_exceeded'; quota_code: QuotaCode; available_units: number }
+  | { ok: false; code: 'budget_exceeded'; available_units: number; budget_remaining_units: number; budget_period: BudgetPeriod };
 
 export interface Settlement {
   account: string;
@@ -101,6 +206,8 @@ export interface Settlement {
   completionTokens: number;
   day: string;
   month: string;
+  /** The key of the request, with the periods of its hold: its spend is added in the same step. */
+  key?: { id: string; periods: BudgetPeriods };
 }
 
 export interface SettleResult {
@@ -172,8 +279,11 @@ export interface UsagePage {
   next_cursor: string | null;
 }
 
-/** A revocation, seen by every instance sharing the store. */
-export type Revocation = { kind: 'key'; digest: string } | { kind: 'session'; sid: string };
+/**
+ * A revocation or a change of a key's controls, seen by every instance sharing the store:
+ * caches drop what they hold for the digest.
+ */
+export type Revocation = { kind: 'key'; digest: string } | { kind: 'session'; sid: string } | { kind: 'key-changed'; digest: string };
 
 export interface Store {
   /** Creates an account (0 <= balance_units <= MAX_UNITS); false when one with that id exists (nothing changes then). */
@@ -192,8 +302,22 @@ export interface Store {
    */
   accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>>;
   /** Stores a new key; false when the account does not exist. */
-  createKey(key: { id: string; account: string; digest: string }): Promise<boolean>;
+  createKey(key: NewKey): Promise<boolean>;
+  /** The key whose current digest, or previous digest (rotation; check `previous.until`), this is. */
   keyByDigest(digest: string): Promise<KeyRecord | undefined>;
+  getKey(id: string): Promise<KeyRecord | undefined>;
+  /** The account's keys that are not revoked, oldest first; undefined when the account does not exist. */
+  listKeys(account: string): Promise<KeyRecord[] | undefined>;
+  /** Replaces the given controls of a live key; undefined when unknown or revoked. Announced as key-changed. */
+  updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined>;
+  /**
+   * Gives a live key a new digest; the current one stays usable until `previousUntil` (a
+   * previous digest still in its grace is dropped at once). Undefined when unknown or revoked,
+   * or when the digest is taken.
+   */
+  rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined>;
+  /** Records when keys were last used (coalesced by the caller); a later time only ever wins. */
+  touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void>;
   /** Revokes a key by its id; undefined when unknown. Revoking twice keeps the first time. */
   revokeKey(id: string): Promise<KeyRecord | undefined>;
   revokeSession(sid: string): Promise<void>;
@@ -241,3 +365,12 @@ export interface Store {
   ping(): Promise<void>;
   close(): Promise<void>;
 }
+
+/** A config account's keys: digests, with the last 4 characters of those given in plaintext. */
+export function seededKeys(a: AccountConfig): Array<{ digest: string; last4: string | null }> {
+  const keys = new Map<string, string | null>();
+  for (const k of a.keys) keys.set(sha256Hex(k), k.slice(-4));
+  for (const d of a.key_sha256) if (!keys.has(d.toLowerCase())) keys.set(d.toLowerCase(), null);
+  return [...keys].map(([digest, last4]) => ({ digest, last4 }));
+}
+

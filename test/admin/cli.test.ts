@@ -115,6 +115,53 @@ t.test('keys create / revoke; revoke answers 204, --json prints nothing', async 
   failed(t, await cli(['keys', 'create', 'nobody']), 1, /^error 404 account_not_found: /, 'unknown account');
 });
 
+t.test('keys create with controls / list / update / rotate (CONTRACT section 8)', async (t) => {
+  await api('POST', '/admin/accounts', { id: 'kc', plan: 'free', wallet_units: 1000 });
+  const created = await cli(['keys', 'create', 'kc', '--name', 'ci bot', '--models', 'echo-*,other', '--budget-units', '500',
+    '--budget-period', 'week', '--expires', '2031-01-01T00:00:00Z', '--rpm', '10', '--max-concurrent', '2',
+    '--allow-ips', '10.0.0.0/8,2001:db8::/32', '--metadata', 'team=search', '--metadata', 'env=prod', '--json']);
+  ok(t, created, /^\{.*\}\n$/, 'create with controls');
+  const issued = JSON.parse(created.stdout);
+  const listed = await api('GET', '/admin/accounts/kc/keys');
+  t.match(listed.keys[0], {
+    id: issued.id, name: 'ci bot', models: ['echo-*', 'other'], budget: { units: 500, period: 'week', spent_units: 0 },
+    expires_at: '2031-01-01T00:00:00.000Z', limits: { requests_per_minute: 10, tokens_per_minute: null, max_concurrent: 2 },
+    allowed_ips: ['10.0.0.0/8', '2001:db8::/32'], metadata: { team: 'search', env: 'prod' },
+  }, 'the API stored what the options said');
+
+  const list = await cli(['keys', 'list', 'kc']);
+  t.equal(list.code, 0);
+  t.equal(list.stdout.split('\n')[0], `${issued.id}  tg_…${issued.key.slice(-4)}  "ci bot"`);
+  t.match(list.stdout, /models: echo-\*, other\n  budget: 0\/500 per week \(resets \d{4}-\d\d-\d\dT00:00:00.000Z\)\n  limits: rpm=10 concurrent=2\n/);
+  t.notOk(list.stdout.includes(issued.key), 'no plaintext listed');
+  const listJson = await cli(['keys', 'list', 'kc', '--json']);
+  t.strictSame(JSON.parse(listJson.stdout), await api('GET', '/admin/accounts/kc/keys'), '--json prints the API\'s answer');
+
+  const updated = await cli(['keys', 'update', issued.id, '--models', 'null', '--tpm', '900', '--budget-units', '50', '--budget-period', 'never', '--json']);
+  ok(t, updated, /^\{.*\}\n$/, 'update');
+  t.match(JSON.parse(updated.stdout), { models: null, budget: { units: 50, period: null }, limits: { requests_per_minute: 10, tokens_per_minute: 900, max_concurrent: 2 } },
+    'named controls changed, the other limits kept');
+  failed(t, await cli(['keys', 'update', issued.id]), 2, /name at least one control/, 'update with nothing to change');
+  failed(t, await cli(['keys', 'update', issued.id, '--budget-period', 'day']), 2, /--budget-period needs --budget-units/, 'a period alone');
+  failed(t, await cli(['keys', 'update', issued.id, '--rpm', '0']), 2, /--rpm must be at least 1/, 'a zero limit');
+  failed(t, await cli(['keys', 'update', issued.id, '--rpm', '1e3']), 2, /plain decimal integer/, 'an exponent');
+  failed(t, await cli(['keys', 'update', issued.id, '--expires', 'soon']), 1, /^error 400 invalid_value: Invalid value for 'expires_at'/, 'the API judges values');
+  failed(t, await cli(['keys', 'update', 'key_0000000000000000', '--name', 'x']), 1, /^error 404 key_not_found/, 'unknown key');
+
+  const rotated = await cli(['keys', 'rotate', issued.id, '--grace-seconds', '60']);
+  t.equal(rotated.code, 0, rotated.stderr);
+  const m = /^key (\S+) for kc rotated; new key:\n(tg_[A-Za-z0-9]{40})\n\(shown once; the old key works until (\S+)\)\n$/.exec(rotated.stdout);
+  t.ok(m !== null, rotated.stdout);
+  t.equal(m?.[1], issued.id, 'the same key id');
+  t.ok(Math.abs(Date.parse(m![3]!) - Date.now() - 60_000) < 5000, 'the grace end');
+  for (const key of [issued.key, m![2]!]) {
+    const res = await fetch(`${gw.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
+    t.equal(res.status, 403, 'both plaintexts are this key (its IP allowlist refuses 127.0.0.1)');
+    t.equal(((await res.json()) as any).code, 'ip_not_allowed');
+  }
+  failed(t, await cli(['keys', 'rotate', issued.id, '--grace-seconds', '-5']), 2, /plain decimal integer/, 'a negative grace');
+});
+
 t.test('sessions revoke: 204, no body', async (t) => {
   ok(t, await cli(['sessions', 'revoke', 'sid-1']), 'revoked session sid-1\n', 'revoke');
   ok(t, await cli(['sessions', 'revoke', 'sid-1', '--json']), '', 'revoke --json');

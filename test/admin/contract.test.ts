@@ -188,8 +188,9 @@ const ROUTES: Array<[string, string]> = [
   ['/admin/accounts', 'POST'],
   ['/admin/accounts/c1', 'GET, HEAD'],
   ['/admin/accounts/c1/credits', 'POST'],
-  ['/admin/accounts/c1/keys', 'POST'],
-  ['/admin/keys/key_0000000000000000', 'DELETE'],
+  ['/admin/accounts/c1/keys', 'GET, HEAD, POST'],
+  ['/admin/keys/key_0000000000000000', 'GET, HEAD, PATCH, DELETE'],
+  ['/admin/keys/key_0000000000000000/rotate', 'POST'],
   ['/admin/sessions/s1/revoke', 'POST'],
   ['/admin/usage', 'GET, HEAD'],
 ];

@@ -64,6 +64,7 @@ const EMPTY_DEFAULTS = {
     watch_config: false,
     passthrough: null,
     passthrough_auth: false,
+    trust_proxy: false,
   },
   admin: { token: null },
   store: {

@@ -168,7 +168,8 @@ t.test('POST /admin/accounts/{id}/credits: applied exactly once, or rejected wit
 /**
  * What a key request's body allows (CONTRACT sections 5 and 8): none or one without controls
  * gets a key; one that is not a JSON object is refused as any admin body is; one carrying
- * per-key controls is refused until those are enforced (never a key issued without them).
+ * per-key controls gets a key that has them, or a 400 naming a bad one (the controls' own
+ * property below pins which).
  */
 function keyBodyRefusals(body: string | undefined, ct: string | undefined): string[] | undefined {
   if (body === undefined || body === '') return undefined;
@@ -178,11 +179,11 @@ function keyBodyRefusals(body: string | undefined, ct: string | undefined): stri
   if (depthOf(b) > 64 || hasPollutingKey(b)) return ['invalid_json'];
   if (b === null || typeof b !== 'object' || Array.isArray(b)) return ['invalid_type'];
   const controls = ['name', 'models', 'expires_at', 'budget', 'limits', 'allowed_ips', 'metadata'];
-  if (controls.some((k) => b[k] !== undefined && b[k] !== null)) return ['unsupported_value', 'invalid_value', 'invalid_type'];
+  if (controls.some((k) => b[k] !== undefined && b[k] !== null)) return ['unsupported_value', 'invalid_value', 'invalid_type', 'missing_required_parameter'];
   return undefined;
 }
 
-t.test('POST /admin/accounts/{id}/keys: a working key for an account, 404 for none; a body with controls refused', async (t) => {
+t.test('POST /admin/accounts/{id}/keys: a working key for an account, 404 for none', async (t) => {
   const scenario = fc.record({ body: fc.option(rawBody, { nil: undefined }), ct: contentType, path: fc.oneof({ weight: 3, arbitrary: fc.constant(undefined) }, oddString.filter((s) => s !== '' && s.length < 200 && s !== 'demo' && s !== 'acme'), fc.constantFrom('%zz', '%', 'a%2Fb', '..', 'demo%00')) });
   await holds(t, 'key requests', fc.asyncProperty(scenario, async ({ body, ct, path }) => {
     const { account: id } = await freshAccount(gw.url, ADMIN, 'free', 10);
@@ -209,6 +210,153 @@ t.test('POST /admin/accounts/{id}/keys: a working key for an account, 404 for no
     if (exists) assert.fail(`a key request for an existing account got ${e.code}`);
     assert.ok(['account_not_found', 'unknown_url'].includes(e.code), `${e.code} for an account that does not exist`);
   }), 60);
+});
+
+// ---- per-key controls (CONTRACT section 8) -------------------------------------------------
+
+/** A control's value with what the gateway must answer for it: ok (and how it is listed) or a refusal. */
+type Gen = { value: unknown; bad?: { code: string; param: string }; shown?: unknown };
+const ok = (value: unknown, shown: unknown = value): Gen => ({ value, shown });
+const bad = (value: unknown, code: string, param: string): Gen => ({ value, bad: { code, param } });
+const plain = fc.stringMatching(/^[A-Za-z0-9 _.:-]{1,40}$/);
+
+const nameGen = fc.oneof(
+  { weight: 3, arbitrary: plain.map((v) => ok(v)) },
+  fc.constant(ok(null)),
+  fc.constantFrom(bad('', 'invalid_value', 'name'), bad(7, 'invalid_type', 'name'), bad('x'.repeat(201), 'invalid_value', 'name'), bad('a\u0000b', 'invalid_value', 'name')),
+);
+const modelsGen = fc.oneof(
+  { weight: 3, arbitrary: fc.array(fc.stringMatching(/^[a-z0-9*.-]{1,20}$/), { minLength: 1, maxLength: 5 }).map((v) => ok(v)) },
+  fc.constant(ok(null)),
+  fc.constantFrom(bad('llama-*', 'invalid_type', 'models'), bad([], 'invalid_value', 'models'), bad([3], 'invalid_type', 'models[0]'), bad(['ok', ''], 'invalid_value', 'models[1]')),
+);
+const expiresGen = fc.oneof(
+  { weight: 3, arbitrary: fc.date({ min: new Date('2000-01-01T00:00:00Z'), max: new Date('2099-12-31T00:00:00Z'), noInvalidDate: true }).map((d) => ok(d.toISOString())) },
+  fc.constant(ok('2031-05-06', '2031-05-06T00:00:00.000Z')),
+  fc.constant(ok('2031-05-06T10:00:00+02:00', '2031-05-06T08:00:00.000Z')),
+  fc.constant(ok(null)),
+  fc.constantFrom(bad('tomorrow', 'invalid_value', 'expires_at'), bad('2027-02-30', 'invalid_value', 'expires_at'), bad('2027-13-01', 'invalid_value', 'expires_at'), bad(1700000000, 'invalid_type', 'expires_at')),
+);
+const budgetGen = fc.oneof(
+  { weight: 3, arbitrary: fc.record({ units: fc.oneof(fc.integer({ min: 0, max: 1e9 }), fc.constantFrom(0, Number.MAX_SAFE_INTEGER)), period: fc.constantFrom('day', 'week', 'month', null, undefined) })
+    .map((b) => ok(b.period === undefined ? { units: b.units } : b, { units: b.units, period: b.period ?? null, spent_units: 0 })) },
+  fc.constant(ok(null, { units: null, period: null, spent_units: 0 })),
+  fc.constantFrom(
+    bad({ units: -1 }, 'invalid_value', 'budget.units'), bad({ units: 9007199254740992 }, 'invalid_value', 'budget.units'),
+    bad({ units: 2.5, period: 'day' }, 'invalid_value', 'budget.units'), bad({ units: '5' }, 'invalid_type', 'budget.units'),
+    bad({ period: 'day' }, 'missing_required_parameter', 'budget.units'), bad({ units: 5, period: 'year' }, 'unsupported_value', 'budget.period'),
+    bad(5, 'invalid_type', 'budget'), bad({ units: 1, extra: 1 }, 'unsupported_value', 'budget.extra'),
+  ),
+);
+const limitValue = fc.option(fc.integer({ min: 1, max: 1e9 }), { nil: undefined });
+const limitsGen = fc.oneof(
+  { weight: 3, arbitrary: fc.record({ requests_per_minute: limitValue, tokens_per_minute: limitValue, max_concurrent: limitValue })
+    .map((l) => {
+      const v = Object.fromEntries(Object.entries(l).filter(([, x]) => x !== undefined));
+      return ok(v, { requests_per_minute: l.requests_per_minute ?? null, tokens_per_minute: l.tokens_per_minute ?? null, max_concurrent: l.max_concurrent ?? null });
+    }) },
+  fc.constant(ok(null, { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null })),
+  fc.constantFrom(bad({ requests_per_minute: 0 }, 'invalid_value', 'limits.requests_per_minute'), bad({ rpm: 1 }, 'unsupported_value', 'limits.rpm'),
+    bad({ max_concurrent: '2' }, 'invalid_type', 'limits.max_concurrent'), bad('x', 'invalid_type', 'limits')),
+);
+const cidr = fc.oneof(
+  fc.tuple(fc.ipV4(), fc.integer({ min: 0, max: 32 })).map(([ip, p]) => `${ip}/${p}`),
+  fc.tuple(fc.ipV6(), fc.integer({ min: 0, max: 128 })).map(([ip, p]) => `${ip}/${p}`),
+  fc.ipV4(),
+);
+const ipsGen = fc.oneof(
+  { weight: 3, arbitrary: fc.array(cidr, { minLength: 1, maxLength: 4 }).map((v) => ok(v)) },
+  fc.constant(ok(null)),
+  fc.constantFrom(bad(['10.0.0.0/33'], 'invalid_value', 'allowed_ips[0]'), bad(['10.0.0.0/8', 'nope'], 'invalid_value', 'allowed_ips[1]'),
+    bad([42], 'invalid_type', 'allowed_ips[0]'), bad([], 'invalid_value', 'allowed_ips'), bad('10.0.0.0/8', 'invalid_type', 'allowed_ips')),
+);
+const metadataGen = fc.oneof(
+  { weight: 3, arbitrary: fc.dictionary(fc.stringMatching(/^[a-z_]{1,10}$/), fc.stringMatching(/^[ -~]{0,30}$/), { maxKeys: 5 }).map((v) => ok({ ...v })) },
+  fc.constant(ok(null, {})),
+  fc.constantFrom(bad({ team: 5 }, 'invalid_type', 'metadata.team'), bad(['x'], 'invalid_type', 'metadata'),
+    bad(Object.fromEntries(Array.from({ length: 33 }, (_, i) => [`k${i}`, 'v'])), 'invalid_value', 'metadata')),
+);
+const absent = fc.constant(undefined);
+const controlsGen = fc.record({
+  name: fc.oneof(absent, nameGen), models: fc.oneof(absent, modelsGen), expires_at: fc.oneof(absent, expiresGen), budget: fc.oneof(absent, budgetGen),
+  limits: fc.oneof(absent, limitsGen), allowed_ips: fc.oneof(absent, ipsGen), metadata: fc.oneof(absent, metadataGen),
+});
+const DEFAULT_SHOWN: Record<string, unknown> = {
+  name: null, models: null, expires_at: null, budget: { units: null, period: null, spent_units: 0 },
+  limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }, allowed_ips: null, metadata: {},
+};
+
+t.test('generated key controls: a key listed with exactly those controls, or 400 naming a bad one; its requests get contract answers', async (t) => {
+  await holds(t, 'key controls', fc.asyncProperty(controlsGen, async (gens) => {
+    const { account: acct } = await freshAccount(gw.url, ADMIN, 'free', 1000);
+    const listed = async () => JSON.parse((await call('GET', `/admin/accounts/${acct}/keys`, undefined, undefined)).text).keys as any[];
+    const body: Record<string, unknown> = {};
+    const problems: string[] = [];
+    for (const [k, g] of Object.entries(gens) as Array<[string, Gen | undefined]>) {
+      if (g === undefined) continue;
+      body[k] = g.value;
+      if (g.bad !== undefined) problems.push(`${g.bad.code}:${g.bad.param}`);
+    }
+    const res = await call('POST', `/admin/accounts/${acct}/keys`, JSON.stringify(body), JSON_TYPE);
+    if (problems.length > 0) {
+      assert.ok(problems.includes(tag(res)), `${tag(res)}, expected one of ${problems}`);
+      assert.equal((await listed()).length, 1, 'no key issued (only the case\'s own key is listed)');
+      return;
+    }
+    assert.equal(res.status, 201, res.text);
+    const issued = JSON.parse(res.text);
+    issuedKeys.push(issued.key);
+    const view = (await listed()).find((k) => k.id === issued.id);
+    assert.ok(view !== undefined, 'listed');
+    for (const [k, shown] of Object.entries(DEFAULT_SHOWN)) {
+      const g = (gens as Record<string, Gen | undefined>)[k];
+      const want = g === undefined ? shown : g.shown;
+      const got = k === 'budget' ? { units: view.budget.units, period: view.budget.period, spent_units: view.budget.spent_units } : view[k];
+      assert.deepEqual(got, want, `listed ${k}`);
+    }
+    assert.ok(!JSON.stringify(view).includes(issued.key), 'no plaintext');
+    // Whatever the controls, a request with the key gets a contract answer, never a 500.
+    const chat = await request(`${gw.url}/v1/chat/completions`, {
+      method: 'POST', headers: { authorization: `Bearer ${issued.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'echo-small', max_tokens: 3, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    const answer = { status: chat.statusCode, headers: chat.headers, text: await chat.body.text() };
+    if (answer.status !== 200) {
+      const e = assertEnvelope(answer);
+      assert.ok(['key_expired', 'ip_not_allowed', 'model_not_allowed', 'budget_exceeded', 'insufficient_credits', 'rate_limit_exceeded', 'too_many_concurrent'].includes(e.code), e.code);
+    }
+  }), 120);
+});
+
+t.test('generated PATCH bodies: the key shows exactly the change, or 400 naming a bad control and nothing changed', async (t) => {
+  await holds(t, 'key patches', fc.asyncProperty(controlsGen, async (gens) => {
+    const { account: acct } = await freshAccount(gw.url, ADMIN, 'free', 1000);
+    const keys = async () => JSON.parse((await call('GET', `/admin/accounts/${acct}/keys`, undefined, undefined)).text).keys as any[];
+    const [before] = await keys();
+    const body: Record<string, unknown> = {};
+    const problems: string[] = [];
+    for (const [k, g] of Object.entries(gens) as Array<[string, Gen | undefined]>) {
+      if (g === undefined) continue;
+      body[k] = g.value;
+      if (g.bad !== undefined) problems.push(`${g.bad.code}:${g.bad.param}`);
+    }
+    const res = await call('PATCH', `/admin/keys/${before.id}`, JSON.stringify(body), JSON_TYPE);
+    const [after] = await keys();
+    if (problems.length > 0) {
+      assert.ok(problems.includes(tag(res)), `${tag(res)}, expected one of ${problems}`);
+      assert.deepEqual(after, before, 'a refused PATCH changes nothing');
+      return;
+    }
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(JSON.parse(res.text), after, 'the answer is the key as listed');
+    for (const [k, shown] of Object.entries(DEFAULT_SHOWN)) {
+      const g = (gens as Record<string, Gen | undefined>)[k];
+      const want = g === undefined ? shown : g.shown;
+      const got = k === 'budget' ? { units: after.budget.units, period: after.budget.period, spent_units: after.budget.spent_units } : after[k];
+      assert.deepEqual(got, want, `patched ${k}`);
+    }
+    assert.deepEqual([after.id, after.hint, after.created_at], [before.id, before.hint, before.created_at], 'the same key');
+  }), 80);
 });
 
 t.test('the logs hold no credential', async (t) => {

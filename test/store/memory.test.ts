@@ -10,6 +10,7 @@ import { JOURNAL_FILE, SNAPSHOT_FILE } from '../../lib/store/journal.js';
 import { MemoryStore, type MemoryStoreOptions } from '../../lib/store/memory.js';
 import { storeContract } from './contract.js';
 import { meteringContract } from './metering-contract.js';
+import { keyContract } from './key-contract.js';
 
 const dirs: string[] = [];
 t.teardown(async () => { for (const d of dirs) await rm(d, { recursive: true, force: true }); });
@@ -41,6 +42,9 @@ storeContract(t, 'durable memory (fsync per write, compacting often)', durable({
 meteringContract(t, 'memory', async () => ({ store: new MemoryStore({ path: null, fsyncMs: 1000 }) }));
 meteringContract(t, 'durable memory', durable({ fsyncMs: 1000 }));
 meteringContract(t, 'durable memory (fsync per write, compacting often)', durable({ fsyncMs: 0, compactBytes: 256 }));
+keyContract(t, 'memory', async () => ({ store: new MemoryStore({ path: null, fsyncMs: 1000 }) }));
+keyContract(t, 'durable memory', durable({ fsyncMs: 1000 }));
+keyContract(t, 'durable memory (compacting often)', durable({ fsyncMs: 0, compactBytes: 256 }));
 
 const journalOf = (dir: string) => join(dir, JOURNAL_FILE);
 const snapshotOf = (dir: string) => join(dir, SNAPSHOT_FILE);
@@ -200,4 +204,32 @@ t.test('a listener that throws does not stop the others', async (t) => {
   s.onRevoke((r) => seen.push(r.kind));
   await s.revokeSession('sid');
   t.strictSame(seen, ['session']);
+});
+
+t.test('files written before per-key controls load as keys without controls', async (t) => {
+  const { sha256Hex, keyIdOf } = await import('../../lib/auth/keys.js');
+  const { defaultControls } = await import('../../lib/store/types.js');
+  const path = await tempDir();
+  const d1 = sha256Hex('tg_old_snapshot');
+  const d2 = sha256Hex('tg_old_journal');
+  // A snapshot and a journal exactly as the previous version wrote them.
+  await writeFile(join(path, SNAPSHOT_FILE), JSON.stringify({
+    format: 'tollgate-store-snapshot', version: 1, seq: 2,
+    state: {
+      accounts: [{ id: 'old', plan: 'free', balance_units: 50, created_at: 1 }],
+      keys: [{ id: keyIdOf(d1), account: 'old', digest: d1, created_at: 2, revoked_at: null }],
+      sessions: [], credits: {},
+    },
+  }));
+  await writeFile(join(path, JOURNAL_FILE), `${JSON.stringify({ seq: 3, op: 'key', id: keyIdOf(d2), account: 'old', digest: d2, created_at: 3 })}\n`
+    + `${JSON.stringify({ seq: 4, op: 'settle', account: 'old', rid: 'r1', charged: 5, tokens: 2, day: '2026-11-23', month: '2026-11', at: Date.now() })}\n`);
+  const s = await MemoryStore.open({ path, fsyncMs: 0 });
+  t.teardown(() => s.close());
+  for (const d of [d1, d2]) {
+    const k = await s.keyByDigest(d);
+    t.strictSame([k?.id, k?.controls, k?.previous, k?.last4, k?.spent], [keyIdOf(d), defaultControls(), null, null, { period: 'n', units: 0 }]);
+  }
+  t.equal((await s.getAccount('old'))?.balance_units, 45, 'an old settlement still debits');
+  t.strictSame((await s.listKeys('old'))?.map((k) => k.id), [keyIdOf(d1), keyIdOf(d2)]);
+  t.ok(await s.updateKey(keyIdOf(d1), { name: 'now with controls' }), 'and they take controls');
 });

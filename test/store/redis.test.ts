@@ -13,6 +13,8 @@ import type { Revocation, UsageRecord } from '../../lib/store/types.js';
 import { startRedis } from '../helpers/redis.js';
 import { storeContract } from './contract.js';
 import { meteringContract } from './metering-contract.js';
+import { keyContract } from './key-contract.js';
+import { defaultControls } from '../../lib/store/types.js';
 
 const redis = await startRedis();
 t.teardown(() => redis.stop());
@@ -87,6 +89,7 @@ async function openFresh() {
 
 storeContract(t, 'redis', openFresh);
 meteringContract(t, 'redis', openFresh);
+keyContract(t, 'redis', openFresh);
 
 t.test('a revocation by one instance reaches the other within 1 s, and each listener once', async (t) => {
   const open = opener(t);
@@ -356,6 +359,7 @@ t.test('every key the store writes starts with its prefix', async (t) => {
     `{key:${d2}}`, `{key:${d}}`, `{keyid:${keyIdOf(d2)}}`, `{keyid:${keyIdOf(d)}}`, '{sess:sid}', '{plan:free}', '{plan:pro}',
     '{acct:acme}:holds', '{acct:acme}:settled', '{acct:acme}:settled:at', `{acct:acme}:usage:D:${DAY}`, `{acct:acme}:usage:M:${MONTH}`,
     `{usage:${Math.floor(at / 3_600_000)}}`, '{usage:index}',
+    `{acct:acme}:key:${keyIdOf(d)}`, '{acct:acme}:keys', `{acct:seeded}:key:${keyIdOf(d2)}`, '{acct:seeded}:keys',
   ].sort(), 'the documented layout');
 });
 
@@ -407,6 +411,22 @@ t.test('on a one-node Redis Cluster no script touches two slots', { skip: redis.
   const rest = await b.usageRecords({ since: 0, limit: 10, cursor: first.next_cursor! });
   t.strictSame([...first.records, ...rest.records].map((r) => r.account), ['acme', 'acme', 'a}b{c', '{x}'], 'paged across hours, oldest hour first');
   t.equal(rest.next_cursor, null);
+
+  // Per-key controls: the key's hash is in its account's slot, so its budget is held and
+  // debited in the wallet's scripts; every key script is atomic on a cluster too.
+  const kd = sha256Hex('tg_cluster_budget');
+  const kid = keyIdOf(kd);
+  await a.addCredits('a}b{c', 100, 'budget');
+  t.equal(await a.createKey({ id: kid, account: 'a}b{c', digest: kd, last4: 'aaaa', controls: { ...defaultControls(), budget: { units: 5, period: 'day' } } }), true);
+  const periods = { day: 'd:2031-05-06', week: 'w:2031-05-05', month: 'm:2031-05' };
+  t.match(await b.hold({ ...holdOf('a}b{c', 'kb1', 4), key: { id: kid, periods } }), { ok: true });
+  t.match(await b.hold({ ...holdOf('a}b{c', 'kb2', 4), key: { id: kid, periods } }), { ok: false, code: 'budget_exceeded', budget_remaining_units: 1 });
+  t.match(await a.settle({ ...settlementOf('a}b{c', 'kb1', 9), key: { id: kid, periods } }), { applied: true, charged_units: 5 });
+  t.ok(await b.updateKey(kid, { name: 'n}a{me' }));
+  t.ok(await b.rotateKey(kid, sha256Hex('tg_cluster_rotated'), 'bbbb', Date.now() + 1000));
+  await b.touchKeys([{ account: 'a}b{c', id: kid, at: 5 }]);
+  t.match(await a.getKey(kid), { controls: { name: 'n}a{me' }, spent: { period: periods.day, units: 5 }, last_used_at: 5, last4: 'bbbb' });
+  t.equal((await a.listKeys('a}b{c'))!.length, 1, 'listed (the other key is revoked)');
 });
 
 t.test('while Redis is down calls fail fast; afterwards the same store works again', { skip: redis.external ? 'needs a redis-server this test can stop' : false }, async (t) => {

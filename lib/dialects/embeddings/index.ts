@@ -81,13 +81,13 @@ function base64(v: number[]): string {
 export async function handleEmbeddings(
   state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
 ): Promise<void> {
-  ctx.principal = await state.auth.authenticate(req.headers.authorization);
+  ctx.principal = await state.auth.authenticate(req.headers.authorization, req);
   if (!isJsonContentType(req.headers['content-type'])) {
     throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
   }
   const e = parseEmbeddings(parseJsonBody(await readBody(req, state.config.server.max_body_bytes, state.config.server.body_timeout_ms)));
   ctx.requestModel = e.model;
-  const model = state.catalog.resolve(e.model, ctx.principal.plan, false, (m) => (state.healthy(m) ? null : 'unhealthy'));
+  const model = state.catalog.resolve(e.model, ctx.principal.plan, false, (m) => (state.healthy(m) ? null : 'unhealthy'), ctx.principal.key);
   ctx.model = model.id;
   checkModelType(model, 'embedding');
   const texts = e.input.filter((x): x is string => typeof x === 'string');

@@ -31,14 +31,14 @@ async function upstreamCount(state: GatewayState, model: ModelConfig, native: Na
 }
 
 export async function countTokens(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  ctx.principal = await state.auth.authenticate(messagesDialect.credential(req));
+  ctx.principal = await state.auth.authenticate(messagesDialect.credential(req), req);
   if (!isJsonContentType(req.headers['content-type'])) {
     throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
   }
   const body = parseJsonBody(await readBody(req, state.config.server.max_body_bytes, state.config.server.body_timeout_ms));
   const request = parseMessages(body, true);
   const native = { dialect: 'messages', body: body as Record<string, unknown>, headers: betaHeader(req) };
-  const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0);
+  const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, undefined, ctx.principal.key);
   ctx.model = model.id;
   const grant = await state.limits.admit(ctx.principal, 0);
   ctx.rateHeaders = grant.headers;

@@ -90,7 +90,7 @@ export const responsesDialect: Dialect = {
 export async function handleStoredResponse(
   state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, rawId: string,
 ): Promise<void> {
-  const principal = await state.auth.authenticate(req.headers.authorization);
+  const principal = await state.auth.authenticate(req.headers.authorization, req);
   ctx.principal = principal;
   ctx.rateHeaders = await state.limits.peek(principal);
   let id: string;

@@ -1,0 +1,287 @@
+// Per-key controls (CONTRACT section 8): reading them from an admin body, and the compiled form
+// the request path checks (model globs, CIDR lists, expiry) built once per cached key, so a
+// request pays a comparison or a lookup, never a parse. Also the UTC budget periods.
+
+import { BlockList, isIP } from 'node:net';
+import type { IncomingMessage } from 'node:http';
+import { GatewayError, clip } from '../errors.js';
+import {
+  MAX_UNITS, periodId, spentIn,
+  type BudgetPeriod, type BudgetPeriods, type KeyControls, type KeyLimits, type KeyPatch, type KeyRecord,
+} from '../store/types.js';
+
+export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'allowed_ips', 'metadata'] as const;
+const LIMIT_FIELDS = ['requests_per_minute', 'tokens_per_minute', 'max_concurrent'] as const;
+const PERIODS = ['day', 'week', 'month'] as const;
+
+/** Bounds of what one key may carry. */
+export const MAX_NAME = 200;
+export const MAX_MODELS = 100;
+export const MAX_PATTERN = 256;
+export const MAX_IPS = 100;
+export const MAX_METADATA_ENTRIES = 32;
+export const MAX_METADATA_KEY = 64;
+export const MAX_METADATA_VALUE = 512;
+
+// An ISO-8601 date, or date and time with seconds optional, a fraction and a zone (Z or ±hh:mm).
+const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?([Zz]|[+-]\d{2}:?\d{2}))?$/;
+// No control characters (C0, DEL, C1) in names, patterns or metadata.
+// eslint-disable-next-line no-control-regex
+const CONTROL_CHARS = /[\u0000-\u001f\u007f-\u009f]/;
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+const invalid = (param: string, what: string) => new GatewayError('invalid_value', `Invalid value for '${param}': ${what}.`, { param });
+const badType = (param: string, what: string) => new GatewayError('invalid_type', `Invalid type for '${param}': expected ${what}.`, { param });
+
+function text(v: unknown, param: string, max: number): string {
+  if (typeof v !== 'string') throw badType(param, 'a string');
+  if (v.length === 0 || v.length > max || CONTROL_CHARS.test(v)) throw invalid(param, `1 to ${max} characters, no control characters`);
+  return v;
+}
+
+function safeInteger(v: unknown, param: string, min: number, rounded: ReadonlySet<number>): number {
+  if (typeof v !== 'number') throw badType(param, 'an integer');
+  if (!Number.isSafeInteger(v) || rounded.has(v) || v < min || v > MAX_UNITS) throw invalid(param, `an integer from ${min} to ${MAX_UNITS}`);
+  return v;
+}
+
+function list(v: unknown, param: string, max: number): unknown[] {
+  if (!Array.isArray(v)) throw badType(param, 'an array (or null)');
+  if (v.length === 0 || v.length > max) throw invalid(param, `1 to ${max} items (null for no restriction)`);
+  return v;
+}
+
+/** An ISO-8601 date or time as Unix ms; a date alone is its UTC midnight. */
+export function parseIsoTime(v: string): number | undefined {
+  const m = ISO.exec(v);
+  if (m === null) return undefined;
+  const [, y, mo, d, h, mi, s] = m;
+  if (Number(mo) < 1 || Number(mo) > 12 || Number(d) < 1 || Number(d) > 31) return undefined;
+  if (h !== undefined && (Number(h) > 23 || Number(mi) > 59 || Number(s ?? 0) > 59)) return undefined;
+  const ms = Date.parse(h === undefined ? `${v}T00:00:00Z` : v.replace(' ', 'T').replace(/([+-]\d{2})(\d{2})$/, '$1:$2'));
+  if (!Number.isFinite(ms)) return undefined;
+  // Date.parse rolls 2026-02-31 over to March: refuse a day the month does not have.
+  if (new Date(Date.UTC(Number(y), Number(mo) - 1, Number(d))).getUTCDate() !== Number(d)) return undefined;
+  return ms;
+}
+
+/** A CIDR (or a single address) as [address, prefix, family]; undefined when malformed. */
+export function parseCidr(v: string): [string, number, 'ipv4' | 'ipv6'] | undefined {
+  const slash = v.indexOf('/');
+  const addr = slash === -1 ? v : v.slice(0, slash);
+  const family = isIP(addr);
+  if (family === 0) return undefined;
+  const max = family === 4 ? 32 : 128;
+  let prefix = max;
+  if (slash !== -1) {
+    const p = v.slice(slash + 1);
+    if (!/^(0|[1-9][0-9]{0,2})$/.test(p) || Number(p) > max) return undefined;
+    prefix = Number(p);
+  }
+  return [addr, prefix, family === 4 ? 'ipv4' : 'ipv6'];
+}
+
+function readBudget(v: unknown, rounded: ReadonlySet<number>): KeyControls['budget'] {
+  if (v === null) return null;
+  if (!isObject(v)) throw badType('budget', 'an object {units, period} (or null)');
+  for (const k of Object.keys(v)) {
+    if (k !== 'units' && k !== 'period') throw new GatewayError('unsupported_value', `Unsupported parameter: 'budget.${clip(k, 64)}'; a budget has units and period.`, { param: `budget.${clip(k, 64)}` });
+  }
+  if (v.units === undefined || v.units === null) throw new GatewayError('missing_required_parameter', "Missing required parameter: 'budget.units'.", { param: 'budget.units' });
+  const units = safeInteger(v.units, 'budget.units', 0, rounded);
+  const p = v.period ?? null;
+  if (p !== null && typeof p !== 'string') throw badType('budget.period', "a string: 'day', 'week' or 'month' (or null)");
+  if (p !== null && !(PERIODS as readonly string[]).includes(p)) {
+    throw new GatewayError('unsupported_value', `Unsupported value for 'budget.period': ${clip(JSON.stringify(p), 64)}. Supported values are: 'day', 'week', 'month', null.`, { param: 'budget.period' });
+  }
+  return { units, period: p as BudgetPeriod };
+}
+
+/** The limits named (null clears one); `limits: null` clears them all. */
+function readLimits(v: unknown, rounded: ReadonlySet<number>): Partial<KeyLimits> {
+  if (v === null) return { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null };
+  const limits: Partial<KeyLimits> = {};
+  if (!isObject(v)) throw badType('limits', 'an object (or null)');
+  for (const [k, x] of Object.entries(v)) {
+    if (!(LIMIT_FIELDS as readonly string[]).includes(k)) {
+      throw new GatewayError('unsupported_value', `Unsupported parameter: 'limits.${clip(k, 64)}'; limits are ${LIMIT_FIELDS.join(', ')}.`, { param: `limits.${clip(k, 64)}` });
+    }
+    limits[k as keyof KeyLimits] = x === null ? null : safeInteger(x, `limits.${k}`, 1, rounded);
+  }
+  return limits;
+}
+
+function readMetadata(v: unknown): Record<string, string> {
+  if (v === null) return {};
+  if (!isObject(v)) throw badType('metadata', 'an object of strings (or null)');
+  const entries = Object.entries(v);
+  if (entries.length > MAX_METADATA_ENTRIES) throw invalid('metadata', `at most ${MAX_METADATA_ENTRIES} entries`);
+  const out: Record<string, string> = {};
+  for (const [k, x] of entries) {
+    if (k.length === 0 || k.length > MAX_METADATA_KEY || CONTROL_CHARS.test(k)) throw invalid('metadata', `keys of 1 to ${MAX_METADATA_KEY} characters, no control characters`);
+    const param = `metadata.${k}`;
+    if (typeof x !== 'string') throw badType(param, 'a string');
+    if (x.length > MAX_METADATA_VALUE || CONTROL_CHARS.test(x)) throw invalid(param, `at most ${MAX_METADATA_VALUE} characters, no control characters`);
+    out[k] = x;
+  }
+  return out;
+}
+
+/**
+ * The controls a key request or a PATCH body names, checked: each present member (null clears
+ * it), 400 naming the first bad field. `rounded` holds the values of number literals JSON.parse
+ * rounded (an amount equal to one is refused rather than taken inexactly).
+ */
+export function readControls(body: Record<string, unknown>, rounded: ReadonlySet<number>): KeyPatch {
+  const out: KeyPatch = {};
+  if (body.name !== undefined) out.name = body.name === null ? null : text(body.name, 'name', MAX_NAME);
+  if (body.models !== undefined) {
+    out.models = body.models === null ? null : list(body.models, 'models', MAX_MODELS).map((m, i) => text(m, `models[${i}]`, MAX_PATTERN));
+  }
+  if (body.expires_at !== undefined) {
+    if (body.expires_at === null) out.expires_at = null;
+    else {
+      if (typeof body.expires_at !== 'string') throw badType('expires_at', 'an ISO-8601 date or time string (or null)');
+      const ms = parseIsoTime(body.expires_at);
+      if (ms === undefined) throw invalid('expires_at', 'an ISO-8601 date or time, e.g. 2027-01-31T00:00:00Z');
+      out.expires_at = ms;
+    }
+  }
+  if (body.budget !== undefined) out.budget = readBudget(body.budget, rounded);
+  if (body.limits !== undefined) out.limits = readLimits(body.limits, rounded);
+  if (body.allowed_ips !== undefined) {
+    out.allowed_ips = body.allowed_ips === null ? null : list(body.allowed_ips, 'allowed_ips', MAX_IPS).map((c, i) => {
+      const param = `allowed_ips[${i}]`;
+      if (typeof c !== 'string') throw badType(param, 'a CIDR string');
+      if (parseCidr(c) === undefined) throw invalid(param, 'an IPv4 or IPv6 address or CIDR, e.g. 10.0.0.0/8 or 2001:db8::/32');
+      return c;
+    });
+  }
+  if (body.metadata !== undefined) out.metadata = readMetadata(body.metadata);
+  return out;
+}
+
+/** A glob (`*` any run of characters) as a test; a plain slug as an equality. */
+function globMatcher(pattern: string): (slug: string) => boolean {
+  if (!pattern.includes('*')) return (slug) => slug === pattern;
+  const re = new RegExp(`^${pattern.split('*').map((p) => p.replace(/[.+?^${}()|[\]\\/-]/g, '\\$&')).join('.*')}$`, 's');
+  return (slug) => re.test(slug);
+}
+
+/** A model allowlist, compiled; null when the key may use any model. */
+export function modelMatcher(models: readonly string[] | null): ((slug: string) => boolean) | null {
+  if (models === null) return null;
+  const tests = models.map(globMatcher);
+  const memo = new Map<string, boolean>();
+  return (slug) => {
+    let ok = memo.get(slug);
+    if (ok === undefined) {
+      ok = tests.some((t) => t(slug));
+      if (memo.size < 1000) memo.set(slug, ok);
+    }
+    return ok;
+  };
+}
+
+/** An IP allowlist, compiled; null when the key may be used from anywhere. */
+export function ipMatcher(cidrs: readonly string[] | null): ((ip: string) => boolean) | null {
+  if (cidrs === null) return null;
+  const list = new BlockList();
+  for (const c of cidrs) {
+    const parsed = parseCidr(c);
+    if (parsed !== undefined) list.addSubnet(parsed[0], parsed[1], parsed[2]);
+  }
+  return (ip) => {
+    const family = isIP(ip);
+    if (family === 0) return false;
+    if (family === 6) {
+      // An IPv4 client on a dual-stack socket shows as ::ffff:a.b.c.d: its IPv4 ranges apply.
+      const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
+      if (mapped !== null && list.check(mapped[1]!, 'ipv4')) return true;
+      return list.check(ip, 'ipv6');
+    }
+    return list.check(ip, 'ipv4');
+  };
+}
+
+/**
+ * The caller's address: the socket's, or with server.trust_proxy the first X-Forwarded-For hop
+ * (the client as the first proxy saw it). A hop that is not an address is no address at all.
+ */
+export function clientIp(req: IncomingMessage, trustProxy: boolean): string {
+  if (trustProxy) {
+    const xff = req.headers['x-forwarded-for'];
+    const first = (Array.isArray(xff) ? xff[0] : xff)?.split(',')[0]?.trim();
+    if (first !== undefined && first !== '') {
+      // "[2001:db8::1]:443" and "203.0.113.5:8080" carry ports; take the address.
+      const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(first);
+      if (bracketed !== null) return bracketed[1]!;
+      const v4port = /^(\d+\.\d+\.\d+\.\d+):\d+$/.exec(first);
+      return v4port !== null ? v4port[1]! : first;
+    }
+  }
+  return req.socket.remoteAddress ?? '';
+}
+
+/** The budget periods Unix ms `now` falls in (UTC). */
+export function budgetPeriods(now: number): BudgetPeriods {
+  const d = new Date(now);
+  const iso = d.toISOString();
+  const dow = (d.getUTCDay() + 6) % 7; // Monday 0
+  const monday = new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate() - dow)).toISOString().slice(0, 10);
+  return { day: `d:${iso.slice(0, 10)}`, week: `w:${monday}`, month: `m:${iso.slice(0, 7)}` };
+}
+
+/** When a budget of `period` next starts from 0, as ISO-8601; null for a budget that never resets. */
+export function budgetResetsAt(period: BudgetPeriod, now: number): string | null {
+  if (period === null) return null;
+  const d = new Date(now);
+  const y = d.getUTCFullYear();
+  const m = d.getUTCMonth();
+  const day = d.getUTCDate();
+  if (period === 'day') return new Date(Date.UTC(y, m, day + 1)).toISOString();
+  if (period === 'week') return new Date(Date.UTC(y, m, day - ((d.getUTCDay() + 6) % 7) + 7)).toISOString();
+  return new Date(Date.UTC(y, m + 1, 1)).toISOString();
+}
+
+/** What the request path checks for a developer key, compiled once per cached lookup. */
+export interface KeyPolicy {
+  id: string;
+  expiresAt: number | null;
+  models: ((slug: string) => boolean) | null;
+  /** The key's own patterns, for messages. */
+  patterns: readonly string[] | null;
+  ips: ((ip: string) => boolean) | null;
+  limits: KeyLimits;
+}
+
+export function compilePolicy(record: KeyRecord): KeyPolicy {
+  const c = record.controls;
+  return { id: record.id, expiresAt: c.expires_at, models: modelMatcher(c.models), patterns: c.models, ips: ipMatcher(c.allowed_ips), limits: c.limits };
+}
+
+/** A key as GET /admin/accounts/{id}/keys shows it: never the plaintext or its digest. */
+export function keyView(record: KeyRecord, prefix: string, now = Date.now()): Record<string, unknown> {
+  const c = record.controls;
+  const period = c.budget?.period ?? null;
+  const spent = spentIn(record.spent.period, record.spent.units, periodId(period, budgetPeriods(now)));
+  return {
+    id: record.id,
+    account: record.account,
+    name: c.name,
+    hint: record.last4 === null ? null : `${prefix}_…${record.last4}`,
+    created_at: new Date(record.created_at).toISOString(),
+    last_used_at: record.last_used_at === null ? null : new Date(record.last_used_at).toISOString(),
+    models: c.models,
+    expires_at: c.expires_at === null ? null : new Date(c.expires_at).toISOString(),
+    budget: { units: c.budget?.units ?? null, period, spent_units: spent, resets_at: c.budget === null ? null : budgetResetsAt(period, now) },
+    limits: c.limits,
+    allowed_ips: c.allowed_ips,
+    metadata: c.metadata,
+    rotated_key_valid_until: record.previous === null || record.previous.until <= now ? null : new Date(record.previous.until).toISOString(),
+  };
+}
+
