@@ -235,7 +235,7 @@ export class RedisMetering {
     const now = Date.now();
     const acct = this.#acct(h.account);
     const k = keyArgs(h.key);
-    const r = await this.#redis.tgHold(acct, `${acct}:holds`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, `${acct}:key:${k[0]}`,
+    const r = await this.#redis.tgHold(acct, `${acct}:holds`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, keyHash(acct, k[0]),
       h.requestId, units, String(now + ttl), String(now),
       quota(h.quotas.requests_per_day, 'requests_per_day'), quota(h.quotas.tokens_per_day, 'tokens_per_day'),
       quota(h.quotas.units_per_month, 'units_per_month'), String(ttl + HOLDS_GRACE_MS), ...k);
@@ -268,7 +268,7 @@ export class RedisMetering {
     const now = Date.now();
     const acct = this.#acct(s.account);
     const k = keyArgs(s.key);
-    const keys = [acct, `${acct}:holds`, `${acct}:settled`, `${acct}:settled:at`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, `${acct}:key:${k[0]}`] as const;
+    const keys = [acct, `${acct}:holds`, `${acct}:settled`, `${acct}:settled:at`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, keyHash(acct, k[0])] as const;
     const args = [s.requestId, units, tokens, String(now), String(now - SETTLED_KEEP_MS), String(SETTLED_KEEP_MS + 3600_000), ...k] as const;
     const r = this.#wait !== null
       ? await this.#wait.eval(METERING_SCRIPTS.tgSettle.lua, [...keys], [...args])
@@ -324,6 +324,15 @@ function quota(n: number | null, what: string): string {
 }
 
 /** A request's key id and budget periods as script arguments; '' for none. */
+/**
+ * The key's hash for a script, or with no key the account's own hash (which exists): a script
+ * names only keys that exist, since on a cluster a slot in migration answers TRYAGAIN to a
+ * script over keys of which some are missing. The script reads it only with a key id.
+ */
+function keyHash(acct: string, keyId: string): string {
+  return keyId === '' ? acct : `${acct}:key:${keyId}`;
+}
+
 function keyArgs(key: HoldRequest['key']): [string, string, string, string] {
   if (key === undefined) return ['', '', '', ''];
   requireId('key id', key.id);
