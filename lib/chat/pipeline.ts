@@ -78,21 +78,42 @@ export async function admitAndHold(
   state: GatewayState, ctx: RequestContext, res: ServerResponse, model: ModelConfig, request: ChatRequest, prompt: number,
 ): Promise<{ grant: Grant; charge: Charge } | undefined> {
   const principal = ctx.principal!;
-  const grant = await state.limits.admit(principal, prompt + (request.maxOutputTokens ?? model.max_output_tokens));
+  const targets = state.targets(model);
+  const ttl = targets.reduce((sum, t) => sum + t.provider.config.timeout_ms * Math.min(MAX_REPLICA_TRIES, t.provider.fleet.replicas.length), HOLD_SLACK_MS);
+  // Billing has its own id: x-request-id may come from the client, and must not collide.
+  const holdNow = () => hold(state.store, principal, randomUUID(), model, request, prompt, ttl, state.openMode);
+  // Where the limits had ample room at this principal's last request, the hold goes out with
+  // them (one round trip to the store); a refusal by the limits then releases it at once.
+  const early = state.limits.roomy(principal)
+    ? holdNow().then((c) => ({ charge: c }), (err: unknown) => ({ err }))
+    : undefined;
+  const dropEarly = () => { void early?.then((r) => ('charge' in r ? r.charge.release() : undefined)).catch(() => undefined); };
+  let grant: Grant;
+  try {
+    grant = await state.limits.admit(principal, prompt + (request.maxOutputTokens ?? model.max_output_tokens));
+  } catch (err) {
+    dropEarly();
+    throw err;
+  }
   ctx.rateHeaders = grant.headers;
-  res.once('close', grant.release);
+  // Released with the answer's last writes (the usage record): one round trip after it.
+  res.once('close', () => queueMicrotask(grant.release));
   // The client may have left while the slot was being acquired: 'close' has fired already.
   if (res.destroyed) {
     grant.release();
     grant.correct(0);
+    dropEarly();
     return undefined;
   }
-  const targets = state.targets(model);
-  const ttl = targets.reduce((sum, t) => sum + t.provider.config.timeout_ms * Math.min(MAX_REPLICA_TRIES, t.provider.fleet.replicas.length), HOLD_SLACK_MS);
   let charge: Charge;
   try {
-    // Billing has its own id: x-request-id may come from the client, and must not collide.
-    charge = await hold(state.store, principal, randomUUID(), model, request, prompt, ttl, state.openMode);
+    if (early === undefined) {
+      charge = await holdNow();
+    } else {
+      const r = await early;
+      if ('err' in r) throw r.err;
+      charge = r.charge;
+    }
   } catch (err) {
     // Refused by the wallet, the key's budget or a quota: it takes nothing from the limits.
     grant.cancel();

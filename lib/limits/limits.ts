@@ -14,8 +14,13 @@ import type { Config } from '../config/types.js';
 import { GatewayError, StoreUnavailableError, retryAfterHeaders } from '../errors.js';
 import type { Logger } from '../observe/log.js';
 import type { Slots } from './slots.js';
+import { LRUCache } from 'lru-cache';
 
 const WINDOW_S = 60;
+/** How long an ample-room observation is trusted for the next admissions. */
+const ROOM_MS = 1000;
+
+const roomKey = (p: Principal): string => (p.key === undefined ? p.accountId : `${p.accountId}\u0000${p.key.id}`);
 
 /** OpenAI-style reset durations: "450ms", "12s", "1m30s". */
 export function resetText(ms: number): string {
@@ -48,6 +53,8 @@ export class Limits {
   readonly #open: boolean;
   readonly #logger: Logger;
   #outage = false;
+  /** Principals whose limits had ample room at their last admission, until when (ms). */
+  readonly #room = new LRUCache<string, number>({ max: 10_000 });
 
   constructor(config: Config, redis: RedisClient | null, slots: Slots, logger: Logger) {
     this.#config = config;
@@ -143,51 +150,48 @@ export class Limits {
    */
   async admit(p: Principal, estimatedTokens: number): Promise<Grant> {
     const shown: Shown = {};
-    const taken = new Map<Check, number>();
-    const refund = () => {
-      for (const [c, points] of taken) void this.#limiterOf(p, c).reward(c.id, points).catch(() => undefined);
-    };
-    try {
-      for (const c of this.#checks(p)) {
-        // A request larger than the whole budget is taken as the whole budget, not refused forever.
-        const points = c.dim === 'requests' ? 1 : Math.min(Math.max(1, estimatedTokens), c.limit);
-        await this.#consume(p, c, points, shown);
-        taken.set(c, points);
-      }
-    } catch (err) {
-      refund();
-      throw err;
-    }
-    const headers = headersOf(shown);
-    const slots: Array<() => void> = [];
+    const checks = this.#checks(p);
     const caps: Array<[string, number, string]> = [];
     if (p.plan.max_concurrent !== null) caps.push([p.accountId, p.plan.max_concurrent, `this account may have ${p.plan.max_concurrent} at once`]);
     const keyCap = p.key?.limits.max_concurrent;
     if (keyCap != null) caps.push([`key:${p.key!.id}`, keyCap, `this API key may have ${keyCap} at once`]);
-    for (const [id, max, what] of caps) {
-      let slot: (() => void) | undefined;
-      try {
-        slot = await this.#slots.acquire(id, max);
-      } catch (err) {
-        for (const s of slots) s();
-        refund();
-        throw this.#storeDown(err);
-      }
-      if (slot === undefined) {
-        for (const s of slots) s();
-        refund();
-        throw new GatewayError('too_many_concurrent', `Too many requests in flight: ${what}.`, {
-          headers: { ...headers, ...retryAfterHeaders(1000) },
-        });
-      }
-      slots.push(slot);
+    // Every limit and every slot at once: on Redis, one pipelined round trip. What a refused
+    // request took from the others is given back (the refusal is the first in check order).
+    const points = checks.map((c) => (c.dim === 'requests' ? 1 : Math.min(Math.max(1, estimatedTokens), c.limit)));
+    const [consumed, acquired] = await Promise.all([
+      Promise.allSettled(checks.map((c, i) => this.#consume(p, c, points[i]!, shown))),
+      Promise.allSettled(caps.map(([id, max]) => this.#slots.acquire(id, max))),
+    ]);
+    const taken = new Map<Check, number>();
+    consumed.forEach((r, i) => { if (r.status === 'fulfilled') taken.set(checks[i]!, points[i]!); });
+    const slots: Array<() => void> = [];
+    for (const r of acquired) if (r.status === 'fulfilled' && r.value !== undefined) slots.push(r.value);
+    const refund = () => {
+      for (const [c, n] of taken) void this.#limiterOf(p, c).reward(c.id, n).catch(() => undefined);
+    };
+    const refused = consumed.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    const slotDown = acquired.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    const full = acquired.findIndex((r) => r.status === 'fulfilled' && r.value === undefined);
+    if (refused !== undefined || slotDown !== undefined || full >= 0) {
+      for (const s of slots) s();
+      refund();
+      if (refused !== undefined) throw refused.reason;
+      if (slotDown !== undefined) throw this.#storeDown(slotDown.reason);
+      throw new GatewayError('too_many_concurrent', `Too many requests in flight: ${caps[full]![2]}.`, {
+        headers: { ...headersOf(shown), ...retryAfterHeaders(1000) },
+      });
     }
+    const headers = headersOf(shown);
+    this.#remember(p, checks, shown);
     let corrected = false;
     let released = false;
+    /** The token correction, sent with the slots' release: one round trip after the answer. */
+    let correction: (() => void) | undefined;
     const release = () => {
       if (released) return;
       released = true;
       for (const s of slots) s();
+      correction?.();
     };
     return {
       headers,
@@ -200,16 +204,44 @@ export class Limits {
       correct: (actual) => {
         if (corrected) return;
         corrected = true;
-        for (const [c, points] of taken) {
-          if (c.dim !== 'tokens') continue;
-          const diff = actual - points;
-          const l = this.#limiterOf(p, c);
-          if (diff > 0) void l.penalty(c.id, diff).catch(() => undefined);
-          else if (diff < 0) void l.reward(c.id, -diff).catch(() => undefined);
-        }
+        correction = () => {
+          for (const [c, n] of taken) {
+            if (c.dim !== 'tokens') continue;
+            const diff = actual - n;
+            const l = this.#limiterOf(p, c);
+            if (diff > 0) void l.penalty(c.id, diff).catch(() => undefined);
+            else if (diff < 0) void l.reward(c.id, -diff).catch(() => undefined);
+          }
+        };
+        if (released) correction();
       },
       release,
     };
+  }
+
+  /**
+   * Whether this principal's last admission left ample room in every limit (at least a tenth
+   * of each, and more than a few requests' worth): then the hold may go out with the next
+   * admission in one round trip, since a refusal is unlikely (and, should one come, the hold is
+   * released at once). Per instance, from what the limiters last answered; no store read.
+   */
+  roomy(p: Principal): boolean {
+    if (this.#redis === null) return false; // in memory there is no round trip to save
+    const seen = this.#room.get(roomKey(p));
+    return seen !== undefined && seen > Date.now();
+  }
+
+  #remember(p: Principal, checks: Check[], shown: Shown): void {
+    let ample = true;
+    for (const c of checks) {
+      const s = c.dim === 'requests' ? shown.requests : shown.tokens;
+      if (s === undefined || s.remaining < Math.max(8, c.limit / 10)) { ample = false; break; }
+    }
+    if (p.plan.max_concurrent !== null && p.plan.max_concurrent < 16) ample = false;
+    if (p.key?.limits.max_concurrent != null && p.key.limits.max_concurrent < 16) ample = false;
+    const key = roomKey(p);
+    if (ample) this.#room.set(key, Date.now() + ROOM_MS);
+    else this.#room.delete(key);
   }
 
   /** The headers for an answer that consumes nothing (GET /v1/models): the tighter of plan and key. */

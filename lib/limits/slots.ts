@@ -61,6 +61,12 @@ type LeaseCommands = {
   tgSlotRenew(key: string, now: number, ttl: number, id: string): Promise<number>;
 };
 
+/** Registers the lease scripts on `redis` (RedisStore does so before any command; see there). */
+export function defineLeaseCommands(redis: RedisClient): void {
+  redis.defineCommand('tgSlotAcquire', { numberOfKeys: 1, lua: ACQUIRE });
+  redis.defineCommand('tgSlotRenew', { numberOfKeys: 1, lua: RENEW });
+}
+
 export class RedisSlots implements Slots {
   readonly #redis: RedisClient & LeaseCommands;
   readonly #prefix: string;
@@ -71,8 +77,7 @@ export class RedisSlots implements Slots {
   readonly #retries: RetryQueue;
 
   constructor(redis: RedisClient, prefix: string, open: boolean, logger: Logger, leaseMs = LEASE_MS, retries = new RetryQueue({ log: logger })) {
-    redis.defineCommand('tgSlotAcquire', { numberOfKeys: 1, lua: ACQUIRE });
-    redis.defineCommand('tgSlotRenew', { numberOfKeys: 1, lua: RENEW });
+    defineLeaseCommands(redis);
     this.#redis = redis as RedisClient & LeaseCommands;
     this.#prefix = prefix;
     this.#fallback = open ? new MemorySlots() : null;

@@ -6,8 +6,7 @@ import type { Config } from '../config/types.js';
 import type { Logger } from '../observe/log.js';
 import { GuardedStore } from './guard.js';
 import { MemoryStore } from './memory.js';
-import { describeTopology, type RedisClient, type RedisTopology } from './redis-connect.js';
-import { RedisStore } from './redis.js';
+import type { RedisClient, RedisTopology } from './redis-connect.js';
 import { RetryQueue } from './retry.js';
 import type { Store } from './types.js';
 
@@ -30,6 +29,8 @@ export interface StoreHandle {
 export async function openStore(config: Config['store'], logger?: Logger, usageRetentionDays?: number): Promise<StoreHandle> {
   const retries = new RetryQueue({ log: logger });
   if (config.kind === 'redis') {
+    // Loaded only for a Redis store: the embedded store does without ioredis (and its memory).
+    const [{ RedisStore }, { describeTopology }] = await Promise.all([import('./redis.js'), import('./redis-connect.js')]);
     const topology = topologyOf(config);
     const where = describeTopology(topology);
     const redis = new RedisStore({

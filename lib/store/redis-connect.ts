@@ -56,6 +56,9 @@ export function connect(topology: RedisTopology, options: ConnectOptions): Redis
       ? { maxRetriesPerRequest: null, autoResubscribe: true }
       : {
         commandTimeout: options.commandTimeout,
+        // Commands issued in one tick (a request's limits, slot and hold; its release, token
+        // correction and usage record) go out as one write: one round trip.
+        enableAutoPipelining: true,
         maxRetriesPerRequest: 1,
         enableOfflineQueue: false,
         autoResendUnfulfilledCommands: false,
@@ -83,6 +86,7 @@ export function connect(topology: RedisTopology, options: ConnectOptions): Redis
       const { retryStrategy: _own, ...nodeOptions } = base;
       return new Cluster(nodes, {
         clusterRetryStrategy: backoff,
+        enableAutoPipelining: options.subscriber !== true,
         enableOfflineQueue: options.subscriber === true,
         scaleReads: 'master',
         // Redirections and waits for a failover stay well inside the command's own timeout.
