@@ -62,7 +62,12 @@ async function pour(res: ServerResponse, bytes: number, fill = 'x'): Promise<voi
   const piece = fill.repeat(64 * 1024);
   for (let sent = 0; sent < bytes && !res.destroyed; sent += piece.length) {
     if (!res.write(piece.slice(0, Math.min(piece.length, bytes - sent)))) {
-      await new Promise<void>((r) => { res.once('drain', r); res.once('close', r); });
+      // Each wait takes its listeners off again: a long pour must not pile up 'close' listeners.
+      await new Promise<void>((r) => {
+        const done = () => { res.off('drain', done); res.off('close', done); r(); };
+        res.once('drain', done);
+        res.once('close', done);
+      });
     }
   }
 }
