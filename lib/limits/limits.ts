@@ -200,6 +200,13 @@ export class Limits {
         if (corrected) return;
         corrected = true;
         refund();
+        // The refusal's answer shows the points given back: as if the request had not come.
+        for (const dim of ['requests', 'tokens'] as const) {
+          const s = shown[dim];
+          const c = s === undefined ? undefined : checks.find((x) => x.dim === dim && x.limit === s.limit);
+          if (s === undefined || c === undefined) continue;
+          headers[`x-ratelimit-remaining-${dim}`] = String(Math.min(s.limit, s.remaining + (taken.get(c) ?? 0)));
+        }
       },
       correct: (actual) => {
         if (corrected) return;

@@ -262,3 +262,29 @@ models: [{ id: echo-small, provider: echo }]
   t.ok(Date.now() - started < 10000, 'all ended');
   t.ok(statuses.every((s) => s === 200 || s === 429 || s === 503), `only served, limited or 503: ${[...new Set(statuses)].join(',')}`);
 });
+
+t.test('a request refused at the hold (402) gives back its points, and its headers say so', async (t) => {
+  const c = config({ requests_per_minute: 10, tokens_per_minute: 100_000 });
+  // A price at which the wallet pays for small requests only.
+  c.models[0].price = { input_per_mtok: 1_000_000, output_per_mtok: 1_000_000 };
+  c.accounts[0].wallet_units = 400;
+  const gw = await startGateway(c);
+  t.teardown(() => gw.close());
+  const ok = await postChat(gw.url, ask());
+  t.equal(ok.status, 200);
+  const requests = Number(ok.headers['x-ratelimit-remaining-requests']);
+  t.equal(requests, 9);
+  const refused = await postChat(gw.url, ask({ max_tokens: 1000 }));
+  t.equal(refused.status, 402);
+  t.equal(refused.json().error.code, 'insufficient_credits');
+  t.equal(refused.headers['x-ratelimit-remaining-requests'], String(requests), 'requests: as before the refused request');
+  // What the limiter holds now (GET /v1/models reads it without consuming): nothing of the
+  // refused request's estimate is in it, and its answer said so.
+  const now = await fetch(`${gw.url}/v1/models`, { headers: { authorization: `Bearer ${DEMO_KEY}` } });
+  t.equal(now.status, 200);
+  t.equal(refused.headers['x-ratelimit-remaining-tokens'], now.headers.get('x-ratelimit-remaining-tokens'), 'tokens: as the limiter holds them after the refusal');
+  t.ok(Number(refused.headers['x-ratelimit-remaining-tokens']) >= Number(ok.headers['x-ratelimit-remaining-tokens']), 'no estimate of the refused request taken');
+  const next = await postChat(gw.url, ask());
+  t.equal(next.status, 200);
+  t.equal(next.headers['x-ratelimit-remaining-requests'], String(requests - 1), 'the refused request took nothing');
+});
