@@ -57,7 +57,15 @@ function chunksOf(evs: any[]) {
   })));
 }
 
-const usageOf = (u: any) => ({ prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens, total_tokens: u.total_tokens });
+/**
+ * The server's usage as the gateway passes it on: the three counts, and the cache and reasoning
+ * breakdown where the server reports one (CONTRACT section 8; llama.cpp reports cached_tokens).
+ */
+const usageOf = (u: any) => ({
+  prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens, total_tokens: u.total_tokens,
+  ...(u.prompt_tokens_details?.cached_tokens !== undefined ? { prompt_tokens_details: { cached_tokens: u.prompt_tokens_details.cached_tokens } } : {}),
+  ...(u.completion_tokens_details?.reasoning_tokens !== undefined ? { completion_tokens_details: { reasoning_tokens: u.completion_tokens_details.reasoning_tokens } } : {}),
+});
 
 t.test("discovery lists the server's model with the context it serves (/props n_ctx)", async (t) => {
   const props = await (await fetch(`${llama.url}/props`)).json() as any;
