@@ -7,6 +7,7 @@
 import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
+import { LRUCache } from 'lru-cache';
 import type { TokenizerName, TokenizerSpec } from '../config/types.js';
 import type { ChatMessage } from '../chat/types.js';
 
@@ -100,8 +101,30 @@ export async function loadTokenizers(specs: Iterable<TokenizerSpec>): Promise<vo
     } else {
       count = await loadTokenizerJson(key);
     }
-    loaded.set(key, (text) => (text === '' ? 0 : piecewise(count, text)));
+    loaded.set(key, remembered((text) => piecewise(count, text)));
   }
+}
+
+/** Texts shorter than this are counted afresh: hashing them costs about as much. */
+const MEMO_MIN_CHARS = 64;
+
+/**
+ * A counter that remembers the counts of the texts it saw (per tokenizer): the same system
+ * prompt, tool list or earlier turn comes back in request after request, and a count is a pure
+ * function of the text, so a remembered count is exact. Bounded by characters (4M per
+ * tokenizer, about 8 MB of strings; texts over 1M characters are not kept).
+ */
+function remembered(count: CountFn): CountFn {
+  const memo = new LRUCache<string, number>({ maxSize: 4_000_000, maxEntrySize: 1_000_000, sizeCalculation: (_n, text) => text.length });
+  return (text) => {
+    if (text.length < MEMO_MIN_CHARS) return text === '' ? 0 : count(text);
+    let n = memo.get(text);
+    if (n === undefined) {
+      n = count(text);
+      memo.set(text, n);
+    }
+    return n;
+  };
 }
 
 /** The local counter of a tokenizer; for `upstream`, the o200k_base estimate. */
