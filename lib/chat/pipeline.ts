@@ -260,10 +260,8 @@ export class Attempts {
     const started = performance.now();
     this.#ctx.provider = target.provider.name;
     this.#ctx.upstreamModel = target.upstreamModel;
-    // The replica's URL; null for a provider with no network address (the built-in echo).
-    const pc = target.provider.config;
-    this.#ctx.target = pc.targets !== undefined || pc.base_url !== undefined ? replica.url : null;
     const fleet = target.provider.fleet;
+    this.#ctx.target = fleet.addressed ? replica.url : null;
     const token = fleet.begin(replica);
     let outcome: Outcome = 'neutral';
     let connectFailure = false;

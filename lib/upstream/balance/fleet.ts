@@ -73,12 +73,16 @@ export class Fleet {
   readonly #timers = new Set<NodeJS.Timeout>();
   readonly #controller = new AbortController();
 
+  /** Whether replicas are network addresses (false for the built-in echo: its one replica is a name). */
+  readonly addressed: boolean;
+
   constructor(provider: string, config: ProviderConfig, registry = new Replicas(), logger?: Logger) {
     this.provider = provider;
     this.#config = config;
     this.#outlier = config.targets === undefined ? null : config.outlier;
     this.#logger = logger;
     this.policy = createPolicy(config.balance ?? 'least_outstanding');
+    this.addressed = config.targets !== undefined || config.base_url !== undefined;
     this.replicas = replicaConfigs(provider, config).map((rc) => {
       const r = registry.get(provider, rc.url);
       r.weight = rc.weight;
