@@ -43,3 +43,33 @@ t.test('three round trips per request with ample room in the limits, four near t
   const tight = await measure({ requests_per_minute: 1000, tokens_per_minute: 100_000_000, max_concurrent: 4 }, 20);
   t.ok(tight <= 4.25 && tight > ample, `near a limit (max_concurrent 4): ${tight.toFixed(2)} round trips, the hold after the limits`);
 });
+
+t.test('the limits refuse a request whose hold went out with them: 429, the hold released, nothing charged', async (t) => {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const c = baseConfig();
+  c.admin = { token: 'rt-admin' };
+  c.store = { kind: 'redis', url: redis.url, prefix: `rt-burst-${process.pid}:` };
+  Object.assign(c.plans.free, { requests_per_minute: 20, tokens_per_minute: 100_000_000, max_concurrent: 1000 });
+  c.models[0].price = { input_per_mtok: 1_000_000, output_per_mtok: 1_000_000 };
+  // Two instances share the limits. B's last request left ample room (19 of 20), so its next
+  // holds go out with its limits; meanwhile A uses up the minute: B's limits then refuse.
+  const a = await startGateway(c);
+  const b = await startGateway(c);
+  t.teardown(async () => { await a.close(); await b.close(); });
+  const account = async () => (await fetch(`${a.url}/admin/accounts/demo`, { headers: { authorization: 'Bearer rt-admin' } })).json() as Promise<any>;
+  const ask = (i: number) => ({ model: 'echo-small', max_tokens: 20, messages: [{ role: 'user', content: `burst ${i}` }] });
+  t.equal((await postChat(b.url, ask(0))).status, 200);
+  for (let i = 1; i < 20; i++) t.equal((await postChat(a.url, ask(i))).status, 200);
+  const before = await account();
+  const refused = await Promise.all(Array.from({ length: 5 }, (_, i) => postChat(b.url, ask(100 + i))));
+  for (const r of refused) {
+    t.equal(r.status, 429);
+    t.equal(r.json().error.code, 'rate_limit_exceeded');
+    t.ok(Number(r.headers['retry-after']) >= 1, 'Retry-After');
+  }
+  await sleep(200); // the releases of the early holds land
+  const after = await account();
+  t.equal(after.held_units, 0, 'no hold left behind by a refused request');
+  t.equal(after.balance_units, before.balance_units, 'nothing charged');
+});
