@@ -1,4 +1,5 @@
-// Token counting, local and synchronous: OpenAI's BPE encodings shipped in gpt-tokenizer, or a
+// Token counting, local and synchronous: OpenAI's BPE encodings (bpe.ts, on the vocabularies
+// gpt-tokenizer ships), or a
 // model's own Hugging Face tokenizer.json read with @huggingface/tokenizers (nothing is
 // downloaded). Each loads once, at gateway start (or reload), for the tokenizers the catalog
 // names. `upstream` (the model server's own /tokenize, see upstream.ts) counts here with
@@ -10,6 +11,7 @@ import { Tokenizer } from '@huggingface/tokenizers';
 import { LRUCache } from 'lru-cache';
 import type { TokenizerName, TokenizerSpec } from '../config/types.js';
 import type { ChatMessage } from '../chat/types.js';
+import { loadEncoding } from './bpe.js';
 
 export type CountFn = (text: string) => number;
 
@@ -20,7 +22,6 @@ function isEncoding(spec: string): spec is TokenizerName {
 }
 
 const loaded = new Map<TokenizerSpec, CountFn>();
-const NO_SPECIAL = { disallowedSpecial: new Set<string>() };
 
 // BPE merging is quadratic in the length of one pre-token, and a run of 100 KB without a
 // break takes seconds: a hostile prompt could stall the event loop. A run of non-space (or of
@@ -51,15 +52,6 @@ function piecewise(count: (t: string) => number, text: string): number {
     }
   }
   return total + count(text.slice(segment));
-}
-
-async function importEncoding(name: TokenizerName): Promise<{ countTokens: (t: string, o: object) => number }> {
-  switch (name) {
-    case 'o200k_base': return import('gpt-tokenizer/encoding/o200k_base');
-    case 'cl100k_base': return import('gpt-tokenizer/encoding/cl100k_base');
-    case 'p50k_base': return import('gpt-tokenizer/encoding/p50k_base');
-    case 'r50k_base': return import('gpt-tokenizer/encoding/r50k_base');
-  }
 }
 
 /**
@@ -95,9 +87,8 @@ export async function loadTokenizers(specs: Iterable<TokenizerSpec>): Promise<vo
     if (loaded.has(key)) continue;
     let count: (text: string) => number;
     if (isEncoding(key)) {
-      const mod = await importEncoding(key);
       // Special-token text in user content is counted as ordinary text, never rejected.
-      count = (text) => mod.countTokens(text, NO_SPECIAL);
+      count = await loadEncoding(key);
     } else {
       count = await loadTokenizerJson(key);
     }
