@@ -16,6 +16,7 @@
 
 import type { IncomingMessage } from 'node:http';
 import { LRUCache } from 'lru-cache';
+import { entryBound } from '../lru.js';
 import type { Config } from '../config/types.js';
 import { GatewayError, StoreUnavailableError, retryAfterHeaders } from '../errors.js';
 import type { Logger } from '../observe/log.js';
@@ -47,8 +48,8 @@ export class Authenticator {
   readonly #config: Config;
   readonly #prefix: string;
   readonly #jwt: JwtVerifier | null;
-  readonly #keys = new LRUCache<string, Principal | 'none'>({ max: 50_000, ttl: CACHE_TTL_MS });
-  readonly #revokedSessions = new LRUCache<string, boolean>({ max: 50_000, ttl: CACHE_TTL_MS });
+  readonly #keys = new LRUCache<string, Principal | 'none'>({ ...entryBound(50_000), ttl: CACHE_TTL_MS });
+  readonly #revokedSessions = new LRUCache<string, boolean>({ ...entryBound(50_000), ttl: CACHE_TTL_MS });
   /**
    * store.on_error: open — the last principal each credential resolved to, so callers seen
    * recently keep being served while the store is down (revocations are honoured as received).
@@ -74,7 +75,7 @@ export class Authenticator {
     this.#logger = logger;
     this.#prefix = `${config.service.key_prefix}_`;
     this.#jwt = config.auth.jwt === null ? null : new JwtVerifier(config.auth.jwt);
-    this.#known = config.store.on_error === 'open' ? new LRUCache({ max: 50_000, ttl: KNOWN_TTL_MS }) : null;
+    this.#known = config.store.on_error === 'open' ? new LRUCache({ ...entryBound(50_000), ttl: KNOWN_TTL_MS }) : null;
     this.#configKeys = configKeys(config);
     this.#open = config.store.on_error === 'open';
     this.#seeded = seeded;

@@ -7,6 +7,7 @@
 
 import { createHash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
+import { entryBound } from '../lru.js';
 import type { ChatMessage } from '../chat/types.js';
 import type { Provider } from '../providers/types.js';
 import { counter, estimatePromptTokens } from './count.js';
@@ -18,7 +19,7 @@ const MIN_REMOTE = 16;
 
 export class UpstreamTokens {
   readonly #provider: Provider & { tokenize: NonNullable<Provider['tokenize']> };
-  readonly #cache = new LRUCache<string, number>({ max: 20_000 });
+  readonly #cache = new LRUCache<string, number>(entryBound(20_000));
   readonly #timeoutMs: number;
   #failures = 0;
 
