@@ -114,9 +114,67 @@ export function validateSettlement(s: Settlement): void {
 
 const zero = (): UsageTotals => ({ requests: 0, tokens: 0, units: 0 });
 
+/**
+ * One account's open holds, with their running totals, so that a hold or a settle does not walk
+ * every hold of the account (at 64 requests in flight that walk was the store's main cost).
+ * `soonest` is no later than the earliest expiry among them: until then none has expired and
+ * the totals are exact; from then on the holds are walked once, expired ones purged, and the
+ * totals recomputed.
+ */
+class AccountHolds {
+  readonly byRid = new Map<string, Hold>();
+  units = 0;
+  /** Open holds per UTC day. */
+  readonly perDay = new Map<string, number>();
+  /** Units held per key id. (Sums stay exact: holds are only taken while they fit a balance below 2^53.) */
+  readonly perKey = new Map<string, number>();
+  soonest = Infinity;
+
+  add(rid: string, h: Hold): void {
+    const old = this.byRid.get(rid);
+    if (old !== undefined) this.#forget(old);
+    this.byRid.set(rid, h);
+    this.units += h.units;
+    this.perDay.set(h.day, (this.perDay.get(h.day) ?? 0) + 1);
+    if (h.key !== undefined) this.perKey.set(h.key, (this.perKey.get(h.key) ?? 0) + h.units);
+    if (h.expires < this.soonest) this.soonest = h.expires;
+  }
+
+  delete(rid: string): void {
+    const h = this.byRid.get(rid);
+    if (h === undefined) return;
+    this.byRid.delete(rid);
+    this.#forget(h);
+  }
+
+  #forget(h: Hold): void {
+    this.units -= h.units;
+    const n = this.perDay.get(h.day)! - 1;
+    if (n === 0) this.perDay.delete(h.day);
+    else this.perDay.set(h.day, n);
+    if (h.key !== undefined) {
+      // A key with nothing left held reads as 0 whether or not its entry is kept.
+      const k = this.perKey.get(h.key)! - h.units;
+      if (k === 0) this.perKey.delete(h.key);
+      else this.perKey.set(h.key, k);
+    }
+  }
+
+  /** Drops the holds expired at `now` (monotonic ms), when any may have. */
+  purge(now: number): void {
+    if (now < this.soonest) return;
+    let soonest = Infinity;
+    for (const [rid, h] of this.byRid) {
+      if (h.expires <= now) this.delete(rid);
+      else if (h.expires < soonest) soonest = h.expires;
+    }
+    this.soonest = soonest;
+  }
+}
+
 export class MemoryMetering {
-  /** Open holds per account, by request id. */
-  readonly #holds = new Map<string, Map<string, Hold>>();
+  /** Open holds per account. */
+  readonly #holds = new Map<string, AccountHolds>();
   /** Settled request ids (ridKey) -> [settled at, units charged], in settlement order. */
   readonly #settled = new Map<string, [number, number]>();
   /** Usage per account, per window. */
@@ -129,21 +187,21 @@ export class MemoryMetering {
    */
   #held(account: string, now: number, except?: string, day?: string, key?: string): { units: number; count: number; keyUnits: number } {
     const holds = this.#holds.get(account);
-    let units = 0;
-    let n = 0;
-    let keyUnits = 0;
-    if (holds === undefined) return { units, count: n, keyUnits };
-    for (const [rid, h] of holds) {
-      if (h.expires <= now) {
-        holds.delete(rid);
-        continue;
-      }
-      if (rid === except) continue;
-      units += h.units;
-      if (h.day === day) n++;
-      if (key !== undefined && h.key === key) keyUnits += h.units;
+    if (holds === undefined) return { units: 0, count: 0, keyUnits: 0 };
+    holds.purge(now);
+    if (holds.byRid.size === 0) {
+      this.#holds.delete(account);
+      return { units: 0, count: 0, keyUnits: 0 };
     }
-    if (holds.size === 0) this.#holds.delete(account);
+    let units = holds.units;
+    let n = day === undefined ? 0 : holds.perDay.get(day) ?? 0;
+    let keyUnits = key === undefined ? 0 : holds.perKey.get(key) ?? 0;
+    const own = except === undefined ? undefined : holds.byRid.get(except);
+    if (own !== undefined) {
+      units -= own.units;
+      if (own.day === day) n--;
+      if (key !== undefined && own.key === key) keyUnits -= own.units;
+    }
     return { units, count: n, keyUnits };
   }
 
@@ -182,8 +240,8 @@ export class MemoryMetering {
     }
     if (available < h.units) return { ok: false, code: 'insufficient_credits', available_units: available };
     let holds = this.#holds.get(account.id);
-    if (holds === undefined) this.#holds.set(account.id, (holds = new Map()));
-    holds.set(h.requestId, { units: h.units, day: h.day, expires: now + h.ttlMs, key: h.key?.id });
+    if (holds === undefined) this.#holds.set(account.id, (holds = new AccountHolds()));
+    holds.add(h.requestId, { units: h.units, day: h.day, expires: now + h.ttlMs, key: h.key?.id });
     return { ok: true, available_units: available - h.units };
   }
 
@@ -191,7 +249,7 @@ export class MemoryMetering {
     const holds = this.#holds.get(account);
     if (holds === undefined) return;
     holds.delete(rid);
-    if (holds.size === 0) this.#holds.delete(account);
+    if (holds.byRid.size === 0) this.#holds.delete(account);
   }
 
   /** The outcome of a repeated settlement, or undefined when the request id is new. */
