@@ -337,10 +337,9 @@ export class Gateway {
     this.metrics.countRequest(ctx.route, status, ctx.code);
     const charged = ctx.charge?.charged;
     if (ctx.usage !== undefined && charged !== undefined) {
-      this.metrics.tokens.labels('prompt').inc(ctx.usage.prompt_tokens);
-      this.metrics.tokens.labels('completion').inc(ctx.usage.completion_tokens);
+      this.metrics.countTokens(ctx.usage.prompt_tokens, ctx.usage.completion_tokens);
     }
-    if (charged !== undefined) this.metrics.unitsCharged.inc(charged);
+    if (charged !== undefined) this.metrics.countUnits(charged);
     if (state !== undefined && ctx.charge !== undefined && ctx.principal !== undefined) this.#record(state, ctx, status);
     ctx.span?.end({
       route: ROUTE_PATHS[ctx.route] ?? ctx.route, operation: OPERATIONS[ctx.route], requestModel: ctx.requestModel, responseModel: ctx.model,

@@ -228,6 +228,20 @@ export function clientIp(req: IncomingMessage, trustProxy: boolean): string {
 
 /** The budget periods Unix ms `now` falls in (UTC). */
 export function budgetPeriods(now: number): BudgetPeriods {
+  // Every metered request of a key asks; the periods change once a UTC day.
+  if (now >= periodsDay && now < periodsDay + DAY_MS) return { ...cachedPeriods! };
+  const p = computePeriods(now);
+  if (Number.isFinite(now)) {
+    periodsDay = now - (((now % DAY_MS) + DAY_MS) % DAY_MS);
+    cachedPeriods = { ...p };
+  }
+  return p;
+}
+const DAY_MS = 86_400_000;
+let periodsDay = Number.NaN;
+let cachedPeriods: BudgetPeriods | undefined;
+
+function computePeriods(now: number): BudgetPeriods {
   const d = new Date(now);
   const iso = d.toISOString();
   const dow = (d.getUTCDay() + 6) % 7; // Monday 0

@@ -1,9 +1,10 @@
 // Developer keys are known by their SHA-256 digest only, so no raw key is ever stored or compared.
 
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 
 export function sha256Hex(text: string): string {
-  return createHash('sha256').update(text).digest('hex');
+  // The one-shot hash (no Hash object per call): every request's key goes through here.
+  return hash('sha256', text, 'hex');
 }
 
 /** A key's public id: the first 16 hex digits of its digest (safe to log and to show). */
@@ -17,6 +18,9 @@ export function bearer(header: string | undefined): string | undefined {
   if (header.slice(0, 7).toLowerCase() !== 'bearer ') return undefined;
   // Only HTTP's optional whitespace (SP, HTAB) surrounds a credential; String#trim would also
   // strip NBSP and other Unicode spaces and accept a credential that is not the key.
-  const token = header.slice(7).replace(/^[ \t]+|[ \t]+$/g, '');
+  let token = header.slice(7);
+  const first = token.charCodeAt(0);
+  const last = token.charCodeAt(token.length - 1);
+  if (first === 0x20 || first === 0x09 || last === 0x20 || last === 0x09) token = token.replace(/^[ \t]+|[ \t]+$/g, '');
   return token === '' ? undefined : token;
 }

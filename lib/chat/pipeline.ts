@@ -11,7 +11,7 @@ import { isJsonContentType, readBody } from '../http/body.js';
 import { parseJsonBody } from '../http/json.js';
 import { sendJson, type RequestContext } from '../http/respond.js';
 import type { Metrics } from '../observe/metrics.js';
-import { TIMEOUT, type ProviderCall } from '../providers/types.js';
+import { CallAbort, TIMEOUT, type ProviderCall } from '../providers/types.js';
 import { emptyAnswer, hasStop } from '../providers/shared.js';
 import { KEEPALIVE_FRAME, SSE_HEADERS, writeFrame } from '../sse/writer.js';
 import type { Dialect, Renderer } from '../dialects/types.js';
@@ -248,9 +248,10 @@ export class Attempts {
   /** Runs `fn` as one attempt on the attempt's replica; records its outcome and the error for fallback. */
   async run<T>(attempt: Attempt, fn: (call: ProviderCall) => Promise<T>): Promise<T> {
     const { target, replica } = attempt;
-    const ac = new AbortController();
+    const ac = new CallAbort();
     const call: ProviderCall = {
-      request: this.request, model: this.model, upstreamModel: target.upstreamModel, signal: ac.signal, replica, headers: this.#ctx.upstreamHeaders,
+      request: this.request, model: this.model, upstreamModel: target.upstreamModel, get signal() { return ac.signal; }, abort: ac, replica,
+      headers: this.#ctx.upstreamHeaders,
     };
     const res = this.#res;
     const onClose = () => { if (!res.writableFinished) ac.abort(CLIENT_GONE); };
@@ -271,7 +272,7 @@ export class Attempts {
       return result;
     } catch (err) {
       const e = err instanceof GatewayError ? err : new GatewayError('internal_error', 'The gateway failed while calling the provider.', { cause: err });
-      if (ac.signal.reason !== CLIENT_GONE && FALLBACK_CODES.has(e.code) && e.fault) {
+      if (ac.reason !== CLIENT_GONE && FALLBACK_CODES.has(e.code) && e.fault) {
         outcome = 'failure';
         connectFailure = isConnectFailure(e);
       }
@@ -286,7 +287,7 @@ export class Attempts {
         if (outcome === 'success') this.#leaveTarget();
       }
       this.#ctx.upstreamMs = performance.now() - started;
-      this.#metrics.upstreamDuration.labels(target.provider.name).observe(this.#ctx.upstreamMs / 1000);
+      this.#metrics.observe(this.#metrics.upstreamDuration, target.provider.name, this.#ctx.upstreamMs / 1000);
     }
   }
 
@@ -334,7 +335,7 @@ async function completeAnswer(
       if (charge.available !== undefined) headers['x-tollgate-wallet-balance-units'] = String(charge.available);
       ctx.ttftMs = performance.now() - ctx.start;
       sendJson(res, 200, answer, headers);
-      metrics.timeToFirstChunk.labels(target.provider.name).observe(ctx.ttfcMs / 1000);
+      metrics.observe(metrics.timeToFirstChunk, target.provider.name, ctx.ttfcMs / 1000);
       return;
     } catch (err) {
       if (!attempts.canFallBack(err)) throw err;
@@ -422,10 +423,10 @@ async function streamAnswer(
             if (ctx.ttfcMs === undefined) {
               ctx.ttfcMs = performance.now() - started;
               ctx.ttftMs = performance.now() - ctx.start;
-              metrics.timeToFirstChunk.labels(target.provider.name).observe(ctx.ttfcMs / 1000);
+              metrics.observe(metrics.timeToFirstChunk, target.provider.name, ctx.ttfcMs / 1000);
             }
-            for (const h of held.splice(0)) res.write(renderer.chunk(h.choices, h.native));
-            const ok = writeFrame(res, renderer.chunk(part.choices, part.native), call.signal);
+            if (held.length > 0) for (const h of held.splice(0)) res.write(renderer.chunk(h.choices, h.native));
+            const ok = writeFrame(res, renderer.chunk(part.choices, part.native), call.abort ?? call.signal);
             if (ok !== true && !(await ok)) {
               // The client left, or stopped reading until the time ran out: the upstream is
               // aborted and what was generated so far is charged.

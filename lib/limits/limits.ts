@@ -15,6 +15,7 @@ import { GatewayError, StoreUnavailableError, retryAfterHeaders } from '../error
 import type { Logger } from '../observe/log.js';
 import type { Slots } from './slots.js';
 import { LRUCache } from 'lru-cache';
+import { entryBound } from '../lru.js';
 
 const WINDOW_S = 60;
 /** How long an ample-room observation is trusted for the next admissions. */
@@ -54,7 +55,7 @@ export class Limits {
   readonly #logger: Logger;
   #outage = false;
   /** Principals whose limits had ample room at their last admission, until when (ms). */
-  readonly #room = new LRUCache<string, number>({ max: 10_000 });
+  readonly #room = new LRUCache<string, number>(entryBound(10_000));
 
   constructor(config: Config, redis: RedisClient | null, slots: Slots, logger: Logger) {
     this.#config = config;
@@ -151,10 +152,11 @@ export class Limits {
   async admit(p: Principal, estimatedTokens: number): Promise<Grant> {
     const shown: Shown = {};
     const checks = this.#checks(p);
-    const caps: Array<[string, number, string]> = [];
-    if (p.plan.max_concurrent !== null) caps.push([p.accountId, p.plan.max_concurrent, `this account may have ${p.plan.max_concurrent} at once`]);
+    // [slot id, cap, whose cap (for the refusal's message)]
+    const caps: Array<[string, number, 'account' | 'key']> = [];
+    if (p.plan.max_concurrent !== null) caps.push([p.accountId, p.plan.max_concurrent, 'account']);
     const keyCap = p.key?.limits.max_concurrent;
-    if (keyCap != null) caps.push([`key:${p.key!.id}`, keyCap, `this API key may have ${keyCap} at once`]);
+    if (keyCap != null) caps.push([`key:${p.key!.id}`, keyCap, 'key']);
     // Every limit and every slot at once: on Redis, one pipelined round trip. What a refused
     // request took from the others is given back (the refusal is the first in check order).
     const points = checks.map((c) => (c.dim === 'requests' ? 1 : Math.min(Math.max(1, estimatedTokens), c.limit)));
@@ -177,7 +179,8 @@ export class Limits {
       refund();
       if (refused !== undefined) throw refused.reason;
       if (slotDown !== undefined) throw this.#storeDown(slotDown.reason);
-      throw new GatewayError('too_many_concurrent', `Too many requests in flight: ${caps[full]![2]}.`, {
+      const [, cap, whose] = caps[full]!;
+      throw new GatewayError('too_many_concurrent', `Too many requests in flight: ${whose === 'account' ? 'this account' : 'this API key'} may have ${cap} at once.`, {
         headers: { ...headersOf(shown), ...retryAfterHeaders(1000) },
       });
     }
@@ -239,6 +242,8 @@ export class Limits {
   }
 
   #remember(p: Principal, checks: Check[], shown: Shown): void {
+    // Only roomy() reads what is remembered, and in memory it never looks.
+    if (this.#redis === null) return;
     let ample = true;
     for (const c of checks) {
       const s = c.dim === 'requests' ? shown.requests : shown.tokens;

@@ -8,9 +8,26 @@ const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10
 
 export class Metrics {
   readonly registry = new Registry();
-  readonly requests = new Counter({
+  /**
+   * Counts of the request path, added up here and handed to prom-client when it is read
+   * (collect): prom-client checks and hashes the labels on every increment.
+   */
+  readonly #pending = new Map<Counter<string>, Map<string, { labels: Record<string, string>; n: number }>>();
+  readonly #flush = (counter: Counter<string>): void => {
+    const pending = this.#pending.get(counter);
+    if (pending === undefined) return;
+    for (const p of pending.values()) {
+      if (p.n === 0) continue;
+      const n = p.n;
+      p.n = 0;
+      counter.inc(p.labels, n);
+    }
+  };
+
+  readonly requests: Counter<'route' | 'status' | 'code'> = new Counter({
     name: 'tollgate_requests_total', help: 'Requests answered, by route, status and error code.',
     labelNames: ['route', 'status', 'code'] as const, registers: [this.registry],
+    collect: () => this.#flush(this.requests),
   });
   readonly upstreamDuration = new Histogram({
     name: 'tollgate_upstream_duration_seconds', help: 'Upstream call duration, from send to the last byte.',
@@ -23,16 +40,18 @@ export class Metrics {
   readonly openStreams = new Gauge({
     name: 'tollgate_open_streams', help: 'Event streams currently open to clients.', registers: [this.registry],
   });
-  readonly tokens = new Counter({
+  readonly tokens: Counter<'kind'> = new Counter({
     name: 'tollgate_tokens_total', help: 'Tokens metered, by kind.',
     labelNames: ['kind'] as const, registers: [this.registry],
+    collect: () => this.#flush(this.tokens),
   });
   readonly upstreamHealthy = new Gauge({
     name: 'tollgate_upstream_healthy', help: 'Per upstream target: 1 while its circuit is closed, 0 while open.',
     labelNames: ['provider', 'upstream_model'] as const, registers: [this.registry],
   });
-  readonly unitsCharged = new Counter({
+  readonly unitsCharged: Counter = new Counter({
     name: 'tollgate_units_charged_total', help: 'Wallet units debited.', registers: [this.registry],
+    collect: () => this.#flush(this.unitsCharged),
   });
   /** The providers whose replicas the two gauges below show, read when /metrics is scraped. */
   upstreams: () => Iterable<{ fleet: Fleet }> = () => [];
@@ -41,8 +60,6 @@ export class Metrics {
   readonly upstreamEjected: Gauge<'target'> = upstreamGauge(this, 'tollgate_upstream_ejected',
     'Per replica (its URL): 1 while ejected or failing its health checks, else 0.', (r, now) => (r.healthy(now) ? 0 : 1), Math.max);
 
-  // Labelled children are cached: the hot path does not rebuild label keys per request.
-  readonly #requestChildren = new Map<string, Counter.Internal>();
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'tollgate_process_' });
@@ -51,14 +68,39 @@ export class Metrics {
     this.unitsCharged.inc(0);
   }
 
+  /** Adds `n` to a counter's series `labels` (known by `key`), as of the next read. */
+  #add(counter: Counter<string>, key: string, labels: () => Record<string, string>, n: number): void {
+    let pending = this.#pending.get(counter);
+    if (pending === undefined) this.#pending.set(counter, (pending = new Map()));
+    const p = pending.get(key);
+    if (p === undefined) pending.set(key, { labels: labels(), n });
+    else p.n += n;
+  }
+
   countRequest(route: string, status: number, code: string): void {
-    const key = `${route}|${status}|${code}`;
-    let child = this.#requestChildren.get(key);
-    if (child === undefined) {
-      child = this.requests.labels(route, String(status), code);
-      this.#requestChildren.set(key, child);
-    }
-    child.inc();
+    this.#add(this.requests, `${route}|${status}|${code}`, () => ({ route, status: String(status), code }), 1);
+  }
+
+  /** Tokens of a charged request. */
+  countTokens(prompt: number, completion: number): void {
+    this.#add(this.tokens, 'prompt', () => ({ kind: 'prompt' }), prompt);
+    this.#add(this.tokens, 'completion', () => ({ kind: 'completion' }), completion);
+  }
+
+  readonly #histogramChildren = new Map<Histogram<'provider'>, Map<string, Histogram.Internal<'provider'>>>();
+
+  /** Observes `seconds` in a per-provider histogram, through its cached labelled child. */
+  observe(histogram: Histogram<'provider'>, provider: string, seconds: number): void {
+    let children = this.#histogramChildren.get(histogram);
+    if (children === undefined) this.#histogramChildren.set(histogram, (children = new Map()));
+    let child = children.get(provider);
+    if (child === undefined) children.set(provider, (child = histogram.labels(provider)));
+    child.observe(seconds);
+  }
+
+  /** Units debited. */
+  countUnits(units: number): void {
+    this.#add(this.unitsCharged, '', () => ({}), units);
   }
 }
 

@@ -3,7 +3,6 @@
 // an event stream into parts. A provider supplies only its translation: the request body, the
 // answer, and a per-stream translator of events.
 
-import type { Dispatcher } from 'undici';
 import type { ChoicesAndUsage } from './shared.js';
 import type { ProviderConfig } from '../config/types.js';
 import { GatewayError } from '../errors.js';
@@ -12,6 +11,7 @@ import {
   createEndpoint, forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint,
 } from '../upstream/http.js';
 import { Fleet, type Replica } from '../upstream/balance/index.js';
+import { call as upstreamCall, type UpstreamAnswer, type UpstreamBody } from '../upstream/call.js';
 import { ENDED_EARLY, isEventStream, mapErrorBody } from './shared.js';
 import { withCallHeaders, type CompletionResult, type Provider, type ProviderCall, type StreamPart, type UpstreamStream } from './types.js';
 
@@ -101,18 +101,18 @@ export abstract class HttpProvider implements Provider {
     return (call.replica === undefined ? undefined : this.#endpoints.get(call.replica)) ?? this.#first;
   }
 
-  async #send(call: ProviderCall, stream: boolean): Promise<Dispatcher.ResponseData> {
+  async #send(call: ProviderCall, stream: boolean): Promise<UpstreamAnswer> {
     const ep = this.endpointOf(call);
     try {
-      return await ep.pool.request({
-        method: 'POST', path: ep.callPath, headers: withCallHeaders(this.callHeaders(call), call), body: this.body(call, stream), signal: call.signal,
+      return await upstreamCall(ep.pool, {
+        method: 'POST', path: ep.callPath, headers: withCallHeaders(this.callHeaders(call), call), body: this.body(call, stream), signal: call.abort ?? call.signal,
       });
     } catch (err) {
       throw transportError(err, call.signal, this.name);
     }
   }
 
-  async #failure(res: Dispatcher.ResponseData, call: ProviderCall): Promise<unknown> {
+  async #failure(res: UpstreamAnswer, call: ProviderCall): Promise<unknown> {
     if (this.#unavailable.has(res.statusCode)) {
       void readCapped(res.body, 0);
       return unavailable(res.headers, this.name, res.statusCode);
@@ -135,25 +135,20 @@ export abstract class HttpProvider implements Provider {
    * A whole answer, within max_response_bytes: one announced (Content-Length) or received
    * above it aborts the upstream call, so a huge answer is never buffered, nor charged.
    */
-  async #answerText(res: Dispatcher.ResponseData, call: ProviderCall): Promise<string> {
+  async #answerText(res: UpstreamAnswer, call: ProviderCall): Promise<string> {
     const max = this.config.max_response_bytes;
     const tooLarge = () => new GatewayError('provider_error', `The model provider '${this.name}' sent an answer larger than ${max} bytes.`);
-    const parts: Buffer[] = [];
-    let size = 0;
+    let body: Buffer;
     try {
       if (Number(res.headers['content-length']) > max) throw tooLarge();
-      for await (const chunk of res.body as AsyncIterable<Buffer>) {
-        size += chunk.length;
-        if (size > max) throw tooLarge();
-        parts.push(chunk);
-      }
+      body = await res.body.collect(max, tooLarge);
     } catch (err) {
       throw transportError(err, call.signal, this.name);
     } finally {
       if (!res.body.destroyed) res.body.destroy();
     }
-    const body = Buffer.concat(parts, size);
     // As undici's text(): a UTF-8 BOM is not part of the JSON.
+    const size = body.length;
     const start = size > 2 && body[0] === 0xef && body[1] === 0xbb && body[2] === 0xbf ? 3 : 0;
     return body.toString('utf8', start);
   }
@@ -168,27 +163,88 @@ export abstract class HttpProvider implements Provider {
     return Object.assign(this.#parts(res.body, call, res.statusCode), { headers: forwardedHeaders(res.headers) });
   }
 
-  async *#parts(body: Dispatcher.ResponseData['body'], call: ProviderCall, status: number): AsyncGenerator<StreamPart> {
-    const parser = new SseParser();
-    const translator = this.translator(call, status);
-    try {
-      for await (const buf of body as AsyncIterable<Buffer>) {
-        for (const ev of parser.push(buf)) yield* translator.handle(ev);
-      }
-      for (const ev of parser.end()) yield* translator.handle(ev);
-    } catch (err) {
+  #parts(body: UpstreamBody, call: ProviderCall, status: number): AsyncIterable<StreamPart> {
+    const parts = new PartStream(body, this.translator(call, status), (err) => {
       if (err instanceof SseLimitError) {
-        throw new GatewayError('provider_error', `The model provider '${this.name}' sent an event stream line or event larger than ${err.limit} bytes.`, { cause: err });
+        return new GatewayError('provider_error', `The model provider '${this.name}' sent an event stream line or event larger than ${err.limit} bytes.`, { cause: err });
       }
-      throw this.#redact(transportError(err, call.signal, this.name));
-    } finally {
-      if (!body.destroyed) body.destroy();
-    }
-    if (!translator.ended) throw new GatewayError('provider_error', ENDED_EARLY);
+      return this.#redact(transportError(err, call.signal, this.name));
+    });
+    return { [Symbol.asyncIterator]: () => parts };
   }
 
   async close(): Promise<void> {
     this.fleet.stop();
     await Promise.all([...this.#endpoints.values()].map((ep) => ep.pool.close()));
+  }
+}
+
+/**
+ * A stream's parts, translated from each upstream read as it arrives: every event of the read
+ * at once, its parts then handed out one by one (no async generator per part). A failure (the
+ * transport, an event too large, an error event) comes after the parts before it, as the
+ * upstream sent them; an upstream that ends without saying the answer is whole is provider_error.
+ */
+class PartStream implements AsyncIterator<StreamPart> {
+  readonly #body: UpstreamBody;
+  readonly #parser = new SseParser();
+  readonly #translator: StreamTranslator;
+  readonly #mapError: (err: unknown) => unknown;
+  #queue: StreamPart[] = [];
+  #next = 0;
+  /** The failure to throw once the queue is drained. */
+  #failure: { err: unknown } | undefined;
+  #ended = false;
+  #done = false;
+
+  constructor(body: UpstreamBody, translator: StreamTranslator, mapError: (err: unknown) => unknown) {
+    this.#body = body;
+    this.#translator = translator;
+    this.#mapError = mapError;
+  }
+
+  async next(): Promise<IteratorResult<StreamPart>> {
+    for (;;) {
+      if (this.#next < this.#queue.length) return { value: this.#queue[this.#next++]!, done: false };
+      if (this.#done) return { value: undefined, done: true };
+      if (this.#failure !== undefined) {
+        this.#finish();
+        throw this.#failure.err;
+      }
+      if (this.#ended) {
+        this.#finish();
+        if (!this.#translator.ended) throw new GatewayError('provider_error', ENDED_EARLY);
+        return { value: undefined, done: true };
+      }
+      this.#queue = [];
+      this.#next = 0;
+      try {
+        const bufs = await this.#body.read();
+        if (bufs === null) {
+          this.#ended = true;
+          this.#translate(this.#parser.end());
+        } else {
+          for (const buf of bufs) this.#translate(this.#parser.push(buf));
+        }
+      } catch (err) {
+        this.#failure = { err: this.#mapError(err) };
+      }
+    }
+  }
+
+  #translate(events: Iterable<SseEvent>): void {
+    for (const ev of events) for (const part of this.#translator.handle(ev)) this.#queue.push(part);
+  }
+
+  #finish(): void {
+    this.#done = true;
+    this.#queue = [];
+    this.#next = 0;
+    if (!this.#body.destroyed) this.#body.destroy();
+  }
+
+  async return(): Promise<IteratorResult<StreamPart>> {
+    this.#finish();
+    return { value: undefined, done: true };
   }
 }

@@ -11,11 +11,52 @@ export interface ProviderCall {
   model: ModelConfig;
   upstreamModel: string;
   /** Aborted when the client goes or the provider's timeout passes (reason: TIMEOUT). */
-  signal: AbortSignal;
+  readonly signal: AbortSignal;
+  /** The same abort without an AbortSignal (the pipeline's calls): what the hot path listens to. */
+  abort?: CallAbort;
   /** The replica the balancer picked for this attempt (default: the provider's first). */
   replica?: Replica;
   /** Headers this call adds to the provider's own (traceparent when tracing); never overrides them. */
   headers?: Record<string, string>;
+}
+
+/**
+ * An attempt's abort. Its AbortSignal is made only when something asks for it (an error path,
+ * an embedding call); the upstream call and a stream waiting for the client listen through
+ * onAbort, without an EventTarget listener per call.
+ */
+export class CallAbort {
+  #controller: AbortController | undefined;
+  #listeners: Array<() => void> | undefined;
+  aborted = false;
+  reason: unknown = undefined;
+
+  get signal(): AbortSignal {
+    if (this.#controller === undefined) {
+      this.#controller = new AbortController();
+      if (this.aborted) this.#controller.abort(this.reason);
+    }
+    return this.#controller.signal;
+  }
+
+  abort(reason: unknown): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.reason = reason;
+    const listeners = this.#listeners;
+    this.#listeners = undefined;
+    if (listeners !== undefined) for (const l of listeners) l();
+    this.#controller?.abort(reason);
+  }
+
+  /** Calls `fn` once when aborted (never if already aborted); returns the unsubscribe. */
+  onAbort(fn: () => void): () => void {
+    (this.#listeners ??= []).push(fn);
+    return () => {
+      const i = this.#listeners?.indexOf(fn) ?? -1;
+      if (i >= 0) this.#listeners!.splice(i, 1);
+    };
+  }
 }
 
 /** A call's headers: the provider's own, plus the call's extra ones where the provider sets none. */

@@ -2,6 +2,7 @@
 // waits for 'drain' (or for the client to go).
 
 import type { ServerResponse } from 'node:http';
+import { onAbort, type AbortSource } from '../upstream/call.js';
 
 export const SSE_HEADERS = Object.freeze({
   'content-type': 'text/event-stream',
@@ -33,7 +34,7 @@ export function batch(res: ServerResponse): void {
  * Writes one frame; resolves when the socket can take more. False when the client is gone or
  * `signal` aborted while waiting (a client that stopped reading cannot hold a stream forever).
  */
-export function writeFrame(res: ServerResponse, frame: string, signal: AbortSignal): Promise<boolean> | boolean {
+export function writeFrame(res: ServerResponse, frame: string, signal: AbortSignal | AbortSource): Promise<boolean> | boolean {
   if (res.destroyed) return false;
   batch(res);
   if (res.write(frame)) return true;
@@ -41,13 +42,13 @@ export function writeFrame(res: ServerResponse, frame: string, signal: AbortSign
     const done = (ok: boolean) => {
       res.off('drain', onDrain);
       res.off('close', onClose);
-      signal.removeEventListener('abort', onClose);
+      unlisten();
       resolve(ok);
     };
     const onDrain = () => done(true);
     const onClose = () => done(false);
     res.on('drain', onDrain);
     res.on('close', onClose);
-    signal.addEventListener('abort', onClose);
+    const unlisten = onAbort(signal, onClose);
   });
 }

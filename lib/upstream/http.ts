@@ -80,11 +80,11 @@ export function unavailable(headers: Dispatcher.ResponseData['headers'], provide
 }
 
 /** Reads at most `max` bytes of an (error) body as text, discarding the rest. */
-export async function readCapped(body: Dispatcher.ResponseData['body'], max = 65536): Promise<string> {
+export async function readCapped(body: AsyncIterable<Buffer> & { readonly destroyed: boolean; destroy(): unknown }, max = 65536): Promise<string> {
   const parts: Buffer[] = [];
   let size = 0;
   try {
-    for await (const chunk of body as AsyncIterable<Buffer>) {
+    for await (const chunk of body) {
       if (size < max) parts.push(chunk);
       size += chunk.length;
       if (size >= max) break;
