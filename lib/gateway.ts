@@ -15,7 +15,7 @@ import type { Dialect } from './dialects/types.js';
 import { validateConfig } from './config/load.js';
 import { checkRemovedPlans } from './config/removed-plans.js';
 import type { Config } from './config/types.js';
-import { GatewayError, MAX_ECHO, clip, retryAfterHeaders, toGatewayError } from './errors.js';
+import { GatewayError, MAX_ECHO, StoreUnavailableError, clip, retryAfterHeaders, toGatewayError } from './errors.js';
 import { requestIdFor } from './http/request-id.js';
 import { closeIfBodyUnread, newContext, sendError, sendJson, type RequestContext } from './http/respond.js';
 import { createLogger, type Logger } from './observe/log.js';
@@ -64,6 +64,8 @@ const ROUTE_PATHS: Partial<Record<string, string>> = {
 
 /** The GenAI operation of a route (gen_ai.operation.name); none for routes that generate nothing. */
 const OPERATIONS: Partial<Record<string, string>> = { chat: 'chat', messages: 'chat', responses: 'chat', embeddings: 'embeddings' };
+/** At most one store-fault log line per this many ms (the first of a run at once). */
+const STORE_FAULT_LOG_MS = 5000;
 
 const ALLOW: Record<V1Route, string> = {
   chat: 'POST', messages: 'POST', messages_count_tokens: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST',
@@ -89,6 +91,8 @@ export class Gateway {
   #retired = new Set<GatewayState>();
   #draining = false;
   #inflight = 0;
+  /** Store faults answered since the last one logged, and when that was (ms). */
+  #storeFaults = { suppressed: 0, loggedAt: -Infinity };
   #idleWaiters: Array<() => void> = [];
   /** Tracing as the current config asks (null: off), and what built it. */
   #tracing: Tracing | null = null;
@@ -322,10 +326,29 @@ export class Gateway {
     const e = toGatewayError(err);
     if (e.code === 'internal_error') {
       this.logger.error({ request_id: ctx.id, err: err instanceof Error ? err : String(err) }, 'unhandled error on the request path');
+    } else if (err instanceof StoreUnavailableError) {
+      this.#logStoreFault(ctx, err);
     }
     ctx.code = e.code;
     if (!res.headersSent) sendError(res, e, ctx.id, ctx.rateHeaders, ctx.dialect?.errorBody);
     else if (!res.writableEnded) res.destroy();
+  }
+
+  /**
+   * Why the store failed, for the operator facing a run of 503s: the first fault, then at most
+   * one line per STORE_FAULT_LOG_MS with how many were answered in between.
+   */
+  #logStoreFault(ctx: RequestContext, err: StoreUnavailableError): void {
+    const now = Date.now();
+    const s = this.#storeFaults;
+    if (now - s.loggedAt < STORE_FAULT_LOG_MS) {
+      s.suppressed++;
+      return;
+    }
+    const cause = err.cause instanceof Error ? err.cause.message : String(err.cause);
+    this.logger.warn({ request_id: ctx.id, err: cause, since_last: s.suppressed }, 'store fault: answered 503 service_unavailable');
+    s.suppressed = 0;
+    s.loggedAt = now;
   }
 
   #finished(ctx: RequestContext, res: ServerResponse, state: GatewayState | undefined): void {

@@ -8,6 +8,13 @@
 // reaches a demoted primary gets READONLY on its first write and reconnects. With Cluster,
 // ioredis follows MOVED/ASK and refreshes its slot map; a node it cannot reach is dropped until
 // the cluster names its successor.
+//
+// ioredis gives a client up for good (status "end") when its connect is cut short: a disconnect
+// while it is still asking the sentinels makes that connect reject, and it never tries again;
+// every command then fails with "Connection is closed." forever. Its own failover detector does
+// exactly that when +switch-master arrives mid-reconnect, which a killed primary makes likely
+// (and a READONLY reconnect can too). Here a client stays ended only when retired on purpose:
+// any other end is followed by a fresh connect, with the same backoff.
 
 import { Cluster, Redis, type ClusterNode, type RedisOptions } from 'ioredis';
 
@@ -44,6 +51,28 @@ function readonlyError(err: Error): boolean {
 
 const backoff = (times: number) => Math.min(times * 50, 1000);
 
+/** Clients being closed on purpose: the only ones left ended. */
+const retired = new WeakSet<RedisClient>();
+
+/** Marks `client` as closed on purpose (call it before QUIT or disconnect): it is not revived. */
+export function retire(client: RedisClient): void {
+  retired.add(client);
+}
+
+/** Connects `client` again, with backoff, each time ioredis gives it up without being asked to. */
+function revive(client: Redis): Redis {
+  let attempts = 0;
+  client.on('ready', () => { attempts = 0; });
+  client.on('end', () => {
+    if (retired.has(client)) return;
+    setTimeout(() => {
+      // A failed connect ends the client again, and so comes back here.
+      if (!retired.has(client) && client.status === 'end') client.connect().catch(() => undefined);
+    }, backoff(++attempts)).unref();
+  });
+  return client;
+}
+
 export function connect(topology: RedisTopology, options: ConnectOptions): RedisClient {
   const base: RedisOptions = {
     connectionName: options.connectionName,
@@ -66,9 +95,9 @@ export function connect(topology: RedisTopology, options: ConnectOptions): Redis
   };
   switch (topology.kind) {
     case 'url':
-      return new Redis(topology.url, base);
+      return revive(new Redis(topology.url, base));
     case 'sentinel':
-      return new Redis({
+      return revive(new Redis({
         ...base,
         name: topology.name,
         sentinels: topology.sentinels.map(hostPort),
@@ -79,7 +108,7 @@ export function connect(topology: RedisTopology, options: ConnectOptions): Redis
         // Keep asking the sentinels, however long the outage: the store recovers by itself.
         sentinelRetryStrategy: backoff,
         failoverDetector: true,
-      });
+      }));
     case 'cluster': {
       const nodes: ClusterNode[] = topology.nodes.map(hostPort);
       // Node connections reconnect as the cluster's slot map says, not by themselves.

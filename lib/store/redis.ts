@@ -78,7 +78,7 @@ import { keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
 import { defineLeaseCommands } from '../limits/slots.js';
-import { connect, type RedisClient, type RedisTopology } from './redis-connect.js';
+import { connect, retire, type RedisClient, type RedisTopology } from './redis-connect.js';
 import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-metering.js';
 import { ReplicaWait } from './redis-wait.js';
 import { RedisResponses } from './redis-responses.js';
@@ -627,6 +627,7 @@ export class RedisStore implements Store {
 
 /** QUIT, or drop the connection when it is down or Redis does not answer in time. */
 async function quit(redis: RedisClient, ms: number): Promise<void> {
+  retire(redis);
   if (redis.status === 'ready') {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error('QUIT timed out')), ms); });

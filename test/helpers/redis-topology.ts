@@ -165,8 +165,12 @@ export interface TestSentinel {
   restartPrimaryAsReplicaOf(port: number): Promise<void>;
   /** The port the sentinels name as primary now. */
   currentPrimary(): Promise<number>;
-  /** SENTINEL <args> on the first sentinel. */
+  /** SENTINEL <args> on the first sentinel, or on sentinel `on` (an index into `sentinels`). */
   sentinelCommand(...args: string[]): Promise<unknown>;
+  sentinelCommandOn(on: number, ...args: string[]): Promise<unknown>;
+  /** SIGSTOPs / SIGCONTs sentinel `i`: it takes connections (the kernel does) but answers nothing. */
+  pauseSentinel(i: number): void;
+  resumeSentinel(i: number): void;
   stop(): Promise<void>;
 }
 
@@ -208,6 +212,14 @@ export async function startSentinel(downAfterMs = 500, serverArgs: string[] = []
         return text.includes('num-slaves') && /num-slaves\s+1/.test(text) && /num-other-sentinels\s+2/.test(text);
       }, 15_000, `sentinel ${s.port} to see the replica and the other sentinels`);
     }
+    const sentinelOn = async (i: number, args: string[]) => {
+      const c = await nodeClient(sentinels[i]!.port);
+      try {
+        return await c.call('SENTINEL', ...args);
+      } finally {
+        c.disconnect();
+      }
+    };
     return {
       name,
       sentinels: sentinels.map((s) => `127.0.0.1:${s.port}`),
@@ -222,14 +234,10 @@ export async function startSentinel(downAfterMs = 500, serverArgs: string[] = []
         primary.child = await launch(server, [...primary.args, '--replicaof', '127.0.0.1', String(port)], primary.port);
         await waitFor(async () => (await info(primary.port, 'replication')).includes('master_link_status:up'), 15_000, 'the old primary to sync as a replica');
       },
-      sentinelCommand: async (...args) => {
-        const c = await nodeClient(sentinels[0]!.port);
-        try {
-          return await c.call('SENTINEL', ...args);
-        } finally {
-          c.disconnect();
-        }
-      },
+      sentinelCommand: (...args) => sentinelOn(0, args),
+      sentinelCommandOn: (on, ...args) => sentinelOn(on, args),
+      pauseSentinel: (i) => { sentinels[i]!.child.kill('SIGSTOP'); },
+      resumeSentinel: (i) => { sentinels[i]!.child.kill('SIGCONT'); },
       currentPrimary: async () => {
         const c = new Redis({ port: sentinels[0]!.port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 1 });
         try {

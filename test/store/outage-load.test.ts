@@ -183,6 +183,11 @@ t.test('Redis stopped under mixed load: every request ends well; slots and holds
   t.strictSame(outcomes.filter((o) => !['ok', 'cut', 'unavailable', 'limited'].includes(o)), [], 'only answers the contract allows');
   t.ok((tally.ok ?? 0) > 0 && (tally.unavailable ?? 0) > 0, 'both served and refused requests');
   t.strictSame(rejections, [], 'no unhandled rejection');
+  // The operator facing the 503s learns why, in a line or two, not one per request.
+  const faults = gw.logs().split('\n').filter((l) => l.includes('"store fault: answered 503 service_unavailable"')).map((l) => JSON.parse(l));
+  t.ok(faults.length >= 1 && faults.length <= 3, `the store fault's cause is logged, at most once per 5 s (${faults.length} lines for ${tally.unavailable} refusals)`);
+  t.ok(faults.every((f) => f.level === 40 && typeof f.err === 'string' && f.err !== '' && Number.isSafeInteger(f.since_last)), `each names the cause: ${JSON.stringify(faults.map((f) => f.err))}`);
+  t.notOk(gw.logs().includes(DEMO_KEY), 'no credential in the log');
 
   const acct = await untilReleased(t, gw);
   t.equal(acct.balance_units + acct.usage.day.units, 1_000_000, 'the wallet lost exactly what was debited');

@@ -41,6 +41,27 @@ t.test('two gateways behind Sentinel, wait_replicas 1: one wallet, exactly', asy
   t.equal(after.usage.day.requests - before.usage.day.requests, 40, 'each request debited once');
 });
 
+/** How long a load loop runs at most: far past a failover (about 2 s here), short of tap's timeout. */
+const LOAD_MS = 60_000;
+
+/** Outcomes counted by status and code, for a failure's message. */
+function tally(outcomes: readonly Outcome[]): string {
+  const n = new Map<string, number>();
+  for (const o of outcomes) {
+    const k = o.code === undefined ? String(o.status) : `${o.status} ${o.code}`;
+    n.set(k, (n.get(k) ?? 0) + 1);
+  }
+  return JSON.stringify(Object.fromEntries(n));
+}
+
+/** What the gateways logged about the store, for a failure's diagnosis: the last few lines of each. */
+function storeLog(gws: readonly TestGateway[]): string {
+  return gws.map((g, i) => {
+    const lines = g.logs().split('\n').filter((l) => /store/.test(l)).slice(-6);
+    return `gateway ${i}:\n${lines.map((l) => `  ${l}`).join('\n')}`;
+  }).join('\n');
+}
+
 t.test('the primary killed under load: the gateways follow the failover; no acknowledged debit lost', async (t) => {
   const gws = await gateways(t, sentinelStore(`tgs-failover:${randomUUID()}:`));
   const before = await accountWhenReady(gws[0]!);
@@ -52,8 +73,11 @@ t.test('the primary killed under load: the gateways follow the failover; no ackn
   const outcomes: Timed[] = [unit].map((o) => ({ ...o, at: Date.now() }));
   let phase: 'before' | 'failover' | 'after' = 'before';
   let afterOk = 0;
+  // Bounded: gateways that never serve again fail the test below instead of looping forever.
+  const stopAt = Date.now() + LOAD_MS;
+  t.teardown(() => { phase = 'after'; afterOk = Infinity; });
   const load = Promise.all(gws.map(async (gw) => {
-    while (phase !== 'after' || afterOk < 20) {
+    while ((phase !== 'after' || afterOk < 20) && Date.now() < stopAt) {
       const batch = await Promise.all([chat(gw), chat(gw)]);
       for (const o of batch) {
         outcomes.push({ ...o, at: Date.now() });
@@ -80,7 +104,8 @@ t.test('the primary killed under load: the gateways follow the failover; no ackn
   t.ok(slowest < 6000, `none hangs (slowest ${slowest} ms)`);
   t.ok(outcomes.some((o) => o.status === 200 && o.at < killedAt), 'served before the kill');
   t.ok(outcomes.some(isStoreFault), 'refused while there was no primary (or no replica to confirm)');
-  t.ok(afterOk >= 20, `both gateways serve again on the new primary (${afterOk} answers)`);
+  t.ok(afterOk >= 20, `both gateways serve again on the new primary (${afterOk} answers; after the promotion: ${tally(outcomes.filter((o) => o.at >= promotedAt))})`);
+  if (afterOk < 20) t.comment(storeLog(gws));
   t.ok(outcomes.every((o) => o.status !== 200 || o.charged === unit.charged), 'every 200 charged the same');
 
   // Releases of holds that failed meanwhile land by themselves once the store is back.
@@ -104,8 +129,10 @@ t.test('a manual failover (the primary demoted, not dead) under load: followed, 
   const outcomes: Outcome[] = [];
   let switched = false;
   let afterOk = 0;
+  const stopAt = Date.now() + LOAD_MS;
+  t.teardown(() => { switched = true; afterOk = Infinity; });
   const load = Promise.all(gws.map(async (gw) => {
-    while (!switched || afterOk < 20) {
+    while ((!switched || afterOk < 20) && Date.now() < stopAt) {
       for (const o of await Promise.all([chat(gw), chat(gw)])) {
         outcomes.push(o);
         if (switched && o.status === 200) afterOk++;
@@ -120,7 +147,8 @@ t.test('a manual failover (the primary demoted, not dead) under load: followed, 
 
   t.strictSame(outcomes.filter((o) => o.status !== 200 && !isStoreFault(o)), [], 'every request a 200 or a contract 503');
   t.ok(Math.max(...outcomes.map((o) => o.ms)) < 6000, 'none hangs');
-  t.ok(afterOk >= 20, `served on the new primary (${afterOk} answers after the switch)`);
+  t.ok(afterOk >= 20, `served on the new primary (${afterOk} answers after the switch; all: ${tally(outcomes)})`);
+  if (afterOk < 20) t.comment(storeLog(gws));
   let after: any;
   await waitFor(async () => { after = await account(gws[1]!).catch(() => undefined); return after?.held_units === 0; }, 5000, 'the holds to be released');
   const acked = outcomes.filter((o) => o.status === 200);
