@@ -116,9 +116,11 @@ t.test('the primary killed under load: the gateways follow the failover; no ackn
   const refused = outcomes.filter(isStoreFault).length;
   t.equal(before.balance_units - after.balance_units, landed * unit.charged, 'Δ balance = the debits that landed, each once');
   t.ok(landed >= acked, `no acknowledged debit lost: ${landed} debits landed, ${acked} were acknowledged`);
-  // Only requests in flight when the primary died (two per gateway) can have a debit that
-  // reached the replica while its confirmation did not reach the gateway.
-  t.ok(landed - acked <= 4 && landed - acked <= refused, `debits that landed unacknowledged: ${landed - acked}, each a 503 (of ${refused}), at most the 4 in flight`);
+  // A debit can land unacknowledged only as a 503: in flight when the primary died, or (on a
+  // loaded host, at any moment) its WAIT outlasting wait_timeout_ms while the write stays
+  // applied, as the contract says. Never more of them than 503s; never one twice (the balance
+  // moved by exactly the landed debits above).
+  t.ok(landed - acked <= refused, `debits that landed unacknowledged: ${landed - acked}, each a 503 (of ${refused})`);
 });
 
 t.test('a manual failover (the primary demoted, not dead) under load: followed, nothing lost', async (t) => {
@@ -153,6 +155,9 @@ t.test('a manual failover (the primary demoted, not dead) under load: followed, 
   await waitFor(async () => { after = await account(gws[1]!).catch(() => undefined); return after?.held_units === 0; }, 5000, 'the holds to be released');
   const acked = outcomes.filter((o) => o.status === 200);
   const landed = after.usage.day.requests - before.usage.day.requests;
-  t.ok(landed >= acked.length && landed - acked.length <= 4, `every acknowledged debit kept (${landed} landed, ${acked.length} acknowledged)`);
+  const refused = outcomes.filter(isStoreFault).length;
+  t.ok(landed >= acked.length, `every acknowledged debit kept (${landed} landed, ${acked.length} acknowledged)`);
+  // As above: each unacknowledged one is a 503 (in flight at the switch, or a WAIT that outlasted wait_timeout_ms).
+  t.ok(landed - acked.length <= refused, `debits that landed unacknowledged: ${landed - acked.length}, each a 503 (of ${refused})`);
   t.equal(before.balance_units - after.balance_units, landed * acked[0]!.charged, 'Δ balance = the debits that landed, each once');
 });
