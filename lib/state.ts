@@ -99,7 +99,10 @@ export class GatewayState {
    * store cannot answer, the seed is retried in the background and start() resolves anyway.
    */
   async start(): Promise<void> {
-    await loadTokenizers(['o200k_base', ...this.config.models.map((m) => m.tokenizer), ...Object.values(this.config.providers).map((p) => p.model_defaults.tokenizer ?? 'o200k_base')]);
+    await Promise.all([
+      loadTokenizers(['o200k_base', ...this.config.models.map((m) => m.tokenizer), ...Object.values(this.config.providers).map((p) => p.model_defaults.tokenizer ?? 'o200k_base')]),
+      this.passthrough?.loaded,
+    ]);
     this.#discovery.start();
     for (const p of this.providers.values()) p.start?.();
     await this.#seed();
