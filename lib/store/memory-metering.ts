@@ -17,6 +17,7 @@
 //   requests_per_day counts the day's settled requests plus the account's open holds for that
 //   day; a hold's own request id (re-holding it replaces the old hold) is not counted twice.
 
+import { flattened } from '../strings.js';
 import type { AccountRecord, BudgetPeriod, HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageTotals } from './types.js';
 
 export const SETTLED_TTL_MS = 48 * 3_600_000;
@@ -64,8 +65,8 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-/** An unambiguous map key for a request id of an account. */
-const ridKey = (account: string, rid: string): string => `${account.length}:${account}${rid}`;
+/** An unambiguous map key for a request id of an account; flat, since settled ids are kept 48 hours. */
+const ridKey = (account: string, rid: string): string => flattened(`${account.length}:${account}${rid}`);
 
 export function toSettleEntry(v: Record<string, unknown>): SettleEntry | undefined {
   if (!(str(v.account) && str(v.rid) && count(v.charged) && count(v.tokens) && str(v.day) && str(v.month) && int(v.at))) return undefined;

@@ -2,7 +2,8 @@
 // after its time and never dropped before, paged with a stable cursor. Both stores keep them
 // in time buckets that are only ever appended to and are removed whole once every record in
 // them is past retention (trimming by time only, never by count):
-// - memory store without a path: arrays per UTC day (MemoryUsageLog, below);
+// - memory store without a path: per UTC day, column by column (MemoryUsageLog, below, and
+//   ./usage-columns.ts);
 // - memory store with a path: one append-only JSON-lines file per UTC day of the records'
 //   time, <path>/usage/YYYY-MM-DD.jsonl (FileUsageLog, ./usage-files.ts);
 // - redis store: one stream per UTC hour (./redis-usage.ts).
@@ -14,6 +15,7 @@
 // land behind the cursor belong to a later query; those ahead of it show up in later pages).
 
 import type { UsagePage, UsageQuery, UsageRecord, UsageReport, UsageSums } from './types.js';
+import { DayColumns } from './usage-columns.js';
 
 export const DAY_MS = 86_400_000;
 /** How often expired buckets are looked for while records are written. */
@@ -215,10 +217,10 @@ export interface UsageLog {
   close(): Promise<void>;
 }
 
-/** Records in memory, an array per UTC day; days past retention are dropped whole. */
+/** Records in memory, columns per UTC day; days past retention are dropped whole. */
 export class MemoryUsageLog implements UsageLog, Buckets {
   readonly bucketMs = DAY_MS;
-  readonly #days = new Map<number, UsageRecord[]>();
+  readonly #days = new Map<number, DayColumns>();
   readonly #retentionMs: number;
   readonly #now: () => number;
   #prunedAt = 0;
@@ -237,7 +239,7 @@ export class MemoryUsageLog implements UsageLog, Buckets {
     // A record already past retention when written is not kept (it would be dropped at once).
     if ((day + 1) * DAY_MS <= this.#cutoff()) return Promise.resolve();
     let list = this.#days.get(day);
-    if (list === undefined) this.#days.set(day, (list = []));
+    if (list === undefined) this.#days.set(day, (list = new DayColumns()));
     list.push(r);
     return Promise.resolve();
   }
@@ -253,12 +255,13 @@ export class MemoryUsageLog implements UsageLog, Buckets {
   }
 
   read(bucket: number, pos: string | undefined, max: number): Promise<{ entries: Entry[]; done: boolean }> {
-    const list = this.#days.get(bucket) ?? [];
+    const list = this.#days.get(bucket);
+    const length = list?.length ?? 0;
     const start = pos === undefined ? 0 : Number(pos);
-    const end = Math.min(list.length, start + max);
+    const end = Math.min(length, start + max);
     const entries: Entry[] = [];
-    for (let i = start; i < end; i++) entries.push({ record: list[i], pos: String(i + 1) });
-    return Promise.resolve({ entries, done: end >= list.length });
+    for (let i = start; i < end; i++) entries.push({ record: list!.get(i), pos: String(i + 1) });
+    return Promise.resolve({ entries, done: end >= length });
   }
 
   report(account: string | undefined, since: number): Promise<UsageReport> {
