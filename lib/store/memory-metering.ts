@@ -7,8 +7,9 @@
 //   and purged lazily (when their account is touched, and in an hourly sweep). Their expiry
 //   uses the monotonic clock, so a wall-clock jump neither frees nor pins them.
 // - A settlement is one journal entry ({op: 'settle'}: debit + usage + request id). Settled
-//   request ids (with the units first charged) are remembered for SETTLED_TTL_MS (48 hours):
-//   a retry within that time never charges twice. Older ids are dropped as new settlements
+//   request ids (with the units first charged) are remembered for SETTLED_TTL_MS (an hour):
+//   a retry within that time never charges twice (see SETTLED_KEEP_MS in ./redis-metering.ts
+//   for why an hour is ample). Older ids are dropped as new settlements
 //   arrive and when a snapshot is taken, so they survive a restart only until then.
 // - Usage totals per account per UTC day and month are part of the snapshot; day windows older
 //   than DAY_WINDOWS_KEPT days and month windows older than MONTH_WINDOWS_KEPT months are
@@ -20,7 +21,7 @@
 import { flattened } from '../strings.js';
 import type { AccountRecord, BudgetPeriod, HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageTotals } from './types.js';
 
-export const SETTLED_TTL_MS = 48 * 3_600_000;
+export const SETTLED_TTL_MS = 3_600_000;
 export const DAY_WINDOWS_KEPT = 40;
 export const MONTH_WINDOWS_KEPT = 13;
 const SWEEP_MS = 3_600_000;
@@ -65,7 +66,7 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-/** An unambiguous map key for a request id of an account; flat, since settled ids are kept 48 hours. */
+/** An unambiguous map key for a request id of an account; flat, since settled ids are kept an hour. */
 const ridKey = (account: string, rid: string): string => flattened(`${account.length}:${account}${rid}`);
 
 export function toSettleEntry(v: Record<string, unknown>): SettleEntry | undefined {
@@ -314,7 +315,7 @@ export class MemoryMetering {
     this.prune();
   }
 
-  /** Drops expired holds, settled ids past their 48 hours and old usage windows. */
+  /** Drops expired holds, settled ids past their hour and old usage windows. */
   prune(): void {
     const now = performance.now();
     for (const account of [...this.#holds.keys()]) this.#held(account, now);

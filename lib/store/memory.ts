@@ -9,7 +9,7 @@
 // ever reported, not even as "already applied".
 //
 // Metering (./memory-metering.ts): holds are in memory only (a restart drops them, as if their
-// TTL ran out); a settlement is one journal entry; settled request ids are kept for 48 hours
+// TTL ran out); a settlement is one journal entry; settled request ids are kept for an hour
 // and usage windows for about 40 days / 13 months (pruned at snapshots). Usage records go to
 // their own day files, <path>/usage/YYYY-MM-DD.jsonl, or to arrays per day in memory, kept
 // for the retention (./usage-records.ts).

@@ -7,8 +7,8 @@
 //                                     itself expires a minute after its longest hold would)
 //   P{acct:ID}:settled          hash  requestId -> units charged by its settlement
 //   P{acct:ID}:settled:at       zset  requestId scored by settle time (ms); entries older than
-//                                     48 h are pruned (at most 100 per settle) from both keys,
-//                                     and both expire 49 h after the account's last settlement
+//                                     an hour are pruned (at most 100 per settle) from both keys,
+//                                     and both expire 2 h after the account's last settlement
 //   P{acct:ID}:usage:D:<day>    hash  requests, tokens, units of a UTC day ('YYYY-MM-DD'); 40 days
 //   P{acct:ID}:usage:M:<month>  hash  the same for a UTC month ('YYYY-MM'); 400 days
 //
@@ -17,7 +17,7 @@
 // holds, checks the balance and the quotas and adds the hold in one step, so concurrent holds
 // from any number of instances can never together exceed the balance. A settle checks whether
 // the request id was settled, debits, drops the hold, adds to both windows and remembers the id
-// in one step, so it applies exactly once (within the 48 h the id is remembered).
+// in one step, so it applies exactly once (within the hour the id is remembered).
 //
 // Time: scripts never read the Redis clock; callers pass Date.now(). Instances whose clocks
 // disagree by more than a hold's TTL see each other's holds expire early or late. Numbers go
@@ -135,7 +135,7 @@ return {1, '', available - units}` },
   // wrote, so no digit is lost. A repeat (applied 0) writes nothing. With a key (ARGV[7]), the
   // charge is also capped at what its budget has left in the period of the hold, and added to
   // the key's spend in the same step (see addSpend in types.ts). Deletions come last (see
-  // OPEN_HOLDS): the request's hold with the expired ones, then settled ids past 48 h (never
+  // OPEN_HOLDS): the request's hold with the expired ones, then settled ids past an hour (never
   // this one, just added), at most 100 per settlement.
   tgSettle: { keys: 7, lua: `${OPEN_HOLDS}
 local bal = redis.call('HGET', KEYS[1], 'balance_units')
@@ -207,8 +207,15 @@ for i = 1, 3 do r[i + 4] = tonumber(m[i] or '0') end
 return r` },
 };
 
-/** Settled request ids are remembered this long (a repeated settle within it changes nothing). */
-export const SETTLED_KEEP_MS = 48 * 3600_000;
+/**
+ * Settled request ids are remembered this long: a repeated settle within it changes nothing.
+ * A settle is repeated only by the request that made it, right after its first attempt failed
+ * (a store fault, a timeout whose write may still land, a Cluster redirect): within seconds,
+ * bounded by store.timeout_ms. An hour is ample, and what it costs is per request: at 1,000
+ * requests a second, 3.6 million ids (in Redis, or in the memory store's heap) where 48 hours
+ * kept 173 million.
+ */
+export const SETTLED_KEEP_MS = 3_600_000;
 /** Holds keys outlive their longest hold by this much (they are purged by time, not by expiry). */
 const HOLDS_GRACE_MS = 60_000;
 

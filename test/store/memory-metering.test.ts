@@ -11,6 +11,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { JOURNAL_FILE, SNAPSHOT_FILE } from '../../lib/store/journal.js';
 import { MemoryStore } from '../../lib/store/memory.js';
+import { SETTLED_TTL_MS } from '../../lib/store/memory-metering.js';
 import type { Quotas, UsageRecord } from '../../lib/store/types.js';
 import { USAGE_DIR } from '../../lib/store/usage-files.js';
 
@@ -38,7 +39,7 @@ const journal = async (dir: string) =>
   (await readFile(join(dir, JOURNAL_FILE), 'utf8')).split('\n').filter((l) => l !== '').map((l) => JSON.parse(l));
 
 // First, before other tests leave garbage for the collector to free while it measures.
-t.test('a settled request id costs under 250 bytes for its 48 hours, whatever string built it', async (t) => {
+t.test('a settled request id costs under 250 bytes for its hour, whatever string built it', async (t) => {
   // The ids the gateway holds with come from crypto.randomUUID(): a tree of 14 cons strings
   // (about 450 bytes) unless the key kept for them is made flat.
   setFlagsFromString('--expose-gc');
@@ -95,20 +96,20 @@ t.test('open holds do not survive a restart (as if their TTL ran out)', async (t
   t.strictSame(await s.settle(settlement('acme', 'r1', 30)), { applied: true, charged_units: 30, balance_units: 70, available_units: 70 }, 'the request can still be settled');
 });
 
-t.test('compaction prunes settled ids after 48 hours and old usage windows', async (t) => {
+t.test('compaction prunes settled ids after their hour and old usage windows', async (t) => {
   const dir = await tempDir();
   const now = Date.now();
   const oldDay = new Date(now - 60 * 86_400_000).toISOString().slice(0, 10);
   const oldMonth = new Date(now - 430 * 86_400_000).toISOString().slice(0, 7);
   const lines = [
     { seq: 1, op: 'account', id: 'acme', plan: 'pro', balance_units: 1000, created_at: now },
-    { seq: 2, op: 'settle', account: 'acme', rid: 'old', charged: 10, tokens: 1, day: oldDay, month: oldMonth, at: now - 49 * 3_600_000 },
-    { seq: 3, op: 'settle', account: 'acme', rid: 'recent', charged: 20, tokens: 2, day: DAY, month: MONTH, at: now - 47 * 3_600_000 },
+    { seq: 2, op: 'settle', account: 'acme', rid: 'old', charged: 10, tokens: 1, day: oldDay, month: oldMonth, at: now - SETTLED_TTL_MS - 60_000 },
+    { seq: 3, op: 'settle', account: 'acme', rid: 'recent', charged: 20, tokens: 2, day: DAY, month: MONTH, at: now - SETTLED_TTL_MS + 60_000 },
   ];
   await writeFile(join(dir, JOURNAL_FILE), lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
   let s = await MemoryStore.open({ path: dir, fsyncMs: 0, compactBytes: 1 });
   const snap = JSON.parse(await readFile(join(dir, SNAPSHOT_FILE), 'utf8'));
-  t.strictSame(snap.state.metering.settled, [['acme', 'recent', now - 47 * 3_600_000, 20]], 'only ids settled in the last 48 hours are kept');
+  t.strictSame(snap.state.metering.settled, [['acme', 'recent', now - SETTLED_TTL_MS + 60_000, 20]], 'only ids settled in the last hour are kept');
   t.strictSame(snap.state.metering.usage, { acme: { [DAY]: [1, 2, 20], [MONTH]: [1, 2, 20] } }, 'old day and month windows are dropped');
   await s.close();
 

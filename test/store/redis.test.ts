@@ -9,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { keyIdOf, sha256Hex } from '../../lib/auth/keys.js';
 import { RedisStore } from '../../lib/store/redis.js';
+import { SETTLED_KEEP_MS } from '../../lib/store/redis-metering.js';
 import type { Revocation, UsageRecord } from '../../lib/store/types.js';
 import { startRedis } from '../helpers/redis.js';
 import { storeContract } from './contract.js';
@@ -228,18 +229,18 @@ t.test('metering keeps every digit, expires its keys and prunes old settlements'
   const days = (ms: number) => ms / 86_400_000;
   t.ok(days(await ttl(`${acct}:usage:D:${DAY}`)) > 39.9 && days(await ttl(`${acct}:usage:D:${DAY}`)) <= 40, 'day usage is kept 40 days');
   t.ok(days(await ttl(`${acct}:usage:M:${MONTH}`)) > 399.9 && days(await ttl(`${acct}:usage:M:${MONTH}`)) <= 400, 'month usage 400 days');
-  t.ok(await ttl(`${acct}:settled`) > 48 * 3600_000, 'settled ids are kept over 48 h');
-  t.ok(await ttl(`${acct}:settled:at`) > 48 * 3600_000);
+  t.ok(await ttl(`${acct}:settled`) > SETTLED_KEEP_MS, 'settled ids are kept over their hour');
+  t.ok(await ttl(`${acct}:settled:at`) > SETTLED_KEEP_MS);
 
-  // Settlements older than 48 h are pruned by the next settle: their ids apply again.
-  const old = Date.now() - 49 * 3600_000;
+  // Settlements older than an hour are pruned by the next settle: their ids apply again.
+  const old = Date.now() - SETTLED_KEEP_MS - 60_000;
   await c.zadd(`${acct}:settled:at`, old, 'h1', old, 'ancient');
   await c.hset(`${acct}:settled`, 'ancient', '1');
   await s.addCredits('big', 100, 'refill');
   t.equal((await s.settle(settlementOf('big', 'h5', 1)))!.applied, true);
   t.strictSame(await c.zrange(`${acct}:settled:at`, 0, -1), ['h2', 'h5'], 'old entries leave the index');
   t.strictSame((await c.hkeys(`${acct}:settled`)).sort(), ['h2', 'h5'], 'and the results');
-  t.equal((await s.settle(settlementOf('big', 'h1', 1)))!.applied, true, 'a request id settled over 48 h ago applies again');
+  t.equal((await s.settle(settlementOf('big', 'h1', 1)))!.applied, true, 'a request id settled over an hour ago applies again');
   t.equal((await s.settle(settlementOf('big', 'h2', 1)))!.applied, false, 'a recent one does not');
 
   // Expired holds are purged by the next hold, not just ignored.
