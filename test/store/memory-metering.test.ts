@@ -7,13 +7,12 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { JOURNAL_FILE, SNAPSHOT_FILE } from '../../lib/store/journal.js';
 import { MemoryStore } from '../../lib/store/memory.js';
 import { SETTLED_TTL_MS } from '../../lib/store/memory-metering.js';
 import type { Quotas, UsageRecord } from '../../lib/store/types.js';
 import { USAGE_DIR } from '../../lib/store/usage-files.js';
+import { settledMemory } from '../helpers/heap.js';
 
 const dirs: string[] = [];
 t.teardown(async () => { for (const d of dirs) await rm(d, { recursive: true, force: true }); });
@@ -42,15 +41,7 @@ const journal = async (dir: string) =>
 t.test('a settled request id costs under 250 bytes for its hour, whatever string built it', async (t) => {
   // The ids the gateway holds with come from crypto.randomUUID(): a tree of 14 cons strings
   // (about 450 bytes) unless the key kept for them is made flat.
-  setFlagsFromString('--expose-gc');
-  const gc = runInNewContext('gc') as () => void;
-  const settled = async (): Promise<number> => {
-    for (let i = 0; i < 3; i++) {
-      gc();
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-    return process.memoryUsage().heapUsed;
-  };
+  const settled = async (): Promise<number> => (await settledMemory()).heapUsed;
   const s = new MemoryStore({ path: null });
   t.teardown(() => s.close());
   await s.createAccount({ id: 'acme', plan: 'free', balance_units: 1e15 });

@@ -5,11 +5,10 @@
 
 import t from 'tap';
 import fc from 'fast-check';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import type { UsageRecord } from '../../lib/store/types.js';
 import { DAY_MS, MemoryUsageLog, validateUsageRecord } from '../../lib/store/usage-records.js';
 import { DayColumns } from '../../lib/store/usage-columns.js';
+import { settledMemory } from '../helpers/heap.js';
 import { holds } from '../property/arbitraries.js';
 
 const NOW = Date.UTC(2026, 10, 23, 12);
@@ -18,14 +17,8 @@ const FIELDS = ['request_id', 'at', 'account', 'key_id', 'model', 'provider', 't
 
 // First, before other tests leave garbage for the collector to free while it measures.
 t.test('100,000 records cost under 250 bytes each (as objects: about 600)', async (t) => {
-  setFlagsFromString('--expose-gc');
-  const gc = runInNewContext('gc') as () => void;
   const settled = async (): Promise<number> => {
-    for (let i = 0; i < 3; i++) {
-      gc();
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-    const m = process.memoryUsage();
+    const m = await settledMemory();
     return m.heapUsed + m.arrayBuffers;
   };
   const N = 100_000;

@@ -11,10 +11,9 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { loadEncoding, tiktokenCounter } from '../../lib/tokens/bpe.js';
 import type { TokenizerName } from '../../lib/config/types.js';
+import { settledMemory } from '../helpers/heap.js';
 
 const SEED = Number(process.env.TOLLGATE_PROPERTY_SEED ?? 1123);
 const NO_SPECIAL = { disallowedSpecial: new Set<string>() };
@@ -29,16 +28,7 @@ const PIECES = [
 t.test('a loaded vocabulary stays out of the collected heap: o200k_base adds under 8 MB', async (t) => {
   // gpt-tokenizer's own o200k_base holds about 24 MB of heap (67 MB of RSS in the gateway); the
   // compact form is typed arrays (about 6 MB, outside the JS heap) and leaves no garbage.
-  setFlagsFromString('--expose-gc');
-  const gc = runInNewContext('gc') as () => void;
-  const settled = async (): Promise<NodeJS.MemoryUsage> => {
-    // Array buffers are freed by a sweeper after the collection: let it run.
-    for (let i = 0; i < 3; i++) {
-      gc();
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-    return process.memoryUsage();
-  };
+  const settled = settledMemory;
   const before = await settled();
   const count = await tiktokenCounter(createRequire(import.meta.url).resolve('gpt-tokenizer/data/o200k_base.tiktoken'), /\S+|\s+/gu);
   const after = await settled();

@@ -12,6 +12,12 @@ import { CallAbort } from '../../lib/providers/types.js';
 
 type Script = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
 let script: Script = (_req, res) => { res.end('ok'); };
+/** Answers 200 with `first`, then holds the answer open until the call is cut. */
+const writeThenHold = (first: string): Script => async (_req, res) => {
+  res.writeHead(200);
+  res.write(first);
+  await new Promise((r) => res.once('close', r));
+};
 const closed: boolean[] = [];
 const server = createServer((req, res) => {
   const i = closed.push(false) - 1;
@@ -78,11 +84,7 @@ t.test('a whole read above its cap rejects with the cap error and aborts the cal
 });
 
 t.test('aborting the signal mid-body ends the read with the signal reason and cuts the call', async (t) => {
-  script = async (_req, res) => {
-    res.writeHead(200);
-    res.write('first');
-    await new Promise((r) => res.once('close', r));
-  };
+  script = writeThenHold('first');
   const ac = new AbortController();
   const a = await post(ac.signal);
   const reason = Symbol('timeout');
@@ -105,11 +107,7 @@ t.test('a signal aborted before the answer rejects the call with its reason', as
 });
 
 t.test('a body destroyed unread aborts the call; the next call on the pool works', async (t) => {
-  script = async (_req, res) => {
-    res.writeHead(200);
-    res.write('x');
-    await new Promise((r) => res.once('close', r));
-  };
+  script = writeThenHold('x');
   const a = await post();
   a.body.destroy();
   t.ok(a.body.destroyed);
@@ -121,11 +119,7 @@ t.test('a body destroyed unread aborts the call; the next call on the pool works
 });
 
 t.test('a CallAbort aborts the call like a signal; its AbortSignal, made late, carries the same reason', async (t) => {
-  script = async (_req, res) => {
-    res.writeHead(200);
-    res.write('first');
-    await new Promise((r) => res.once('close', r));
-  };
+  script = writeThenHold('first');
   const abort = new CallAbort();
   const a = await call(pool, { method: 'POST', path: '/x', headers: {}, body: '{}', signal: abort });
   const it = a.body[Symbol.asyncIterator]();
