@@ -11,7 +11,7 @@
 // Metering (./memory-metering.ts): holds are in memory only (a restart drops them, as if their
 // TTL ran out); a settlement is one journal entry; settled request ids are kept for an hour
 // and usage windows for about 40 days / 13 months (pruned at snapshots). Usage records go to
-// their own day files, <path>/usage/YYYY-MM-DD.jsonl, or to arrays per day in memory, kept
+// their own day files, <path>/usage/YYYY-MM-DD.jsonl, or to columns per day in memory, kept
 // for the retention (./usage-records.ts).
 
 import { keyIdOf } from '../auth/keys.js';

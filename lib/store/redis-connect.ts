@@ -133,6 +133,28 @@ export function connect(topology: RedisTopology, options: ConnectOptions): Redis
   }
 }
 
+/**
+ * SUBSCRIBEs `client` to `channel`, and again whenever it becomes ready after a subscribe
+ * failed. ioredis subscribes again by itself only a client that had been ready: one given up
+ * during its very first connect (and connected again by revive()) would come back deaf, its
+ * queued SUBSCRIBE thrown away. Returns the latest attempt (resolved once subscribed).
+ */
+export function keepSubscribed(client: RedisClient, channel: string): () => Promise<void> {
+  let failed = false;
+  const attempt = (): Promise<void> => {
+    const p = client.subscribe(channel).then(() => { failed = false; });
+    p.catch(() => { failed = true; });
+    return p;
+  };
+  let current = attempt();
+  client.on('ready', () => {
+    if (!failed) return;
+    failed = false;
+    current = attempt();
+  });
+  return () => current;
+}
+
 /** Where a client connects, for logs: never a password. */
 export function describeTopology(topology: RedisTopology): Record<string, unknown> {
   switch (topology.kind) {

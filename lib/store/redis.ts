@@ -78,7 +78,7 @@ import { keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
 import { defineLeaseCommands } from '../limits/slots.js';
-import { connect, retire, type RedisClient, type RedisTopology } from './redis-connect.js';
+import { connect, keepSubscribed, retire, type RedisClient, type RedisTopology } from './redis-connect.js';
 import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-metering.js';
 import { ReplicaWait } from './redis-wait.js';
 import { RedisResponses } from './redis-responses.js';
@@ -236,7 +236,8 @@ export class RedisStore implements Store {
   /** Tells this instance's own messages apart from other instances'. */
   readonly #instance = randomUUID();
   readonly #listeners = new Set<(r: Revocation) => void>();
-  readonly #subscribed: Promise<void>;
+  /** The revocation channel's subscription: its latest attempt (see keepSubscribed). */
+  readonly #subscribed: () => Promise<void>;
   readonly #timeout: number;
   readonly #metering: RedisMetering;
   readonly #responses: RedisResponses;
@@ -296,8 +297,7 @@ export class RedisStore implements Store {
       const m = parseMessage(text);
       if (m !== undefined && m.from !== this.#instance) this.#emit(m.r);
     });
-    this.#subscribed = this.#sub.subscribe(this.#channel).then(() => undefined);
-    this.#subscribed.catch(() => {}); // surfaced by ready()
+    this.#subscribed = keepSubscribed(this.#sub, this.#channel); // a failure is surfaced by ready()
   }
 
   /** The command connection, for other shared state of the same deployment (rate limits). */
@@ -338,7 +338,7 @@ export class RedisStore implements Store {
       await Promise.race([new Promise<void>((resolve) => { undo.push(() => client.off('ready', resolve)); client.once('ready', resolve); }), ...ends]);
     };
     try {
-      await Promise.race([this.#subscribed, ...ends]);
+      await Promise.race([this.#subscribed(), ...ends]);
       await connected(this.#redis);
       await this.ping();
       for (const c of this.#wait?.clients ?? []) {
