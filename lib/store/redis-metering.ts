@@ -40,7 +40,7 @@ export interface MeteringScripts {
     requestId: string, units: string, expiresAt: string, now: string, rpd: string, tpd: string, upm: string, keepMs: string,
     keyId: string, dpid: string, wpid: string, mpid: string): Reply;
   tgSettle(acct: string, holds: string, settled: string, settledAt: string, day: string, month: string, key: string,
-    requestId: string, units: string, tokens: string, now: string, cutoff: string, keepMs: string,
+    requestId: string, units: string, tokens: string, now: string, settledWindowMs: string, settledTtlMs: string,
     keyId: string, dpid: string, wpid: string, mpid: string): Reply;
   tgAccountUsage(holds: string, day: string, month: string, now: string): Reply;
 }
@@ -136,7 +136,9 @@ return {1, '', available - units}` },
   // charge is also capped at what its budget has left in the period of the hold, and added to
   // the key's spend in the same step (see addSpend in types.ts). Deletions come last (see
   // OPEN_HOLDS): the request's hold with the expired ones, then settled ids past an hour (never
-  // this one, just added), at most 100 per settlement.
+  // this one, just added), at most 100 per settlement. The settled index is scored by Redis's
+  // own clock (TIME), not the gateway's: a gateway whose clock runs ahead must not prune the
+  // ids other instances just settled (ARGV[5] is the window, in ms).
   tgSettle: { keys: 7, lua: `${OPEN_HOLDS}
 local bal = redis.call('HGET', KEYS[1], 'balance_units')
 if bal == false then return false end
@@ -182,13 +184,15 @@ if applied == 1 then
   end
   redis.call('EXPIRE', KEYS[5], '3456000')
   redis.call('EXPIRE', KEYS[6], '34560000')
+  local clock = redis.call('TIME')
+  local serverMs = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   redis.call('HSET', KEYS[3], ARGV[1], charged)
-  redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
+  redis.call('ZADD', KEYS[4], serverMs, ARGV[1])
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
   if ownHold then expired[#expired + 1] = ARGV[1] end
   hdelAll(KEYS[2], expired)
-  local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[5], 'LIMIT', '0', '100')
+  local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. (serverMs - tonumber(ARGV[5])), 'LIMIT', '0', '100')
   if #old > 0 then
     redis.call('HDEL', KEYS[3], unpack(old))
     redis.call('ZREM', KEYS[4], unpack(old))
@@ -276,7 +280,7 @@ export class RedisMetering {
     const acct = this.#acct(s.account);
     const k = keyArgs(s.key);
     const keys = [acct, `${acct}:holds`, `${acct}:settled`, `${acct}:settled:at`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, keyHash(acct, k[0])] as const;
-    const args = [s.requestId, units, tokens, String(now), String(now - SETTLED_KEEP_MS), String(SETTLED_KEEP_MS + 3600_000), ...k] as const;
+    const args = [s.requestId, units, tokens, String(now), String(SETTLED_KEEP_MS), String(SETTLED_KEEP_MS + 3600_000), ...k] as const;
     const r = this.#wait !== null
       ? await this.#wait.eval(METERING_SCRIPTS.tgSettle.lua, [...keys], [...args])
       : await this.#redis.tgSettle(...keys, ...args);

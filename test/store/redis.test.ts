@@ -260,6 +260,27 @@ t.test('metering keeps every digit, expires its keys and prunes old settlements'
   t.notOk(await c.hexists(`${acct}:holds`, 'x'), 'bad input never reaches Redis');
 });
 
+t.test('settled ids are aged by Redis\'s clock: a gateway whose clock runs two hours ahead prunes nothing recent', async (t) => {
+  const s = await opener(t)(freshPrefix());
+  const c = inspector();
+  t.teardown(() => c.disconnect());
+  await s.createAccount({ id: 'skew', plan: 'pro', balance_units: 1000 });
+  t.equal((await s.settle(settlementOf('skew', 'recent', 5)))!.applied, true);
+  const realNow = Date.now;
+  Date.now = () => realNow() + 2 * SETTLED_KEEP_MS;
+  try {
+    t.equal((await s.settle(settlementOf('skew', 'from-the-future', 5)))!.applied, true, 'a settle from the skewed gateway');
+  } finally {
+    Date.now = realNow;
+  }
+  const idx = `${s.prefix}{acct:skew}:settled:at`;
+  t.strictSame((await c.zrange(idx, 0, -1)).sort(), ['from-the-future', 'recent'], 'it pruned nothing');
+  const [score] = (await c.zmscore(idx, 'from-the-future')) as Array<string | null>;
+  t.ok(Math.abs(Number(score) - Date.now()) < 60_000, 'scored by the server\'s time, not the gateway\'s');
+  t.strictSame(await s.settle(settlementOf('skew', 'recent', 5)), { applied: false, charged_units: 5, balance_units: 990, available_units: 990 },
+    'a repeat of the recent one still changes nothing');
+});
+
 t.test('usage reports read every hourly stream; records are trimmed by time only, never by count', async (t) => {
   const open = opener(t);
   const prefix = freshPrefix();
