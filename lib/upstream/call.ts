@@ -6,7 +6,7 @@
 // destroyed, which aborts the call too.
 
 import type { Dispatcher, Pool } from 'undici';
-import { errors as undiciErrors } from 'undici';
+import { errors as undiciErrors, util as undiciUtil } from 'undici';
 
 export type UpstreamHeaders = Record<string, string | string[]>;
 
@@ -181,47 +181,11 @@ export class UpstreamBody implements AsyncIterable<Buffer> {
 
   async *[Symbol.asyncIterator](): AsyncGenerator<Buffer> {
     try {
-      for (;;) {
-        if (this.#chunks.length > 0) {
-          const chunks = this.#chunks;
-          this.#chunks = [];
-          this.#size = 0;
-          for (const c of chunks) yield c;
-          continue;
-        }
-        if (this.#failed) throw this.#error;
-        if (this.#ended || this.#destroyed) return;
-        if (this.#paused) {
-          // Resuming may hand over the next chunks at once (parsed from what the socket has).
-          this.#paused = false;
-          this.#resume?.();
-          continue;
-        }
-        await new Promise<void>((resolve) => { this.#wake = resolve; });
-      }
+      for (let chunks = await this.read(); chunks !== null; chunks = await this.read()) yield* chunks;
     } finally {
       this.destroy();
     }
   }
-}
-
-/** undici's header parsing (lib/core/util.js parseHeaders): names lower-cased, repeats as arrays. */
-function parseHeaders(raw: Buffer[]): UpstreamHeaders {
-  const out: UpstreamHeaders = {};
-  for (let i = 0; i < raw.length; i += 2) {
-    const key = raw[i]!.toString('latin1').toLowerCase();
-    const value = raw[i + 1]!.toString('latin1');
-    const seen = Object.hasOwn(out, key) ? out[key] : undefined;
-    if (seen === undefined) {
-      if (key === '__proto__') Object.defineProperty(out, key, { value, enumerable: true, configurable: true, writable: true });
-      else out[key] = value;
-    } else if (typeof seen === 'string') {
-      out[key] = [seen, value];
-    } else {
-      seen.push(value);
-    }
-  }
-  return out;
 }
 
 class Handler implements Dispatcher.DispatchHandler {
@@ -279,7 +243,8 @@ class Handler implements Dispatcher.DispatchHandler {
     const body = new UpstreamBody();
     body.bind(this.#abort ?? (() => undefined), resume);
     this.#body = body;
-    this.#resolve({ statusCode, headers: parseHeaders(rawHeaders), body });
+    // undici's own parsing, as pool.request does it: names lower-cased, repeats as arrays.
+    this.#resolve({ statusCode, headers: undiciUtil.parseHeaders(rawHeaders), body });
     return true;
   }
 

@@ -35,7 +35,8 @@ t.test('status, headers as undici parses them (lower-cased, repeats as arrays), 
   let got = '';
   script = async (req, res) => {
     for await (const c of req) got += c;
-    res.writeHead(201, [['X-One', 'a'], ['Set-Cookie', 'c1'], ['Set-Cookie', 'c2'], ['Content-Type', 'text/plain']].flat());
+    res.writeHead(201, [['X-One', 'a'], ['Set-Cookie', 'c1'], ['Set-Cookie', 'c2'], ['Content-Type', 'text/plain'],
+      ['X-Latin', 'caf\u00e9'], ['__proto__', 'p']].flat());
     res.end('hello');
   };
   const a = await post();
@@ -43,8 +44,14 @@ t.test('status, headers as undici parses them (lower-cased, repeats as arrays), 
   t.equal(a.headers['x-one'], 'a');
   t.strictSame(a.headers['set-cookie'], ['c1', 'c2']);
   t.equal(a.headers['content-type'], 'text/plain');
+  t.equal(Object.getPrototypeOf(a.headers), Object.prototype, 'a __proto__ header is a plain entry');
   t.equal((await a.body.collect(1000, () => new Error('big'))).toString(), 'hello');
   t.equal(got, '{"a":1}');
+  const viaRequest = await pool.request({ method: 'POST', path: '/x', headers: { 'content-type': 'application/json' }, body: '{"a":1}' });
+  await viaRequest.body.text();
+  const { date: _d1, ...mine } = a.headers;
+  const { date: _d2, ...theirs } = viaRequest.headers;
+  t.strictSame(mine, theirs, 'exactly the headers pool.request gives, latin-1 values and __proto__ included');
 });
 
 t.test('read chunk by chunk: a large body arrives whole and in order though the reader is slow', async (t) => {
