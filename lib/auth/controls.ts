@@ -5,6 +5,7 @@
 import { BlockList, isIP } from 'node:net';
 import type { IncomingMessage } from 'node:http';
 import { GatewayError, clip } from '../errors.js';
+import { perUtcDay } from '../utc-day.js';
 import {
   MAX_UNITS, periodId, spentIn,
   type BudgetPeriod, type BudgetPeriods, type KeyControls, type KeyLimits, type KeyPatch, type KeyRecord,
@@ -229,17 +230,10 @@ export function clientIp(req: IncomingMessage, trustProxy: boolean): string {
 /** The budget periods Unix ms `now` falls in (UTC). */
 export function budgetPeriods(now: number): BudgetPeriods {
   // Every metered request of a key asks; the periods change once a UTC day.
-  if (now >= periodsDay && now < periodsDay + DAY_MS) return { ...cachedPeriods! };
-  const p = computePeriods(now);
-  if (Number.isFinite(now)) {
-    periodsDay = now - (((now % DAY_MS) + DAY_MS) % DAY_MS);
-    cachedPeriods = { ...p };
-  }
-  return p;
+  return { ...periodsOfDay(now) };
 }
-const DAY_MS = 86_400_000;
-let periodsDay = Number.NaN;
-let cachedPeriods: BudgetPeriods | undefined;
+
+const periodsOfDay = perUtcDay(computePeriods);
 
 function computePeriods(now: number): BudgetPeriods {
   const d = new Date(now);

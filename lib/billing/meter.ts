@@ -10,6 +10,7 @@ import type { ModelConfig, PriceConfig } from '../config/types.js';
 import { GatewayError, retryAfterHeaders } from '../errors.js';
 import type { BudgetPeriods, HoldResult, Store } from '../store/types.js';
 import { budgetPeriods, budgetResetsAt } from '../auth/controls.js';
+import { perUtcDay } from '../utc-day.js';
 
 const MTOK = 1_000_000n;
 const MAX_UNITS = BigInt(Number.MAX_SAFE_INTEGER);
@@ -65,22 +66,14 @@ function storeUnits(units: bigint): number {
 
 /** The UTC day and month a moment falls in: quota and usage windows. */
 export function windows(now = new Date()): { day: string; month: string } {
-  const t = now.getTime();
   // Every request asks; the strings change once a UTC day.
-  if (t >= dayStart && t < dayStart + DAY_MS) return { day: cachedDay, month: cachedMonth };
-  const iso = now.toISOString();
-  const w = { day: iso.slice(0, 10), month: iso.slice(0, 7) };
-  if (Number.isFinite(t)) {
-    dayStart = t - (((t % DAY_MS) + DAY_MS) % DAY_MS);
-    cachedDay = w.day;
-    cachedMonth = w.month;
-  }
-  return w;
+  return { ...windowsOfDay(now.getTime()) };
 }
-const DAY_MS = 86_400_000;
-let dayStart = Number.NaN;
-let cachedDay = '';
-let cachedMonth = '';
+
+const windowsOfDay = perUtcDay((t) => {
+  const iso = new Date(t).toISOString();
+  return { day: iso.slice(0, 10), month: iso.slice(0, 7) };
+});
 
 function unavailable(err: unknown): GatewayError {
   return new GatewayError('service_unavailable', 'The account store is unavailable; retry shortly.', {

@@ -17,7 +17,9 @@
 import type { UsagePage, UsageQuery, UsageRecord, UsageReport, UsageSums } from './types.js';
 import { DayColumns } from './usage-columns.js';
 
-export const DAY_MS = 86_400_000;
+import { DAY_MS } from '../utc-day.js';
+
+export { DAY_MS };
 /** How often expired buckets are looked for while records are written. */
 export const PRUNE_EVERY_MS = 60_000;
 /** A page reads at most this many records (matching or not) before it answers with a cursor. */
