@@ -66,8 +66,8 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-/** An unambiguous map key for a request id of an account; flat, since settled ids are kept an hour. */
-const ridKey = (account: string, rid: string): string => flattened(`${account.length}:${account}${rid}`);
+/** An unambiguous map key for a request id of an account. */
+const ridKey = (account: string, rid: string): string => `${account.length}:${account}${rid}`;
 
 export function toSettleEntry(v: Record<string, unknown>): SettleEntry | undefined {
   if (!(str(v.account) && str(v.rid) && count(v.charged) && count(v.tokens) && str(v.day) && str(v.month) && int(v.at))) return undefined;
@@ -281,7 +281,8 @@ export class MemoryMetering {
     if (account === undefined) return false;
     const key = ridKey(e.account, e.rid);
     if (this.#settled.has(key)) return false;
-    this.#settled.set(key, [e.at, e.charged]);
+    // Kept an hour: flat (the request id may be a deep tree of cons strings, see flattened()).
+    this.#settled.set(flattened(key), [e.at, e.charged]);
     account.balance_units -= e.charged;
     this.release(e.account, e.rid);
     let windows = this.#usage.get(e.account);
@@ -354,7 +355,7 @@ export class MemoryMetering {
     if (!isRecord(v) || !Array.isArray(v.settled) || !isRecord(v.usage)) return bad();
     for (const s of v.settled) {
       if (!Array.isArray(s) || s.length !== 4 || !str(s[0]) || !str(s[1]) || !int(s[2]) || !count(s[3])) return bad();
-      this.#settled.set(ridKey(s[0], s[1]), [s[2], s[3]]);
+      this.#settled.set(flattened(ridKey(s[0], s[1])), [s[2], s[3]]);
     }
     for (const [account, windows] of Object.entries(v.usage)) {
       if (!isRecord(windows)) return bad();
