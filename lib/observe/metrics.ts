@@ -6,13 +6,16 @@ import type { Fleet } from '../upstream/balance/index.js';
 
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 
+/** A counter series' count not yet handed to prom-client. */
+interface Pending { labels: Record<string, string> | undefined; n: number }
+
 export class Metrics {
   readonly registry = new Registry();
   /**
    * Counts of the request path, added up here and handed to prom-client when it is read
    * (collect): prom-client checks and hashes the labels on every increment.
    */
-  readonly #pending = new Map<Counter<string>, Map<string, { labels: Record<string, string>; n: number }>>();
+  readonly #pending = new Map<Counter<string>, Map<string, Pending>>();
   readonly #flush = (counter: Counter<string>): void => {
     const pending = this.#pending.get(counter);
     if (pending === undefined) return;
@@ -20,7 +23,7 @@ export class Metrics {
       if (p.n === 0) continue;
       const n = p.n;
       p.n = 0;
-      counter.inc(p.labels, n);
+      counter.inc(p.labels!, n);
     }
   };
 
@@ -60,7 +63,6 @@ export class Metrics {
   readonly upstreamEjected: Gauge<'target'> = upstreamGauge(this, 'tollgate_upstream_ejected',
     'Per replica (its URL): 1 while ejected or failing its health checks, else 0.', (r, now) => (r.healthy(now) ? 0 : 1), Math.max);
 
-
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'tollgate_process_' });
     this.tokens.inc({ kind: 'prompt' }, 0);
@@ -68,23 +70,29 @@ export class Metrics {
     this.unitsCharged.inc(0);
   }
 
-  /** Adds `n` to a counter's series `labels` (known by `key`), as of the next read. */
-  #add(counter: Counter<string>, key: string, labels: () => Record<string, string>, n: number): void {
+  /** A counter's series known by `key`, its count added to prom-client at the next read; `labels` is set by the caller when new. */
+  #series(counter: Counter<string>, key: string): Pending {
     let pending = this.#pending.get(counter);
     if (pending === undefined) this.#pending.set(counter, (pending = new Map()));
-    const p = pending.get(key);
-    if (p === undefined) pending.set(key, { labels: labels(), n });
-    else p.n += n;
+    let p = pending.get(key);
+    if (p === undefined) pending.set(key, (p = { labels: undefined, n: 0 }));
+    return p;
   }
 
   countRequest(route: string, status: number, code: string): void {
-    this.#add(this.requests, `${route}|${status}|${code}`, () => ({ route, status: String(status), code }), 1);
+    const p = this.#series(this.requests, `${route}|${status}|${code}`);
+    p.labels ??= { route, status: String(status), code };
+    p.n += 1;
   }
 
   /** Tokens of a charged request. */
   countTokens(prompt: number, completion: number): void {
-    this.#add(this.tokens, 'prompt', () => ({ kind: 'prompt' }), prompt);
-    this.#add(this.tokens, 'completion', () => ({ kind: 'completion' }), completion);
+    const p = this.#series(this.tokens, 'prompt');
+    p.labels ??= { kind: 'prompt' };
+    p.n += prompt;
+    const c = this.#series(this.tokens, 'completion');
+    c.labels ??= { kind: 'completion' };
+    c.n += completion;
   }
 
   readonly #histogramChildren = new Map<Histogram<'provider'>, Map<string, Histogram.Internal<'provider'>>>();
@@ -100,7 +108,9 @@ export class Metrics {
 
   /** Units debited. */
   countUnits(units: number): void {
-    this.#add(this.unitsCharged, '', () => ({}), units);
+    const p = this.#series(this.unitsCharged, '');
+    p.labels ??= {};
+    p.n += units;
   }
 }
 
