@@ -16,7 +16,6 @@
 
 import type { UsagePage, UsageQuery, UsageRecord, UsageReport, UsageSums } from './types.js';
 import { DayColumns } from './usage-columns.js';
-
 import { DAY_MS } from '../utc-day.js';
 
 export { DAY_MS };
