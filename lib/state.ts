@@ -43,7 +43,8 @@ export class GatewayState {
   readonly admin: AdminApi | null;
   readonly providers: ReadonlyMap<string, Provider>;
   readonly policy: ContentPolicy;
-  readonly passthrough: Passthrough | null;
+  /** Made by start() when the config names a passthrough target (the gateway serves a state only once started). */
+  passthrough: Passthrough | null = null;
   readonly limits: Limits;
   /** Non-null with store.on_error: open. */
   readonly openMode: OpenMode | null;
@@ -87,8 +88,6 @@ export class GatewayState {
     this.admin = config.admin.token === null ? null : new AdminApi(store, config, () => this.upstreams());
     this.policy = new ContentPolicy(config.content_policy.block);
     this.catalog = new Catalog(config, this.#createdAt, []);
-    const target = config.server.passthrough;
-    this.passthrough = target === null ? null : new Passthrough(target, config.server.passthrough_auth, logger);
     this.#discovery = new Discovery(providers.values(), (found) => {
       this.catalog = new Catalog(config, this.#createdAt, found);
     }, logger);
@@ -99,10 +98,12 @@ export class GatewayState {
    * store cannot answer, the seed is retried in the background and start() resolves anyway.
    */
   async start(): Promise<void> {
-    await Promise.all([
+    const target = this.config.server.passthrough;
+    const [, passthrough] = await Promise.all([
       loadTokenizers(['o200k_base', ...this.config.models.map((m) => m.tokenizer), ...Object.values(this.config.providers).map((p) => p.model_defaults.tokenizer ?? 'o200k_base')]),
-      this.passthrough?.loaded,
+      target === null ? null : Passthrough.open(target, this.config.server.passthrough_auth, this.#logger),
     ]);
+    this.passthrough = passthrough;
     this.#discovery.start();
     for (const p of this.providers.values()) p.start?.();
     await this.#seed();

@@ -1,7 +1,7 @@
 // Token counting, local and synchronous: OpenAI's BPE encodings (bpe.ts, on the vocabularies
 // gpt-tokenizer ships), or a model's own Hugging Face tokenizer.json read with
-// @huggingface/tokenizers (nothing is downloaded). Each loads once, at gateway start (or reload), for the tokenizers the catalog
-// names. `upstream` (the model server's own /tokenize, see upstream.ts) counts here with
+// @huggingface/tokenizers (nothing is downloaded). Each loads once, at gateway start (or
+// reload), for the tokenizers the catalog names. `upstream` (the model server's own /tokenize, see upstream.ts) counts here with
 // o200k_base: the estimate it falls back to.
 
 import { readFile } from 'node:fs/promises';
