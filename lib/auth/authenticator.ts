@@ -20,7 +20,7 @@ import { entryBound } from '../lru.js';
 import type { Config } from '../config/types.js';
 import { GatewayError, StoreUnavailableError, retryAfterHeaders } from '../errors.js';
 import type { Logger } from '../observe/log.js';
-import type { Revocation, Store } from '../store/types.js';
+import type { AccountRecord, Revocation, Store } from '../store/types.js';
 import { JwtVerifier, looksLikeJwt } from './jwt.js';
 import { bearer, keyIdOf, sha256Hex } from './keys.js';
 import { clientIp, compilePolicy } from './controls.js';
@@ -150,12 +150,13 @@ export class Authenticator {
     /** A rotated-out digest is cached no longer than its grace. */
     let ttl = CACHE_TTL_MS;
     try {
-      const record = await this.#store.keyByDigest(digest);
+      const found = await this.#store.keyWithAccount(digest);
+      const record = found?.key;
       const now = Date.now();
       const current = record !== undefined && record.digest === digest;
       const grace = record?.previous?.digest === digest ? record.previous.until - now : 0;
       if (record !== undefined && record.revoked_at === null && (current || grace > 0)) {
-        principal = await this.#principal(record.account, record.id);
+        principal = this.#principal(record.account, found!.account, record.id);
         if (principal !== undefined) principal.key = compilePolicy(record);
         if (!current) ttl = Math.max(1, Math.min(ttl, grace));
       }
@@ -186,7 +187,8 @@ export class Authenticator {
     if (identity.sessionId !== undefined && (await this.#sessionRevoked(identity.sessionId))) {
       throw new GatewayError('session_revoked', 'This dashboard session was revoked; sign in again.');
     }
-    const principal = await this.#principal(identity.accountId, identity.sessionId === undefined ? 'jwt' : `session_${identity.sessionId}`);
+    const account = await this.#store.getAccount(identity.accountId);
+    const principal = this.#principal(identity.accountId, account, identity.sessionId === undefined ? 'jwt' : `session_${identity.sessionId}`);
     if (principal === undefined) throw invalidKey();
     return principal;
   }
@@ -199,8 +201,7 @@ export class Authenticator {
     return revoked;
   }
 
-  async #principal(accountId: string, credentialId: string): Promise<Principal | undefined> {
-    const account = await this.#store.getAccount(accountId);
+  #principal(accountId: string, account: AccountRecord | undefined, credentialId: string): Principal | undefined {
     if (account === undefined) return undefined;
     // hasOwn: a stored plan named like an Object.prototype member is not a plan either.
     if (!Object.hasOwn(this.#config.plans, account.plan)) throw this.#missingPlan(accountId, account.plan);

@@ -22,7 +22,7 @@ import { MemoryResponses } from './memory-responses.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './memory-state.js';
 import {
   addSpend, applyPatch, seededKeys, creditRefusal, defaultControls, periodId, spentIn,
-  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type NewKey, type Revocation,
+  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type KeyWithAccount, type NewKey, type Revocation,
   type SettleResult, type Settlement, type Store, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
 import { FileUsageLog } from './usage-files.js';
@@ -335,6 +335,14 @@ export class MemoryStore implements Store {
     const copy = this.#copy(this.#keys.get(this.#digests.get(digest) ?? ''));
     await this.#settled();
     return copy;
+  }
+
+  async keyWithAccount(digest: string): Promise<KeyWithAccount | undefined> {
+    await this.#begin();
+    const key = this.#copy(this.#keys.get(this.#digests.get(digest) ?? ''));
+    const a = key === undefined ? undefined : this.#accounts.get(key.account);
+    await this.#settled();
+    return key === undefined ? undefined : { key, account: a === undefined ? undefined : { ...a } };
   }
 
   async getKey(id: string): Promise<KeyRecord | undefined> {

@@ -86,7 +86,7 @@ import { RedisUsage, USAGE_SCRIPTS, type UsageScripts } from './redis-usage.js';
 import { toControls } from './memory-state.js';
 import {
   applyPatch, defaultControls, seededKeys,
-  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type NewKey, type Revocation,
+  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type KeyWithAccount, type NewKey, type Revocation,
   type SettleResult, type Settlement, type Store, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
 
@@ -125,6 +125,7 @@ interface Scripts extends MeteringScripts, UsageScripts {
   tgKeyRotate(hash: string, digest: string, last4: string, until: string, channel: string, m1: string, m2: string): Reply;
   tgKeyRevoke(hash: string, now: string): Reply;
   tgKeyTouch(hash: string, at: string): Reply;
+  tgKeyAndAccount(hash: string, acct: string): Reply;
 }
 
 const SCRIPTS: Record<Exclude<keyof Scripts, keyof MeteringScripts | keyof UsageScripts>, { keys: number; lua: string }> = {
@@ -179,6 +180,8 @@ if r[5] == false then
   newly = 1
 end
 return {newly, r[1], r[2], r[3], r[4], r[5]}` },
+  // A key's hash and its account's (one slot), read at once: {fields, values, ...} twice.
+  tgKeyAndAccount: { keys: 2, lua: `return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}` },
   // 1 created, 0 exists (unchanged). Adds the id to the account's key set either way.
   tgKeyInit: { keys: 2, lua: `
 redis.call('SADD', KEYS[2], ARGV[1])
@@ -363,9 +366,7 @@ export class RedisStore implements Store {
   }
 
   async getAccount(id: string): Promise<AccountRecord | undefined> {
-    const h = await this.#redis.hgetall(this.#acct(id));
-    if (h.id === undefined) return undefined;
-    return { id: h.id, plan: h.plan ?? '', balance_units: Number(h.balance_units), created_at: Number(h.created_at) };
+    return accountRecord(await this.#redis.hgetall(this.#acct(id)));
   }
 
   async addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined> {
@@ -443,16 +444,15 @@ export class RedisStore implements Store {
   async keyByDigest(digest: string): Promise<KeyRecord | undefined> {
     const h = await this.#redis.hgetall(this.#key(digest));
     if (h.id === undefined || h.account === undefined) return undefined;
-    const k = await this.#redis.hgetall(`${this.#acct(h.account)}:key:${h.id}`);
-    if (k.account === undefined) {
-      // A key from before per-key controls: it has none.
-      return {
-        id: h.id, account: h.account, digest: h.digest ?? digest, created_at: Number(h.created_at),
-        revoked_at: h.revoked_at === undefined ? null : Number(h.revoked_at), last4: null, controls: defaultControls(),
-        previous: null, last_used_at: null, spent: { period: 'n', units: 0 },
-      };
-    }
-    return keyRecord(h.id, k, h.revoked_at);
+    return indexedKey(digest, h, await this.#redis.hgetall(`${this.#acct(h.account)}:key:${h.id}`));
+  }
+
+  async keyWithAccount(digest: string): Promise<KeyWithAccount | undefined> {
+    const h = await this.#redis.hgetall(this.#key(digest));
+    if (h.id === undefined || h.account === undefined) return undefined;
+    const acct = this.#acct(h.account);
+    const [k, a] = await this.#redis.tgKeyAndAccount(`${acct}:key:${h.id}`, acct) as [string[], string[]];
+    return { key: indexedKey(digest, h, hashOf(k)), account: accountRecord(hashOf(a)) };
   }
 
   async getKey(id: string): Promise<KeyRecord | undefined> {
@@ -687,6 +687,31 @@ function keyRecord(id: string, k: Record<string, string>, revokedAt: string | un
     last_used_at: k.lu === undefined ? null : Number(k.lu),
     spent: { period: k.sp ?? 'n', units: Number(k.su ?? '0') },
   };
+}
+
+/** The key a digest's index entry `h` names, from the key's own hash `k`. */
+function indexedKey(digest: string, h: Record<string, string>, k: Record<string, string>): KeyRecord {
+  if (k.account === undefined) {
+    // A key from before per-key controls: it has none.
+    return {
+      id: h.id!, account: h.account!, digest: h.digest ?? digest, created_at: Number(h.created_at),
+      revoked_at: h.revoked_at === undefined ? null : Number(h.revoked_at), last4: null, controls: defaultControls(),
+      previous: null, last_used_at: null, spent: { period: 'n', units: 0 },
+    };
+  }
+  return keyRecord(h.id!, k, h.revoked_at);
+}
+
+function accountRecord(h: Record<string, string>): AccountRecord | undefined {
+  if (h.id === undefined) return undefined;
+  return { id: h.id, plan: h.plan ?? '', balance_units: Number(h.balance_units), created_at: Number(h.created_at) };
+}
+
+/** An HGETALL's reply inside a script (fields and values in turn) as ioredis's hgetall gives it. */
+function hashOf(flat: readonly string[]): Record<string, string> {
+  const h: Record<string, string> = Object.create(null);
+  for (let i = 0; i + 1 < flat.length; i += 2) h[flat[i]!] = flat[i + 1]!;
+  return h;
 }
 
 function parseMessage(text: string): Message | undefined {

@@ -285,6 +285,11 @@ export interface UsagePage {
  */
 export type Revocation = { kind: 'key'; digest: string } | { kind: 'session'; sid: string } | { kind: 'key-changed'; digest: string };
 
+export interface KeyWithAccount {
+  key: KeyRecord;
+  account: AccountRecord | undefined;
+}
+
 export interface Store {
   /** Creates an account (0 <= balance_units <= MAX_UNITS); false when one with that id exists (nothing changes then). */
   createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean>;
@@ -305,6 +310,12 @@ export interface Store {
   createKey(key: NewKey): Promise<boolean>;
   /** The key whose current digest, or previous digest (rotation; check `previous.until`), this is. */
   keyByDigest(digest: string): Promise<KeyRecord | undefined>;
+  /**
+   * keyByDigest and the key's account (undefined when the account does not exist), read
+   * together: what authenticating a key needs. On Redis two round trips: the digest's index,
+   * then the key and its account together (they share a slot).
+   */
+  keyWithAccount(digest: string): Promise<KeyWithAccount | undefined>;
   getKey(id: string): Promise<KeyRecord | undefined>;
   /** The account's keys that are not revoked, oldest first; undefined when the account does not exist. */
   listKeys(account: string): Promise<KeyRecord[] | undefined>;

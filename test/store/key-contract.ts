@@ -108,6 +108,33 @@ export function keyContract(t: any, name: string, open: () => Promise<OpenedStor
       t.equal(await s.rotateKey(id, digestOf('n4'), 'aaaa', 1), undefined, 'a revoked key is not rotated');
     });
 
+    t.test('keyWithAccount reads what keyByDigest and getAccount read, in every state of a key', async (t: any) => {
+      const { h, id, d } = await withKey(t, controls({ name: 'w', budget: { units: 100, period: 'day' } }), 5000);
+      const s = h.store();
+      const same = async (digest: string, what: string) => {
+        const key = await s.keyByDigest(digest);
+        const both = await s.keyWithAccount(digest);
+        t.strictSame(both, key === undefined ? undefined : { key, account: await s.getAccount(key.account) }, what);
+      };
+      await same(d, 'a new key');
+      t.equal((await s.keyWithAccount(d))!.account!.balance_units, 5000, 'with its account');
+      t.equal(await s.keyWithAccount(digestOf('nobody')), undefined, 'an unknown digest');
+      t.ok((await s.hold(hold('acme', 'kwa-1', 30, id))).ok);
+      t.ok((await s.settle(settle('acme', 'kwa-1', 20, id))));
+      await s.touchKeys([{ account: 'acme', id, at: 3000 }]);
+      await same(d, 'after a settle (spent, balance) and a touch');
+      t.equal((await s.keyWithAccount(d))!.account!.balance_units, 4980, 'the balance after the debit');
+      await s.updateKey(id, { models: ['x-*'] });
+      const n1 = digestOf('kwa-new');
+      await s.rotateKey(id, n1, 'nnnn', 424242);
+      await same(n1, 'by the new digest after a rotation');
+      await same(d, 'by the previous digest in its grace');
+      t.equal((await s.keyWithAccount(d))!.key.digest, n1, 'the previous digest leads to the key, whose digest is the new one');
+      await s.revokeKey(id);
+      await same(n1, 'revoked');
+      t.type((await s.keyWithAccount(n1))!.key.revoked_at, 'number');
+    });
+
     t.test('touchKeys keeps the latest time', async (t: any) => {
       const { h, id } = await withKey(t, controls());
       const s = h.store();

@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { baseConfig, postChat, startGateway } from '../helpers/gateway.js';
 import { startRedis } from '../helpers/redis.js';
+import { CACHE_TTL_MS } from '../../lib/auth/authenticator.js';
 
 async function reads(client: Redis): Promise<number> {
   return Number(/total_reads_processed:(\d+)/.exec(await client.info('stats'))![1]);
@@ -42,6 +43,34 @@ t.test('three round trips per request with ample room in the limits, four near t
   t.ok(ample <= 3.25, `ample room: ${ample.toFixed(2)} round trips per request (at most 3, plus background work)`);
   const tight = await measure({ requests_per_minute: 1000, tokens_per_minute: 100_000_000, max_concurrent: 4 }, 20);
   t.ok(tight <= 4.25 && tight > ample, `near a limit (max_concurrent 4): ${tight.toFixed(2)} round trips, the hold after the limits`);
+});
+
+t.test('a request whose key is not cached takes two round trips more, not three', async (t) => {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const client = new Redis(redis.url);
+  t.teardown(() => client.quit());
+  const c = baseConfig();
+  c.store = { kind: 'redis', url: redis.url, prefix: `rt-miss-${process.pid}:` };
+  Object.assign(c.plans.free, { requests_per_minute: 100_000, tokens_per_minute: 100_000_000, max_concurrent: 1000 });
+  const gw = await startGateway(c);
+  t.teardown(() => gw.close());
+  const ask = (i: number) => ({ model: 'echo-small', messages: [{ role: 'user', content: `miss ${i}` }] });
+  for (let i = 0; i < 3; i++) t.equal((await postChat(gw.url, ask(i))).status, 200, 'warm-up');
+  /** Round trips of one request (the fewest of 4: the once-a-second last-use write may fall in one). */
+  const one = async (waitMs: number) => {
+    let fewest = Infinity;
+    for (let i = 0; i < 4; i++) {
+      await sleep(waitMs);
+      const before = await reads(client);
+      t.equal((await postChat(gw.url, ask(i))).status, 200);
+      await sleep(50); // the writes after the answer land
+      fewest = Math.min(fewest, await reads(client) - before - 1);
+    }
+    return fewest;
+  };
+  t.equal(await one(0), 3, 'the key cached: three');
+  t.equal(await one(CACHE_TTL_MS + 100), 5, 'the key looked up again: its index, then the key and its account at once');
 });
 
 t.test('the limits refuse a request whose hold went out with them: 429, the hold released, nothing charged', async (t) => {
