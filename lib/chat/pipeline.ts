@@ -11,7 +11,7 @@ import { isJsonContentType, readBody } from '../http/body.js';
 import { parseJsonBody } from '../http/json.js';
 import { sendJson, type RequestContext } from '../http/respond.js';
 import type { Metrics } from '../observe/metrics.js';
-import { CallAbort, TIMEOUT, type ProviderCall } from '../providers/types.js';
+import { CallAbort, TIMEOUT, type ChoicesPart, type ProviderCall } from '../providers/types.js';
 import { emptyAnswer, hasStop } from '../providers/shared.js';
 import { KEEPALIVE_FRAME, SSE_HEADERS, writeFrame } from '../sse/writer.js';
 import type { Dialect, Renderer } from '../dialects/types.js';
@@ -393,7 +393,7 @@ async function streamAnswer(
       const attempt = attempts.next();
       const { target } = attempt;
       const roleSent: boolean[] = [];
-      const held: Array<{ choices: ChunkChoice[]; native?: string }> = [];
+      const held: ChoicesPart[] = [];
       text = '';
       let usage: Usage | undefined;
       try {
@@ -410,7 +410,10 @@ async function streamAnswer(
             for (const c of part.choices) {
               if (roleSent[c.index] !== true) {
                 roleSent[c.index] = true;
-                if (c.delta.role === undefined) c.delta = { role: 'assistant', ...c.delta };
+                if (c.delta.role === undefined) {
+                  c.delta = { role: 'assistant', ...c.delta };
+                  part.chatJson = undefined;
+                }
               }
               if (typeof c.delta.content === 'string') text += c.delta.content;
               if (c.delta.reasoning_content !== undefined) text += c.delta.reasoning_content;
@@ -425,8 +428,8 @@ async function streamAnswer(
               ctx.ttftMs = performance.now() - ctx.start;
               metrics.observe(metrics.timeToFirstChunk, target.provider.name, ctx.ttfcMs / 1000);
             }
-            if (held.length > 0) for (const h of held.splice(0)) res.write(renderer.chunk(h.choices, h.native));
-            const ok = writeFrame(res, renderer.chunk(part.choices, part.native), call.abort ?? call.signal);
+            if (held.length > 0) for (const h of held.splice(0)) res.write(renderer.chunk(h.choices, h.native, h.chatJson));
+            const ok = writeFrame(res, renderer.chunk(part.choices, part.native, part.chatJson), call.abort ?? call.signal);
             if (ok !== true && !(await ok)) {
               // The client left, or stopped reading until the time ran out: the upstream is
               // aborted and what was generated so far is charged.

@@ -33,9 +33,10 @@ export interface Renderer {
   open(): string;
   /**
    * SSE frames for one upstream chunk's choices; may be ''. `native`: the upstream's own event
-   * in this dialect (model rewritten), when the upstream speaks it natively.
+   * in this dialect (model rewritten), when the upstream speaks it natively. `chatJson`: the
+   * choices as JSON, when the provider had it (ChoicesPart).
    */
-  chunk(choices: readonly ChunkChoice[], native?: string): string;
+  chunk(choices: readonly ChunkChoice[], native?: string, chatJson?: string): string;
   /** SSE frames that end a whole answer, with its final usage. */
   close(usage: Usage): string;
   /** SSE frames telling of an error after the first byte; the stream then ends. */

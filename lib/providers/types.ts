@@ -75,9 +75,21 @@ export interface CompletionResult {
   native?: string;
 }
 
+export interface ChoicesPart {
+  kind: 'choices';
+  choices: ChunkChoice[];
+  /** The upstream's own event in the client's dialect, when the call went natively. */
+  native?: string;
+  /**
+   * `choices` as JSON.stringify writes them, when the provider had them without building them
+   * (a chunk of text read by pattern): the chat dialect sends it as is. Whoever changes
+   * `choices` drops it.
+   */
+  chatJson?: string;
+}
+
 export type StreamPart =
-  /** `native`: the upstream's own event in the client's dialect, when the call went natively. */
-  | { kind: 'choices'; choices: ChunkChoice[]; native?: string }
+  | ChoicesPart
   | { kind: 'usage'; usage: Usage };
 
 export interface UpstreamStream extends AsyncIterable<StreamPart> {

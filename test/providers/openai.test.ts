@@ -193,6 +193,42 @@ t.test('streaming: split writes, CRLF, comments; chunks rewritten; usage asked u
   }
 });
 
+t.test('streaming: chunks of text in any server\'s spelling reach the client exactly, with a role on the first', async (t) => {
+  // Chunks of text are read by pattern (textChunk); this is the same stream end to end: no
+  // role chunk (the gateway adds the role to the first), llama.cpp's member order, escapes
+  // spelled as JSON allows, a surrogate pair, and every frame written as JSON.stringify would.
+  const texts = ['Hel', 'lo\n', ' w\u00f6r', 'ld \ud83d\ude00', ' "q" \\ /', '\u2028end'];
+  const frames = [
+    `data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"Hel"}}],"created":1,"id":"up-1","model":"m","system_fingerprint":"b1","object":"chat.completion.chunk"}\n\n`,
+    `data: {"id":"up-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"lo\\n"},"logprobs":null,"finish_reason":null}],"usage":null}\n\n`,
+    `data: {"id":"up-1","object":"chat.completion.chunk","created":1,"model":"m","service_tier":"default","choices":[{"index":0,"delta":{"content":" w\\u00F6r"},"logprobs":null,"finish_reason":null}],"obfuscation":"x1"}\n\n`,
+    `data: {"id":"up-1","choices":[{"index":0,"delta":{"content":"ld \\ud83d\\ude00"},"finish_reason":null}]}\n\n`,
+    `data: {"id":"up-1","choices":[{"index":0,"delta":{"content":" \\"q\\" \\\\ \\/"},"logprobs":null,"finish_reason":null}]}\n\n`,
+    `data: {"id":"up-1","choices":[{"index":0,"delta":{"content":"\u2028end"},"logprobs":null,"finish_reason":null}]}\n\n`,
+    `data: ${JSON.stringify(chunk({}, 'stop'))}\n\n`,
+    `data: ${JSON.stringify(chunk({}, null, { choices: [], usage: { prompt_tokens: 5, completion_tokens: 6, total_tokens: 11 } }))}\n\n`,
+    'data: [DONE]\n\n',
+  ];
+  for (const includeUsage of [false, true]) {
+    up.setScript((_req, res) => writeSse(res, frames, { split: 5 }));
+    const res = await postChat(gw.url, ask({ stream: true, stream_options: { include_usage: includeUsage } }));
+    t.equal(res.status, 200);
+    const { events, done } = sseData(res.text);
+    t.ok(done);
+    const pieces = events.filter((e) => e.choices.length > 0 && e.choices[0].finish_reason === null);
+    t.same(pieces.map((e) => e.choices[0].delta.content), texts, 'each text exactly');
+    t.same(pieces[0].choices[0].delta, { role: 'assistant', content: 'Hel' }, 'the role added to the first');
+    t.ok(pieces.slice(1).every((e) => e.choices[0].delta.role === undefined), 'and to no other');
+    t.same(pieces[1].choices[0], { index: 0, delta: { content: 'lo\n' }, finish_reason: null, logprobs: null });
+    t.same(pieces[3].choices[0], { index: 0, delta: { content: 'ld \ud83d\ude00' }, finish_reason: null }, 'no logprobs member where the upstream had none');
+    const dataLines = res.text.split('\n').filter((l) => l.startsWith('data: {'));
+    for (const l of dataLines) t.equal(l.slice(6), JSON.stringify(JSON.parse(l.slice(6))), 'each frame spelled as JSON.stringify spells it');
+    t.ok(events.every((e) => e.id === events[0].id && e.model === 'llama' && (includeUsage ? 'usage' in e : !('usage' in e))));
+    for (const e of events) t.same(schemas.chunk(e), []);
+    if (includeUsage) t.same(events.at(-1).usage, { prompt_tokens: 5, completion_tokens: 6, total_tokens: 11 });
+  }
+});
+
 t.test('streaming with include_usage passes the upstream usage in one final chunk', async (t) => {
   up.setScript((_req, res) => writeSse(res, streamFrames(['a', 'b'], { prompt_tokens: 30, completion_tokens: 2, total_tokens: 32 })));
   const res = await postChat(gw.url, ask({ stream: true, stream_options: { include_usage: true } }));

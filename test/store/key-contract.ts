@@ -119,7 +119,7 @@ export function keyContract(t: any, name: string, open: () => Promise<OpenedStor
       await same(d, 'a new key');
       t.equal((await s.keyWithAccount(d))!.account!.balance_units, 5000, 'with its account');
       t.equal(await s.keyWithAccount(digestOf('nobody')), undefined, 'an unknown digest');
-      t.ok((await s.hold(hold('acme', 'kwa-1', 30, id))).ok);
+      t.ok((await s.hold(hold('acme', 'kwa-1', 30, id)))!.ok);
       t.ok((await s.settle(settle('acme', 'kwa-1', 20, id))));
       await s.touchKeys([{ account: 'acme', id, at: 3000 }]);
       await same(d, 'after a settle (spent, balance) and a touch');

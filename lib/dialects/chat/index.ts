@@ -70,9 +70,9 @@ class ChatRenderer implements Renderer {
     return '';
   }
 
-  chunk(choices: readonly ChunkChoice[]): string {
+  chunk(choices: readonly ChunkChoice[], _native?: string, chatJson?: string): string {
     // Without include_usage chunks have no usage member; with it, null until the last.
-    return dataFrame(this.#chunkHead() + JSON.stringify(chatChoices(choices)) + (this.#includeUsage ? ',"usage":null}' : '}'));
+    return dataFrame(this.#chunkHead() + (chatJson ?? JSON.stringify(chatChoices(choices))) + (this.#includeUsage ? ',"usage":null}' : '}'));
   }
 
   close(usage: Answer['usage']): string {

@@ -12,7 +12,7 @@ import { HttpProvider, type StreamTranslator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
 import { withCallHeaders, type DiscoveredModel, type EmbedInput, type EmbedResult, type ProviderCall, type StreamPart } from '../types.js';
 import { embedOpenAI } from './embed.js';
-import { normalizeChunk, normalizeCompletion, parseLlamaCppContext, parseModelList, parseTokenizeCount } from './translate.js';
+import { normalizeChunk, normalizeCompletion, parseLlamaCppContext, parseModelList, parseTokenizeCount, type TextChunkMemo } from './translate.js';
 
 /** Chat parameters that OpenAI-compatible servers understand (CONTRACT section 4). */
 const FORWARDED_FIELDS = [
@@ -27,6 +27,7 @@ class ChunkTranslator implements StreamTranslator {
   readonly #call: ProviderCall;
   readonly #provider: string;
   readonly #status: number;
+  readonly #memo: TextChunkMemo = { before: undefined, after: undefined };
 
   constructor(call: ProviderCall, provider: string, status: number) {
     this.#call = call;
@@ -39,7 +40,7 @@ class ChunkTranslator implements StreamTranslator {
       this.ended = true;
       return [];
     }
-    const parts = normalizeChunk(ev, this.#call, this.#provider, this.#status);
+    const parts = normalizeChunk(ev, this.#call, this.#provider, this.#status, this.#memo);
     for (const p of parts) {
       if (p.kind === 'choices' && p.choices.some((c) => c.finish_reason !== null)) this.ended = true;
     }

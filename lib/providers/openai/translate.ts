@@ -8,7 +8,7 @@ import type {
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
 import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, matchedStop, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
-import type { DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
+import type { ChoicesPart, DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
 
 function finishReason(v: unknown, hasToolCalls: boolean): FinishReason {
   switch (v) {
@@ -154,8 +154,83 @@ function chunkChoice(c: Obj, i: number, body: Obj, call: ProviderCall): ChunkCho
   return out;
 }
 
+// Most chunks of a stream carry one choice's next piece of text and nothing else. Written
+// compactly, as OpenAI, vLLM, SGLang, Ollama and TGI write them (llama.cpp with its own field
+// order), such a chunk is read by the patterns below instead of JSON.parse and the rebuild:
+// the text's JSON literal is kept as it came (re-encoded only when it holds an escape or a
+// surrogate, where JSON.stringify might spell it differently), and the choices' JSON, exactly
+// as JSON.stringify writes them, goes with the part so the chat dialect need not build it
+// again. Anything else (whitespace, a role, a finish, logprobs, tool calls, two choices, usage,
+// an error, a member the slow path reads) is left to the full parse. The two paths give the
+// same part for every input (test/property/text-chunk.test.ts).
+
+/**
+ * A JSON string literal, strictly as JSON allows it (so JSON.parse of a match cannot fail);
+ * unrolled (runs of plain characters between escapes), so that it never backtracks.
+ */
+const STR = String.raw`"[^"\\\u0000-\u001f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\u0000-\u001f]*)*"`;
+const NUM = String.raw`-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?`;
+/** A member the slow path ignores: a string or a number under a name it does not read, or null under any name but choices. */
+const MEMBER = String.raw`"(?:(?!error"|choices"|usage")[a-z_]+":(?:${STR}|${NUM})|(?!choices")[a-z_]+":null)`;
+const INDEX = String.raw`(0|[1-9]\d{0,14})`;
+const CHOICES = '"choices":[{';
+/** Sticky: tried where CHOICES is found. */
+const TEXT_CHOICE = new RegExp(String.raw`"choices":\[\{(?:"index":${INDEX},"delta":\{"content":(${STR})\}(,"logprobs":null)?,"finish_reason":null|"finish_reason":null,"index":${INDEX},"delta":\{"content":(${STR})\})\}\]`, 'y');
+const BEFORE = new RegExp(String.raw`^\{(?:${MEMBER},)*$`);
+const AFTER = new RegExp(String.raw`^(?:,${MEMBER})*\}$`);
+/** Where JSON.stringify of the decoded text could spell it otherwise than the literal sent. */
+const RESPELL = /[\\\ud800-\udfff]/;
+
+/**
+ * The members one stream's chunks last had around their choices, found good: a stream repeats
+ * its id, created and model in every chunk, so they are checked once, then compared.
+ */
+export interface TextChunkMemo { before: string | undefined; after: string | undefined }
+
+/** The part of a chunk that carries only one choice's text, or undefined for the full parse. */
+export function textChunk(data: string, memo: TextChunkMemo = { before: undefined, after: undefined }): ChoicesPart | undefined {
+  const at = data.indexOf(CHOICES);
+  if (at === -1) return undefined;
+  TEXT_CHOICE.lastIndex = at;
+  const m = TEXT_CHOICE.exec(data);
+  if (m === null) return undefined;
+  const before = data.slice(0, at);
+  if (before !== memo.before) {
+    if (!BEFORE.test(before)) return undefined;
+    memo.before = before;
+  }
+  const after = data.slice(at + m[0].length);
+  if (after !== memo.after) {
+    if (!AFTER.test(after)) return undefined;
+    memo.after = after;
+  }
+  const llama = m[1] === undefined;
+  const index = Number(llama ? m[4] : m[1]);
+  let literal = llama ? m[5]! : m[2]!;
+  let content: string;
+  if (RESPELL.test(literal)) {
+    content = JSON.parse(literal) as string;
+    literal = JSON.stringify(content);
+  } else {
+    content = literal.slice(1, -1);
+  }
+  const logprobs = m[3] !== undefined;
+  const choice: ChunkChoice = { index, delta: { content }, finish_reason: null };
+  if (logprobs) choice.logprobs = null;
+  return {
+    kind: 'choices', choices: [choice],
+    chatJson: `[{"index":${index},"delta":{"content":${literal}},"finish_reason":null${logprobs ? ',"logprobs":null' : ''}}]`,
+  };
+}
+
 /** One upstream event of a stream answered with HTTP status `status` -> 0..2 parts (its choices, then its usage). */
-export function normalizeChunk(ev: SseEvent, call: ProviderCall, provider: string, status: number): StreamPart[] {
+export function normalizeChunk(ev: SseEvent, call: ProviderCall, provider: string, status: number, memo?: TextChunkMemo): StreamPart[] {
+  const text = ev.event === 'error' ? undefined : textChunk(ev.data, memo);
+  return text === undefined ? parsedChunk(ev, call, provider, status) : [text];
+}
+
+/** normalizeChunk by the full parse. */
+export function parsedChunk(ev: SseEvent, call: ProviderCall, provider: string, status: number): StreamPart[] {
   const body = parseJson(ev.data);
   if (!isObj(body)) throw new GatewayError('provider_error', 'The model provider sent an event that is not valid JSON.');
   if (ev.event === 'error' || (body.error !== undefined && body.error !== null)) {
