@@ -287,14 +287,18 @@ function tighter(shown: Shown, dim: Dimension, limit: number, res: RateLimiterRe
   }
 }
 
+/** Each dimension's header names, built once rather than per request. */
+const HEADER_NAMES = (['requests', 'tokens'] as const).map((dim) =>
+  ({ dim, limit: `x-ratelimit-limit-${dim}`, remaining: `x-ratelimit-remaining-${dim}`, reset: `x-ratelimit-reset-${dim}` }));
+
 function headersOf(shown: Shown): Record<string, string> {
   const headers: Record<string, string> = {};
-  for (const dim of ['requests', 'tokens'] as const) {
-    const s = shown[dim];
+  for (const h of HEADER_NAMES) {
+    const s = shown[h.dim];
     if (s === undefined) continue;
-    headers[`x-ratelimit-limit-${dim}`] = String(s.limit);
-    headers[`x-ratelimit-remaining-${dim}`] = String(s.remaining);
-    headers[`x-ratelimit-reset-${dim}`] = resetText(s.resetMs);
+    headers[h.limit] = String(s.limit);
+    headers[h.remaining] = String(s.remaining);
+    headers[h.reset] = resetText(s.resetMs);
   }
   return headers;
 }
