@@ -1,7 +1,7 @@
 // What `tollgate serve` loads (issue #13, idle RSS): only what its config uses. A gateway
 // without auth.jwt, tokenizer.json files, metrics scraping, Redis, tracing or a passthrough
 // never loads jose, @huggingface/tokenizers, undici's or rate-limiter-flexible's or prom-client's
-// index, the Prometheus text parser, ioredis, OpenTelemetry or http-proxy-3, even after serving
+// index, the Prometheus text parser, ioredis, OpenTelemetry, http-proxy-3 or Ajv, even after serving
 // a request; one that sets auth.jwt and names a tokenizer.json loads jose and the tokenizer
 // library when it starts, before its first request.
 
@@ -31,6 +31,7 @@ const NEVER = {
   'OpenTelemetry SDK': /\/node_modules\/@opentelemetry\/sdk-trace-base\//,
   'http-proxy-3': /\/node_modules\/http-proxy-3\//,
   'fast-check': /\/node_modules\/fast-check\//,
+  "Ajv's compiler (the config validator is compiled ahead of time)": /\/node_modules\/ajv\/dist\/(ajv|core)\.js$/,
 };
 
 const up = await startUpstream((_req, res) => json(res, 200, completionBody('hi')));
