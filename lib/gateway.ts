@@ -21,7 +21,7 @@ import { closeIfBodyUnread, newContext, sendError, sendJson, type RequestContext
 import { createLogger, type Logger } from './observe/log.js';
 import { Metrics } from './observe/metrics.js';
 import { createTracing, type Tracing } from './observe/trace.js';
-import { TokenShapeError } from './auth/jwt.js';
+import { TokenShapeError } from './auth/jwt-common.js';
 import { GatewayState } from './state.js';
 import { MemorySlots, RedisSlots, type Slots } from './limits/slots.js';
 import { openStore, type StoreHandle } from './store/index.js';

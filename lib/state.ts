@@ -94,10 +94,12 @@ export class GatewayState {
   }
 
   /**
-   * Loads tokenizers, starts discovery and seeds the config's accounts into the store; when the
-   * store cannot answer, the seed is retried in the background and start() resolves anyway.
+   * Makes the JWT verifier (auth.jwt), loads tokenizers, starts discovery and seeds the config's
+   * accounts into the store; when the store cannot answer, the seed is retried in the background
+   * and start() resolves anyway.
    */
   async start(): Promise<void> {
+    await this.auth.start();
     const target = this.config.server.passthrough;
     const [, passthrough] = await Promise.all([
       loadTokenizers(['o200k_base', ...this.config.models.map((m) => m.tokenizer), ...Object.values(this.config.providers).map((p) => p.model_defaults.tokenizer ?? 'o200k_base')]),

@@ -54,3 +54,29 @@ t.test('an invalid config is rejected and the old one stays', async (t) => {
   await t.rejects(gw.gateway.reload(bad), { name: 'ConfigError', problems: ['models[0].provider: unknown provider "nowhere"'] });
   t.equal((await postChat(gw.url, { model: 'echo-small', messages: [{ role: 'user', content: 'still here' }] })).json().choices[0].message.content, 'still here');
 });
+
+t.test('a reload that turns auth.jwt on authenticates dashboard JWTs at once, and one that turns it off stops them', async (t) => {
+  // jose is imported only by a state whose config sets auth.jwt (Authenticator.start()).
+  const secret = 'a-dashboard-secret-of-enough-length-0123456789';
+  const { SignJWT } = await import('jose');
+  const tok = await new SignJWT({ type: 'access', sub: 'acme' }).setProtectedHeader({ alg: 'HS256' })
+    .setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + 600).sign(new TextEncoder().encode(secret));
+  const ask = { model: 'echo-small', messages: [{ role: 'user', content: 'by jwt' }] };
+  const headers = { authorization: `Bearer ${tok}`, 'content-type': 'application/json' };
+  const gw = await startGateway(baseConfig());
+  t.teardown(() => gw.close());
+  let res = await postChat(gw.url, ask, headers);
+  t.equal(res.status, 401, 'no auth.jwt: a JWT is not a key');
+  t.equal(res.json().code, 'invalid_api_key');
+
+  const on = baseConfig();
+  on.auth = { jwt: { secret } };
+  await gw.gateway.reload(on);
+  res = await postChat(gw.url, ask, headers);
+  t.equal(res.status, 200, 'the first request after the reload is served');
+  t.equal(res.json().choices[0].message.content, 'by jwt');
+
+  await gw.gateway.reload(baseConfig());
+  res = await postChat(gw.url, ask, headers);
+  t.equal(res.status, 401, 'auth.jwt removed again');
+});

@@ -21,7 +21,8 @@ import type { Config } from '../config/types.js';
 import { GatewayError, StoreUnavailableError, retryAfterHeaders } from '../errors.js';
 import type { Logger } from '../observe/log.js';
 import type { AccountRecord, Revocation, Store } from '../store/types.js';
-import { JwtVerifier, looksLikeJwt } from './jwt.js';
+import { looksLikeJwt } from './jwt-common.js';
+import type { JwtVerifier } from './jwt.js';
 import { bearer, keyIdOf, sha256Hex } from './keys.js';
 import { clientIp, compilePolicy } from './controls.js';
 import type { Principal } from './principal.js';
@@ -47,7 +48,8 @@ export class Authenticator {
   readonly #store: Store;
   readonly #config: Config;
   readonly #prefix: string;
-  readonly #jwt: JwtVerifier | null;
+  /** Made by start() when the config sets auth.jwt: jose is imported only then. */
+  #jwt: JwtVerifier | null = null;
   readonly #keys = new LRUCache<string, Principal | 'none'>({ ...entryBound(50_000), ttl: CACHE_TTL_MS });
   readonly #revokedSessions = new LRUCache<string, boolean>({ ...entryBound(50_000), ttl: CACHE_TTL_MS });
   /**
@@ -74,7 +76,6 @@ export class Authenticator {
     this.#config = config;
     this.#logger = logger;
     this.#prefix = `${config.service.key_prefix}_`;
-    this.#jwt = config.auth.jwt === null ? null : new JwtVerifier(config.auth.jwt);
     this.#known = config.store.on_error === 'open' ? new LRUCache({ ...entryBound(50_000), ttl: KNOWN_TTL_MS }) : null;
     this.#configKeys = configKeys(config);
     this.#open = config.store.on_error === 'open';
@@ -90,6 +91,18 @@ export class Authenticator {
         this.#revokedSessions.set(r.sid, true);
       }
     });
+  }
+
+  /**
+   * Makes the dashboard JWT verifier when the config sets auth.jwt (throws, as the config's
+   * check does, when its key is unusable). Awaited by GatewayState.start(), before the state
+   * serves a request.
+   */
+  async start(): Promise<void> {
+    const jwt = this.#config.auth.jwt;
+    if (jwt === null) return;
+    const { JwtVerifier } = await import('./jwt.js');
+    this.#jwt = new JwtVerifier(jwt);
   }
 
   /**

@@ -3,7 +3,7 @@
 // Only the algorithms that fit the configured key are allowed, so `alg: none` and HS/RS
 // confusion fail. The token itself never appears in a message.
 
-import { createPublicKey, type KeyObject } from 'node:crypto';
+import type { KeyObject } from 'node:crypto';
 import {
   createRemoteJWKSet,
   decodeJwt,
@@ -16,26 +16,13 @@ import {
   type JWTVerifyGetKey,
   type JWTVerifyOptions,
 } from 'jose';
-import type { Config } from '../config/types.js';
 import { GatewayError } from '../errors.js';
+import {
+  HMAC_ALGS, JWKS_ALGS, TokenShapeError, algorithmsFor, looksLikeJwt, parsePublicKey,
+  type JwtConfig, type JwtIdentity,
+} from './jwt-common.js';
 
-export type JwtConfig = NonNullable<Config['auth']['jwt']>;
-
-/** Who a verified access token names. Revocation of `sessionId` is the caller's check. */
-export interface JwtIdentity {
-  accountId: string;
-  sessionId: string | undefined;
-}
-
-/** A JWT-shaped credential that cannot be decoded, or is not an access token: 422 {"msg"}. */
-export class TokenShapeError extends Error {
-  readonly status = 422;
-
-  constructor(message: string) {
-    super(message);
-    this.name = 'TokenShapeError';
-  }
-}
+export { TokenShapeError, looksLikeJwt, publicKeyProblem, type JwtConfig, type JwtIdentity } from './jwt-common.js';
 
 export interface JwtVerifierOptions {
   /** Leeway for exp/nbf, in seconds. Default 5. */
@@ -47,19 +34,6 @@ export interface JwtVerifierOptions {
   /** How long a fetched key set is used before it is fetched again. Default 600000 ms. */
   jwksCacheMaxAgeMs?: number;
 }
-
-/** Three dot-separated segments: header.payload.signature (the signature may be empty). */
-export function looksLikeJwt(token: string): boolean {
-  return token.split('.').length === 3;
-}
-
-const HMAC_ALGS = ['HS256', 'HS384', 'HS512'];
-const RSA_ALGS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512'];
-const PSS_ALGS = ['PS256', 'PS384', 'PS512'];
-const EC_ALGS: Record<string, string> = { prime256v1: 'ES256', secp384r1: 'ES384', secp521r1: 'ES512' };
-const EDDSA_ALGS = ['EdDSA', 'Ed25519'];
-/** A key set may name any asymmetric algorithm (jose also refuses symmetric JWKS keys). */
-const JWKS_ALGS = [...RSA_ALGS, 'ES256', 'ES384', 'ES512', ...EDDSA_ALGS];
 
 const INVALID = 'Invalid access token.';
 const EXPIRED = 'The access token has expired.';
@@ -155,41 +129,6 @@ function checkShape(token: string): void {
 function unreachable(err: unknown): boolean {
   return !(err instanceof errors.JOSEError) || err instanceof errors.JWKSTimeout || err instanceof errors.JWKSInvalid
     || err.code === 'ERR_JOSE_GENERIC';
-}
-
-function parsePublicKey(pem: string): KeyObject {
-  let key: KeyObject;
-  try {
-    key = createPublicKey(pem);
-  } catch (cause) {
-    throw new Error('auth.jwt.public_key is not a PEM public key', { cause });
-  }
-  return key;
-}
-
-/** Why `pem` cannot verify dashboard JWTs (for `check`), or undefined when it can. */
-export function publicKeyProblem(pem: string): string | undefined {
-  try {
-    algorithmsFor(parsePublicKey(pem));
-    return undefined;
-  } catch (err) {
-    return (err as Error).message.replace(/^auth\.jwt\.public_key:? ?/, '');
-  }
-}
-
-/** The JWS algorithms a public key can verify, by its type (and curve). */
-function algorithmsFor(key: KeyObject): string[] {
-  switch (key.asymmetricKeyType) {
-    case 'rsa': return RSA_ALGS;
-    case 'rsa-pss': return PSS_ALGS;
-    case 'ec': {
-      const alg = EC_ALGS[key.asymmetricKeyDetails?.namedCurve ?? ''];
-      if (alg !== undefined) return [alg];
-      break;
-    }
-    case 'ed25519': return EDDSA_ALGS;
-  }
-  throw new Error(`auth.jwt.public_key: unsupported key type ${key.asymmetricKeyType ?? 'unknown'}`);
 }
 
 /** Imports the public key once per algorithm, on first use, and reuses the promise. */

@@ -6,7 +6,7 @@
 // problem at once: it reads only the parts whose shape is right and skips the rest (the
 // schema's own messages already name those).
 
-import { publicKeyProblem } from '../auth/jwt.js';
+import { publicKeyProblem } from '../auth/jwt-common.js';
 import type { Config } from './types.js';
 
 type Obj = Record<string, unknown>;

@@ -8,7 +8,7 @@
 // tighter, and a request refused by any limit (or later, at the hold) gives back what it took.
 
 import type { RedisClient } from '../store/redis-connect.js';
-import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import { RateLimiterMemory, RateLimiterRes, rateLimiterRedis, type RateLimiterAbstract } from './rate-limiters.js';
 import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config/types.js';
 import { GatewayError, StoreUnavailableError, retryAfterHeaders } from '../errors.js';
@@ -50,6 +50,8 @@ export class Limits {
   readonly #limiters = new Map<string, RateLimiterAbstract>();
   readonly #config: Config;
   readonly #redis: RedisClient | null;
+  /** Loaded with the Limits of a Redis store (at start or reload), never by a request. */
+  readonly #RedisLimiter: ReturnType<typeof rateLimiterRedis> | null;
   readonly #slots: Slots;
   readonly #open: boolean;
   readonly #logger: Logger;
@@ -60,6 +62,7 @@ export class Limits {
   constructor(config: Config, redis: RedisClient | null, slots: Slots, logger: Logger) {
     this.#config = config;
     this.#redis = redis;
+    this.#RedisLimiter = redis === null ? null : rateLimiterRedis();
     this.#slots = slots;
     this.#open = config.store.on_error === 'open';
     this.#logger = logger;
@@ -77,9 +80,9 @@ export class Limits {
     if (l === undefined) {
       const keyPrefix = planName === null ? `${this.#config.store.prefix}rl:key:${dim}` : `${this.#config.store.prefix}rl:${dim}:${planName}`;
       const opts = { points, duration: WINDOW_S, keyPrefix };
-      l = this.#redis === null
+      l = this.#redis === null || this.#RedisLimiter === null
         ? new RateLimiterMemory(opts)
-        : new RateLimiterRedis({
+        : new this.#RedisLimiter({
           ...opts,
           storeClient: this.#redis,
           // store.on_error: open keeps serving on per-instance limits while Redis is down.

@@ -1,7 +1,8 @@
 // Prometheus metrics (prom-client), on a registry of the gateway's own so that several
 // gateways embedded in one process do not collide.
 
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type * as Prom from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from './prom-client.js';
 import type { Fleet } from '../upstream/balance/index.js';
 
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
@@ -95,7 +96,7 @@ export class Metrics {
     c.n += completion;
   }
 
-  readonly #histogramChildren = new Map<Histogram<'provider'>, Map<string, Histogram.Internal<'provider'>>>();
+  readonly #histogramChildren = new Map<Histogram<'provider'>, Map<string, Prom.Histogram.Internal<'provider'>>>();
 
   /** Observes `seconds` in a per-provider histogram, through its cached labelled child. */
   observe(histogram: Histogram<'provider'>, provider: string, seconds: number): void {

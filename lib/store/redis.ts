@@ -76,7 +76,7 @@
 import { randomUUID } from 'node:crypto';
 import { keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
-import { RateLimiterRedis } from 'rate-limiter-flexible';
+import { rateLimiterRedis } from '../limits/rate-limiters.js';
 import { defineLeaseCommands } from '../limits/slots.js';
 import { connect, keepSubscribed, retire, type RedisClient, type RedisTopology } from './redis-connect.js';
 import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-metering.js';
@@ -274,7 +274,7 @@ export class RedisStore implements Store {
     // called on it then would break the whole batch (ioredis#1931). The rate limiters define
     // theirs when built, lazily: this throwaway one defines it up front.
     defineLeaseCommands(redis);
-    new RateLimiterRedis({ storeClient: redis, points: 1, duration: 1, keyPrefix: `${this.prefix}rl:init` });
+    new (rateLimiterRedis())({ storeClient: redis, points: 1, duration: 1, keyPrefix: `${this.prefix}rl:init` });
     this.#redis = redis as RedisClient & Scripts;
     if (waitReplicas > 0) {
       const waitMs = options.waitTimeoutMs ?? Math.max(1, Math.floor(timeout / 2));

@@ -6,7 +6,7 @@
 
 import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { Tokenizer } from '@huggingface/tokenizers';
+import type { Tokenizer } from '@huggingface/tokenizers';
 import { LRUCache } from 'lru-cache';
 import type { TokenizerName, TokenizerSpec } from '../config/types.js';
 import type { ChatMessage } from '../chat/types.js';
@@ -68,9 +68,11 @@ async function loadTokenizerJson(path: string): Promise<(text: string) => number
   try {
     cfg = JSON.parse(await readFile(join(dirname(path), 'tokenizer_config.json'), 'utf8'));
   } catch { /* optional */ }
+  // Imported here, at the load of the first tokenizer.json: a config that names none never loads it.
+  const { Tokenizer: HfTokenizer } = await import('@huggingface/tokenizers');
   let tok: Tokenizer;
   try {
-    tok = new Tokenizer(json as object, cfg as object);
+    tok = new HfTokenizer(json as object, cfg as object);
     tok.encode('probe');
   } catch (err) {
     throw new Error(`tokenizer ${path}: not a usable tokenizer.json (${(err as Error).message})`);

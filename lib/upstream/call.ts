@@ -5,8 +5,9 @@
 // the call with the signal's reason, as `pool.request` does; a body that is no longer wanted is
 // destroyed, which aborts the call too.
 
-import type { Dispatcher, Pool } from 'undici';
-import { errors as undiciErrors, util as undiciUtil } from 'undici';
+import type { Dispatcher } from 'undici';
+import type { Pool } from './undici.js';
+import { errors as undiciErrors, util as undiciUtil } from './undici.js';
 
 export type UpstreamHeaders = Record<string, string | string[]>;
 

@@ -1,7 +1,7 @@
 // Upstream HTTP transport shared by HTTP providers: one undici Pool per replica origin with
 // keep-alive and connect/total timeouts, and the mapping of transport failures to our codes.
 
-import { Pool, errors as undiciErrors } from 'undici';
+import { Pool, errors as undiciErrors } from './undici.js';
 import type { Dispatcher } from 'undici';
 import type { ProviderConfig } from '../config/types.js';
 import { GatewayError, retryAfterHeaders } from '../errors.js';

@@ -3,7 +3,6 @@
 // instance, tracks outcomes for passive ejection, and keeps each replica's view fresh with
 // active health checks and metrics scraping where the config asks for them.
 
-import { request } from 'undici';
 import type { BalancePolicy, ProviderConfig, ReplicaConfig } from '../../config/types.js';
 import type { Logger } from '../../observe/log.js';
 import type { Outcome } from '../health.js';
@@ -14,7 +13,18 @@ import type { Policy } from './policy.js';
 import { PrefixAffinity } from './prefix-affinity.js';
 import { Replica, type ReplicaView } from './replica.js';
 import { RoundRobin } from './round-robin.js';
-import { parseServerLoad } from './scrape.js';
+
+/**
+ * What a metrics scrape needs: undici's request() on its global agent (undici's whole index)
+ * and the Prometheus text parser. Imported by the first scrape, which watch() starts at once
+ * for a replica with a metrics URL; a gateway that scrapes nothing never loads them.
+ */
+let scrapeModules: Promise<{ request: typeof import('undici').request; parseServerLoad: typeof import('./scrape.js').parseServerLoad }> | undefined;
+function scraping(): NonNullable<typeof scrapeModules> {
+  scrapeModules ??= Promise.all([import('undici'), import('./scrape.js')])
+    .then(([undici, scrape]) => ({ request: undici.request, parseServerLoad: scrape.parseServerLoad }));
+  return scrapeModules;
+}
 
 /** A metrics page larger than this is cut (and its tail ignored). */
 const MAX_METRICS_BYTES = 4 * 1024 * 1024;
@@ -186,6 +196,7 @@ export class Fleet {
     if (url === undefined) return;
     const signal = AbortSignal.any([this.#controller.signal, AbortSignal.timeout(intervalMs)]);
     try {
+      const { request, parseServerLoad } = await scraping();
       const res = await request(url, { method: 'GET', signal, headers: { accept: 'text/plain' } });
       const text = await readCapped(res.body, MAX_METRICS_BYTES);
       if (res.statusCode !== 200) throw new Error(`status ${res.statusCode}`);

@@ -1,0 +1,96 @@
+// What `tollgate serve` loads (issue #13, idle RSS): only what its config uses. A gateway
+// without auth.jwt, tokenizer.json files, metrics scraping, Redis, tracing or a passthrough
+// never loads jose, @huggingface/tokenizers, undici's or rate-limiter-flexible's or prom-client's
+// index, the Prometheus text parser, ioredis, OpenTelemetry, http-proxy-3 or Ajv, even after serving
+// a request; one that sets auth.jwt and names a tokenizer.json loads jose and the tokenizer
+// library when it starts, before its first request.
+
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { PRO_KEY } from '../helpers/gateway.js';
+import { completionBody, json, startUpstream } from '../helpers/upstream.js';
+
+const BIN = fileURLToPath(new URL('../../bin/tollgate.js', import.meta.url));
+const PRELOAD = fileURLToPath(new URL('../fixtures/loaded-modules/preload.mjs', import.meta.url));
+const TINY = fileURLToPath(new URL('../fixtures/tokenizers/tiny-bpe/tokenizer.json', import.meta.url));
+
+const NEVER = {
+  jose: /\/node_modules\/jose\//,
+  '@huggingface/tokenizers': /\/node_modules\/@huggingface\/tokenizers\//,
+  "undici's index": /\/node_modules\/undici\/index\.js$/,
+  "rate-limiter-flexible's index": /\/node_modules\/rate-limiter-flexible\/index\.js$/,
+  'RateLimiterRedis': /\/node_modules\/rate-limiter-flexible\/lib\/RateLimiterRedis\.js$/,
+  "prom-client's index": /\/node_modules\/prom-client\/index\.js$/,
+  'parse-prometheus-text-format': /\/node_modules\/parse-prometheus-text-format\//,
+  ioredis: /\/node_modules\/ioredis\//,
+  'OpenTelemetry SDK': /\/node_modules\/@opentelemetry\/sdk-trace-base\//,
+  'http-proxy-3': /\/node_modules\/http-proxy-3\//,
+  'fast-check': /\/node_modules\/fast-check\//,
+  "Ajv's compiler (the config validator is compiled ahead of time)": /\/node_modules\/ajv\/dist\/(ajv|core)\.js$/,
+};
+
+const up = await startUpstream((_req, res) => json(res, 200, completionBody('hi')));
+const dir = await mkdtemp(join(tmpdir(), 'tollgate-idle-modules-'));
+t.teardown(async () => { await up.close(); await rm(dir, { recursive: true, force: true }); });
+
+function config(extra: string, tokenizer = ''): string {
+  return `server: { port: 0 }
+accounts:
+  - id: acme
+    plan: pro
+    keys: [${PRO_KEY}]
+providers:
+  up: { kind: openai, base_url: ${up.baseUrl} }
+models:
+  - { id: m, provider: up${tokenizer} }
+${extra}`;
+}
+
+/** Starts `tollgate serve` with the preload, optionally sends one chat request, and lists the loaded modules. */
+async function loaded(t: any, name: string, yaml: string, request: boolean): Promise<string[]> {
+  const file = join(dir, `${name}.yaml`);
+  const list = join(dir, `${name}.modules`);
+  await writeFile(file, yaml);
+  await writeFile(list, '');
+  const proc = spawn(process.execPath, ['--import', PRELOAD, BIN, 'serve', '--config', file, '--host', '127.0.0.1'], {
+    stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn', LOADED_MODULES_FILE: list },
+  });
+  t.teardown(() => { if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL'); });
+  let out = '';
+  proc.stdout!.on('data', (d) => { out += d; });
+  proc.stderr!.on('data', (d) => { out += d; });
+  for (let i = 0; i < 1200 && !/listening on (\S+)/.test(out) && proc.exitCode === null; i++) await sleep(25);
+  const url = /listening on (\S+)/.exec(out)?.[1];
+  if (url === undefined) throw new Error(`the gateway did not start: ${out}`);
+  if (request) {
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${PRO_KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hello' }] }),
+    });
+    t.equal(res.status, 200, 'the request is served');
+    await res.arrayBuffer();
+  }
+  proc.kill('SIGUSR2');
+  let text = '';
+  for (let i = 0; i < 400 && !text.includes('done\n'); i++) { await sleep(25); text = await readFile(list, 'utf8'); }
+  t.match(text, /done\n/, 'the module list was written');
+  return text.split('\n');
+}
+
+t.test('a config that uses none of them loads none, even once it served a request', async (t) => {
+  const mods = await loaded(t, 'plain', config(''), true);
+  t.ok(mods.some((m) => /\/node_modules\/undici\/lib\/dispatcher\/pool\.js$/.test(m)), 'the module list is read (undici\'s Pool is there)');
+  for (const [name, re] of Object.entries(NEVER)) t.notOk(mods.some((m) => re.test(m)), `${name} is not loaded`);
+});
+
+t.test('auth.jwt and a tokenizer.json load jose and the tokenizer library at start', async (t) => {
+  const mods = await loaded(t, 'jwt', config('auth: { jwt: { secret: a-dashboard-secret-of-enough-length-0123456789 } }', `, tokenizer: ${JSON.stringify(TINY)}`), false);
+  t.ok(mods.some((m) => NEVER.jose.test(m)), 'jose is loaded before any request');
+  t.ok(mods.some((m) => NEVER['@huggingface/tokenizers'].test(m)), '@huggingface/tokenizers is loaded before any request');
+});
