@@ -99,10 +99,11 @@ const chunkWith = (member: fc.Arbitrary<string>) => fc.record({
 const chunk = chunkWith(scalarMember);
 
 t.test('chunks of text as servers write them: the pattern gives what the full parse gives', async (t) => {
+  let taken = 0;
   fc.assert(fc.property(chunk, (data) => {
-    assert.ok(agrees(data), `a chunk of text the pattern declined: ${JSON.stringify(data)}`);
+    if (agrees(data)) taken++;
   }), { numRuns: 3000 });
-  t.pass('3000 chunks of text, each read by the pattern as the full parse reads it');
+  t.equal(taken, 3000, 'every chunk of text read by the pattern, as the full parse reads it');
 });
 
 t.test('chunks of text among members of any kind: taken only when the full parse agrees', async (t) => {
@@ -128,10 +129,11 @@ t.test('the same chunks with a byte inserted, deleted or changed: taken only whe
 });
 
 t.test('arbitrary JSON and arbitrary text: taken only when the full parse agrees', async (t) => {
-  fc.assert(fc.property(fc.oneof(fc.json(), fc.string(), fc.jsonValue().map((v) => JSON.stringify({ choices: [v] }))), (data) => {
-    agrees(data);
+  let taken = 0;
+  fc.assert(fc.property(fc.oneof(fc.json(), fc.string(), fc.jsonValue().map((v) => JSON.stringify({ choices: [v] })), chunk), (data) => {
+    if (agrees(data)) taken++;
   }), { numRuns: 2000 });
-  t.pass('no disagreement in 2000 inputs');
+  t.ok(taken > 0 && taken < 2000, `${taken} of 2000 taken (the chunks of text among them), each agreeing`);
 });
 
 t.test('what the pattern leaves to the full parse', async (t) => {
