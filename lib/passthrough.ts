@@ -5,6 +5,7 @@
 // config names a passthrough target: a gateway without one does not carry it (about 2 MB of heap).
 
 import { Agent as HttpAgent, type IncomingMessage, type ServerResponse } from 'node:http';
+import { Agent as HttpsAgent } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { ProxyServer } from 'http-proxy-3';
 import { GatewayError } from './errors.js';
@@ -17,11 +18,10 @@ export class Passthrough {
   readonly #stripAuth: boolean;
   readonly #logger: Logger;
 
-  /** Loads http-proxy-3 (once per process; node:https too for an https target) and makes the proxy. */
+  /** Loads http-proxy-3 (once per process) and makes the proxy. */
   static async open(target: string, stripAuth: boolean, logger: Logger): Promise<Passthrough> {
     const { createProxyServer } = await import('http-proxy-3');
-    // node:https (and node:tls) only for an https target.
-    const agent = target.startsWith('https:') ? new (await import('node:https')).Agent({ keepAlive: true }) : new HttpAgent({ keepAlive: true });
+    const agent = target.startsWith('https:') ? new HttpsAgent({ keepAlive: true }) : new HttpAgent({ keepAlive: true });
     return new Passthrough(createProxyServer({ target, agent, xfwd: true, changeOrigin: true, ws: true }), agent, stripAuth, logger);
   }
 

@@ -22,8 +22,6 @@ import {
   type JwtConfig, type JwtIdentity,
 } from './jwt-common.js';
 
-export { TokenShapeError, looksLikeJwt, publicKeyProblem, type JwtConfig, type JwtIdentity } from './jwt-common.js';
-
 export interface JwtVerifierOptions {
   /** Leeway for exp/nbf, in seconds. Default 5. */
   clockToleranceSec?: number;

@@ -7,7 +7,7 @@
 
 import type { Dispatcher } from 'undici';
 import type { Pool } from './undici.js';
-import { errors as undiciErrors, util as undiciUtil } from './undici.js';
+import { errors as undiciErrors, parseHeaders } from './undici.js';
 
 export type UpstreamHeaders = Record<string, string | string[]>;
 
@@ -245,7 +245,7 @@ class Handler implements Dispatcher.DispatchHandler {
     body.bind(this.#abort ?? (() => undefined), resume);
     this.#body = body;
     // undici's own parsing, as pool.request does it: names lower-cased, repeats as arrays.
-    this.#resolve({ statusCode, headers: undiciUtil.parseHeaders(rawHeaders), body });
+    this.#resolve({ statusCode, headers: parseHeaders(rawHeaders), body });
     return true;
   }
 

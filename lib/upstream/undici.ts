@@ -14,9 +14,8 @@ const Dispatcher = require('undici/lib/dispatcher/dispatcher.js') as typeof Undi
 // What undici's index does: request(), stream(), pipeline(), upgrade(), connect() on every dispatcher.
 Object.assign(Dispatcher.prototype, require('undici/lib/api/index.js'));
 
-const coreUtil = require('undici/lib/core/util.js') as typeof Undici.util;
 
 export const Pool = require('undici/lib/dispatcher/pool.js') as typeof Undici.Pool;
 export type Pool = Undici.Pool;
 export const errors = require('undici/lib/core/errors.js') as typeof Undici.errors;
-export const util: typeof Undici.util = { parseHeaders: coreUtil.parseHeaders, headerNameToString: coreUtil.headerNameToString };
+export const parseHeaders = (require('undici/lib/core/util.js') as typeof Undici.util).parseHeaders;

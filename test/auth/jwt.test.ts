@@ -5,7 +5,8 @@ import t, { type Test } from 'tap';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { exportJWK, exportPKCS8, exportSPKI, generateKeyPair, importPKCS8, SignJWT, type CryptoKey, type JWK, type JWTPayload } from 'jose';
-import { JwtVerifier, looksLikeJwt, TokenShapeError, type JwtIdentity } from '../../lib/auth/jwt.js';
+import { JwtVerifier } from '../../lib/auth/jwt.js';
+import { looksLikeJwt, TokenShapeError, type JwtIdentity } from '../../lib/auth/jwt-common.js';
 import { GatewayError, type ErrorCode } from '../../lib/errors.js';
 
 const SECRET = 'dashboard-secret-0123456789abcdef0123456789';

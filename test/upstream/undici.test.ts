@@ -7,15 +7,13 @@ import t from 'tap';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import * as undici from 'undici';
-import { Pool, errors, util } from '../../lib/upstream/undici.js';
+import { Pool, errors, parseHeaders } from '../../lib/upstream/undici.js';
 
 t.test('the same classes and functions as undici\'s index', async (t) => {
   t.equal(Pool, undici.Pool);
   t.equal(errors, undici.errors);
   t.equal(errors.HeadersTimeoutError, undici.errors.HeadersTimeoutError);
-  t.equal(util.parseHeaders, undici.util.parseHeaders);
-  t.equal(util.headerNameToString, undici.util.headerNameToString);
-  t.same(Object.keys(util).sort(), Object.keys(undici.util).sort());
+  t.equal(parseHeaders, undici.util.parseHeaders);
   for (const m of ['request', 'stream', 'pipeline', 'upgrade', 'connect'] as const) {
     t.equal(typeof Pool.prototype[m], 'function', `Pool.prototype.${m}`);
   }
