@@ -1,6 +1,8 @@
 // The one table of every error a client can see: code -> status and type.
 // Everything else that goes wrong becomes 500 internal_error; its detail stays in the log.
 
+import { merged } from './objects.js';
+
 export type ErrorType =
   | 'invalid_request_error'
   | 'insufficient_credits'
@@ -158,9 +160,9 @@ export function toGatewayError(err: unknown): GatewayError {
  */
 export function envelope(err: GatewayError, requestId: string | undefined): Record<string, unknown> {
   const fields = { message: err.message, type: err.type, param: err.param, code: err.code };
-  const body: Record<string, unknown> = { ...fields };
+  const body: Record<string, unknown> = Object.assign({}, fields);
   if (requestId !== undefined) body.request_id = requestId;
   if (err.extras !== undefined) Object.assign(body, err.extras);
-  body.error = err.extras === undefined ? fields : { ...fields, ...err.extras };
+  body.error = err.extras === undefined ? fields : merged<Record<string, unknown>>(fields, err.extras);
   return body;
 }

@@ -17,7 +17,7 @@ import { checkRemovedPlans } from './config/removed-plans.js';
 import type { Config } from './config/types.js';
 import { GatewayError, MAX_ECHO, StoreUnavailableError, clip, retryAfterHeaders, toGatewayError } from './errors.js';
 import { requestIdFor } from './http/request-id.js';
-import { closeIfBodyUnread, newContext, sendError, sendJson, type RequestContext } from './http/respond.js';
+import { answerHeaders, closeIfBodyUnread, newContext, sendError, sendJson, type RequestContext } from './http/respond.js';
 import { createLogger, type Logger } from './observe/log.js';
 import { Metrics } from './observe/metrics.js';
 import { createTracing, type Tracing } from './observe/trace.js';
@@ -294,7 +294,7 @@ export class Gateway {
       if (state.catalog.size === 0) {
         throw new GatewayError('service_unavailable', 'The model catalog is not populated yet.', { headers: retryAfterHeaders(5000) });
       }
-      sendJson(res, 200, state.catalog.listJson(principal.plan, principal.key), { ...ctx.rateHeaders, 'x-request-id': ctx.id });
+      sendJson(res, 200, state.catalog.listJson(principal.plan, principal.key), answerHeaders(ctx));
       return;
     }
     let id: string;
@@ -309,7 +309,7 @@ export class Gateway {
       state.catalog.resolve(id, principal.plan, false, undefined, principal.key); // throws model_not_found with suggestions
       throw new GatewayError('model_not_found', `The model '${clip(id)}' does not exist.`, { param: 'model' });
     }
-    sendJson(res, 200, json, { ...ctx.rateHeaders, 'x-request-id': ctx.id });
+    sendJson(res, 200, json, answerHeaders(ctx));
   }
 
   #fail(ctx: RequestContext, res: ServerResponse, err: unknown): void {

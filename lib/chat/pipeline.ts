@@ -9,7 +9,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError, retryAfterHeaders } from '../errors.js';
 import { isJsonContentType, readBody } from '../http/body.js';
 import { parseJsonBody } from '../http/json.js';
-import { sendJson, type RequestContext } from '../http/respond.js';
+import { answerHeaders, sendJson, type RequestContext } from '../http/respond.js';
+import { merged } from '../objects.js';
 import type { Metrics } from '../observe/metrics.js';
 import { CallAbort, TIMEOUT, type ChoicesPart, type ProviderCall } from '../providers/types.js';
 import { emptyAnswer, hasStop } from '../providers/shared.js';
@@ -329,7 +330,7 @@ async function completeAnswer(
       if (res.destroyed) return;
       const answer = renderer.complete({ choices: result.choices, usage, native: result.native });
       if (renderer.keep !== undefined) await keep(renderer.keep(), ctx);
-      const headers: Record<string, string> = { ...result.headers, ...ctx.rateHeaders, 'x-request-id': ctx.id };
+      const headers = answerHeaders(ctx, result.headers);
       // Unmetered (store.on_error: open during an outage): no balance is known, none is claimed.
       if (charge.charged !== undefined) headers['x-tollgate-units-charged'] = String(charge.charged);
       if (charge.available !== undefined) headers['x-tollgate-wallet-balance-units'] = String(charge.available);
@@ -375,7 +376,7 @@ async function streamAnswer(
   let upstreamHeaders: Record<string, string> = {};
   const commit = () => {
     committed = true;
-    res.writeHead(200, { ...SSE_HEADERS, ...upstreamHeaders, ...ctx.rateHeaders, 'x-request-id': ctx.id });
+    res.writeHead(200, answerHeaders(ctx, merged<Record<string, string>>(SSE_HEADERS, upstreamHeaders)));
     const opening = renderer.open();
     if (opening !== '') res.write(opening);
     metrics.openStreams.inc();

@@ -9,6 +9,7 @@ import type { GatewayState } from '../state.js';
 import type { Dialect } from '../dialects/types.js';
 import type { RequestSpan } from '../observe/trace.js';
 import { envelope, type GatewayError } from '../errors.js';
+import { merged } from '../objects.js';
 
 export interface RequestContext {
   readonly id: string;
@@ -53,6 +54,17 @@ export function newContext(id: string, route: string): RequestContext {
     stream: false, code: '', usage: undefined, usageSource: undefined, charge: undefined, rateHeaders: undefined, upstreamMs: undefined, ttfcMs: undefined,
     ttftMs: undefined, target: undefined, upstreamHeaders: undefined, requestModel: undefined, span: undefined, state: undefined, dialect: undefined,
   };
+}
+
+/**
+ * A successful answer's headers: `upstream`'s (forwarded from the upstream's answer), then the
+ * request's x-ratelimit-* headers, then its x-request-id; the caller may add more. Built
+ * without a spread-first literal (see objects.ts).
+ */
+export function answerHeaders(ctx: RequestContext, upstream?: Record<string, string>): Record<string, string> {
+  const headers: Record<string, string> = merged(upstream, ctx.rateHeaders);
+  headers['x-request-id'] = ctx.id;
+  return headers;
 }
 
 /**

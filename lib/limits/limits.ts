@@ -141,7 +141,7 @@ export class Limits {
       tighter(shown, c.dim, c.limit, rejection);
       const whose = c.scope === 'plan' ? 'this account' : 'this API key';
       throw new GatewayError('rate_limit_exceeded', `Rate limit reached: ${c.limit} ${c.dim} per minute for ${whose}. Retry after ${resetText(rejection.msBeforeNext)}.`, {
-        headers: { ...headersOf(shown), ...retryAfterHeaders(rejection.msBeforeNext) },
+        headers: Object.assign(headersOf(shown), retryAfterHeaders(rejection.msBeforeNext)),
       });
     }
     tighter(shown, c.dim, c.limit, res);
@@ -184,7 +184,7 @@ export class Limits {
       if (slotDown !== undefined) throw this.#storeDown(slotDown.reason);
       const [, cap, whose] = caps[full]!;
       throw new GatewayError('too_many_concurrent', `Too many requests in flight: ${whose === 'account' ? 'this account' : 'this API key'} may have ${cap} at once.`, {
-        headers: { ...headersOf(shown), ...retryAfterHeaders(1000) },
+        headers: Object.assign(headersOf(shown), retryAfterHeaders(1000)),
       });
     }
     const headers = headersOf(shown);

@@ -125,7 +125,8 @@ export abstract class HttpProvider implements Provider {
     if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
     const text = await this.#answerText(res, call);
     try {
-      return { ...this.completion(text, call, res.statusCode), headers: forwardedHeaders(res.headers) };
+      // Not a spread-first literal (objects.ts): the completion is this call's own object.
+      return Object.assign(this.completion(text, call, res.statusCode), { headers: forwardedHeaders(res.headers) });
     } catch (err) {
       throw this.#redact(err);
     }

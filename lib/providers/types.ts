@@ -5,6 +5,7 @@
 import type { ChatRequest, ChunkChoice, CompletionChoice, NativeRequest, Usage } from '../chat/types.js';
 import type { ModelConfig, ProviderConfig } from '../config/types.js';
 import type { Fleet, Replica } from '../upstream/balance/index.js';
+import { merged } from '../objects.js';
 
 export interface ProviderCall {
   request: ChatRequest;
@@ -61,7 +62,7 @@ export class CallAbort {
 
 /** A call's headers: the provider's own, plus the call's extra ones where the provider sets none. */
 export function withCallHeaders(own: Record<string, string>, call: ProviderCall): Record<string, string> {
-  return call.headers === undefined ? own : { ...call.headers, ...own };
+  return call.headers === undefined ? own : merged(call.headers, own);
 }
 
 /** The reason the pipeline aborts an upstream call whose time ran out. */

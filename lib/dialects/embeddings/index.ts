@@ -10,7 +10,7 @@ import type { ChatRequest } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
 import { isJsonContentType, readBody } from '../../http/body.js';
 import { parseJsonBody } from '../../http/json.js';
-import { sendJson, type RequestContext } from '../../http/respond.js';
+import { answerHeaders, sendJson, type RequestContext } from '../../http/respond.js';
 import type { Metrics } from '../../observe/metrics.js';
 import type { EmbedInput } from '../../providers/types.js';
 import type { GatewayState } from '../../state.js';
@@ -129,11 +129,10 @@ export async function handleEmbeddings(
         const data = result.vectors.map((v, index) => ({ object: 'embedding', index, embedding: e.base64 ? base64(v) : v }));
         sendJson(res, 200, JSON.stringify({
           object: 'list', data, model: model.id, usage: { prompt_tokens: tokens, total_tokens: tokens },
-        }), {
-          ...result.headers, ...ctx.rateHeaders, 'x-request-id': ctx.id,
+        }), Object.assign(answerHeaders(ctx, result.headers), {
           'x-tollgate-units-charged': String(admitted.charge.charged),
           'x-tollgate-wallet-balance-units': String(admitted.charge.available),
-        });
+        }));
         return;
       } catch (err) {
         if (!attempts.canFallBack(err)) throw err;

@@ -7,7 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError } from '../../errors.js';
 import { isJsonContentType, readBody } from '../../http/body.js';
 import { parseJsonBody } from '../../http/json.js';
-import { sendJson, type RequestContext } from '../../http/respond.js';
+import { answerHeaders, sendJson, type RequestContext } from '../../http/respond.js';
 import type { GatewayState } from '../../state.js';
 import { messagesDialect } from './index.js';
 import type { NativeRequest } from '../../chat/types.js';
@@ -49,5 +49,5 @@ export async function countTokens(state: GatewayState, ctx: RequestContext, req:
     grant.correct(0);
     grant.release();
   }
-  sendJson(res, 200, `{"input_tokens":${n}}`, { ...ctx.rateHeaders, 'x-request-id': ctx.id });
+  sendJson(res, 200, `{"input_tokens":${n}}`, answerHeaders(ctx));
 }

@@ -8,12 +8,13 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ChatMessage, ChatRequest } from '../../chat/types.js';
 import { envelope, GatewayError } from '../../errors.js';
-import { sendJson, type RequestContext } from '../../http/respond.js';
+import { answerHeaders, sendJson, type RequestContext } from '../../http/respond.js';
 import type { GatewayState } from '../../state.js';
 import type { Store } from '../../store/types.js';
 import type { Dialect, DialectEnv, Renderer } from '../types.js';
 import { parseResponses, type ResponsesInput } from './parse.js';
 import { newId, ResponsesRenderer } from './render.js';
+import { merged } from '../../objects.js';
 
 /** What is kept per stored response: the object GET answers, and the conversation so far. */
 interface Kept { response: Record<string, unknown>; conversation: ChatMessage[] }
@@ -63,7 +64,7 @@ export const responsesDialect: Dialect = {
   credential: (req: IncomingMessage) => req.headers.authorization,
   parse(body: unknown): ChatRequest {
     const { request, extra } = parseResponses(body);
-    pending.set(request, { ...extra, before: [], env: undefined });
+    pending.set(request, merged<Pending>(extra, { before: [], env: undefined }));
     return request;
   },
   async prepare(request: ChatRequest, env: DialectEnv): Promise<void> {
@@ -80,7 +81,7 @@ export const responsesDialect: Dialect = {
     const system: ChatMessage[] = p.instructions === null ? [] : [{ role: 'system', content: p.instructions }];
     request.messages = [...system, ...kept.conversation, ...p.input];
     request.imageCount = countImages(request.messages);
-    request.body = { ...request.body, messages: request.messages };
+    request.body = merged<Record<string, unknown>>(request.body, { messages: request.messages });
   },
   renderer: (request: ChatRequest, model: string): Renderer => new KeepingRenderer(pending.get(request)!, model),
   errorBody: (err, requestId) => JSON.stringify(envelope(err, requestId)),
@@ -99,7 +100,7 @@ export async function handleStoredResponse(
   } catch {
     throw notFound(rawId);
   }
-  const headers = { ...ctx.rateHeaders, 'x-request-id': ctx.id };
+  const headers = answerHeaders(ctx);
   const unavailable = (err: unknown) => {
     throw new GatewayError('service_unavailable', 'The response store is unavailable; retry shortly.', { cause: err });
   };

@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import type { ChatMessage, ChunkChoice, FinishReason, ToolCall, Usage } from '../../chat/types.js';
 import type { GatewayError } from '../../errors.js';
 import type { Answer, Renderer } from '../types.js';
+import { merged } from '../../objects.js';
 
 export function newId(prefix: string): string {
   return `${prefix}_${randomBytes(24).toString('hex')}`;
@@ -147,7 +148,7 @@ export class ResponsesRenderer implements Renderer {
   #add(item: Item): string {
     this.#items.push(item);
     this.#open = item;
-    const added = item.type === 'function_call' ? { ...item } : { ...item, content: [] };
+    const added = item.type === 'function_call' ? { ...item } : merged<Item>(item, { content: [] });
     return this.#event('response.output_item.added', { output_index: this.#items.length - 1, item: added });
   }
 

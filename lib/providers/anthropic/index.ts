@@ -13,6 +13,7 @@ import type { ProviderCall } from '../types.js';
 import { isObj, parseJson } from '../shared.js';
 import { NATIVE_DIALECT, NativeTranslator, isNative } from './native.js';
 import { StreamTranslator, buildRequest, toCompletion } from './translate.js';
+import { merged } from '../../objects.js';
 
 /** Statuses that mean "not now": rate-limited, unavailable, overloaded (Anthropic's 529). */
 const UNAVAILABLE: ReadonlySet<number> = new Set([429, 503, 529]);
@@ -32,20 +33,20 @@ export class AnthropicProvider extends HttpProvider {
   // rewritten, anthropic-beta passed on; the answer read for metering and passed back whole.
 
   protected body(call: ProviderCall, stream: boolean): string {
-    if (isNative(call)) return JSON.stringify({ ...call.request.native!.body, model: call.upstreamModel });
+    if (isNative(call)) return JSON.stringify(merged<Record<string, unknown>>(call.request.native!.body, { model: call.upstreamModel }));
     return JSON.stringify(buildRequest(call, stream, this.config.forward_params));
   }
 
   protected override callHeaders(call: ProviderCall): Record<string, string> {
     if (!isNative(call)) return this.headers;
-    return { ...call.request.native!.headers, ...this.headers };
+    return merged(call.request.native!.headers, this.headers);
   }
 
   protected completion(text: string, call: ProviderCall, status: number): ChoicesAndUsage & { native?: string } {
     const result: ChoicesAndUsage & { native?: string } = toCompletion(text, call, this.name, status);
     if (isNative(call)) {
       const body = parseJson(text);
-      if (isObj(body)) result.native = JSON.stringify({ ...body, model: call.model.id });
+      if (isObj(body)) result.native = JSON.stringify(merged<Record<string, unknown>>(body, { model: call.model.id }));
     }
     return result;
   }
@@ -58,11 +59,11 @@ export class AnthropicProvider extends HttpProvider {
   /** POST /v1/messages/count_tokens: Anthropic's own count of a Messages request. */
   async countNative(native: NativeRequest, upstreamModel: string, signal: AbortSignal): Promise<number | undefined> {
     if (native.dialect !== NATIVE_DIALECT) return undefined;
-    const body: Record<string, unknown> = { ...native.body, model: upstreamModel };
+    const body = merged<Record<string, unknown>>(native.body, { model: upstreamModel });
     delete body.max_tokens;
     delete body.stream;
     const res = await this.endpoint.pool.request({
-      method: 'POST', path: `${this.endpoint.basePath}/v1/messages/count_tokens`, headers: { ...native.headers, ...this.headers }, body: JSON.stringify(body), signal,
+      method: 'POST', path: `${this.endpoint.basePath}/v1/messages/count_tokens`, headers: merged(native.headers, this.headers), body: JSON.stringify(body), signal,
     });
     const text = await readCapped(res.body, 65536);
     if (res.statusCode !== 200) return undefined;

@@ -8,6 +8,7 @@ import type { StreamTranslator as Translator } from '../http-provider.js';
 import { isObj, parseJson } from '../shared.js';
 import type { ProviderCall, StreamPart } from '../types.js';
 import type { StreamTranslator } from './translate.js';
+import { merged } from '../../objects.js';
 
 /** The dialect whose requests this provider's upstream takes as they are. */
 export const NATIVE_DIALECT = 'messages';
@@ -40,14 +41,14 @@ export class NativeTranslator implements Translator {
     }
     if (name === 'message_start') {
       const body = parseJson(data);
-      if (isObj(body) && isObj(body.message)) data = JSON.stringify({ ...body, message: { ...body.message, model: this.#model } });
+      if (isObj(body) && isObj(body.message)) data = JSON.stringify(merged<Record<string, unknown>>(body, { message: merged<Record<string, unknown>>(body.message, { model: this.#model }) }));
     }
     // A multi-line data field stays multi-line.
     const native = `event: ${name}\ndata: ${data.includes('\n') ? data.replace(/\n/g, '\ndata: ') : data}\n\n`;
     const first = parts.findIndex((p) => p.kind === 'choices');
     if (first === -1) return [{ kind: 'choices', choices: [], native }, ...parts];
     const p = parts[first]!;
-    if (p.kind === 'choices') parts[first] = { ...p, native };
+    if (p.kind === 'choices') parts[first] = merged<typeof p>(p, { native });
     return parts;
   }
 }
