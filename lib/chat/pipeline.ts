@@ -12,7 +12,7 @@ import { parseJsonBody } from '../http/json.js';
 import { answerHeaders, sendJson, type RequestContext } from '../http/respond.js';
 import { merged } from '../objects.js';
 import type { Metrics } from '../observe/metrics.js';
-import { CallAbort, TIMEOUT, type ChoicesPart, type ProviderCall } from '../providers/types.js';
+import { AttemptCall, CallAbort, TIMEOUT, type ChoicesPart, type ProviderCall } from '../providers/types.js';
 import { emptyAnswer, hasStop } from '../providers/shared.js';
 import { KEEPALIVE_FRAME, SSE_HEADERS, writeFrame } from '../sse/writer.js';
 import type { Dialect, Renderer } from '../dialects/types.js';
@@ -250,10 +250,7 @@ export class Attempts {
   async run<T>(attempt: Attempt, fn: (call: ProviderCall) => Promise<T>): Promise<T> {
     const { target, replica } = attempt;
     const ac = new CallAbort();
-    const call: ProviderCall = {
-      request: this.request, model: this.model, upstreamModel: target.upstreamModel, get signal() { return ac.signal; }, abort: ac, replica,
-      headers: this.#ctx.upstreamHeaders,
-    };
+    const call: ProviderCall = new AttemptCall(this.request, this.model, target.upstreamModel, ac, replica, this.#ctx.upstreamHeaders);
     const res = this.#res;
     const onClose = () => { if (!res.writableFinished) ac.abort(CLIENT_GONE); };
     res.on('close', onClose);
