@@ -6,16 +6,15 @@
 // library when it starts, before its first request.
 
 import t from 'tap';
-import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { serveChild } from '../helpers/child.js';
 import { PRO_KEY } from '../helpers/gateway.js';
 import { completionBody, json, startUpstream } from '../helpers/upstream.js';
 
-const BIN = fileURLToPath(new URL('../../bin/tollgate.js', import.meta.url));
 const PRELOAD = fileURLToPath(new URL('../fixtures/loaded-modules/preload.mjs', import.meta.url));
 const TINY = fileURLToPath(new URL('../fixtures/tokenizers/tiny-bpe/tokenizer.json', import.meta.url));
 
@@ -39,7 +38,7 @@ const dir = await mkdtemp(join(tmpdir(), 'tollgate-idle-modules-'));
 t.teardown(async () => { await up.close(); await rm(dir, { recursive: true, force: true }); });
 
 function config(extra: string, tokenizer = ''): string {
-  return `server: { port: 0 }
+  return `server: { port: 0, host: 127.0.0.1 }
 accounts:
   - id: acme
     plan: pro
@@ -57,16 +56,7 @@ async function loaded(t: any, name: string, yaml: string, request: boolean): Pro
   const list = join(dir, `${name}.modules`);
   await writeFile(file, yaml);
   await writeFile(list, '');
-  const proc = spawn(process.execPath, ['--import', PRELOAD, BIN, 'serve', '--config', file, '--host', '127.0.0.1'], {
-    stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn', LOADED_MODULES_FILE: list },
-  });
-  t.teardown(() => { if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL'); });
-  let out = '';
-  proc.stdout!.on('data', (d) => { out += d; });
-  proc.stderr!.on('data', (d) => { out += d; });
-  for (let i = 0; i < 1200 && !/listening on (\S+)/.test(out) && proc.exitCode === null; i++) await sleep(25);
-  const url = /listening on (\S+)/.exec(out)?.[1];
-  if (url === undefined) throw new Error(`the gateway did not start: ${out}`);
+  const { proc, url } = await serveChild(t, file, { LOADED_MODULES_FILE: list }, ['--import', PRELOAD]);
   if (request) {
     const res = await fetch(`${url}/v1/chat/completions`, {
       method: 'POST',

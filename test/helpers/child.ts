@@ -14,9 +14,12 @@ export interface ChildGateway {
   output: () => string;
 }
 
-/** Starts the child and resolves once it printed its listening URL; killed at teardown. */
-export async function serveChild(t: any, configFile: string, env: NodeJS.ProcessEnv = {}): Promise<ChildGateway> {
-  const proc = spawn(process.execPath, [BIN, 'serve', '--config', configFile], {
+/**
+ * Starts the child (with `nodeArgs` before the script: --import, --trace-gc) and resolves once
+ * it printed its listening URL; killed at teardown.
+ */
+export async function serveChild(t: any, configFile: string, env: NodeJS.ProcessEnv = {}, nodeArgs: string[] = []): Promise<ChildGateway> {
+  const proc = spawn(process.execPath, [...nodeArgs, BIN, 'serve', '--config', configFile], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn', ...env },
   });
@@ -25,7 +28,7 @@ export async function serveChild(t: any, configFile: string, env: NodeJS.Process
   proc.stdout!.on('data', (d) => { out += d; });
   proc.stderr!.on('data', (d) => { out += d; });
   // Patient: a loaded machine may take many seconds to start Node; the loop ends at the line.
-  for (let i = 0; i < 1200 && !/listening on (\S+)/.test(out); i++) await sleep(25);
+  for (let i = 0; i < 1200 && !/listening on (\S+)/.test(out) && proc.exitCode === null; i++) await sleep(25);
   const m = /listening on (\S+)/.exec(out);
   if (m === null) throw new Error(`the gateway did not start: ${out}`);
   return { proc, url: m[1]!, output: () => out };

@@ -13,16 +13,13 @@
 // counted per request answered meanwhile.
 
 import t from 'tap';
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, type Dispatcher } from 'undici';
+import { serveChild } from '../helpers/child.js';
 import { PRO_KEY } from '../helpers/gateway.js';
 
-const BIN = fileURLToPath(new URL('../../bin/tollgate.js', import.meta.url));
 /** Scavenges measured (after the first few, while the young generation grows to its size). */
 const MEASURED = 12;
 const SKIPPED = 4;
@@ -31,7 +28,7 @@ const dir = await mkdtemp(join(tmpdir(), 'tollgate-young-garbage-'));
 t.teardown(() => rm(dir, { recursive: true, force: true }));
 
 // Every plan limit finite, so each answer carries the six x-ratelimit-* headers.
-const CONFIG = `server: { port: 0 }
+const CONFIG = `server: { port: 0, host: 127.0.0.1 }
 plans:
   pro:
     paid: true
@@ -62,23 +59,6 @@ function collections(out: string, from: number): Array<Scavenge | null> {
   return found;
 }
 
-/** A `tollgate serve --trace-gc` on CONFIG; its URL and its output so far. */
-async function serve(t: any): Promise<{ url: string; out: () => string }> {
-  const file = join(dir, 'gateway.yaml');
-  await writeFile(file, CONFIG);
-  const proc = spawn(process.execPath, ['--trace-gc', BIN, 'serve', '--config', file, '--host', '127.0.0.1'], {
-    stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' },
-  });
-  t.teardown(() => { if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL'); });
-  let out = '';
-  proc.stdout!.on('data', (d) => { out += d; });
-  proc.stderr!.on('data', (d) => { out += d; });
-  for (let i = 0; i < 1200 && !/listening on (\S+)/.test(out) && proc.exitCode === null; i++) await sleep(25);
-  const url = /listening on (\S+)/.exec(out)?.[1];
-  if (url === undefined) throw new Error(`the gateway did not start: ${out}`);
-  return { url, out: () => out };
-}
-
 /**
  * Sends `request` on one connection, one at a time, until enough scavenges were seen, and
  * checks what each promoted. `first` checks the first answer.
@@ -86,19 +66,22 @@ async function serve(t: any): Promise<{ url: string; out: () => string }> {
 async function measure(
   t: any, request: Dispatcher.RequestOptions, maxBytes: number, first: (res: Dispatcher.ResponseData) => void,
 ): Promise<void> {
-  const gw = await serve(t);
+  const file = join(dir, 'gateway.yaml');
+  await writeFile(file, CONFIG);
+  const gw = await serveChild(t, file, {}, ['--trace-gc']);
+  const out = gw.output;
   const client = new Client(gw.url, { pipelining: 1 });
   t.teardown(() => client.close());
   const res = await client.request(request);
   t.equal(res.statusCode, 200);
   first(res);
   await res.body.dump();
-  const from = gw.out().length;
+  const from = out().length;
   let sent = 0;
   /** Requests answered when each collection was first seen. */
   const sentAt: number[] = [];
   for (;;) {
-    const seen = collections(gw.out(), from);
+    const seen = collections(out(), from);
     while (sentAt.length < seen.length) sentAt.push(sent);
     if (seen.filter((c) => c !== null).length >= SKIPPED + MEASURED + 1 || sent >= 200_000) break;
     const r = await client.request(request);
@@ -106,7 +89,7 @@ async function measure(
     await r.body.dump();
     sent++;
   }
-  const seen = collections(gw.out(), from);
+  const seen = collections(out(), from);
   // Old-generation growth across consecutive scavenges (none with a mark-compact between),
   // over the requests answered meanwhile.
   let mb = 0;
