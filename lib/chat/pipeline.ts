@@ -10,7 +10,6 @@ import { GatewayError, retryAfterHeaders } from '../errors.js';
 import { isJsonContentType, readBody } from '../http/body.js';
 import { parseJsonBody } from '../http/json.js';
 import { answerHeaders, sendJson, type RequestContext } from '../http/respond.js';
-import { merged } from '../objects.js';
 import type { Metrics } from '../observe/metrics.js';
 import { AttemptCall, CallAbort, TIMEOUT, type ChoicesPart, type ProviderCall } from '../providers/types.js';
 import { emptyAnswer, hasStop } from '../providers/shared.js';
@@ -327,12 +326,8 @@ async function completeAnswer(
       if (res.destroyed) return;
       const answer = renderer.complete({ choices: result.choices, usage, native: result.native });
       if (renderer.keep !== undefined) await keep(renderer.keep(), ctx);
-      const headers = answerHeaders(ctx, result.headers);
-      // Unmetered (store.on_error: open during an outage): no balance is known, none is claimed.
-      if (charge.charged !== undefined) headers['x-tollgate-units-charged'] = String(charge.charged);
-      if (charge.available !== undefined) headers['x-tollgate-wallet-balance-units'] = String(charge.available);
       ctx.ttftMs = performance.now() - ctx.start;
-      sendJson(res, 200, answer, headers);
+      sendJson(res, 200, answer, answerHeaders(ctx, result.headers));
       metrics.observe(metrics.timeToFirstChunk, target.provider.name, ctx.ttfcMs / 1000);
       return;
     } catch (err) {
@@ -373,7 +368,7 @@ async function streamAnswer(
   let upstreamHeaders: Record<string, string> = {};
   const commit = () => {
     committed = true;
-    res.writeHead(200, answerHeaders(ctx, merged<Record<string, string>>(SSE_HEADERS, upstreamHeaders)));
+    res.writeHead(200, answerHeaders(ctx, SSE_HEADERS, upstreamHeaders));
     const opening = renderer.open();
     if (opening !== '') res.write(opening);
     metrics.openStreams.inc();

@@ -57,13 +57,18 @@ export function newContext(id: string, route: string): RequestContext {
 }
 
 /**
- * A successful answer's headers: `upstream`'s (forwarded from the upstream's answer), then the
- * request's x-ratelimit-* headers, then its x-request-id; the caller may add more. Built
- * without a spread-first literal (see objects.ts).
+ * A successful answer's headers: `own`'s in order (fixed headers, those forwarded from the
+ * upstream's answer), then the request's x-ratelimit-* headers, its x-request-id and, for a
+ * metered request, what it was charged and what the wallet has left. Built without a
+ * spread-first literal (see objects.ts); the caller may add more.
  */
-export function answerHeaders(ctx: RequestContext, upstream?: Record<string, string>): Record<string, string> {
-  const headers: Record<string, string> = merged(upstream, ctx.rateHeaders);
+export function answerHeaders(ctx: RequestContext, ...own: Array<Record<string, string> | undefined>): Record<string, string> {
+  const headers: Record<string, string> = merged(...own, ctx.rateHeaders);
   headers['x-request-id'] = ctx.id;
+  const charge = ctx.charge;
+  // Unmetered (store.on_error: open during an outage): no balance is known, none is claimed.
+  if (charge?.charged !== undefined) headers['x-tollgate-units-charged'] = String(charge.charged);
+  if (charge?.available !== undefined) headers['x-tollgate-wallet-balance-units'] = String(charge.available);
   return headers;
 }
 

@@ -113,7 +113,9 @@ t.test('started with Redis down (open): config keys are served unmetered, strang
   const redis = await startRedis();
   t.teardown(() => redis.stop());
   await redis.stop();
-  const gw = await startGateway(config(redis.url, { on_error: 'open' }));
+  const c = config(redis.url, { on_error: 'open' });
+  c.models.push({ id: 'embed-echo', type: 'embedding', provider: 'echo', context_window: 512, price: c.models[0].price, max_output_tokens: 1 });
+  const gw = await startGateway(c);
   t.teardown(() => gw.close());
 
   t.equal((await readyz(gw.url)).status, 503);
@@ -121,6 +123,12 @@ t.test('started with Redis down (open): config keys are served unmetered, strang
   t.equal(served.status, 200, 'a key from the config is served while the store is down');
   t.equal(served.json().choices[0].message.content, 'one two three');
   t.equal(served.headers['x-tollgate-units-charged'], '0', 'unmetered');
+  t.equal(served.headers['x-tollgate-wallet-balance-units'], undefined, 'no balance is claimed: none is known');
+  const embedded = await call(gw.url, '/v1/embeddings', { body: { model: 'embed-echo', input: 'one two three' } });
+  t.equal(embedded.status, 200, 'embeddings are served unmetered too');
+  t.equal(embedded.json().data[0].object, 'embedding');
+  t.equal(embedded.headers['x-tollgate-units-charged'], '0', 'embeddings: unmetered');
+  t.equal(embedded.headers['x-tollgate-wallet-balance-units'], undefined, 'embeddings: no balance is claimed');
   t.equal((await call(gw.url, '/v1/models')).status, 200, 'it may list models too');
   unavailable(t, await chat(gw.url, STRANGER_KEY), 'a key the config does not list');
   unavailable(t, await admin(gw.url, '/accounts/demo'), 'admin');

@@ -129,10 +129,7 @@ export async function handleEmbeddings(
         const data = result.vectors.map((v, index) => ({ object: 'embedding', index, embedding: e.base64 ? base64(v) : v }));
         sendJson(res, 200, JSON.stringify({
           object: 'list', data, model: model.id, usage: { prompt_tokens: tokens, total_tokens: tokens },
-        }), Object.assign(answerHeaders(ctx, result.headers), {
-          'x-tollgate-units-charged': String(admitted.charge.charged),
-          'x-tollgate-wallet-balance-units': String(admitted.charge.available),
-        }));
+        }), answerHeaders(ctx, result.headers));
         return;
       } catch (err) {
         if (!attempts.canFallBack(err)) throw err;
