@@ -4,6 +4,7 @@
 // target's RSS sampled, and Redis's own counters. Any non-2xx answer, transport error, timeout
 // or malformed stream throws: a figure taken on failing requests would mean nothing.
 
+import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import autocannon from 'autocannon';
@@ -122,7 +123,7 @@ export async function cannonWithCpu(label, target, ticksPerSec, opts, extraPids 
  * between targets in quarter-second blocks so that drift hits all alike. Timed with
  * performance.now(): autocannon's 1 ms histogram is too coarse for this.
  */
-export async function sequentialLatency(targets, seconds, headers, body) {
+export async function sequentialLatency(targets, seconds, headers, body, { afterWarmUp } = {}) {
   const clients = targets.map((t) => new Client(t.origin, { pipelining: 1, keepAliveTimeout: 60_000 }));
   const samples = targets.map(() => []);
   const one = async (i) => {
@@ -135,6 +136,7 @@ export async function sequentialLatency(targets, seconds, headers, body) {
   try {
     for (let i = 0; i < targets.length; i++) for (let k = 0; k < 100; k++) await one(i); // warm the connection
     samples.forEach((s) => { s.length = 0; });
+    await afterWarmUp?.();
     const blockMs = 250;
     const blocks = Math.max(1, Math.round((seconds * 1000) / blockMs));
     for (let b = 0; b < blocks; b++) {
@@ -150,6 +152,45 @@ export async function sequentialLatency(targets, seconds, headers, body) {
     const sorted = s.sort((a, b) => a - b);
     return { n: s.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99) };
   });
+}
+
+/**
+ * What the gateway's own /metrics (prom-client's default metrics) says about its GC pauses so
+ * far: count and seconds per kind (minor, major, incremental, weakcb).
+ */
+export async function gcPauses(origin) {
+  const text = await (await fetch(`${origin}/metrics`)).text();
+  const out = {};
+  for (const m of text.matchAll(/^tollgate_process_nodejs_gc_duration_seconds_(sum|count)\{kind="(\w+)"\} (\S+)$/gm)) {
+    (out[m[2]] ??= { count: 0, sum: 0 })[m[1]] = Number(m[3]);
+  }
+  return out;
+}
+
+/** Pauses between two gcPauses() readings: count, total and mean ms, all kinds together. */
+export function gcDelta(a, b) {
+  let count = 0;
+  let sum = 0;
+  for (const [kind, v] of Object.entries(b)) {
+    count += v.count - (a[kind]?.count ?? 0);
+    sum += v.sum - (a[kind]?.sum ?? 0);
+  }
+  return { count, ms: sum * 1000, meanMs: count > 0 ? (sum * 1000) / count : 0 };
+}
+
+/**
+ * The duration_ms of the access log's chat records written to `path` after byte `from`: the
+ * gateway's own account of each request, from its handler's start to the answer's last byte.
+ */
+export function loggedDurations(path, from) {
+  const text = readFileSync(path, 'utf8').slice(from); // the log is ASCII: bytes are characters
+  const out = [];
+  for (const line of text.split('\n')) {
+    if (!line.includes('"msg":"request"')) continue;
+    const r = JSON.parse(line);
+    if (r.route === 'chat' && typeof r.duration_ms === 'number') out.push(r.duration_ms);
+  }
+  return out.sort((a, b) => a - b);
 }
 
 /**

@@ -5,7 +5,7 @@
 // bench exits, however it exits.
 
 import { execFileSync, spawn } from 'node:child_process';
-import { closeSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, readdirSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
@@ -171,6 +171,30 @@ export function cpuTicks(pid) {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return Number(fields[11]) + Number(fields[12]);
+}
+
+/**
+ * CPU ticks of `pid`'s threads other than the main one (V8's GC and compiler helpers, libuv's
+ * pool): on a process pinned to one core, time they take is time its main thread waits.
+ */
+export function helperTicks(pid) {
+  let sum = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    if (tid === String(pid)) continue;
+    try {
+      sum += cpuTicks(`${pid}/task/${tid}`);
+    } catch { /* the thread ended */ }
+  }
+  return sum;
+}
+
+/**
+ * The main thread's scheduler account (/proc/PID/schedstat): ns run on a CPU, ns spent runnable
+ * but waiting for one (another thread or process had it), and timeslices.
+ */
+export function schedstat(pid) {
+  const [runNs, waitNs, slices] = readFileSync(`/proc/${pid}/schedstat`, 'utf8').trim().split(/\s+/).map(Number);
+  return { runNs, waitNs, slices };
 }
 
 export function rssKb(pid) {

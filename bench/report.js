@@ -45,6 +45,13 @@ export function figures(m, { streams }) {
     figure('CPU per 20-chunk stream, chunks 50 ms apart', 'µs', m.slow?.gw.cpuUs, m.slow?.bare.cpuUs),
     figure('p50 latency, c=1', 'ms', m.c1?.gw.p50, m.c1?.bare.p50, { digits: 3 }),
     figure('p99 latency, c=1', 'ms', m.c1?.gw.p99, m.c1?.bare.p99, { goal: 1.5, digits: 3 }),
+    // The tail at c=1 taken apart: the same requests in the gateway's own account (its access
+    // log: from the handler's start to the answer's last byte), its GC pauses in those seconds,
+    // and the time its main thread (and the bare hop's) was ready to run but waited for the CPU.
+    figure('p99 latency, c=1, in the gateway\'s own account', 'ms', m.c1?.inside.p99, undefined, { digits: 3 }),
+    figure('GC pauses during c=1, per 1,000 requests', 'ms', m.c1 && (m.c1.inside.gc.ms / m.c1.gw.n) * 1000, undefined, { digits: 1 }),
+    figure('main thread waiting for its CPU, c=1, per request', 'µs', m.c1?.inside.waitUs.gw, m.c1?.inside.waitUs.bare, { digits: 1 }),
+    figure('CPU of the other threads (GC, JIT, libuv), c=1, per request', 'µs', m.c1?.inside.helpersUs.gw, m.c1?.inside.helpersUs.bare, { digits: 1 }),
     figure('added time to first byte, p50', 'ms', m.ttfb && m.ttfb.gw.p50 - m.ttfb.direct.p50,
       m.ttfb && m.ttfb.bare.p50 - m.ttfb.direct.p50, { digits: 3 }),
     figure('RSS 1 s after start', 'MB', kb(m.idle?.gw), kb(m.idle?.bare)),

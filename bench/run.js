@@ -9,7 +9,10 @@
 //
 //   - CPU per non-streaming request and per 20-chunk stream at 64 connections: the process's
 //     user+system CPU time (/proc/PID/stat) over the requests it served;
-//   - p50 and p99 latency at one connection, and the time added to the first SSE byte;
+//   - p50 and p99 latency at one connection, and the time added to the first SSE byte; for the
+//     gateway's tail, over the same requests: its own p99 (the access log's duration_ms), its GC
+//     pauses (its /metrics), how long its main thread and the bare hop's waited for their CPU
+//     (/proc/PID/schedstat) and the CPU their other threads took meanwhile (GC, JIT, libuv);
 //   - RSS (/proc/PID/status) 1 s after start, idle once settled (after BENCH_IDLE_SECONDS without
 //     traffic, V8's memory reducer has given back the young generation's pages), and at its
 //     peak while BENCH_STREAMS slow streams are open;
@@ -49,11 +52,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parse, parseDocument } from 'yaml';
 import Redis from 'ioredis';
 import {
-  FAST, SLOW, cannon, cannonWithCpu, counterDelta, dialectCheck, dialectRequests, headersFor, openStreams, redisCounters, requestBody, sanityCheck,
-  sequential, sequentialLatency, settle, timeToFirstByte,
+  FAST, SLOW, cannon, cannonWithCpu, counterDelta, dialectCheck, dialectRequests, gcDelta, gcPauses, headersFor, loggedDurations, openStreams, percentile,
+  redisCounters, requestBody, sanityCheck, sequential, sequentialLatency, settle, timeToFirstByte,
 } from './load.js';
 import {
-  HOST, clockTicks, freePort, log, noiseMeter, pinning, rssKb, startGateway, startNodeScript, startRedis, stopAll, stopChild,
+  HOST, clockTicks, freePort, log, noiseMeter, pinning, helperTicks, rssKb, schedstat, startGateway, startNodeScript, startRedis, stopAll, stopChild,
 } from './procs.js';
 import { figures, table } from './report.js';
 
@@ -71,6 +74,8 @@ function envNumber(name, fallback, min) {
   return n;
 }
 
+/** Longer than the gateway's log batching (observe/log.ts: at least every 500 ms). */
+const LOG_FLUSH_MS = 700;
 /** CPU per non-streaming request of the bare hop on the machine issue #13's goals were set on. */
 const BARE_CPU_AT_GOALS = 140;
 const SECONDS = envNumber('BENCH_SECONDS', 10, 1);
@@ -179,8 +184,27 @@ async function main(tmp) {
   }
   if (PHASES.has('c1')) {
     log(`non-streaming, 1 connection: ${SECONDS} s per target (alternating)`);
-    const [d, g, b] = await sequentialLatency([direct, gw, bare], SECONDS, headers, plain);
-    m.c1 = { direct: d, gw: g, bare: b };
+    // Where the gateway's tail comes from: its own account of the same requests (the access
+    // log's duration_ms), its GC pauses (its /metrics) and how long its main thread, and the bare
+    // hop's, waited for their CPU (schedstat), all over the measured blocks only.
+    let at;
+    const reading = async () => {
+      await sleep(LOG_FLUSH_MS); // the log is written in batches
+      return {
+        log: statSync(gwLog).size, gc: await gcPauses(gw.origin), gw: schedstat(gw.pid), bare: schedstat(bare.pid),
+        helpers: { gw: helperTicks(gw.pid), bare: helperTicks(bare.pid) },
+      };
+    };
+    const [d, g, b] = await sequentialLatency([direct, gw, bare], SECONDS, headers, plain, { afterWarmUp: async () => { at = await reading(); } });
+    const end = await reading();
+    const own = loggedDurations(gwLog, at.log);
+    const waitUs = (k, n) => (end[k].waitNs - at[k].waitNs) / 1000 / n;
+    const helpersUs = (k, n) => ((end.helpers[k] - at.helpers[k]) / ticks) * 1e6 / n;
+    m.c1 = {
+      direct: d, gw: g, bare: b,
+      inside: { n: own.length, p50: percentile(own, 50), p99: percentile(own, 99), gc: gcDelta(at.gc, end.gc), waitUs: { gw: waitUs('gw', g.n), bare: waitUs('bare', b.n) },
+        helpersUs: { gw: helpersUs('gw', g.n), bare: helpersUs('bare', b.n) } },
+    };
   }
   if (PHASES.has('ttfb')) {
     log(`time to first byte: ${TTFB_N} streams per target`);
@@ -306,7 +330,12 @@ function report({ m, busy, pin, logs }) {
       }
     }
   }
-  if (m.c1) notes.push(`c=1: upstream alone p50 ${fmt(m.c1.direct.p50, 3)} ms, p99 ${fmt(m.c1.direct.p99, 3)} ms (${m.c1.gw.n} gateway samples)`);
+  if (m.c1) {
+    const { inside } = m.c1;
+    notes.push(`c=1: upstream alone p50 ${fmt(m.c1.direct.p50, 3)} ms, p99 ${fmt(m.c1.direct.p99, 3)} ms (${m.c1.gw.n} gateway samples)`);
+    notes.push(`c=1, the gateway's own account: ${inside.n} logged requests, p50 ${fmt(inside.p50, 3)} ms, p99 ${fmt(inside.p99, 3)} ms; ` +
+      `${inside.gc.count} GC pauses (${fmt(inside.gc.meanMs, 2)} ms each on average, one per ${fmt(m.c1.gw.n / Math.max(1, inside.gc.count), 0)} requests)`);
+  }
   if (m.ttfb) notes.push(`first byte p50: upstream ${fmt(m.ttfb.direct.p50, 3)} ms, gateway ${fmt(m.ttfb.gw.p50, 3)} ms, bare hop ${fmt(m.ttfb.bare.p50, 3)} ms`);
   if (m.c64) notes.push(`c=64 non-streaming req/s: upstream alone ${fmt(m.c64.direct.rps, 0)}; gateway served ${m.c64.gw.total}`);
   if (m.c64?.bare.cpuUs) {
