@@ -4,7 +4,7 @@
 // target's RSS sampled, and Redis's own counters. Any non-2xx answer, transport error, timeout
 // or malformed stream throws: a figure taken on failing requests would mean nothing.
 
-import { readFileSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import autocannon from 'autocannon';
@@ -159,11 +159,14 @@ export async function sequentialLatency(targets, seconds, headers, body, { after
  * far: count and seconds per kind (minor, major, incremental, weakcb).
  */
 export async function gcPauses(origin) {
-  const text = await (await fetch(`${origin}/metrics`)).text();
+  const res = await fetch(`${origin}/metrics`);
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`GET ${origin}/metrics: status ${res.status}: ${text.slice(0, 300)}`);
   const out = {};
   for (const m of text.matchAll(/^tollgate_process_nodejs_gc_duration_seconds_(sum|count)\{kind="(\w+)"\} (\S+)$/gm)) {
     (out[m[2]] ??= { count: 0, sum: 0 })[m[1]] = Number(m[3]);
   }
+  if (Object.keys(out).length === 0) throw new Error(`GET ${origin}/metrics: no tollgate_process_nodejs_gc_duration_seconds series`);
   return out;
 }
 
@@ -183,7 +186,14 @@ export function gcDelta(a, b) {
  * gateway's own account of each request, from its handler's start to the answer's last byte.
  */
 export function loggedDurations(path, from) {
-  const text = readFileSync(path, 'utf8').slice(from); // the log is ASCII: bytes are characters
+  const fd = openSync(path, 'r');
+  let text;
+  try {
+    const buf = Buffer.alloc(Math.max(0, fstatSync(fd).size - from));
+    text = buf.toString('utf8', 0, readSync(fd, buf, 0, buf.length, from));
+  } finally {
+    closeSync(fd);
+  }
   const out = [];
   for (const line of text.split('\n')) {
     if (!line.includes('"msg":"request"')) continue;
