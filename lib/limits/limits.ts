@@ -125,26 +125,12 @@ export class Limits {
     return this.#limiter(c.scope === 'plan' ? p.planName : null, c.dim, c.limit);
   }
 
-  async #consume(p: Principal, c: Check, points: number, shown: Shown): Promise<void> {
-    let res: RateLimiterRes;
-    try {
-      res = await this.#limiterOf(p, c).consume(c.id, points);
-      this.#recovered();
-      if (c.scope === 'key' && res.consumedPoints > c.limit) {
-        // Over the key's limit: these points were never granted, so they are given back.
-        void this.#limiterOf(p, c).reward(c.id, points).catch(() => undefined);
-        throw new RateLimiterRes(0, res.msBeforeNext, res.consumedPoints - points, false);
-      }
-    } catch (rejection) {
-      if (!(rejection instanceof RateLimiterRes)) throw this.#storeDown(rejection);
-      this.#recovered();
-      tighter(shown, c.dim, c.limit, rejection);
-      const whose = c.scope === 'plan' ? 'this account' : 'this API key';
-      throw new GatewayError('rate_limit_exceeded', `Rate limit reached: ${c.limit} ${c.dim} per minute for ${whose}. Retry after ${resetText(rejection.msBeforeNext)}.`, {
-        headers: Object.assign(headersOf(shown), retryAfterHeaders(rejection.msBeforeNext)),
-      });
-    }
-    tighter(shown, c.dim, c.limit, res);
+  /** The 429 for a limit that refused: its message, and the headers of every limit seen. */
+  #refusal(c: Check, rejection: RateLimiterRes, shown: Shown): GatewayError {
+    const whose = c.scope === 'plan' ? 'this account' : 'this API key';
+    return new GatewayError('rate_limit_exceeded', `Rate limit reached: ${c.limit} ${c.dim} per minute for ${whose}. Retry after ${resetText(rejection.msBeforeNext)}.`, {
+      headers: Object.assign(headersOf(shown), retryAfterHeaders(rejection.msBeforeNext)),
+    });
   }
 
   /**
@@ -153,8 +139,8 @@ export class Limits {
    * of the two. A request refused by one limit leaves nothing consumed in the others.
    */
   async admit(p: Principal, estimatedTokens: number): Promise<Grant> {
-    const shown: Shown = {};
     const checks = this.#checks(p);
+    const n = checks.length;
     // [slot id, cap, whose cap (for the refusal's message)]
     const caps: Array<[string, number, 'account' | 'key']> = [];
     if (p.plan.max_concurrent !== null) caps.push([p.accountId, p.plan.max_concurrent, 'account']);
@@ -162,75 +148,103 @@ export class Limits {
     if (keyCap != null) caps.push([`key:${p.key!.id}`, keyCap, 'key']);
     // Every limit and every slot at once: on Redis, one pipelined round trip. What a refused
     // request took from the others is given back (the refusal is the first in check order).
-    const points = checks.map((c) => (c.dim === 'requests' ? 1 : Math.min(Math.max(1, estimatedTokens), c.limit)));
-    const [consumed, acquired] = await Promise.all([
-      Promise.allSettled(checks.map((c, i) => this.#consume(p, c, points[i]!, shown))),
-      Promise.allSettled(caps.map(([id, max]) => this.#slots.acquire(id, max))),
-    ]);
-    const taken = new Map<Check, number>();
-    consumed.forEach((r, i) => { if (r.status === 'fulfilled') taken.set(checks[i]!, points[i]!); });
+    // One allSettled over all of them: the limiters' and the slots' own promises, nothing
+    // wrapped around each (a request's admission is on every request's path).
+    const points = new Array<number>(n);
+    const pending = new Array<Promise<unknown>>(n + caps.length);
+    for (let i = 0; i < n; i++) {
+      const c = checks[i]!;
+      points[i] = c.dim === 'requests' ? 1 : Math.min(Math.max(1, estimatedTokens), c.limit);
+      pending[i] = this.#limiterOf(p, c).consume(c.id, points[i]!);
+    }
+    for (let j = 0; j < caps.length; j++) pending[n + j] = this.#slots.acquire(caps[j]![0], caps[j]![1]);
+    const settled = await Promise.allSettled(pending);
+
+    const shown: Shown = {};
+    /** Per check, the points it took (0: none, refused or failed). */
+    const taken = new Array<number>(n).fill(0);
+    /** The first limit, in check order, that refused, or the store failure standing for it. */
+    let refused: { check: Check; res: RateLimiterRes } | StoreUnavailableError | undefined;
+    let reached = false;
+    for (let i = 0; i < n; i++) {
+      const c = checks[i]!;
+      const r = settled[i]!;
+      if (r.status === 'fulfilled') {
+        reached = true;
+        const res = r.value as RateLimiterRes;
+        if (c.scope === 'key' && res.consumedPoints > c.limit) {
+          // Over the key's limit: these points were never granted, so they are given back.
+          void this.#limiterOf(p, c).reward(c.id, points[i]!).catch(() => undefined);
+          const rejection = new RateLimiterRes(0, res.msBeforeNext, res.consumedPoints - points[i]!, false);
+          tighter(shown, c.dim, c.limit, rejection);
+          refused ??= { check: c, res: rejection };
+          continue;
+        }
+        taken[i] = points[i]!;
+        tighter(shown, c.dim, c.limit, res);
+      } else if (r.reason instanceof RateLimiterRes) {
+        reached = true;
+        tighter(shown, c.dim, c.limit, r.reason);
+        refused ??= { check: c, res: r.reason };
+      } else {
+        refused ??= this.#storeDown(r.reason);
+      }
+    }
+    if (reached) this.#recovered();
     const slots: Array<() => void> = [];
-    for (const r of acquired) if (r.status === 'fulfilled' && r.value !== undefined) slots.push(r.value);
-    const refund = () => {
-      for (const [c, n] of taken) void this.#limiterOf(p, c).reward(c.id, n).catch(() => undefined);
-    };
-    const refused = consumed.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    const slotDown = acquired.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    const full = acquired.findIndex((r) => r.status === 'fulfilled' && r.value === undefined);
+    let slotDown: unknown;
+    let full = -1;
+    for (let j = 0; j < caps.length; j++) {
+      const r = settled[n + j]!;
+      if (r.status === 'rejected') slotDown ??= r.reason;
+      else if (r.value === undefined) { if (full < 0) full = j; }
+      else slots.push(r.value as () => void);
+    }
     if (refused !== undefined || slotDown !== undefined || full >= 0) {
       for (const s of slots) s();
-      refund();
-      if (refused !== undefined) throw refused.reason;
-      if (slotDown !== undefined) throw this.#storeDown(slotDown.reason);
+      this.#refund(p, checks, taken);
+      // The refusal's headers show every limit as it stands with the points given back.
+      givenBack(shown, checks, taken);
+      if (refused instanceof StoreUnavailableError) throw refused;
+      if (refused !== undefined) throw this.#refusal(refused.check, refused.res, shown);
+      if (slotDown !== undefined) throw this.#storeDown(slotDown);
       const [, cap, whose] = caps[full]!;
       throw new GatewayError('too_many_concurrent', `Too many requests in flight: ${whose === 'account' ? 'this account' : 'this API key'} may have ${cap} at once.`, {
         headers: Object.assign(headersOf(shown), retryAfterHeaders(1000)),
       });
     }
-    const headers = headersOf(shown);
     this.#remember(p, checks, shown);
-    let corrected = false;
-    let released = false;
-    /** The token correction, sent with the slots' release: one round trip after the answer. */
-    let correction: (() => void) | undefined;
-    const release = () => {
-      if (released) return;
-      released = true;
-      for (const s of slots) s();
-      correction?.();
-    };
-    return {
-      headers,
-      cancel: () => {
-        release();
-        if (corrected) return;
-        corrected = true;
-        refund();
-        // The refusal's answer shows the points given back: as if the request had not come.
-        for (const dim of ['requests', 'tokens'] as const) {
-          const s = shown[dim];
-          const c = s === undefined ? undefined : checks.find((x) => x.dim === dim && x.limit === s.limit);
-          if (s === undefined || c === undefined) continue;
-          headers[`x-ratelimit-remaining-${dim}`] = String(Math.min(s.limit, s.remaining + (taken.get(c) ?? 0)));
-        }
-      },
-      correct: (actual) => {
-        if (corrected) return;
-        corrected = true;
-        correction = () => {
-          for (const [c, n] of taken) {
-            if (c.dim !== 'tokens') continue;
-            const diff = actual - n;
-            const l = this.#limiterOf(p, c);
-            if (diff > 0) void l.penalty(c.id, diff).catch(() => undefined);
-            else if (diff < 0) void l.reward(c.id, -diff).catch(() => undefined);
-          }
-        };
-        if (released) correction();
-      },
-      release,
-    };
+    return new Admitted(this, p, checks, taken, slots, shown);
   }
+
+  /** Gives back what each check took (a refused request, or one cancelled after admission). */
+  #refund(p: Principal, checks: readonly Check[], taken: readonly number[]): void {
+    for (let i = 0; i < checks.length; i++) {
+      if (taken[i]! > 0) void this.#limiterOf(p, checks[i]!).reward(checks[i]!.id, taken[i]!).catch(() => undefined);
+    }
+  }
+
+  /** Brings the token limiters from the estimate taken to the actual tokens. */
+  #correct(p: Principal, checks: readonly Check[], taken: readonly number[], actual: number): void {
+    for (let i = 0; i < checks.length; i++) {
+      const c = checks[i]!;
+      if (c.dim !== 'tokens' || taken[i] === 0) continue;
+      const diff = actual - taken[i]!;
+      const l = this.#limiterOf(p, c);
+      if (diff > 0) void l.penalty(c.id, diff).catch(() => undefined);
+      else if (diff < 0) void l.reward(c.id, -diff).catch(() => undefined);
+    }
+  }
+
+  /**
+   * For Admitted (below) only: what the limiters are told after the answer or on a
+   * cancellation. A static member of the class reaches its private limiters; the grant itself
+   * stays one object without a closure per operation.
+   */
+  static readonly after = {
+    refund: (l: Limits, p: Principal, checks: readonly Check[], taken: readonly number[]) => l.#refund(p, checks, taken),
+    correct: (l: Limits, p: Principal, checks: readonly Check[], taken: readonly number[], actual: number) => l.#correct(p, checks, taken, actual),
+  };
 
   /**
    * Whether this principal's last admission left ample room in every limit (at least a tenth
@@ -277,6 +291,58 @@ export class Limits {
 
 interface Check { scope: 'plan' | 'key'; dim: Dimension; limit: number; id: string }
 
+/**
+ * An admitted request's grant: one object rather than a closure per operation. `release` is a
+ * bound function (it is handed to queueMicrotask as is); the rest are methods.
+ */
+class Admitted implements Grant {
+  readonly headers: Record<string, string>;
+  readonly #limits: Limits;
+  readonly #p: Principal;
+  readonly #checks: readonly Check[];
+  readonly #taken: number[];
+  readonly #slots: Array<() => void>;
+  readonly #shown: Shown;
+  #corrected = false;
+  #released = false;
+  /** The actual tokens, once known; sent with the slots' release (one round trip after the answer). */
+  #actual = -1;
+
+  constructor(limits: Limits, p: Principal, checks: readonly Check[], taken: number[], slots: Array<() => void>, shown: Shown) {
+    this.#limits = limits;
+    this.#p = p;
+    this.#checks = checks;
+    this.#taken = taken;
+    this.#slots = slots;
+    this.#shown = shown;
+    this.headers = headersOf(shown);
+  }
+
+  readonly release = (): void => {
+    if (this.#released) return;
+    this.#released = true;
+    for (const s of this.#slots) s();
+    if (this.#actual >= 0) Limits.after.correct(this.#limits, this.#p, this.#checks, this.#taken, this.#actual);
+  };
+
+  correct(actualTokens: number): void {
+    if (this.#corrected) return;
+    this.#corrected = true;
+    if (this.#released) Limits.after.correct(this.#limits, this.#p, this.#checks, this.#taken, actualTokens);
+    else this.#actual = actualTokens;
+  }
+
+  cancel(): void {
+    this.release();
+    if (this.#corrected) return;
+    this.#corrected = true;
+    Limits.after.refund(this.#limits, this.#p, this.#checks, this.#taken);
+    // The refusal's answer shows the points given back: as if the request had not come.
+    givenBack(this.#shown, this.#checks, this.#taken);
+    Object.assign(this.headers, headersOf(this.#shown));
+  }
+}
+
 /** Per dimension, the limit with the fewest points left (ties: the smaller limit). */
 type Shown = Partial<Record<Dimension, { limit: number; remaining: number; resetMs: number }>>;
 
@@ -290,8 +356,23 @@ function tighter(shown: Shown, dim: Dimension, limit: number, res: RateLimiterRe
   }
 }
 
+/**
+ * What `shown` says once each check's points are given back: the remaining of the limit shown
+ * for a dimension grows by what that limit's check took.
+ */
+function givenBack(shown: Shown, checks: readonly Check[], taken: readonly number[]): void {
+  for (const dim of DIMENSIONS) {
+    const s = shown[dim];
+    if (s === undefined) continue;
+    const i = checks.findIndex((x) => x.dim === dim && x.limit === s.limit);
+    if (i >= 0) s.remaining = Math.min(s.limit, s.remaining + taken[i]!);
+  }
+}
+
+const DIMENSIONS = ['requests', 'tokens'] as const;
+
 /** Each dimension's header names, built once rather than per request. */
-const HEADER_NAMES = (['requests', 'tokens'] as const).map((dim) =>
+const HEADER_NAMES = DIMENSIONS.map((dim) =>
   ({ dim, limit: `x-ratelimit-limit-${dim}`, remaining: `x-ratelimit-remaining-${dim}`, reset: `x-ratelimit-reset-${dim}` }));
 
 function headersOf(shown: Shown): Record<string, string> {

@@ -52,6 +52,30 @@ t.test('requests_per_minute: 429 rate_limit_exceeded with Retry-After and header
   t.equal(models.headers.get('x-ratelimit-remaining-requests'), '0', 'without consuming');
 });
 
+t.test('a 429 shows every limit, as it stands with the refused request\'s points given back', async (t) => {
+  const gw = await startGateway(config({ requests_per_minute: 2, tokens_per_minute: 100_000 }));
+  t.teardown(() => gw.close());
+  for (let i = 0; i < 2; i++) t.equal((await postChat(gw.url, ask())).status, 200);
+  // The answers' corrections land with their last writes: wait until the limiter is still.
+  let before = '';
+  for (let i = 0; i < 50; i++) {
+    await sleep(20);
+    const peek = (await fetch(`${gw.url}/v1/models`, { headers: { authorization: `Bearer ${DEMO_KEY}` } })).headers.get('x-ratelimit-remaining-tokens')!;
+    if (peek === before) break;
+    before = peek;
+  }
+  const refused = await postChat(gw.url, ask({ max_tokens: 500 }));
+  t.equal(refused.status, 429);
+  t.equal(refused.json().error.message.startsWith('Rate limit reached: 2 requests per minute'), true, refused.text);
+  t.equal(refused.headers['x-ratelimit-limit-requests'], '2');
+  t.equal(refused.headers['x-ratelimit-remaining-requests'], '0');
+  t.equal(refused.headers['x-ratelimit-limit-tokens'], '100000', 'the limit that did not refuse is shown too');
+  t.equal(refused.headers['x-ratelimit-remaining-tokens'], before, 'without the refused request\'s estimate (500+), which it did not keep');
+  t.match(refused.headers['x-ratelimit-reset-tokens'], /^(\d+ms|\d+s|\d+m\d+s)$/);
+  const now = await fetch(`${gw.url}/v1/models`, { headers: { authorization: `Bearer ${DEMO_KEY}` } });
+  t.equal(now.headers.get('x-ratelimit-remaining-tokens'), before, 'the limiter agrees');
+});
+
 t.test('a client that waits exactly Retry-After gets through', async (t) => {
   const gw = await startGateway(config({ requests_per_minute: 1 }));
   t.teardown(() => gw.close());
