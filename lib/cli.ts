@@ -61,6 +61,9 @@ async function serve(argv: string[]): Promise<void> {
 
   const gateway = createGateway(config);
   const running = await listen(gateway, host, port);
+  // Stdout carries this line and the log: when it cannot be written (a full disk, a reader
+  // gone), the log says so once on stderr (observe/log.ts) and the gateway serves on.
+  process.stdout.on('error', () => undefined);
   process.stdout.write(`tollgate listening on ${running.url}\n`);
   gateway.logger.info({ url: running.url, config: path, models: config.models.length }, 'listening');
 

@@ -13,6 +13,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { BIN } from '../helpers/child.js';
 import { DEMO_KEY } from '../helpers/gateway.js';
+import { freePort } from '../helpers/redis.js';
+import { LogHealth } from '../../lib/observe/log.js';
 
 const LOG_MODULE = fileURLToPath(new URL('../../dist/lib/observe/log.js', import.meta.url));
 
@@ -106,4 +108,147 @@ models:
   const logged = new Set(requestLines().map((l) => l.request_id));
   t.equal(more.filter((id) => logged.has(id)).length, 200, 'every request of the burst is logged, the last batch at exit');
   t.notMatch(log(), new RegExp(DEMO_KEY), 'no key in the log');
+});
+
+/**
+ * A child that logs `lines` lines through createLogger with stdout as given, then says
+ * 'alive' on stderr and exits 0 (flushing at exit): its exit code and stderr.
+ */
+async function logThrough(stdout: 'pipe' | number, lines: number, closeReader = false): Promise<{ code: unknown; stderr: string }> {
+  const child = spawn(process.execPath, ['--input-type=module', '-e', `
+    const { createLogger } = await import(${JSON.stringify(LOG_MODULE)});
+    const log = createLogger('info');
+    const pad = 'x'.repeat(200);
+    for (let i = 0; i < ${lines}; i++) log.info({ i, pad }, 'line');
+    await new Promise((r) => setTimeout(r, 700)); // a periodic flush too
+    for (let i = 0; i < ${lines}; i++) log.info({ i, pad }, 'line');
+    process.stderr.write('alive\\n');
+  `], { stdio: ['ignore', stdout, 'pipe'] });
+  if (closeReader) child.stdout!.destroy();
+  let stderr = '';
+  child.stderr!.on('data', (d) => { stderr += d; });
+  const code = await new Promise((resolve) => child.once('exit', (c, s) => resolve(c ?? s)));
+  return { code, stderr };
+}
+
+t.test('a log that cannot be written (disk full, reader gone) is reported once and never stops the process', async (t) => {
+  const full = openSync('/dev/full', 'w');
+  t.teardown(() => closeSync(full));
+  // /dev/full answers every write with ENOSPC, as a full disk does: written synchronously.
+  const disk = await logThrough(full, 2000);
+  t.equal(disk.code, 0, `exit code (${disk.stderr})`);
+  t.match(disk.stderr, /alive/);
+  t.equal(disk.stderr.match(/the log cannot be written/g)?.length, 1, 'reported once, not once per batch');
+  t.match(disk.stderr, /ENOSPC/);
+  // A pipe whose reader is gone (EPIPE), written asynchronously.
+  const pipe = await logThrough('pipe', 2000, true);
+  t.equal(pipe.code, 0, `exit code (${pipe.stderr})`);
+  t.match(pipe.stderr, /alive/);
+  t.ok((pipe.stderr.match(/the log cannot be written/g)?.length ?? 0) <= 1, 'reported at most once');
+});
+
+async function configFile(t: Test, port: number): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'tollgate-logfail-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const file = join(dir, 'tollgate.yaml');
+  await writeFile(file, `server:
+  port: ${port}
+  host: 127.0.0.1
+accounts:
+  - id: demo
+    plan: free
+    keys: [${DEMO_KEY}]
+providers:
+  echo: { kind: echo }
+models:
+  - { id: echo, provider: echo }
+`);
+  return file;
+}
+
+/** Resolves with the exit code, or 'hung' when the child is still there after `ms`. */
+function exited(proc: ReturnType<typeof spawn>, ms: number): Promise<unknown> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => { proc.kill('SIGKILL'); resolve('hung'); }, ms);
+    proc.once('exit', (code, signal) => { clearTimeout(timer); resolve(code ?? signal); });
+  });
+}
+
+const chatAt = (url: string) => fetch(`${url}/v1/chat/completions`, {
+  method: 'POST', headers: { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json' },
+  body: JSON.stringify({ model: 'echo', messages: [{ role: 'user', content: 'hello' }] }),
+});
+
+t.test('a gateway whose stdout is a full disk serves on, says so once on stderr, and stops promptly', async (t) => {
+  const port = await freePort();
+  const full = openSync('/dev/full', 'w');
+  const proc = spawn(process.execPath, [BIN, 'serve', '--config', await configFile(t, port)], {
+    stdio: ['ignore', full, 'pipe'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'info' },
+  });
+  closeSync(full);
+  t.teardown(() => { if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL'); });
+  let stderr = '';
+  proc.stderr!.on('data', (d) => { stderr += d; });
+  const url = `http://127.0.0.1:${port}`;
+  let up = false;
+  for (let i = 0; i < 1200 && !up && proc.exitCode === null; i++) {
+    await sleep(25);
+    up = await fetch(`${url}/healthz`).then((r) => r.ok, () => false);
+  }
+  t.ok(up, `the gateway came up (${stderr})`);
+  // Enough requests for many 4 KB batches, each write failing.
+  for (let i = 0; i < 60; i++) {
+    const res = await chatAt(url);
+    t.equal(res.status, 200);
+    await res.text();
+  }
+  await sleep(600); // a periodic flush fails too
+  proc.kill('SIGTERM');
+  t.equal(await exited(proc, 15_000), 0, 'SIGTERM: the exit neither hangs on the unwritable log nor fails');
+  t.equal(stderr.match(/the log cannot be written/g)?.length, 1, `said once: ${stderr}`);
+  t.match(stderr, /ENOSPC/);
+  t.notMatch(stderr, /Unhandled 'error' event|at .*\.js:\d+/, 'no crash, no stack');
+});
+
+t.test('lines buffered when the log reader has gone: the exit does not hang on them', async (t) => {
+  // The reader goes before the child logs anything; the child logs one line (buffered, far from
+  // a 4 KB batch, before any periodic flush) and exits at once: the exit flush meets EPIPE.
+  // sonic-boom's own flushSync retried that write forever.
+  const child = spawn(process.execPath, ['--input-type=module', '-e', `
+    const { createLogger } = await import(${JSON.stringify(LOG_MODULE)});
+    const log = createLogger('info');
+    await new Promise((r) => setTimeout(r, 200));
+    log.info('one line, buffered');
+    process.exit(0);
+  `], { stdio: ['ignore', 'pipe', 'pipe'] });
+  child.stdout!.destroy();
+  let stderr = '';
+  child.stderr!.on('data', (d) => { stderr += d; });
+  t.equal(await exited(child, 10_000), 0, 'exits at once, the unwritable line given up');
+  t.match(stderr, /^tollgate: the log cannot be written \(EPIPE: broken pipe, write\)/);
+});
+
+t.test('LogHealth: a failure said once, the return said once with the lines dropped meanwhile', async (t) => {
+  const said: string[] = [];
+  const write = process.stderr.write;
+  (process.stderr as any).write = (s: string) => { said.push(s); return true; };
+  try {
+    const h = new LogHealth();
+    h.wrote(100);
+    const err = Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
+    h.failed(err);
+    h.failed(err);
+    h.dropped();
+    h.dropped();
+    h.wrote(0);
+    t.equal(h.failing, true, 'an empty write is no return');
+    h.wrote(4096);
+    h.wrote(4096);
+    t.equal(h.failing, false);
+  } finally {
+    (process.stderr as any).write = write;
+  }
+  t.equal(said.length, 2, said.join(''));
+  t.match(said[0], /the log cannot be written \(ENOSPC: no space left on device, write\)/);
+  t.match(said[1], /the log is written again \(2 lines were dropped meanwhile\)/);
 });
