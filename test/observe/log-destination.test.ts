@@ -31,6 +31,39 @@ async function verdict(t: Test, stdout: 'pipe' | number): Promise<string> {
   return err;
 }
 
+/** A gateway config on `port` (0: any) with the demo key and an echo model. */
+async function configFile(t: Test, port: number): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'tollgate-logfail-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const file = join(dir, 'tollgate.yaml');
+  await writeFile(file, `server:
+  port: ${port}
+  host: 127.0.0.1
+accounts:
+  - id: demo
+    plan: free
+    keys: [${DEMO_KEY}]
+providers:
+  echo: { kind: echo }
+models:
+  - { id: echo, provider: echo }
+`);
+  return file;
+}
+
+/** Resolves with the exit code, or 'hung' when the child is still there after `ms`. */
+function exited(proc: ReturnType<typeof spawn>, ms: number): Promise<unknown> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => { proc.kill('SIGKILL'); resolve('hung'); }, ms);
+    proc.once('exit', (code, signal) => { clearTimeout(timer); resolve(code ?? signal); });
+  });
+}
+
+const chatAt = (url: string, content = 'hello') => fetch(`${url}/v1/chat/completions`, {
+  method: 'POST', headers: { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json' },
+  body: JSON.stringify({ model: 'echo', messages: [{ role: 'user', content }] }),
+});
+
 t.test('stdout a file or /dev/null: synchronous; a pipe: asynchronous', async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'tollgate-logdest-'));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
@@ -43,23 +76,12 @@ t.test('stdout a file or /dev/null: synchronous; a pipe: asynchronous', async (t
 });
 
 t.test('a gateway logging to a file: every line whole, within the flush interval, and all of them at exit', async (t) => {
+  const config = await configFile(t, 0);
   const dir = await mkdtemp(join(tmpdir(), 'tollgate-logfile-'));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
-  const config = join(dir, 'tollgate.yaml');
-  await writeFile(config, `server:
-  port: 0
-accounts:
-  - id: demo
-    plan: free
-    keys: [${DEMO_KEY}]
-providers:
-  echo: { kind: echo }
-models:
-  - { id: echo, provider: echo }
-`);
   const logPath = join(dir, 'gateway.log');
   const fd = openSync(logPath, 'w');
-  const proc = spawn(process.execPath, [BIN, 'serve', '--config', config, '--host', '127.0.0.1'], {
+  const proc = spawn(process.execPath, [BIN, 'serve', '--config', config], {
     stdio: ['ignore', fd, 'pipe'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'info' },
   });
   closeSync(fd);
@@ -74,10 +96,7 @@ models:
   }
   if (url === undefined) throw new Error(`the gateway did not start: ${log()} ${stderr}`);
 
-  const chat = (content: string) => fetch(`${url}/v1/chat/completions`, {
-    method: 'POST', headers: { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'echo', messages: [{ role: 'user', content }] }),
-  });
+  const chat = (content: string) => chatAt(url!, content);
   const requestLines = () => log().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>)
     .filter((l) => l.msg === 'request');
 
@@ -145,38 +164,6 @@ t.test('a log that cannot be written (disk full, reader gone) is reported once a
   t.equal(pipe.code, 0, `exit code (${pipe.stderr})`);
   t.match(pipe.stderr, /alive/);
   t.ok((pipe.stderr.match(/the log cannot be written/g)?.length ?? 0) <= 1, 'reported at most once');
-});
-
-async function configFile(t: Test, port: number): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), 'tollgate-logfail-'));
-  t.teardown(() => rm(dir, { recursive: true, force: true }));
-  const file = join(dir, 'tollgate.yaml');
-  await writeFile(file, `server:
-  port: ${port}
-  host: 127.0.0.1
-accounts:
-  - id: demo
-    plan: free
-    keys: [${DEMO_KEY}]
-providers:
-  echo: { kind: echo }
-models:
-  - { id: echo, provider: echo }
-`);
-  return file;
-}
-
-/** Resolves with the exit code, or 'hung' when the child is still there after `ms`. */
-function exited(proc: ReturnType<typeof spawn>, ms: number): Promise<unknown> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => { proc.kill('SIGKILL'); resolve('hung'); }, ms);
-    proc.once('exit', (code, signal) => { clearTimeout(timer); resolve(code ?? signal); });
-  });
-}
-
-const chatAt = (url: string) => fetch(`${url}/v1/chat/completions`, {
-  method: 'POST', headers: { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json' },
-  body: JSON.stringify({ model: 'echo', messages: [{ role: 'user', content: 'hello' }] }),
 });
 
 t.test('a gateway whose stdout is a full disk serves on, says so once on stderr, and stops promptly', async (t) => {
