@@ -30,7 +30,11 @@ export function resetText(ms: number): string {
   return s < 60 ? `${s}s` : `${Math.floor(s / 60)}m${s % 60}s`;
 }
 
-/** What an admitted request holds: its headers, a token correction, its concurrency slot. */
+/**
+ * What an admitted request holds: its headers, a token correction, its concurrency slot.
+ * `release` may be handed on as a function (queueMicrotask(grant.release)); `correct` and
+ * `cancel` are methods, called on the grant.
+ */
 export interface Grant {
   headers: Record<string, string>;
   /** Tells the token limiter the request's actual tokens (0 when nothing was used). */
@@ -166,6 +170,7 @@ export class Limits {
     /** The first limit, in check order, that refused, or the store failure standing for it. */
     let refused: { check: Check; res: RateLimiterRes } | StoreUnavailableError | undefined;
     let reached = false;
+    let down: StoreUnavailableError | undefined;
     for (let i = 0; i < n; i++) {
       const c = checks[i]!;
       const r = settled[i]!;
@@ -176,21 +181,22 @@ export class Limits {
           // Over the key's limit: these points were never granted, so they are given back.
           void this.#limiterOf(p, c).reward(c.id, points[i]!).catch(() => undefined);
           const rejection = new RateLimiterRes(0, res.msBeforeNext, res.consumedPoints - points[i]!, false);
-          tighter(shown, c.dim, c.limit, rejection);
+          tighter(shown, c.dim, c.limit, rejection, i);
           refused ??= { check: c, res: rejection };
           continue;
         }
         taken[i] = points[i]!;
-        tighter(shown, c.dim, c.limit, res);
+        tighter(shown, c.dim, c.limit, res, i);
       } else if (r.reason instanceof RateLimiterRes) {
         reached = true;
-        tighter(shown, c.dim, c.limit, r.reason);
+        tighter(shown, c.dim, c.limit, r.reason, i);
         refused ??= { check: c, res: r.reason };
       } else {
-        refused ??= this.#storeDown(r.reason);
+        // Said (once per outage) whatever else refused: the store is down either way.
+        down = this.#storeDown(r.reason);
+        refused ??= down;
       }
     }
-    if (reached) this.#recovered();
     const slots: Array<() => void> = [];
     let slotDown: unknown;
     let full = -1;
@@ -200,14 +206,18 @@ export class Limits {
       else if (r.value === undefined) { if (full < 0) full = j; }
       else slots.push(r.value as () => void);
     }
-    if (refused !== undefined || slotDown !== undefined || full >= 0) {
+    // Said (once per outage) whatever else refused, as for the limits.
+    const slotsDown = slotDown === undefined ? undefined : this.#storeDown(slotDown);
+    // The store answered every limit and every slot: an outage, if there was one, is over.
+    if (down === undefined && slotsDown === undefined && (reached || caps.length > 0)) this.#recovered();
+    if (refused !== undefined || slotsDown !== undefined || full >= 0) {
       for (const s of slots) s();
       this.#refund(p, checks, taken);
       // The refusal's headers show every limit as it stands with the points given back.
-      givenBack(shown, checks, taken);
+      givenBack(shown, taken);
       if (refused instanceof StoreUnavailableError) throw refused;
       if (refused !== undefined) throw this.#refusal(refused.check, refused.res, shown);
-      if (slotDown !== undefined) throw this.#storeDown(slotDown);
+      if (slotsDown !== undefined) throw slotsDown;
       const [, cap, whose] = caps[full]!;
       throw new GatewayError('too_many_concurrent', `Too many requests in flight: ${whose === 'account' ? 'this account' : 'this API key'} may have ${cap} at once.`, {
         headers: Object.assign(headersOf(shown), retryAfterHeaders(1000)),
@@ -283,7 +293,7 @@ export class Limits {
       } catch {
         continue;
       }
-      tighter(shown, c.dim, c.limit, res);
+      tighter(shown, c.dim, c.limit, res, -1);
     }
     return headersOf(shown);
   }
@@ -338,34 +348,34 @@ class Admitted implements Grant {
     this.#corrected = true;
     Limits.after.refund(this.#limits, this.#p, this.#checks, this.#taken);
     // The refusal's answer shows the points given back: as if the request had not come.
-    givenBack(this.#shown, this.#checks, this.#taken);
+    givenBack(this.#shown, this.#taken);
     Object.assign(this.headers, headersOf(this.#shown));
   }
 }
 
 /** Per dimension, the limit with the fewest points left (ties: the smaller limit). */
-type Shown = Partial<Record<Dimension, { limit: number; remaining: number; resetMs: number }>>;
+type Shown = Partial<Record<Dimension, { limit: number; remaining: number; resetMs: number; check: number }>>;
 
-function tighter(shown: Shown, dim: Dimension, limit: number, res: RateLimiterRes | null): void {
+/** Keeps in `shown` the tighter of what it has for `dim` and check number `check`'s result. */
+function tighter(shown: Shown, dim: Dimension, limit: number, res: RateLimiterRes | null, check: number): void {
   // Keys' limiters count without a bound of their own: what is left is the limit minus the count.
   const remaining = res === null ? limit : Math.max(0, Math.min(limit, res.remainingPoints, limit - res.consumedPoints));
   const resetMs = res === null ? 0 : res.msBeforeNext;
   const cur = shown[dim];
   if (cur === undefined || remaining < cur.remaining || (remaining === cur.remaining && limit < cur.limit)) {
-    shown[dim] = { limit, remaining, resetMs };
+    shown[dim] = { limit, remaining, resetMs, check };
   }
 }
 
 /**
  * What `shown` says once each check's points are given back: the remaining of the limit shown
- * for a dimension grows by what that limit's check took.
+ * for a dimension grows by what that very check took (a plan's and a key's limit may be equal
+ * and have taken differently).
  */
-function givenBack(shown: Shown, checks: readonly Check[], taken: readonly number[]): void {
+function givenBack(shown: Shown, taken: readonly number[]): void {
   for (const dim of DIMENSIONS) {
     const s = shown[dim];
-    if (s === undefined) continue;
-    const i = checks.findIndex((x) => x.dim === dim && x.limit === s.limit);
-    if (i >= 0) s.remaining = Math.min(s.limit, s.remaining + taken[i]!);
+    if (s !== undefined && s.check >= 0) s.remaining = Math.min(s.limit, s.remaining + taken[s.check]!);
   }
 }
 
