@@ -62,8 +62,10 @@ async function serve(argv: string[]): Promise<void> {
   const gateway = createGateway(config);
   const running = await listen(gateway, host, port);
   // Stdout carries this line and the log: when it cannot be written (a full disk, a reader
-  // gone), the log says so once on stderr (observe/log.ts) and the gateway serves on.
+  // gone), the log says so once on stderr (observe/log.ts) and the gateway serves on; should
+  // stderr's reader be gone too, that goes unsaid rather than stopping the gateway.
   process.stdout.on('error', () => undefined);
+  process.stderr.on('error', () => undefined);
   process.stdout.write(`tollgate listening on ${running.url}\n`);
   gateway.logger.info({ url: running.url, config: path, models: config.models.length }, 'listening');
 
