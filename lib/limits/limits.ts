@@ -155,11 +155,14 @@ export class Limits {
     // One allSettled over all of them: the limiters' and the slots' own promises, nothing
     // wrapped around each (a request's admission is on every request's path).
     const points = new Array<number>(n);
+    /** Each check's limiter, looked up once: the refund and the correction use it again. */
+    const limiters = new Array<RateLimiterAbstract>(n);
     const pending = new Array<Promise<unknown>>(n + caps.length);
     for (let i = 0; i < n; i++) {
       const c = checks[i]!;
       points[i] = c.dim === 'requests' ? 1 : Math.min(Math.max(1, estimatedTokens), c.limit);
-      pending[i] = this.#limiterOf(p, c).consume(c.id, points[i]!);
+      limiters[i] = this.#limiterOf(p, c);
+      pending[i] = limiters[i]!.consume(c.id, points[i]!);
     }
     for (let j = 0; j < caps.length; j++) pending[n + j] = this.#slots.acquire(caps[j]![0], caps[j]![1]);
     const settled = await Promise.allSettled(pending);
@@ -179,7 +182,7 @@ export class Limits {
         const res = r.value as RateLimiterRes;
         if (c.scope === 'key' && res.consumedPoints > c.limit) {
           // Over the key's limit: these points were never granted, so they are given back.
-          void this.#limiterOf(p, c).reward(c.id, points[i]!).catch(() => undefined);
+          void limiters[i]!.reward(c.id, points[i]!).catch(() => undefined);
           const rejection = new RateLimiterRes(0, res.msBeforeNext, res.consumedPoints - points[i]!, false);
           tighter(shown, c.dim, c.limit, rejection, i);
           refused ??= { check: c, res: rejection };
@@ -212,7 +215,7 @@ export class Limits {
     if (down === undefined && slotsDown === undefined && (reached || caps.length > 0)) this.#recovered();
     if (refused !== undefined || slotsDown !== undefined || full >= 0) {
       for (const s of slots) s();
-      this.#refund(p, checks, taken);
+      refund(checks, limiters, taken);
       // The refusal's headers show every limit as it stands with the points given back.
       givenBack(shown, taken);
       if (refused instanceof StoreUnavailableError) throw refused;
@@ -224,37 +227,8 @@ export class Limits {
       });
     }
     this.#remember(p, checks, shown);
-    return new Admitted(this, p, checks, taken, slots, shown);
+    return new Admitted(checks, limiters, taken, slots, shown);
   }
-
-  /** Gives back what each check took (a refused request, or one cancelled after admission). */
-  #refund(p: Principal, checks: readonly Check[], taken: readonly number[]): void {
-    for (let i = 0; i < checks.length; i++) {
-      if (taken[i]! > 0) void this.#limiterOf(p, checks[i]!).reward(checks[i]!.id, taken[i]!).catch(() => undefined);
-    }
-  }
-
-  /** Brings the token limiters from the estimate taken to the actual tokens. */
-  #correct(p: Principal, checks: readonly Check[], taken: readonly number[], actual: number): void {
-    for (let i = 0; i < checks.length; i++) {
-      const c = checks[i]!;
-      if (c.dim !== 'tokens' || taken[i] === 0) continue;
-      const diff = actual - taken[i]!;
-      const l = this.#limiterOf(p, c);
-      if (diff > 0) void l.penalty(c.id, diff).catch(() => undefined);
-      else if (diff < 0) void l.reward(c.id, -diff).catch(() => undefined);
-    }
-  }
-
-  /**
-   * For Admitted (below) only: what the limiters are told after the answer or on a
-   * cancellation. A static member of the class reaches its private limiters; the grant itself
-   * stays one object without a closure per operation.
-   */
-  static readonly after = {
-    refund: (l: Limits, p: Principal, checks: readonly Check[], taken: readonly number[]) => l.#refund(p, checks, taken),
-    correct: (l: Limits, p: Principal, checks: readonly Check[], taken: readonly number[], actual: number) => l.#correct(p, checks, taken, actual),
-  };
 
   /**
    * Whether this principal's last admission left ample room in every limit (at least a tenth
@@ -307,9 +281,8 @@ interface Check { scope: 'plan' | 'key'; dim: Dimension; limit: number; id: stri
  */
 class Admitted implements Grant {
   readonly headers: Record<string, string>;
-  readonly #limits: Limits;
-  readonly #p: Principal;
   readonly #checks: readonly Check[];
+  readonly #limiters: readonly RateLimiterAbstract[];
   readonly #taken: number[];
   readonly #slots: Array<() => void>;
   readonly #shown: Shown;
@@ -318,10 +291,9 @@ class Admitted implements Grant {
   /** The actual tokens, once known; sent with the slots' release (one round trip after the answer). */
   #actual = -1;
 
-  constructor(limits: Limits, p: Principal, checks: readonly Check[], taken: number[], slots: Array<() => void>, shown: Shown) {
-    this.#limits = limits;
-    this.#p = p;
+  constructor(checks: readonly Check[], limiters: readonly RateLimiterAbstract[], taken: number[], slots: Array<() => void>, shown: Shown) {
     this.#checks = checks;
+    this.#limiters = limiters;
     this.#taken = taken;
     this.#slots = slots;
     this.#shown = shown;
@@ -332,13 +304,13 @@ class Admitted implements Grant {
     if (this.#released) return;
     this.#released = true;
     for (const s of this.#slots) s();
-    if (this.#actual >= 0) Limits.after.correct(this.#limits, this.#p, this.#checks, this.#taken, this.#actual);
+    if (this.#actual >= 0) correctTokens(this.#checks, this.#limiters, this.#taken, this.#actual);
   };
 
   correct(actualTokens: number): void {
     if (this.#corrected) return;
     this.#corrected = true;
-    if (this.#released) Limits.after.correct(this.#limits, this.#p, this.#checks, this.#taken, actualTokens);
+    if (this.#released) correctTokens(this.#checks, this.#limiters, this.#taken, actualTokens);
     else this.#actual = actualTokens;
   }
 
@@ -346,10 +318,28 @@ class Admitted implements Grant {
     this.release();
     if (this.#corrected) return;
     this.#corrected = true;
-    Limits.after.refund(this.#limits, this.#p, this.#checks, this.#taken);
+    refund(this.#checks, this.#limiters, this.#taken);
     // The refusal's answer shows the points given back: as if the request had not come.
     givenBack(this.#shown, this.#taken);
     Object.assign(this.headers, headersOf(this.#shown));
+  }
+}
+
+/** Gives back what each check took (a refused request, or one cancelled after admission). */
+function refund(checks: readonly Check[], limiters: readonly RateLimiterAbstract[], taken: readonly number[]): void {
+  for (let i = 0; i < checks.length; i++) {
+    if (taken[i]! > 0) void limiters[i]!.reward(checks[i]!.id, taken[i]!).catch(() => undefined);
+  }
+}
+
+/** Brings the token limiters from the estimate taken to the actual tokens. */
+function correctTokens(checks: readonly Check[], limiters: readonly RateLimiterAbstract[], taken: readonly number[], actual: number): void {
+  for (let i = 0; i < checks.length; i++) {
+    const c = checks[i]!;
+    if (c.dim !== 'tokens' || taken[i] === 0) continue;
+    const diff = actual - taken[i]!;
+    if (diff > 0) void limiters[i]!.penalty(c.id, diff).catch(() => undefined);
+    else if (diff < 0) void limiters[i]!.reward(c.id, -diff).catch(() => undefined);
   }
 }
 

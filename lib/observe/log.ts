@@ -130,14 +130,14 @@ function pause(ms: number): void {
 function finalFlush(d: Destination, health: LogHealth): void {
   const queued = d._bufs;
   if (!Array.isArray(queued)) return; // not the sonic-boom this was written for: nothing safe to do
-  const chunks = [...(!d._writing && d._writingBuf !== undefined && d._writingBuf.length > 0 ? [d._writingBuf] : []), ...queued];
+  const chunks = [...(!d._writing && d._writingBuf !== undefined && d._writingBuf.length > 0 ? [d._writingBuf] : []), ...queued]
+    .map((c) => (typeof c === 'string' ? Buffer.from(c) : c));
   d._writingBuf = '';
   queued.length = 0;
   let deadline = Date.now() + EXIT_WAIT_MS;
-  let left = chunks.reduce((n, c) => n + Buffer.byteLength(c), 0);
+  let left = chunks.reduce((n, c) => n + c.length, 0);
   try {
-    for (const chunk of chunks) {
-      let buf = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+    for (let buf of chunks) {
       while (buf.length > 0) {
         try {
           const n = writeSync(d.fd, buf);

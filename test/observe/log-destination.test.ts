@@ -4,7 +4,7 @@
 // and nothing buffered is lost when the gateway stops.
 
 import t, { type Test } from 'tap';
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -17,6 +17,18 @@ import { freePort } from '../helpers/redis.js';
 import { LogHealth } from '../../lib/observe/log.js';
 
 const LOG_MODULE = fileURLToPath(new URL('../../dist/lib/observe/log.js', import.meta.url));
+
+/**
+ * A process that runs `body` with `log` (createLogger('info'), writing to fd 1 = `stdout`) and
+ * `pad` (200 characters) in scope; its stderr is a pipe.
+ */
+function loggingChild(body: string, stdout: 'pipe' | number = 'pipe'): ChildProcess {
+  return spawn(process.execPath, ['--input-type=module', '-e', `
+    const { createLogger } = await import(${JSON.stringify(LOG_MODULE)});
+    const log = createLogger('info');
+    const pad = 'x'.repeat(200);
+${body}`], { stdio: ['ignore', stdout, 'pipe'] });
+}
 
 /** What writesSynchronously(1) says in a child whose stdout is `stdout` (printed to stderr). */
 async function verdict(t: Test, stdout: 'pipe' | number): Promise<string> {
@@ -52,7 +64,7 @@ models:
 }
 
 /** Resolves with the exit code, or 'hung' when the child is still there after `ms`. */
-function exited(proc: ReturnType<typeof spawn>, ms: number): Promise<unknown> {
+function exited(proc: ChildProcess, ms: number): Promise<unknown> {
   return new Promise((resolve) => {
     const timer = setTimeout(() => { proc.kill('SIGKILL'); resolve('hung'); }, ms);
     proc.once('exit', (code, signal) => { clearTimeout(timer); resolve(code ?? signal); });
@@ -134,15 +146,12 @@ t.test('a gateway logging to a file: every line whole, within the flush interval
  * 'alive' on stderr and exits 0 (flushing at exit): its exit code and stderr.
  */
 async function logThrough(stdout: 'pipe' | number, lines: number, closeReader = false): Promise<{ code: unknown; stderr: string }> {
-  const child = spawn(process.execPath, ['--input-type=module', '-e', `
-    const { createLogger } = await import(${JSON.stringify(LOG_MODULE)});
-    const log = createLogger('info');
-    const pad = 'x'.repeat(200);
+  const child = loggingChild(`
     for (let i = 0; i < ${lines}; i++) log.info({ i, pad }, 'line');
     await new Promise((r) => setTimeout(r, 700)); // a periodic flush too
     for (let i = 0; i < ${lines}; i++) log.info({ i, pad }, 'line');
     process.stderr.write('alive\\n');
-  `], { stdio: ['ignore', stdout, 'pipe'] });
+  `, stdout);
   if (closeReader) child.stdout!.destroy();
   let stderr = '';
   child.stderr!.on('data', (d) => { stderr += d; });
@@ -201,13 +210,11 @@ t.test('lines buffered when the log reader has gone: the exit does not hang on t
   // The reader goes before the child logs anything; the child logs one line (buffered, far from
   // a 4 KB batch, before any periodic flush) and exits at once: the exit flush meets EPIPE.
   // sonic-boom's own flushSync retried that write forever.
-  const child = spawn(process.execPath, ['--input-type=module', '-e', `
-    const { createLogger } = await import(${JSON.stringify(LOG_MODULE)});
-    const log = createLogger('info');
+  const child = loggingChild(`
     await new Promise((r) => setTimeout(r, 200));
     log.info('one line, buffered');
     process.exit(0);
-  `], { stdio: ['ignore', 'pipe', 'pipe'] });
+  `);
   child.stdout!.destroy();
   let stderr = '';
   child.stderr!.on('data', (d) => { stderr += d; });
@@ -252,13 +259,10 @@ t.test('LogHealth: a failure said once, its end once with the lines dropped, dro
 
 t.test('every buffered line reaches the reader at exit, a write in flight or not', async (t) => {
   // 500 lines at once (many batches, one of them in the thread pool), then exit at once.
-  const child = spawn(process.execPath, ['--input-type=module', '-e', `
-    const { createLogger } = await import(${JSON.stringify(LOG_MODULE)});
-    const log = createLogger('info');
-    const pad = 'x'.repeat(200);
+  const child = loggingChild(`
     for (let i = 0; i < 500; i++) log.info({ i, pad }, 'line');
     process.exit(0);
-  `], { stdio: ['ignore', 'pipe', 'pipe'] });
+  `);
   let out = '';
   let stderr = '';
   child.stdout!.on('data', (d) => { out += d; });
@@ -271,14 +275,11 @@ t.test('every buffered line reaches the reader at exit, a write in flight or not
 });
 
 t.test('a reader more than 16 MB behind: lines dropped are said, counted, and the rest arrive', async (t) => {
-  const child = spawn(process.execPath, ['--input-type=module', '-e', `
-    const { createLogger } = await import(${JSON.stringify(LOG_MODULE)});
-    const log = createLogger('info');
-    const pad = 'x'.repeat(200);
+  const child = loggingChild(`
     for (let i = 0; i < 80000; i++) log.info({ i, pad }, 'line');
     process.stderr.write('logged\\n');
     process.exit(0);
-  `], { stdio: ['ignore', 'pipe', 'pipe'] });
+  `);
   let stderr = '';
   let lines = 0;
   // The reader starts once all 80,000 lines (about 20 MB) are logged, and a little later: the
@@ -307,14 +308,12 @@ t.test('a reader more than 16 MB behind: lines dropped are said, counted, and th
 });
 
 t.test('stdout and stderr readers both gone: the process neither crashes nor hangs', async (t) => {
-  const child = spawn(process.execPath, ['--input-type=module', '-e', `
-    const { createLogger } = await import(${JSON.stringify(LOG_MODULE)});
-    const log = createLogger('info');
+  const child = loggingChild(`
     for (let i = 0; i < 100; i++) log.info({ i }, 'line');
     await new Promise((r) => setTimeout(r, 1200)); // periodic flushes meet EPIPE; the notice too
     for (let i = 0; i < 100; i++) log.info({ i }, 'line');
     process.exit(7);
-  `], { stdio: ['ignore', 'pipe', 'pipe'] });
+  `);
   child.stdout!.destroy();
   child.stderr!.destroy();
   t.equal(await exited(child, 15_000), 7, 'its own exit code: no unhandled error');
