@@ -31,6 +31,8 @@ const FALLBACK_CODES: ReadonlySet<string> = new Set(['provider_error', 'provider
 
 /** Hold lifetime: every attempt may use its whole timeout, plus slack for the settle. */
 const HOLD_SLACK_MS = 60_000;
+/** A stream's frames written together are cut at this length, so backpressure is felt. */
+const MAX_BATCH_CHARS = 16_384;
 /** Replicas of one target a request tries before it moves on to the next target. */
 const MAX_REPLICA_TRIES = 3;
 
@@ -394,7 +396,21 @@ async function streamAnswer(
           const upstream = await target.provider.stream(call);
           upstreamHeaders = upstream.headers;
           const iterator = upstream[Symbol.asyncIterator]();
+          // The frames of the parts one upstream read brought, written together: one chunk of
+          // the answer's chunked encoding instead of one per frame. Never held past that read.
+          let out = '';
           for (;;) {
+            if (out !== '' && !(out.length < MAX_BATCH_CHARS && upstream.atHand?.() === true)) {
+              const ok = writeFrame(res, out, call.abort ?? call.signal);
+              out = '';
+              if (ok !== true && !(await ok)) {
+                // The client left, or stopped reading until the time ran out: the upstream is
+                // aborted and what was generated so far is charged.
+                void iterator.return?.();
+                if (!res.destroyed) res.destroy();
+                return false;
+              }
+            }
             const step = await iterator.next();
             keepalive.refresh();
             if (step.done === true) break;
@@ -421,16 +437,11 @@ async function streamAnswer(
               ctx.ttftMs = performance.now() - ctx.start;
               metrics.observe(metrics.timeToFirstChunk, target.provider.name, ctx.ttfcMs / 1000);
             }
-            if (held.length > 0) for (const h of held.splice(0)) res.write(renderer.chunk(h.choices, h.native, h.chatJson));
-            const ok = writeFrame(res, renderer.chunk(part.choices, part.native, part.chatJson), call.abort ?? call.signal);
-            if (ok !== true && !(await ok)) {
-              // The client left, or stopped reading until the time ran out: the upstream is
-              // aborted and what was generated so far is charged.
-              void iterator.return?.();
-              if (!res.destroyed) res.destroy();
-              return false;
-            }
+            if (held.length > 0) for (const h of held.splice(0)) out += renderer.chunk(h.choices, h.native, h.chatJson);
+            out += renderer.chunk(part.choices, part.native, part.chatJson);
           }
+          // An iterator's end comes after a read, so nothing is left here; kept safe all the same.
+          if (out !== '') res.write(out);
           if (!committed) throw emptyAnswer();
           return true;
         });

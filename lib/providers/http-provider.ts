@@ -164,14 +164,14 @@ export abstract class HttpProvider implements Provider {
     return Object.assign(this.#parts(res.body, call, res.statusCode), { headers: forwardedHeaders(res.headers) });
   }
 
-  #parts(body: UpstreamBody, call: ProviderCall, status: number): AsyncIterable<StreamPart> {
+  #parts(body: UpstreamBody, call: ProviderCall, status: number): AsyncIterable<StreamPart> & { atHand(): boolean } {
     const parts = new PartStream(body, this.translator(call, status), (err) => {
       if (err instanceof SseLimitError) {
         return new GatewayError('provider_error', `The model provider '${this.name}' sent an event stream line or event larger than ${err.limit} bytes.`, { cause: err });
       }
       return this.#redact(transportError(err, call.signal, this.name));
     });
-    return { [Symbol.asyncIterator]: () => parts };
+    return { [Symbol.asyncIterator]: () => parts, atHand: () => parts.atHand() };
   }
 
   async close(): Promise<void> {
@@ -231,6 +231,11 @@ class PartStream implements AsyncIterator<StreamPart> {
         this.#failure = { err: this.#mapError(err) };
       }
     }
+  }
+
+  /** The next part came with the one before it: next() will not wait for the upstream. */
+  atHand(): boolean {
+    return this.#next < this.#queue.length;
   }
 
   #translate(events: Iterable<SseEvent>): void {

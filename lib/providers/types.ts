@@ -117,6 +117,12 @@ export type StreamPart =
 
 export interface UpstreamStream extends AsyncIterable<StreamPart> {
   headers: Record<string, string>;
+  /**
+   * Whether the next part is already at hand (it came in the same upstream read as the one just
+   * handed out), so the frames of one read can leave in one write. Absent: each part is written
+   * as it comes.
+   */
+  atHand?(): boolean;
 }
 
 /** What to embed: strings or token arrays, with the requested vector length if any. */

@@ -193,6 +193,47 @@ t.test('streaming: split writes, CRLF, comments; chunks rewritten; usage asked u
   }
 });
 
+/** The chunks of a chunked HTTP/1.1 answer, as sent (the body only, after the head). */
+function chunkedParts(raw: string): string[] {
+  const parts: string[] = [];
+  let rest = raw.slice(raw.indexOf('\r\n\r\n') + 4);
+  for (;;) {
+    const eol = rest.indexOf('\r\n');
+    const size = parseInt(rest.slice(0, eol), 16);
+    if (size === 0) return parts;
+    const bytes = Buffer.from(rest.slice(eol + 2), 'latin1');
+    parts.push(bytes.subarray(0, size).toString('utf8'));
+    rest = bytes.subarray(size + 2).toString('latin1');
+  }
+}
+
+t.test('streaming: the frames of one upstream read leave in one chunk, and none waits for the next read', async (t) => {
+  const frames = streamFrames(['one', ' two', ' three', ' four', ' five']);
+  let clientHas = (): boolean => false;
+  up.setScript(async (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(frames.slice(0, 4).join('')); // role, one, two, three
+    const until = Date.now() + 3000;
+    while (!clientHas() && Date.now() < until) await sleep(5); // the client must have them before more comes
+    res.end(frames.slice(4).join('')); // four, five, finish, usage, [DONE]
+  });
+  const sock = connect(Number(new URL(gw.url).port), '127.0.0.1');
+  t.teardown(() => sock.destroy());
+  let raw = '';
+  sock.on('data', (d) => { raw += d.toString('latin1'); });
+  const payload = JSON.stringify(ask({ stream: true }));
+  sock.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${DEMO_KEY}\r\ncontent-type: application/json\r\ncontent-length: ${payload.length}\r\nconnection: close\r\n\r\n${payload}`);
+  clientHas = () => raw.includes('three');
+  await new Promise((r) => sock.once('close', r));
+  t.ok(raw.startsWith('HTTP/1.1 200'), raw.slice(0, 40));
+  const parts = chunkedParts(raw);
+  const texts = parts.map((p) => sseData(p).events.map((e) => e.choices[0]?.delta.content ?? '').join(''));
+  t.same(texts.slice(0, 2), ['one two three', ' four five'], 'one chunk per upstream read (the first with its role chunk)');
+  t.equal(sseData(parts[0]!).events.length, 4, 'role and three words in the first chunk');
+  t.ok(sseData(parts.join('')).done, '[DONE] at the end');
+  t.equal(sseData(parts.join('')).events.at(-1).choices[0].finish_reason, 'stop');
+});
+
 t.test('streaming: chunks of text in any server\'s spelling reach the client exactly, with a role on the first', async (t) => {
   // Chunks of text are read by pattern (textChunk); this is the same stream end to end: no
   // role chunk (the gateway adds the role to the first), llama.cpp's member order, escapes
