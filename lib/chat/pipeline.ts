@@ -400,21 +400,26 @@ async function streamAnswer(
           // the answer's chunked encoding instead of one per frame. Never held past that read.
           let out = '';
           for (;;) {
-            if (out !== '' && !(out.length < MAX_BATCH_CHARS && upstream.atHand?.() === true)) {
-              const ok = writeFrame(res, out, call.abort ?? call.signal);
-              out = '';
-              if (ok !== true && !(await ok)) {
-                // The client left, or stopped reading until the time ran out: the upstream is
-                // aborted and what was generated so far is charged.
-                void iterator.return?.();
-                if (!res.destroyed) res.destroy();
-                return false;
+            let part = upstream.take?.();
+            if (part === undefined || out.length >= MAX_BATCH_CHARS) {
+              if (out !== '') {
+                const ok = writeFrame(res, out, call.abort ?? call.signal);
+                out = '';
+                if (ok !== true && !(await ok)) {
+                  // The client left, or stopped reading until the time ran out: the upstream is
+                  // aborted and what was generated so far is charged.
+                  void iterator.return?.();
+                  if (!res.destroyed) res.destroy();
+                  return false;
+                }
+              }
+              if (part === undefined) {
+                const step = await iterator.next();
+                keepalive.refresh();
+                if (step.done === true) break;
+                part = step.value;
               }
             }
-            const step = await iterator.next();
-            keepalive.refresh();
-            if (step.done === true) break;
-            const part = step.value;
             if (part.kind === 'usage') { usage = part.usage; continue; }
             for (const c of part.choices) {
               if (roleSent[c.index] !== true) {
@@ -440,8 +445,6 @@ async function streamAnswer(
             if (held.length > 0) for (const h of held.splice(0)) out += renderer.chunk(h.choices, h.native, h.chatJson);
             out += renderer.chunk(part.choices, part.native, part.chatJson);
           }
-          // An iterator's end comes after a read, so nothing is left here; kept safe all the same.
-          if (out !== '') res.write(out);
           if (!committed) throw emptyAnswer();
           return true;
         });

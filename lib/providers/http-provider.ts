@@ -164,14 +164,14 @@ export abstract class HttpProvider implements Provider {
     return Object.assign(this.#parts(res.body, call, res.statusCode), { headers: forwardedHeaders(res.headers) });
   }
 
-  #parts(body: UpstreamBody, call: ProviderCall, status: number): AsyncIterable<StreamPart> & { atHand(): boolean } {
+  #parts(body: UpstreamBody, call: ProviderCall, status: number): AsyncIterable<StreamPart> & { take(): StreamPart | undefined } {
     const parts = new PartStream(body, this.translator(call, status), (err) => {
       if (err instanceof SseLimitError) {
         return new GatewayError('provider_error', `The model provider '${this.name}' sent an event stream line or event larger than ${err.limit} bytes.`, { cause: err });
       }
       return this.#redact(transportError(err, call.signal, this.name));
     });
-    return { [Symbol.asyncIterator]: () => parts, atHand: () => parts.atHand() };
+    return { [Symbol.asyncIterator]: () => parts, take: () => parts.take() };
   }
 
   async close(): Promise<void> {
@@ -233,9 +233,9 @@ class PartStream implements AsyncIterator<StreamPart> {
     }
   }
 
-  /** The next part came with the one before it: next() will not wait for the upstream. */
-  atHand(): boolean {
-    return this.#next < this.#queue.length;
+  /** The next part, when it came with the one before it (next() would not wait for it). */
+  take(): StreamPart | undefined {
+    return this.#next < this.#queue.length ? this.#queue[this.#next++] : undefined;
   }
 
   #translate(events: Iterable<SseEvent>): void {

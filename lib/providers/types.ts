@@ -118,11 +118,11 @@ export type StreamPart =
 export interface UpstreamStream extends AsyncIterable<StreamPart> {
   headers: Record<string, string>;
   /**
-   * Whether the next part is already at hand (it came in the same upstream read as the one just
-   * handed out), so the frames of one read can leave in one write. Absent: each part is written
-   * as it comes.
+   * The next part when it is already at hand (it came in the same upstream read as the one
+   * before it), without a promise; undefined when next() would have to wait for the upstream.
+   * The frames of one read then leave in one write. Absent: each part is written as it comes.
    */
-  atHand?(): boolean;
+  take?(): StreamPart | undefined;
 }
 
 /** What to embed: strings or token arrays, with the requested vector length if any. */
