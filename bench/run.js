@@ -277,6 +277,13 @@ async function redisVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, s
       if (Date.now() > deadline) throw new Error(`${waitReplicas} replica(s) did not connect in 10 s`);
       await sleep(50);
     }
+    // 'online' is said before a fresh replica acknowledges anything: a write is waited for too
+    // (a WAIT after no write of its own connection would count every replica at once).
+    while (waitReplicas > 0) {
+      await redis.set('bench:replicas-probe', String(Date.now()));
+      if (await redis.wait(waitReplicas, 200) >= waitReplicas) break;
+      if (Date.now() > deadline) throw new Error(`${waitReplicas} replica(s) did not acknowledge a write in 10 s`);
+    }
     await sanityCheck(gw, headers);
     if (WARMUP > 0) await cannon('warm-up gateway (redis)', gw.origin, { headers, body: plain, connections: 64, seconds: WARMUP });
     // What one INFO costs in the counters, with nothing else going on: subtracted below.
