@@ -45,7 +45,7 @@ export type SettleEntry = {
 
 /** The metering part of the snapshot. */
 export interface MeteringSnapshot {
-  /** [account, request id, settled at, units charged], oldest first. */
+  /** [account, request id, settled at, units charged], each account's oldest first. */
   settled: [string, string, number, number][];
   /** Per account, per window ('YYYY-MM-DD' or 'YYYY-MM'): [requests, tokens, units]. */
   usage: Record<string, Record<string, [number, number, number]>>;
@@ -67,7 +67,6 @@ function isRecord(v: unknown): v is Record<string, unknown> {
 }
 
 /** An unambiguous map key for a request id of an account. */
-const ridKey = (account: string, rid: string): string => `${account.length}:${account}${rid}`;
 
 export function toSettleEntry(v: Record<string, unknown>): SettleEntry | undefined {
   if (!(str(v.account) && str(v.rid) && count(v.charged) && count(v.tokens) && str(v.day) && str(v.month) && int(v.at))) return undefined;
@@ -174,11 +173,89 @@ class AccountHolds {
   }
 }
 
+/**
+ * Settled request ids, with the units each was first charged, forgotten SETTLED_TTL_MS after.
+ * There is one per metered request for an hour (3.6 million at 1,000 requests a second), so
+ * they are kept lean: per account, a Map from the id (flat) to the units, and the times in runs,
+ * one time and one count per second in which the account settled, not one time per id. About
+ * 90 bytes an id for a UUID, where a map from an account-and-id string to [time, units] took 150.
+ * A run is forgotten once its first id is past the hour (its others up to a second early).
+ */
+class SettledIds {
+  readonly #accounts = new Map<string, AccountSettled>();
+
+  get(account: string, rid: string): number | undefined {
+    return this.#accounts.get(account)?.ids.get(rid);
+  }
+
+  /** Adds an id not settled before (callers check); its account's expired runs are forgotten. */
+  add(account: string, rid: string, at: number, charged: number, cutoff: number): void {
+    let a = this.#accounts.get(account);
+    if (a === undefined) this.#accounts.set(account, (a = new AccountSettled()));
+    a.add(flattened(rid), at, charged);
+    a.forget(cutoff);
+  }
+
+  /** Forgets every account's ids settled before `cutoff`. */
+  forget(cutoff: number): void {
+    for (const [account, a] of this.#accounts) {
+      a.forget(cutoff);
+      if (a.ids.size === 0) this.#accounts.delete(account);
+    }
+  }
+
+  /** [account, request id, settled at (its run's time), units], each account's oldest first. */
+  *entries(): Generator<[string, string, number, number]> {
+    for (const [account, a] of this.#accounts) {
+      let run = a.head;
+      let left = a.counts[run] ?? 0;
+      for (const [rid, charged] of a.ids) {
+        while (left === 0) left = a.counts[++run]!;
+        left--;
+        yield [account, rid, a.times[run]!, charged];
+      }
+    }
+  }
+}
+
+class AccountSettled {
+  readonly ids = new Map<string, number>();
+  /** Runs of ids in settlement order (the Map's order): the first id's time, and how many. */
+  times: number[] = [];
+  counts: number[] = [];
+  head = 0;
+
+  add(rid: string, at: number, charged: number): void {
+    this.ids.set(rid, charged);
+    const last = this.times.length - 1;
+    if (last >= this.head && Math.floor(this.times[last]! / 1000) === Math.floor(at / 1000)) this.counts[last]!++;
+    else {
+      this.times.push(at);
+      this.counts.push(1);
+    }
+  }
+
+  forget(cutoff: number): void {
+    let dropped = 0;
+    while (this.head < this.times.length && this.times[this.head]! < cutoff) dropped += this.counts[this.head++]!;
+    if (dropped === 0) return;
+    for (const rid of this.ids.keys()) {
+      this.ids.delete(rid);
+      if (--dropped === 0) break;
+    }
+    // The arrays are cut once their forgotten half is worth moving.
+    if (this.head > 64 && this.head * 2 > this.times.length) {
+      this.times = this.times.slice(this.head);
+      this.counts = this.counts.slice(this.head);
+      this.head = 0;
+    }
+  }
+}
+
 export class MemoryMetering {
   /** Open holds per account. */
   readonly #holds = new Map<string, AccountHolds>();
-  /** Settled request ids (ridKey) -> [settled at, units charged], in settlement order. */
-  readonly #settled = new Map<string, [number, number]>();
+  readonly #settled = new SettledIds();
   /** Usage per account, per window. */
   readonly #usage = new Map<string, Map<string, UsageTotals>>();
   #lastSweep = performance.now();
@@ -256,9 +333,9 @@ export class MemoryMetering {
 
   /** The outcome of a repeated settlement, or undefined when the request id is new. */
   repeated(account: AccountRecord, rid: string): SettleResult | undefined {
-    const first = this.#settled.get(ridKey(account.id, rid));
-    if (first === undefined) return undefined;
-    return { applied: false, charged_units: first[1], balance_units: account.balance_units, available_units: account.balance_units - this.heldUnits(account.id) };
+    const charged = this.#settled.get(account.id, rid);
+    if (charged === undefined) return undefined;
+    return { applied: false, charged_units: charged, balance_units: account.balance_units, available_units: account.balance_units - this.heldUnits(account.id) };
   }
 
   /**
@@ -279,10 +356,9 @@ export class MemoryMetering {
   /** Applies a settlement (live or replayed); false when its request id was settled already. */
   apply(account: AccountRecord | undefined, e: SettleEntry): boolean {
     if (account === undefined) return false;
-    const key = ridKey(e.account, e.rid);
-    if (this.#settled.has(key)) return false;
+    if (this.#settled.get(e.account, e.rid) !== undefined) return false;
     // Kept an hour: flat (the request id may be a deep tree of cons strings, see flattened()).
-    this.#settled.set(flattened(key), [e.at, e.charged]);
+    this.#settled.add(e.account, e.rid, e.at, e.charged, Date.now() - SETTLED_TTL_MS);
     account.balance_units -= e.charged;
     this.release(e.account, e.rid);
     let windows = this.#usage.get(e.account);
@@ -294,20 +370,11 @@ export class MemoryMetering {
       u.tokens += e.tokens;
       u.units += e.charged;
     }
-    this.#forgetSettled(Date.now() - SETTLED_TTL_MS, true);
     return true;
   }
 
   usage(account: string, day: string, month: string): { held_units: number; day: UsageTotals; month: UsageTotals } {
     return { held_units: this.heldUnits(account), day: { ...this.#window(account, day) }, month: { ...this.#window(account, month) } };
-  }
-
-  /** Drops settled ids older than `cutoff`; `oldestOnly` stops at the first newer one (cheap). */
-  #forgetSettled(cutoff: number, oldestOnly: boolean): void {
-    for (const [key, [at]] of this.#settled) {
-      if (at < cutoff) this.#settled.delete(key);
-      else if (oldestOnly) return;
-    }
   }
 
   #maybeSweep(now: number): void {
@@ -320,7 +387,7 @@ export class MemoryMetering {
   prune(): void {
     const now = performance.now();
     for (const account of [...this.#holds.keys()]) this.#held(account, now);
-    this.#forgetSettled(Date.now() - SETTLED_TTL_MS, false);
+    this.#settled.forget(Date.now() - SETTLED_TTL_MS);
     const today = new Date();
     const oldestDay = new Date(Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), today.getUTCDate() - DAY_WINDOWS_KEPT)).toISOString().slice(0, 10);
     const oldestMonth = new Date(Date.UTC(today.getUTCFullYear(), today.getUTCMonth() - MONTH_WINDOWS_KEPT, 1)).toISOString().slice(0, 7);
@@ -335,12 +402,7 @@ export class MemoryMetering {
   /** The durable part (holds are not), pruned first. */
   snapshot(): MeteringSnapshot {
     this.prune();
-    const settled: MeteringSnapshot['settled'] = [];
-    for (const [key, [at, charged]] of this.#settled) {
-      const colon = key.indexOf(':');
-      const len = Number(key.slice(0, colon));
-      settled.push([key.slice(colon + 1, colon + 1 + len), key.slice(colon + 1 + len), at, charged]);
-    }
+    const settled: MeteringSnapshot['settled'] = [...this.#settled.entries()];
     const usage: MeteringSnapshot['usage'] = {};
     for (const [account, windows] of this.#usage) {
       usage[account] = Object.fromEntries([...windows].map(([w, u]) => [w, [u.requests, u.tokens, u.units]]));
@@ -355,7 +417,7 @@ export class MemoryMetering {
     if (!isRecord(v) || !Array.isArray(v.settled) || !isRecord(v.usage)) return bad();
     for (const s of v.settled) {
       if (!Array.isArray(s) || s.length !== 4 || !str(s[0]) || !str(s[1]) || !int(s[2]) || !count(s[3])) return bad();
-      this.#settled.set(flattened(ridKey(s[0], s[1])), [s[2], s[3]]);
+      if (this.#settled.get(s[0], s[1]) === undefined) this.#settled.add(s[0], s[1], s[2], s[3], -Infinity);
     }
     for (const [account, windows] of Object.entries(v.usage)) {
       if (!isRecord(windows)) return bad();
