@@ -61,8 +61,8 @@ t.test('a settled request id costs under 140 bytes for its hour, whatever string
 
 t.test('settled ids are forgotten an hour after their second, per account; within it a repeat charges nothing', async (t) => {
   const m = new MemoryMetering();
-  const acme = { id: 'acme', plan: 'free', balance_units: 1000 };
-  const zeta = { id: 'zeta', plan: 'free', balance_units: 1000 };
+  const acme = { id: 'acme', plan: 'free', balance_units: 1000, created_at: 0 };
+  const zeta = { id: 'zeta', plan: 'free', balance_units: 1000, created_at: 0 };
   const entry = (account: string, rid: string, charged: number, at: number) =>
     ({ op: 'settle' as const, account, rid, charged, tokens: 1, day: DAY, month: MONTH, at });
   const accounts = new Map([['acme', acme], ['zeta', zeta]]);
