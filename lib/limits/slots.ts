@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import type { RedisClient } from '../store/redis-connect.js';
 import type { Logger } from '../observe/log.js';
-import { RetryQueue } from '../store/retry.js';
+import { notApplied, RetryQueue } from '../store/retry.js';
 
 export interface Slots {
   /** A release function, or undefined when the account already has `max` in flight. */
@@ -97,8 +97,9 @@ export class RedisSlots implements Slots {
     try {
       ok = await this.#redis.tgSlotAcquire(key, Date.now(), this.#leaseMs, max, id);
     } catch (err) {
-      // A Redis that answers late may still add the lease: take it back once it can.
-      this.#release(key, id);
+      // A Redis that answers late may still add the lease: take it back once it can (not when
+      // Redis refused the script outright: nothing was added).
+      if (!notApplied(err)) this.#release(key, id);
       if (this.#fallback === null) throw err;
       return this.#fallback.acquire(account, max);
     }

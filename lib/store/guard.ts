@@ -6,11 +6,14 @@
 // - a hold release that fails is retried in the background until it lands (./retry.ts), so it
 //   resolves once the release is done or queued. A hold that fails is released the same way:
 //   a store that answers late (Redis stalled, not gone) may still apply it after the request
-//   got its 503, and it would lock the account's credits until its TTL ran out.
+//   got its 503, and it would lock the account's credits until its TTL ran out. A hold that
+//   Redis refused outright (notApplied) is not: during a failover under load those refusals
+//   come by the ten thousand, and releasing each filled the retry queue past its bound, which
+//   dropped the oldest entries: the releases of the holds that had landed.
 
 import type { AccountConfig } from '../config/types.js';
 import { StoreUnavailableError } from '../errors.js';
-import type { RetryQueue } from './retry.js';
+import { notApplied, type RetryQueue } from './retry.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation, SettleResult, Settlement, Store,
   UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
@@ -63,7 +66,7 @@ export class GuardedStore implements Store {
     try {
       return await guard(this.#inner.hold(h));
     } catch (err) {
-      if (err instanceof StoreUnavailableError) void this.release(h.account, h.requestId).catch(() => undefined);
+      if (err instanceof StoreUnavailableError && !notApplied(err)) void this.release(h.account, h.requestId).catch(() => undefined);
       throw err;
     }
   }

@@ -29,6 +29,25 @@ function permanent(err: unknown): boolean {
   return err instanceof TypeError || err instanceof RangeError;
 }
 
+/**
+ * Refusals that prove a command was not applied: Redis turned it down before it wrote anything
+ * (a demoted primary, too few replicas for min-replicas-to-write, a dataset loading, a cluster
+ * moving, a script running, no memory: for a script, at its first write), or ioredis never sent
+ * it (no connection, and no offline queue). A timeout or a connection lost in flight proves
+ * nothing: the command may still have been applied. Errors are read down their causes, so a
+ * StoreUnavailableError wrapping a refusal is one. A write refused so needs no undoing, and
+ * queuing one undo per refusal would flood the queue during an outage (see guard.ts).
+ */
+const REFUSED = /^(?:NOREPLICAS|READONLY|MASTERDOWN|LOADING|CLUSTERDOWN|TRYAGAIN|MOVED|ASK|BUSY|OOM|NOSCRIPT) |^Stream isn't writeable/;
+
+export function notApplied(err: unknown): boolean {
+  let e = err;
+  for (let depth = 0; e instanceof Error && depth < 4; depth++, e = e.cause) {
+    if (REFUSED.test(e.message)) return true;
+  }
+  return false;
+}
+
 export class RetryQueue {
   /** Pending writes by key, oldest first (a Map keeps insertion order). */
   readonly #pending = new Map<string, Op>();

@@ -31,29 +31,27 @@ const sentinelStore = (prefix: string) => ({
 });
 
 /**
- * The account once its holds are released. A hold whose request failed at the switch can land
- * on the new primary after its release was applied (found under load, not yet explained): it
- * then stays until its TTL frees it, as the contract allows for a request answered 503. Such
- * holds are told, and must be few (no more than the 503s) and expiring; anything else fails.
+ * The account once its holds are released: every hold a request left behind at the switch is
+ * released by the gateway (its release retried until it lands), not left to its TTL. The holds
+ * still there and what the gateway said of its retries are told when that fails. (A flood of
+ * releases for holds Redis had refused once overflowed the retry queue and pushed out the
+ * releases that mattered: lib/store/guard.ts, test/store/guard.test.ts.)
  */
-async function released(t: any, gw: TestGateway, prefix: string, storeFaults: number): Promise<any> {
+async function released(t: any, gw: TestGateway, prefix: string): Promise<any> {
   let after: any;
-  const ok = await waitFor(async () => { after = await account(gw).catch(() => undefined); return after?.held_units === 0; }, 5000, 'the holds to be released')
+  const ok = await waitFor(async () => { after = await account(gw).catch(() => undefined); return after?.held_units === 0; }, 10_000, 'the holds to be released')
     .then(() => true, () => false);
-  if (ok) return after;
-  const c = new Redis({ port: await topo.currentPrimary(), host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 1 });
-  try {
-    await c.connect();
-    const holds = Object.values(await c.hgetall(`${prefix}{acct:demo}:holds`));
-    const now = Date.now();
-    const open = holds.map((h) => h.split(':').map(Number)).filter(([, expires]) => expires! > now);
-    t.comment(`holds left after the switch: ${JSON.stringify(holds)}`);
-    t.ok(open.length > 0 && open.length <= storeFaults, `${open.length} hold(s) left, no more than the ${storeFaults} requests answered 503`);
-    t.equal(open.reduce((sum, [units]) => sum + units!, 0), after?.held_units, 'they are all that is held');
-    t.ok(open.every(([, expires]) => expires! - now <= 5 * 60_000), 'each expires within its TTL');
-  } finally {
-    c.disconnect();
+  if (!ok) {
+    const c = new Redis({ port: await topo.currentPrimary(), host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 1 });
+    try {
+      await c.connect();
+      t.comment(`holds left: ${JSON.stringify(await c.hgetall(`${prefix}{acct:demo}:holds`))}`);
+    } finally {
+      c.disconnect();
+    }
+    t.comment(gw.logs().split('\n').filter((l) => /too many store writes|deferred release/.test(l)).join('\n'));
   }
+  t.ok(ok, `the holds left at the switch are released (held: ${after?.held_units})`);
   return after;
 }
 
@@ -138,7 +136,7 @@ t.test('the primary killed under load: the gateways follow the failover; no ackn
   t.ok(outcomes.every((o) => o.status !== 200 || o.charged === unit.charged), 'every 200 charged the same');
 
   // Releases of holds that failed meanwhile land by themselves once the store is back.
-  const after = await released(t, gws[1]!, prefix, outcomes.filter(isStoreFault).length);
+  const after = await released(t, gws[1]!, prefix);
   const acked = outcomes.filter((o) => o.status === 200).length;
   const landed = after.usage.day.requests - before.usage.day.requests;
   const refused = outcomes.filter(isStoreFault).length;
@@ -180,7 +178,7 @@ t.test('a manual failover (the primary demoted, not dead) under load: followed, 
   t.ok(Math.max(...outcomes.map((o) => o.ms)) < 6000, 'none hangs');
   t.ok(afterOk >= 20, `served on the new primary (${afterOk} answers after the switch; all: ${tally(outcomes)})`);
   if (afterOk < 20) t.comment(storeLog(gws));
-  const after = await released(t, gws[1]!, prefix, outcomes.filter(isStoreFault).length);
+  const after = await released(t, gws[1]!, prefix);
   const acked = outcomes.filter((o) => o.status === 200);
   const landed = after.usage.day.requests - before.usage.day.requests;
   const refused = outcomes.filter(isStoreFault).length;
