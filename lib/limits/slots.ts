@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import type { RedisClient } from '../store/redis-connect.js';
 import type { Logger } from '../observe/log.js';
-import { notApplied, RetryQueue } from '../store/retry.js';
+import { RetryQueue } from '../store/retry.js';
 
 export interface Slots {
   /** A release function, or undefined when the account already has `max` in flight. */
@@ -97,9 +97,9 @@ export class RedisSlots implements Slots {
     try {
       ok = await this.#redis.tgSlotAcquire(key, Date.now(), this.#leaseMs, max, id);
     } catch (err) {
-      // A Redis that answers late may still add the lease: take it back once it can (not when
+      // A Redis that answers late may still add the lease: take it back once it can (unless
       // Redis refused the script outright: nothing was added).
-      if (!notApplied(err)) this.#release(key, id);
+      this.#release(key, id, err);
       if (this.#fallback === null) throw err;
       return this.#fallback.acquire(account, max);
     }
@@ -117,9 +117,9 @@ export class RedisSlots implements Slots {
     };
   }
 
-  /** Removes a lease now, or as soon as Redis answers again. */
-  #release(key: string, id: string): void {
-    this.#retries.run(`slot\u0000${key}\u0000${id}`, () => this.#redis.zrem(key, id))
+  /** Removes a lease now, or as soon as Redis answers again; `failure`: its acquire's, if it failed. */
+  #release(key: string, id: string, failure?: unknown): void {
+    this.#retries.undo(failure, `slot\u0000${key}\u0000${id}`, () => this.#redis.zrem(key, id))
       .catch((err: Error) => this.#logger.error({ err: err.message }, 'slot release failed'));
   }
 

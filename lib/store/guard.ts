@@ -7,13 +7,13 @@
 //   resolves once the release is done or queued. A hold that fails is released the same way:
 //   a store that answers late (Redis stalled, not gone) may still apply it after the request
 //   got its 503, and it would lock the account's credits until its TTL ran out. A hold that
-//   Redis refused outright (notApplied) is not: during a failover under load those refusals
-//   come by the ten thousand, and releasing each filled the retry queue past its bound, which
-//   dropped the oldest entries: the releases of the holds that had landed.
+//   Redis refused outright is not (RetryQueue.undo): during a failover under load those
+//   refusals come by the ten thousand, and releasing each filled the retry queue past its
+//   bound, which dropped the oldest entries: the releases of the holds that had landed.
 
 import type { AccountConfig } from '../config/types.js';
 import { StoreUnavailableError } from '../errors.js';
-import { notApplied, type RetryQueue } from './retry.js';
+import type { RetryQueue } from './retry.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation, SettleResult, Settlement, Store,
   UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
@@ -66,7 +66,7 @@ export class GuardedStore implements Store {
     try {
       return await guard(this.#inner.hold(h));
     } catch (err) {
-      if (err instanceof StoreUnavailableError && !notApplied(err)) void this.release(h.account, h.requestId).catch(() => undefined);
+      if (err instanceof StoreUnavailableError) void this.#retries.undo(err, this.#holdKey(h.account, h.requestId), () => this.#inner.release(h.account, h.requestId)).catch(() => undefined);
       throw err;
     }
   }
@@ -74,7 +74,11 @@ export class GuardedStore implements Store {
 
   /** Resolves once the hold is dropped or queued for retry (a request id's hold is dropped once). */
   release(account: string, requestId: string): Promise<void> {
-    return this.#retries.run(`hold\u0000${account}\u0000${requestId}`, () => this.#inner.release(account, requestId));
+    return this.#retries.run(this.#holdKey(account, requestId), () => this.#inner.release(account, requestId));
+  }
+
+  #holdKey(account: string, requestId: string): string {
+    return `hold\u0000${account}\u0000${requestId}`;
   }
 
   accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }> {

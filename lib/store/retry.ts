@@ -35,8 +35,7 @@ function permanent(err: unknown): boolean {
  * moving, a script running, no memory: for a script, at its first write), or ioredis never sent
  * it (no connection, and no offline queue). A timeout or a connection lost in flight proves
  * nothing: the command may still have been applied. Errors are read down their causes, so a
- * StoreUnavailableError wrapping a refusal is one. A write refused so needs no undoing, and
- * queuing one undo per refusal would flood the queue during an outage (see guard.ts).
+ * StoreUnavailableError wrapping a refusal is one. A write refused so needs no undoing.
  */
 const REFUSED = /^(?:NOREPLICAS|READONLY|MASTERDOWN|LOADING|CLUSTERDOWN|TRYAGAIN|MOVED|ASK|BUSY|OOM|NOSCRIPT) |^Stream isn't writeable/;
 
@@ -87,6 +86,16 @@ export class RetryQueue {
       if (permanent(err)) throw err;
       this.#defer(key, op, err);
     }
+  }
+
+  /**
+   * Undoes a write that failed with `failure` (a hold, a slot lease): runs `op` as run() does,
+   * unless the failure proves the write was not applied (notApplied), when there is nothing to
+   * undo. A store that refuses every write during an outage would otherwise queue one undo per
+   * request and push the ones that matter out of the queue.
+   */
+  undo(failure: unknown, key: string, op: Op): Promise<void> {
+    return notApplied(failure) ? Promise.resolve() : this.run(key, op);
   }
 
   #defer(key: string, op: Op, err: unknown): void {
