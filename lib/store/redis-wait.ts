@@ -2,12 +2,16 @@
 // revokes a credential is reported only once N replicas have it, so a failover that promotes
 // one of them loses no write the gateway acknowledged.
 //
-// The script and `WAIT N timeout` go out as one pipeline on one connection: WAIT covers the
-// writes made on the connection it is sent on, and a pipeline cannot be split by a reconnect (a
-// WAIT sent after a reconnect, on a fresh connection, would confirm nothing yet answer at once).
-// On a Cluster the pipeline goes to the primary owning the script's slot (WAIT has no key; the
-// script's keys choose the node). The script is sent as EVAL, not EVALSHA: a NOSCRIPT retry
-// would leave the pipeline and escape the WAIT. WAIT blocks its connection until the replicas
+// The script and `WAIT N timeout` go out together on one connection: WAIT covers the writes made
+// on the connection it is sent on, and the two cannot be split by a reconnect (a WAIT sent
+// after a reconnect, on a fresh connection, would confirm nothing yet answer at once). On one
+// server or a Sentinel's primary they are two commands written in one synchronous stretch, so
+// into the same socket (in one write: redis-connect.ts batches a loop turn's commands); a
+// socket lost fails both. On a Cluster they are one ioredis pipeline, which goes to the primary
+// owning the script's slot (WAIT has no key; the script's keys choose the node); not elsewhere,
+// as each pipeline object stays reachable from the old generation until a mark-compact
+// (redis-connect.ts). The script is sent as EVAL, not EVALSHA: a NOSCRIPT retry would be sent
+// apart from the WAIT and escape it. WAIT blocks its connection until the replicas
 // answer, so waited writes have connections of their own, a few taken in turn: a WAIT delays
 // only the waited writes queued behind it on its connection, never holds and reads.
 //
@@ -17,6 +21,7 @@
 // waited script is idempotent (settlements by request id, credits by idempotency key,
 // revocations by id), and a repeat's WAIT also covers the first write.
 
+import { Cluster } from 'ioredis';
 import type { RedisClient } from './redis-connect.js';
 
 export class ReplicaWaitError extends Error {
@@ -72,12 +77,7 @@ export class ReplicaWait {
     const client = this.#clients[this.#next]!;
     this.#next = (this.#next + 1) % this.#clients.length;
     for (let attempt = 0; ; attempt++) {
-      const p = client.pipeline();
-      p.eval(lua, keys.length, ...keys, ...args);
-      p.wait(this.#replicas, this.#waitMs);
-      const results = await p.exec();
-      if (results === null || results.length !== 2) throw new Error('the pipeline was discarded');
-      const [[scriptErr, reply], [waitErr, acked]] = results as [[Error | null, unknown], [Error | null, unknown]];
+      const [[scriptErr, reply], [waitErr, acked]] = await this.#evalAndWait(client, lua, keys, args);
       if (scriptErr !== null) {
         // Not applied (a redirection is answered before the script runs): try once more where
         // the slot is now, if there is time for a whole WAIT.
@@ -95,6 +95,28 @@ export class ReplicaWait {
       return reply;
     }
   }
+
+  /** The script's and the WAIT's outcomes, each [error, reply], sent on one connection. */
+  async #evalAndWait(client: RedisClient, lua: string, keys: string[], args: string[]): Promise<[Outcome, Outcome]> {
+    if (client instanceof Cluster) {
+      const p = client.pipeline();
+      p.eval(lua, keys.length, ...keys, ...args);
+      p.wait(this.#replicas, this.#waitMs);
+      const results = await p.exec();
+      if (results === null || results.length !== 2) throw new Error('the pipeline was discarded');
+      return results as [Outcome, Outcome];
+    }
+    // Both written before anything else can run: the same socket, in this order.
+    const script = client.eval(lua, keys.length, ...keys, ...args);
+    const wait = client.wait(this.#replicas, this.#waitMs);
+    return Promise.all([outcome(script), outcome(wait)]);
+  }
+}
+
+type Outcome = [Error | null, unknown];
+
+function outcome(p: Promise<unknown>): Promise<Outcome> {
+  return p.then((reply) => [null, reply], (err: unknown) => [err instanceof Error ? err : new Error(String(err)), undefined]);
 }
 
 function refresh(cluster: RedisClient): Promise<void> {

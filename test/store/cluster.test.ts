@@ -1,5 +1,6 @@
 // The Redis store on a real 3-primary Redis Cluster (store.cluster): the store and metering
-// contracts; every account's keys on one node (hash tags), accounts spread over the nodes;
+// contracts; every account's keys on one node (hash tags), accounts spread over the nodes; a
+// loop turn's commands to a node in one write;
 // two gateways sharing one wallet exactly; a slot moved under load (each request a 200 or a
 // contract 503, the wallet moved by exactly what the 200s charged); store.wait_replicas
 // sending WAIT to the primary that owns the account's slot; a script that empties a key while
@@ -8,6 +9,7 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { RedisStore } from '../../lib/store/redis.js';
+import { connect, retire } from '../../lib/store/redis-connect.js';
 import { startGateway, type TestGateway } from '../helpers/gateway.js';
 import { nodeClient, startCluster } from '../helpers/redis-topology.js';
 import { accountWhenReady, burst, chat, isStoreFault, walletConfig, type Outcome } from '../helpers/wallet-load.js';
@@ -99,6 +101,25 @@ t.test('two gateways on the cluster share one wallet exactly', async (t) => {
   t.equal(before.balance_units - after.balance_units, charged, 'Σ charged = Δ balance, on both instances\' view');
   t.equal(after.usage.day.requests - before.usage.day.requests, 40, 'each request debited once');
   t.equal(after.held_units, 0, 'no hold left');
+});
+
+t.test('commands sent to one node in one turn of the event loop leave in one write', async (t) => {
+  const client = connect(topology, { connectionName: 'tg-batch', commandTimeout: 2000, connectTimeout: 2000 });
+  t.teardown(() => { retire(client); client.disconnect(); });
+  const tag = `{tgc-batch:${randomUUID()}}`;
+  const { port: owner } = await cluster.ownerOf(tag);
+  if (client.status !== 'ready') await new Promise((resolve) => client.once('ready', resolve));
+  t.equal(await client.set(`${tag}:n`, '0'), 'OK', 'the client reaches the cluster');
+  const admins = await Promise.all(cluster.ports.map((port) => nodeClient(port)));
+  t.teardown(() => admins.forEach((a) => a.disconnect()));
+  const reads = () => Promise.all(admins.map(async (a) => Number(/total_reads_processed:(\d+)/.exec(await a.info('stats'))![1])));
+  const before = await reads();
+  const replies = await Promise.all([...Array.from({ length: 8 }, () => client.incr(`${tag}:n`)), client.get(`${tag}:n`)]);
+  const after = await reads();
+  t.same(replies, [1, 2, 3, 4, 5, 6, 7, 8, '8'], 'each its own reply, in the order sent');
+  // Each node's delta less the INFO asking for it.
+  const delta = Object.fromEntries(cluster.ports.map((port, i) => [port, after[i]! - before[i]! - 1]));
+  t.same(delta, Object.fromEntries(cluster.ports.map((port) => [port, port === owner ? 1 : 0])), 'one read, at the slot\'s owner');
 });
 
 t.test('a slot moved under load: each request a 200 or a contract 503, the wallet exact', async (t) => {

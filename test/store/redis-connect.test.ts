@@ -80,3 +80,71 @@ t.test('a client retired on purpose stays closed', async (t) => {
   await sleep(300); // past the first reconnect delay (50 ms)
   t.equal(c.status, 'end', 'and not connected again');
 });
+
+/** Read events at the server so far, less the INFO that asks (one read of its own). */
+async function readsAt(admin: Redis): Promise<number> {
+  return Number(/total_reads_processed:(\d+)/.exec(await admin.info('stats'))![1]);
+}
+
+t.test('commands sent in one turn of the event loop leave in one write, each with its own reply', async (t) => {
+  const c = connect({ kind: 'url', url: redis.url }, { connectionName: 'tg-batch', commandTimeout: 1000, connectTimeout: 2000 });
+  t.teardown(() => { retire(c); c.disconnect(); });
+  const admin = new Redis(redis.url);
+  t.teardown(() => admin.disconnect());
+  t.ok(await until(() => c.status === 'ready', 5000), 'ready');
+  await c.del('tg-batch:n', 'tg-batch:h');
+
+  // The socket's own writes, counted on the client's side (Redis may read separate writes at once).
+  const socket = (c as unknown as { stream: Record<string, (...a: unknown[]) => unknown> }).stream;
+  let writes = 0;
+  for (const name of ['_write', '_writev']) {
+    const own = socket[name]!;
+    socket[name] = function (this: unknown, ...a: unknown[]) { writes++; return own.apply(this, a); };
+  }
+  const before = await readsAt(admin);
+  writes = 0;
+  // Sent from one synchronous stretch, from a microtask after it and from a timer callback
+  // run before the loop's check phase: one batch as long as nothing waits for I/O between.
+  const sent: Array<Promise<unknown>> = [];
+  for (let i = 0; i < 10; i++) sent.push(c.incr('tg-batch:n'));
+  sent.push(c.hset('tg-batch:h', 'a', '1'));
+  sent.push(c.call('NOSUCHCOMMAND').then(() => 'answered', (err: Error) => `refused: ${err.message.split(' ')[0]}`));
+  sent.push(c.eval('return redis.call("HGET", KEYS[1], "a")', 1, 'tg-batch:h'));
+  await Promise.resolve();
+  sent.push(c.incr('tg-batch:n'));
+  const replies = await Promise.all(sent);
+  t.equal(writes, 1, 'the fourteen commands are one write on the socket');
+  const after = await readsAt(admin);
+  t.same(replies.slice(0, 10), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 'in the order sent');
+  t.same(replies.slice(10), [1, 'refused: ERR', '1', 11], 'a refused command fails alone');
+  t.equal(after - before - 1, 1, 'one read at the server for the fourteen commands');
+
+  // Two turns of the loop apart: two writes.
+  writes = 0;
+  const a = c.incr('tg-batch:n');
+  await new Promise((resolve) => setImmediate(resolve));
+  const b = c.incr('tg-batch:n');
+  t.same(await Promise.all([a, b]), [12, 13]);
+  t.equal(writes, 2, 'two writes');
+  t.equal(await readsAt(admin) - after - 1, 2, 'commands a turn apart are two reads');
+});
+
+t.test('a connection cut while a batch is held back: its commands fail, and the next connection batches again', async (t) => {
+  const c = connect({ kind: 'url', url: redis.url }, { connectionName: 'tg-batch-cut', commandTimeout: 1000, connectTimeout: 2000 });
+  t.teardown(() => { retire(c); c.disconnect(); });
+  c.on('error', () => undefined);
+  const admin = new Redis(redis.url);
+  t.teardown(() => admin.disconnect());
+  t.ok(await until(() => c.status === 'ready', 5000), 'ready');
+  await c.set('tg-batch-cut', '0');
+  // Written into the held-back batch, then the socket goes before it is sent.
+  const lost = [c.incr('tg-batch-cut'), c.incr('tg-batch-cut')].map((p) => p.then(() => 'answered', (err: Error) => err.message));
+  (c as unknown as { stream: { destroy(): void } }).stream.destroy();
+  const outcomes = await Promise.all(lost);
+  t.ok(outcomes.every((o) => o !== 'answered'), `both failed: ${JSON.stringify(outcomes)}`);
+  t.equal(await admin.get('tg-batch-cut'), '0', 'and neither was applied');
+  t.ok(await until(() => c.status === 'ready', 5000), 'connected again');
+  const before = await readsAt(admin);
+  t.same(await Promise.all([c.incr('tg-batch-cut'), c.incr('tg-batch-cut'), c.get('tg-batch-cut')]), [1, 2, '2'], 'the new connection serves');
+  t.equal(await readsAt(admin) - before - 1, 1, 'in one write again');
+});
