@@ -61,7 +61,7 @@ type LeaseCommands = {
   tgSlotRenew(key: string, now: number, ttl: number, id: string): Promise<number>;
 };
 
-/** Registers the lease scripts on `redis` (RedisStore does so before any command; see there). */
+/** Registers the lease scripts on `redis`. */
 export function defineLeaseCommands(redis: RedisClient): void {
   redis.defineCommand('tgSlotAcquire', { numberOfKeys: 1, lua: ACQUIRE });
   redis.defineCommand('tgSlotRenew', { numberOfKeys: 1, lua: RENEW });

@@ -152,7 +152,7 @@ const batching = new WeakSet<Redis>();
  * request's limits, slot and hold (or its release, token correction and usage record) reach
  * Redis together, one read there and one round trip. The connection's socket is corked at the
  * first command and uncorked by setImmediate, so whatever the I/O callbacks of the same loop
- * turn send joins the batch; the kernel gets one writev. Commands keep their order, and each is
+ * turn send joins the batch, handed to the kernel in one writev (after any write still under way). Commands keep their order, and each is
  * still its own ioredis command (its own reply, timeout and error).
  *
  * This is what ioredis's enableAutoPipelining is for, without its cost: every batch it makes is
@@ -174,7 +174,7 @@ function batchWrites(client: Redis): void {
     socket?.uncork();
   };
   client.sendCommand = function (this: Redis, command, stream) {
-    // A pipeline's commands (the replica wait's) are written by the pipeline itself, in one write.
+    // A pipeline's commands (a Cluster's replica wait) are written by the pipeline itself, at once.
     if (corked === undefined && stream === undefined && this.status === 'ready') {
       const socket = (this as unknown as { stream?: Socket }).stream;
       if (socket !== undefined && socket.writable) {

@@ -6,8 +6,10 @@
 // on the connection it is sent on, and the two cannot be split by a reconnect (a WAIT sent
 // after a reconnect, on a fresh connection, would confirm nothing yet answer at once). On one
 // server or a Sentinel's primary they are two commands written in one synchronous stretch, so
-// into the same socket (in one write: redis-connect.ts batches a loop turn's commands); a
-// socket lost fails both. On a Cluster they are one ioredis pipeline, which goes to the primary
+// into the same socket (in one write: redis-connect.ts batches a loop turn's commands). A
+// connection lost before both are answered fails the unanswered ones at once (ioredis itself
+// would leave them to their timeout): a script answered and its WAIT not is a ReplicaWaitError.
+// On a Cluster they are one ioredis pipeline, which goes to the primary
 // owning the script's slot (WAIT has no key; the script's keys choose the node); not elsewhere,
 // as each pipeline object stays reachable from the old generation until a mark-compact
 // (redis-connect.ts). The script is sent as EVAL, not EVALSHA: a NOSCRIPT retry would be sent
@@ -109,7 +111,16 @@ export class ReplicaWait {
     // Both written before anything else can run: the same socket, in this order.
     const script = client.eval(lua, keys.length, ...keys, ...args);
     const wait = client.wait(this.#replicas, this.#waitMs);
-    return Promise.all([outcome(script), outcome(wait)]);
+    let closed!: (err: Error) => void;
+    const lost = new Promise<never>((_, reject) => { closed = reject; });
+    lost.catch(() => undefined);
+    const onClose = () => closed(new Error('the connection closed before Redis answered'));
+    client.once('close', onClose);
+    try {
+      return await Promise.all([outcome(Promise.race([script, lost])), outcome(Promise.race([wait, lost]))]);
+    } finally {
+      client.off('close', onClose);
+    }
   }
 }
 

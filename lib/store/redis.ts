@@ -76,8 +76,6 @@
 import { randomUUID } from 'node:crypto';
 import { keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
-import { rateLimiterRedis } from '../limits/rate-limiters.js';
-import { defineLeaseCommands } from '../limits/slots.js';
 import { connect, keepSubscribed, retire, type RedisClient, type RedisTopology } from './redis-connect.js';
 import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-metering.js';
 import { ReplicaWait } from './redis-wait.js';
@@ -269,12 +267,6 @@ export class RedisStore implements Store {
     for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS)]) {
       redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
     }
-    // Every command this client will run is defined now, before any is sent: with
-    // auto-pipelining, a pipeline lacks the commands defined after it was opened, and one
-    // called on it then would break the whole batch (ioredis#1931). The rate limiters define
-    // theirs when built, lazily: this throwaway one defines it up front.
-    defineLeaseCommands(redis);
-    new (rateLimiterRedis())({ storeClient: redis, points: 1, duration: 1, keyPrefix: `${this.prefix}rl:init` });
     this.#redis = redis as RedisClient & Scripts;
     if (waitReplicas > 0) {
       const waitMs = options.waitTimeoutMs ?? Math.max(1, Math.floor(timeout / 2));

@@ -103,8 +103,8 @@ t.test('commands sent in one turn of the event loop leave in one write, each wit
   }
   const before = await readsAt(admin);
   writes = 0;
-  // Sent from one synchronous stretch, from a microtask after it and from a timer callback
-  // run before the loop's check phase: one batch as long as nothing waits for I/O between.
+  // Sent from one synchronous stretch and from a microtask after it: one batch, as long as
+  // nothing waits for I/O between.
   const sent: Array<Promise<unknown>> = [];
   for (let i = 0; i < 10; i++) sent.push(c.incr('tg-batch:n'));
   sent.push(c.hset('tg-batch:h', 'a', '1'));

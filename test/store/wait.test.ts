@@ -2,14 +2,16 @@
 // write rejects within wait_timeout_ms, the request is a 503 service_unavailable with
 // Retry-After and its hold released. The write itself stays applied on the primary, once: a
 // repeat (same request id, same idempotency key) never applies it twice. With the server's
-// min-replicas-to-write, the primary refuses instead, and nothing at all is consumed.
+// min-replicas-to-write, the primary refuses instead, and nothing at all is consumed. The script
+// and its WAIT leave in one write; a connection lost between their answers fails at once.
 
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { keyIdOf, sha256Hex } from '../../lib/auth/keys.js';
 import { RedisStore } from '../../lib/store/redis.js';
-import { ReplicaWaitError } from '../../lib/store/redis-wait.js';
+import { ReplicaWait, ReplicaWaitError } from '../../lib/store/redis-wait.js';
+import { connect, retire } from '../../lib/store/redis-connect.js';
 import { startGateway } from '../helpers/gateway.js';
 import { startRedis } from '../helpers/redis.js';
 import { account, accountWhenReady, chat, walletConfig } from '../helpers/wallet-load.js';
@@ -49,6 +51,36 @@ t.test('store: a waited write no replica confirms rejects in time, applied once'
   t.type((await store.keyByDigest(d))?.revoked_at, 'number', 'the revocation applied on the primary');
   await t.rejects(store.revokeSession('s1'), ReplicaWaitError);
   t.equal(await store.isSessionRevoked('s1'), true);
+});
+
+t.test('the script and its WAIT: one write on one socket; the connection lost after the script, a ReplicaWaitError at once', async (t) => {
+  const client = connect({ kind: 'url', url: redis.url }, { connectionName: 'tgw-cut', commandTimeout: 3000, connectTimeout: 2000 });
+  t.teardown(() => { retire(client); client.disconnect(); });
+  client.on('error', () => undefined);
+  const admin = new Redis(redis.url);
+  t.teardown(() => admin.disconnect());
+  if (client.status !== 'ready') await new Promise((resolve) => client.once('ready', resolve));
+  const key = `tgw-cut:${randomUUID()}`;
+  // No replica: the WAIT blocks for its whole 2 s.
+  const wait = new ReplicaWait([client], 1, 2000, 3000);
+  const socket = (client as unknown as { stream: Record<string, (...a: unknown[]) => unknown> }).stream;
+  let writes = 0;
+  for (const name of ['_write', '_writev']) {
+    const own = socket[name]!;
+    socket[name] = function (this: unknown, ...a: unknown[]) { writes++; return own.apply(this, a); };
+  }
+  const started = Date.now();
+  const outcome = wait.eval('return redis.call("INCR", KEYS[1])', [key], []).then(() => 'confirmed', (err: Error) => err);
+  // The script is answered (applied); the WAIT is not yet; then the connection is lost.
+  while (await admin.get(key) !== '1') await new Promise((resolve) => setTimeout(resolve, 5));
+  t.equal(writes, 1, 'the script and the WAIT went out in one write');
+  (socket as unknown as { destroy(): void }).destroy();
+  const err = await outcome;
+  const took = Date.now() - started;
+  t.ok(err instanceof ReplicaWaitError, `a ReplicaWaitError: ${String(err)}`);
+  t.match((err as Error).message, /^applied on the primary, not confirmed by replicas: the connection closed/);
+  t.ok(took < 1500, `at once, not at the WAIT's or the command's timeout (${took} ms)`);
+  t.equal(await admin.get(key), '1', 'applied once, never resent');
 });
 
 t.test('gateway: 503 service_unavailable with Retry-After, hold released, the debit on the primary once', async (t) => {
