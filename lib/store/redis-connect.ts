@@ -144,6 +144,22 @@ function batched(client: Redis, options: ConnectOptions): Redis {
   return client;
 }
 
+/** What the commands a lost connection left unanswered fail with: sent, so their outcome is unknown. */
+export const UNANSWERED = 'Connection lost before Redis answered';
+
+/**
+ * The commands in flight when `client`'s connection closes fail then, not at their timeout.
+ * ioredis keeps them for a resend after the reconnect (which this client never does: they are
+ * dropped there), so each would otherwise wait out the store's timeout; an auto-pipelined batch
+ * used to be aborted on close, and this keeps that for every command. Its 'close' event comes a
+ * tick after the connection closed and before any reconnect (50 ms at the soonest), while the
+ * queue is still the closed connection's.
+ */
+function failUnansweredOnClose(client: Redis): void {
+  const queue = client as unknown as { flushQueue(err: Error, options: { offlineQueue: boolean }): void };
+  client.on('close', () => queue.flushQueue(new Error(UNANSWERED), { offlineQueue: false }));
+}
+
 /** Connections whose writes are batched already. */
 const batching = new WeakSet<Redis>();
 
@@ -166,6 +182,7 @@ const batching = new WeakSet<Redis>();
 function batchWrites(client: Redis): void {
   if (batching.has(client)) return;
   batching.add(client);
+  failUnansweredOnClose(client);
   const send = client.sendCommand;
   let corked: Socket | undefined;
   const uncork = (): void => {

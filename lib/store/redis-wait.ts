@@ -7,8 +7,8 @@
 // after a reconnect, on a fresh connection, would confirm nothing yet answer at once). On one
 // server or a Sentinel's primary they are two commands written in one synchronous stretch, so
 // into the same socket (in one write: redis-connect.ts batches a loop turn's commands). A
-// connection lost before both are answered fails the unanswered ones at once (ioredis itself
-// would leave them to their timeout): a script answered and its WAIT not is a ReplicaWaitError.
+// connection lost before both are answered fails the unanswered ones at once (redis-connect.ts):
+// a script answered and its WAIT not is a ReplicaWaitError.
 // On a Cluster they are one ioredis pipeline, which goes to the primary
 // owning the script's slot (WAIT has no key; the script's keys choose the node); not elsewhere,
 // as each pipeline object stays reachable from the old generation until a mark-compact
@@ -111,16 +111,7 @@ export class ReplicaWait {
     // Both written before anything else can run: the same socket, in this order.
     const script = client.eval(lua, keys.length, ...keys, ...args);
     const wait = client.wait(this.#replicas, this.#waitMs);
-    let closed!: (err: Error) => void;
-    const lost = new Promise<never>((_, reject) => { closed = reject; });
-    lost.catch(() => undefined);
-    const onClose = () => closed(new Error('the connection closed before Redis answered'));
-    client.once('close', onClose);
-    try {
-      return await Promise.all([outcome(Promise.race([script, lost])), outcome(Promise.race([wait, lost]))]);
-    } finally {
-      client.off('close', onClose);
-    }
+    return Promise.all([outcome(script), outcome(wait)]);
   }
 }
 
