@@ -3,13 +3,15 @@
 // plain server, the way its Sentinel failover detector does it mid-failover
 // (test/store/sentinel-revive.test.ts has the real race): the client connects again and
 // serves; a subscriber comes back subscribed, even one that was never ready before; a client
-// retired on purpose stays closed.
+// retired on purpose stays closed. And how it sends: a loop turn's commands in one write, in
+// order, each with its own reply; commands a lost connection left unanswered fail then.
 
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { UNANSWERED, connect, keepSubscribed, retire, type RedisClient } from '../../lib/store/redis-connect.js';
 import { startRedis } from '../helpers/redis.js';
+import { socketWrites, storeClient } from '../helpers/store-client.js';
 
 const redis = await startRedis();
 t.teardown(() => redis.stop());
@@ -87,22 +89,12 @@ async function readsAt(admin: Redis): Promise<number> {
 }
 
 t.test('commands sent in one turn of the event loop leave in one write, each with its own reply', async (t) => {
-  const c = connect({ kind: 'url', url: redis.url }, { connectionName: 'tg-batch', commandTimeout: 1000, connectTimeout: 2000 });
-  t.teardown(() => { retire(c); c.disconnect(); });
-  const admin = new Redis(redis.url);
-  t.teardown(() => admin.disconnect());
-  t.ok(await until(() => c.status === 'ready', 5000), 'ready');
+  const { client: c, admin } = await storeClient(t, redis.url, 'tg-batch', 1000);
   await c.del('tg-batch:n', 'tg-batch:h');
-
   // The socket's own writes, counted on the client's side (Redis may read separate writes at once).
-  const socket = (c as unknown as { stream: Record<string, (...a: unknown[]) => unknown> }).stream;
-  let writes = 0;
-  for (const name of ['_write', '_writev']) {
-    const own = socket[name]!;
-    socket[name] = function (this: unknown, ...a: unknown[]) { writes++; return own.apply(this, a); };
-  }
+  const writes = socketWrites(c);
   const before = await readsAt(admin);
-  writes = 0;
+  writes.count = 0;
   // Sent from one synchronous stretch and from a microtask after it: one batch, as long as
   // nothing waits for I/O between.
   const sent: Array<Promise<unknown>> = [];
@@ -113,28 +105,23 @@ t.test('commands sent in one turn of the event loop leave in one write, each wit
   await Promise.resolve();
   sent.push(c.incr('tg-batch:n'));
   const replies = await Promise.all(sent);
-  t.equal(writes, 1, 'the fourteen commands are one write on the socket');
+  t.equal(writes.count, 1, 'the fourteen commands are one write on the socket');
   const after = await readsAt(admin);
   t.same(replies.slice(0, 10), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 'in the order sent');
   t.same(replies.slice(10), [1, 'refused: ERR', '1', 11], 'a refused command fails alone');
   t.equal(after - before - 1, 1, 'one read at the server for the fourteen commands');
 
   // Two turns of the loop apart: two writes.
-  writes = 0;
+  writes.count = 0;
   const a = c.incr('tg-batch:n');
   await new Promise((resolve) => setImmediate(resolve));
   const b = c.incr('tg-batch:n');
   t.same(await Promise.all([a, b]), [12, 13]);
-  t.equal(writes, 2, 'commands a turn apart are two writes');
+  t.equal(writes.count, 2, 'commands a turn apart are two writes');
 });
 
 t.test('a connection cut while a batch is held back: its commands fail at once, and the next connection batches again', async (t) => {
-  const c = connect({ kind: 'url', url: redis.url }, { connectionName: 'tg-batch-cut', commandTimeout: 3000, connectTimeout: 2000 });
-  t.teardown(() => { retire(c); c.disconnect(); });
-  c.on('error', () => undefined);
-  const admin = new Redis(redis.url);
-  t.teardown(() => admin.disconnect());
-  t.ok(await until(() => c.status === 'ready', 5000), 'ready');
+  const { client: c, admin } = await storeClient(t, redis.url, 'tg-batch-cut');
   await c.set('tg-batch-cut', '0');
   // Written into the held-back batch, then the socket goes before it is sent.
   const lost = [c.incr('tg-batch-cut'), c.incr('tg-batch-cut')].map((p) => p.then(() => 'answered', (err: Error) => err.message));
@@ -151,12 +138,7 @@ t.test('a connection cut while a batch is held back: its commands fail at once, 
 });
 
 t.test('commands in flight when the connection is lost fail then, not at their timeout; the client serves again', async (t) => {
-  const c = connect({ kind: 'url', url: redis.url }, { connectionName: 'tg-inflight-cut', commandTimeout: 3000, connectTimeout: 2000 });
-  t.teardown(() => { retire(c); c.disconnect(); });
-  c.on('error', () => undefined);
-  const admin = new Redis(redis.url);
-  t.teardown(() => admin.disconnect());
-  t.ok(await until(() => c.status === 'ready', 5000), 'ready');
+  const { client: c, admin } = await storeClient(t, redis.url, 'tg-inflight-cut');
   // WAIT for a replica this server does not have: sent, and unanswered for 2 s.
   const pending = c.wait(1, 2000).then(() => 'answered', (err: Error) => err.message);
   const blocked = await until(async () => /cmd=wait/.test(await admin.client('LIST') as string), 1000);

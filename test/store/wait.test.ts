@@ -11,9 +11,9 @@ import { Redis } from 'ioredis';
 import { keyIdOf, sha256Hex } from '../../lib/auth/keys.js';
 import { RedisStore } from '../../lib/store/redis.js';
 import { ReplicaWait, ReplicaWaitError } from '../../lib/store/redis-wait.js';
-import { connect, retire } from '../../lib/store/redis-connect.js';
 import { startGateway } from '../helpers/gateway.js';
 import { startRedis } from '../helpers/redis.js';
+import { socketWrites, storeClient } from '../helpers/store-client.js';
 import { account, accountWhenReady, chat, walletConfig } from '../helpers/wallet-load.js';
 
 const redis = await startRedis();
@@ -54,27 +54,17 @@ t.test('store: a waited write no replica confirms rejects in time, applied once'
 });
 
 t.test('the script and its WAIT: one write on one socket; the connection lost after the script, a ReplicaWaitError at once', async (t) => {
-  const client = connect({ kind: 'url', url: redis.url }, { connectionName: 'tgw-cut', commandTimeout: 3000, connectTimeout: 2000 });
-  t.teardown(() => { retire(client); client.disconnect(); });
-  client.on('error', () => undefined);
-  const admin = new Redis(redis.url);
-  t.teardown(() => admin.disconnect());
-  if (client.status !== 'ready') await new Promise((resolve) => client.once('ready', resolve));
+  const { client, admin } = await storeClient(t, redis.url, 'tgw-cut');
   const key = `tgw-cut:${randomUUID()}`;
   // No replica: the WAIT blocks for its whole 2 s.
   const wait = new ReplicaWait([client], 1, 2000, 3000);
-  const socket = (client as unknown as { stream: Record<string, (...a: unknown[]) => unknown> }).stream;
-  let writes = 0;
-  for (const name of ['_write', '_writev']) {
-    const own = socket[name]!;
-    socket[name] = function (this: unknown, ...a: unknown[]) { writes++; return own.apply(this, a); };
-  }
+  const writes = socketWrites(client);
   const started = Date.now();
   const outcome = wait.eval('return redis.call("INCR", KEYS[1])', [key], []).then(() => 'confirmed', (err: Error) => err);
   // The script is answered (applied); the WAIT is not yet; then the connection is lost.
   while (await admin.get(key) !== '1') await new Promise((resolve) => setTimeout(resolve, 5));
-  t.equal(writes, 1, 'the script and the WAIT went out in one write');
-  (socket as unknown as { destroy(): void }).destroy();
+  t.equal(writes.count, 1, 'the script and the WAIT went out in one write');
+  (client as unknown as { stream: { destroy(): void } }).stream.destroy();
   const err = await outcome;
   const took = Date.now() - started;
   t.ok(err instanceof ReplicaWaitError, `a ReplicaWaitError: ${String(err)}`);
