@@ -2,9 +2,11 @@
 // ./redis-usage.ts).
 //
 // Key layout (P = the store's prefix; ID = the account id):
-//   P{acct:ID}:holds            hash  requestId -> "units:expiresAtMs" (open holds; expired ones
-//                                     are purged by the next hold/settle of the account; the key
-//                                     itself expires a minute after its longest hold would)
+//   P{acct:ID}:holds            hash  requestId -> "units:expiresAtMs[:keyId]" (open holds), and
+//                                     their sums: '#u' units, '#n' count, '#k:<keyId>' units by
+//                                     key, '#e' at or before the earliest expiry (OPEN_HOLDS);
+//                                     expired holds are purged by the first hold/settle after
+//                                     '#e'; the key expires a minute after its longest hold would
 //   P{acct:ID}:settled          hash  requestId -> units charged by its settlement
 //   P{acct:ID}:settled:at       zset  requestId scored by settle time (ms); entries older than
 //                                     an hour are pruned (at most 100 per settle) from both keys,
@@ -13,9 +15,10 @@
 //   P{acct:ID}:usage:M:<month>  hash  the same for a UTC month ('YYYY-MM'); 400 days
 //
 // Atomicity: hold and settle are one Lua script each, over keys of the account's hash tag only
-// (like every other script of the store, so they run on a cluster too). A hold purges expired
-// holds, checks the balance and the quotas and adds the hold in one step, so concurrent holds
-// from any number of instances can never together exceed the balance. A settle checks whether
+// (like every other script of the store, so they run on a cluster too). A hold reads the sums of
+// the open holds (purging expired ones once one may have expired), checks the balance and the
+// quotas and adds the hold in one step, so concurrent holds from any number of instances can
+// never together exceed the balance. A settle checks whether
 // the request id was settled, debits, drops the hold, adds to both windows and remembers the id
 // in one step, so it applies exactly once (within the hour the id is remembered).
 //
@@ -43,42 +46,84 @@ export interface MeteringScripts {
     requestId: string, units: string, tokens: string, now: string, settledWindowMs: string, settledTtlMs: string,
     keyId: string, dpid: string, wpid: string, mpid: string): Reply;
   tgAccountUsage(holds: string, day: string, month: string, now: string): Reply;
+  tgRelease(holds: string, requestId: string): Reply;
 }
 
 /**
- * openHolds sums the open holds of `key` (not counting `skip`) as of `now`: the units held, the
- * number of holds, the fields of expired (or unreadable) ones, whether `skip` is there, and the
- * units of the holds made with developer key `keyId`. A hold is "units:expires[:key id]".
- * hdelAll deletes fields that exist, in chunks (Lua's unpack has a limit), and may delete the
- * key's last field, so it must be a script's last access to the key: on a cluster, while the
- * slot migrates, a script that touches a key it emptied (deleted) fails right there, with its
- * earlier writes applied. Every key a script touches exists when it starts (Redis answers
- * TRYAGAIN or ASK otherwise), and only these deletions can remove one.
+ * The holds hash maps each open hold's request id to "units:expires[:key id]", and keeps beside
+ * them, in reserved fields (request ids never begin with '#'), the sums over the holds it holds:
+ * '#u' their units, '#n' their number, '#k:<key id>' the units held with each developer key, and
+ * '#e' a time at or before every hold's expiry. Every script that adds or removes a hold
+ * updates them (HINCRBY: integers Redis computes, no digit lost). While now < '#e' no hold has
+ * expired, and the sums are the open holds': a hold or a settle costs the same however many
+ * holds the account has open. Once now reaches '#e' (or on a hash written before the sums) the
+ * hash is read whole, its expired holds dropped and the sums made again (rebuild): about once
+ * per hold lifetime, not twice per request. The sums are written before any deletion, so the
+ * hash never empties: on a cluster, while the slot migrates, a script that touches a key it
+ * emptied (deleted) fails right there, with its earlier writes applied. Every key a script
+ * touches exists when it starts (Redis answers TRYAGAIN or ASK otherwise).
+ * holdsOf returns the units held, the number of holds, the units held with keyId, and '#e'.
+ * dropHold removes one hold, whose value is v, and its part of the sums (unsum). A hold of 0
+ * units adds nothing to the units' sums (Redis takes no '-0').
  */
 const OPEN_HOLDS = `
-local function openHolds(key, now, skip, keyId)
-  local h = redis.call('HGETALL', key)
-  local held, count, expired, skipped, keyHeld = 0, 0, {}, false, 0
-  for i = 1, #h, 2 do
-    if h[i] == skip then
-      skipped = true
-    else
-      local u, e, k = string.match(h[i + 1], '^(%d+):(%d+):?(.*)$')
-      if u == nil or tonumber(e) <= now then
-        expired[#expired + 1] = h[i]
-      else
-        held = held + tonumber(u)
-        count = count + 1
-        if keyId ~= nil and keyId ~= '' and k == keyId then keyHeld = keyHeld + tonumber(u) end
-      end
-    end
-  end
-  return held, count, expired, skipped, keyHeld
+local NEVER = '9007199254740991'
+local function parseHold(v)
+  local u, e, k = string.match(v, '^(%d+):(%d+):?(.*)$')
+  return u, e, k
 end
 local function hdelAll(key, fields)
   for i = 1, #fields, 1000 do
     redis.call('HDEL', key, unpack(fields, i, math.min(i + 999, #fields)))
   end
+end
+local function rebuild(key, now)
+  local h = redis.call('HGETALL', key)
+  local drop, sums, earliest = {}, {}, nil
+  redis.call('HSET', key, '#u', '0', '#n', '0', '#e', NEVER)
+  for i = 1, #h, 2 do
+    if string.sub(h[i], 1, 3) == '#k:' then sums[#sums + 1] = h[i] end
+  end
+  hdelAll(key, sums)
+  for i = 1, #h, 2 do
+    local f = h[i]
+    if string.sub(f, 1, 1) ~= '#' then
+      local u, e, k = parseHold(h[i + 1])
+      if u == nil or tonumber(e) <= now then
+        drop[#drop + 1] = f
+      else
+        redis.call('HINCRBY', key, '#n', '1')
+        if u ~= '0' then
+          redis.call('HINCRBY', key, '#u', u)
+          if k ~= '' then redis.call('HINCRBY', key, '#k:' .. k, u) end
+        end
+        if earliest == nil or tonumber(e) < tonumber(earliest) then earliest = e end
+      end
+    end
+  end
+  if earliest ~= nil then redis.call('HSET', key, '#e', earliest) end
+  hdelAll(key, drop)
+end
+local function holdsOf(key, now, keyId)
+  local s = redis.call('HMGET', key, '#u', '#n', '#e', '#k:' .. keyId)
+  if s[1] == false or s[2] == false or s[3] == false or now >= tonumber(s[3]) then
+    rebuild(key, now)
+    s = redis.call('HMGET', key, '#u', '#n', '#e', '#k:' .. keyId)
+  end
+  local keyHeld = 0
+  if keyId ~= '' and s[4] ~= false then keyHeld = tonumber(s[4]) end
+  return tonumber(s[1]), tonumber(s[2]), keyHeld, s[3]
+end
+local function unsum(key, u, k)
+  redis.call('HINCRBY', key, '#n', '-1')
+  if u == '0' then return end
+  redis.call('HINCRBY', key, '#u', '-' .. u)
+  if k ~= '' and redis.call('HINCRBY', key, '#k:' .. k, '-' .. u) == 0 then redis.call('HDEL', key, '#k:' .. k) end
+end
+local function dropHold(key, id, v)
+  local u, _, k = parseHold(v)
+  if u == nil then redis.call('HSET', key, '#e', '0') else unsum(key, u, k) end
+  redis.call('HDEL', key, id)
 end
 -- The budget state of a key hash: {units or false, period or false, spent in pid, pid, exists}.
 local function budgetOf(key, dpid, wpid, mpid)
@@ -95,12 +140,24 @@ export const METERING_SCRIPTS: Record<keyof MeteringScripts, { keys: number; lua
   // nil: no account; {1, '', available after} or {0, code, available[, budget left, period]}. A
   // hold of the same request id that is still open is replaced (it counts neither against the
   // balance nor the quota). Quota arguments are '' for unlimited. Order as in the memory store:
-  // quotas, then the key's budget, then credits. Expired holds are dropped either way, last.
+  // quotas, then the key's budget, then credits. Expired holds are dropped either way (see
+  // OPEN_HOLDS).
   tgHold: { keys: 5, lua: `${OPEN_HOLDS}
 local bal = redis.call('HGET', KEYS[1], 'balance_units')
 if bal == false then return false end
 local units = tonumber(ARGV[2])
-local held, open, expired, _, keyHeld = openHolds(KEYS[2], tonumber(ARGV[4]), ARGV[1], ARGV[9])
+local held, open, keyHeld, earliest = holdsOf(KEYS[2], tonumber(ARGV[4]), ARGV[9])
+local prev = redis.call('HGET', KEYS[2], ARGV[1])
+local pu, pk
+if prev ~= false then
+  local _
+  pu, _, pk = parseHold(prev)
+  if pu ~= nil then
+    held = held - tonumber(pu)
+    open = open - 1
+    if ARGV[9] ~= '' and pk == ARGV[9] then keyHeld = keyHeld - tonumber(pu) end
+  end
+end
 local available = tonumber(bal) - held
 local function used(key, field) return tonumber(redis.call('HGET', key, field) or '0') end
 local refused, remaining, period
@@ -119,15 +176,22 @@ if refused == nil and ARGV[9] ~= '' then
 end
 if refused == nil and available < units then refused = 'insufficient_credits' end
 if refused then
-  hdelAll(KEYS[2], expired)
   if refused == 'budget_exceeded' then return {0, refused, available, remaining, period} end
   return {0, refused, available}
+end
+if prev ~= false then
+  if pu == nil then redis.call('HSET', KEYS[2], '#e', '0') else unsum(KEYS[2], pu, pk) end
 end
 local tag = ''
 if ARGV[9] ~= '' then tag = ':' .. ARGV[9] end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. tag)
+redis.call('HINCRBY', KEYS[2], '#n', '1')
+if ARGV[2] ~= '0' then
+  redis.call('HINCRBY', KEYS[2], '#u', ARGV[2])
+  if ARGV[9] ~= '' then redis.call('HINCRBY', KEYS[2], '#k:' .. ARGV[9], ARGV[2]) end
+end
+if tonumber(ARGV[3]) < tonumber(earliest) then redis.call('HSET', KEYS[2], '#e', ARGV[3]) end
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[8]) then redis.call('PEXPIRE', KEYS[2], ARGV[8]) end
-hdelAll(KEYS[2], expired)
 return {1, '', available - units}` },
 
   // nil: no account; {applied, charged, balance, available}. The charge is min(units, balance),
@@ -145,7 +209,13 @@ if bal == false then return false end
 local charged = redis.call('HGET', KEYS[3], ARGV[1])
 local applied = 0
 if charged == false then applied = 1 end
-local held, _, expired, ownHold = openHolds(KEYS[2], tonumber(ARGV[4]), applied == 1 and ARGV[1] or '', '')
+local held = holdsOf(KEYS[2], tonumber(ARGV[4]), '')
+local own = false
+if applied == 1 then own = redis.call('HGET', KEYS[2], ARGV[1]) end
+if own ~= false then
+  local ou = parseHold(own)
+  if ou ~= nil then held = held - tonumber(ou) end
+end
 if applied == 1 then
   local b, u, ustr = tonumber(bal), tonumber(ARGV[2]), ARGV[2]
   local bu, bp, spent, pid, exists, sp = false, false, 0, nil, false, false
@@ -190,8 +260,7 @@ if applied == 1 then
   redis.call('ZADD', KEYS[4], serverMs, ARGV[1])
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
-  if ownHold then expired[#expired + 1] = ARGV[1] end
-  hdelAll(KEYS[2], expired)
+  if own ~= false then dropHold(KEYS[2], ARGV[1], own) end
   local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. (serverMs - tonumber(ARGV[5])), 'LIMIT', '0', '100')
   if #old > 0 then
     redis.call('HDEL', KEYS[3], unpack(old))
@@ -200,9 +269,28 @@ if applied == 1 then
 end
 return {applied, tonumber(charged), tonumber(bal), tonumber(bal) - held}` },
 
+  // 1 when the request's hold was there (and is dropped), else 0.
+  tgRelease: { keys: 1, lua: `${OPEN_HOLDS}
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v == false then return 0 end
+dropHold(KEYS[1], ARGV[1], v)
+return 1` },
+
   // {held, day requests, tokens, units, month requests, tokens, units}; reads only.
   tgAccountUsage: { keys: 3, lua: `${OPEN_HOLDS}
-local held = openHolds(KEYS[1], tonumber(ARGV[1]), '', '')
+local held = 0
+local s = redis.call('HMGET', KEYS[1], '#u', '#e')
+if s[1] ~= false and s[2] ~= false and tonumber(ARGV[1]) < tonumber(s[2]) then
+  held = tonumber(s[1])
+else
+  local h = redis.call('HGETALL', KEYS[1])
+  for i = 1, #h, 2 do
+    if string.sub(h[i], 1, 1) ~= '#' then
+      local u, e = parseHold(h[i + 1])
+      if u ~= nil and tonumber(e) > tonumber(ARGV[1]) then held = held + tonumber(u) end
+    end
+  end
+end
 local d = redis.call('HMGET', KEYS[2], 'requests', 'tokens', 'units')
 local m = redis.call('HMGET', KEYS[3], 'requests', 'tokens', 'units')
 local r = {held}
@@ -239,7 +327,7 @@ export class RedisMetering {
 
   async hold(h: HoldRequest): Promise<HoldResult | undefined> {
     requireId('account id', h.account);
-    requireId('request id', h.requestId);
+    requireRequestId(h.requestId);
     const units = count(h.units, 'units');
     const ttl = Number(count(h.ttlMs, 'ttlMs'));
     const [day, month] = windowsOf(h.day, h.month);
@@ -270,7 +358,7 @@ export class RedisMetering {
 
   async settle(s: Settlement): Promise<SettleResult | undefined> {
     requireId('account id', s.account);
-    requireId('request id', s.requestId);
+    requireRequestId(s.requestId);
     const units = count(s.units, 'units');
     count(s.promptTokens, 'promptTokens');
     count(s.completionTokens, 'completionTokens');
@@ -291,8 +379,8 @@ export class RedisMetering {
 
   async release(account: string, requestId: string): Promise<void> {
     requireId('account id', account);
-    requireId('request id', requestId);
-    await this.#redis.hdel(`${this.#acct(account)}:holds`, requestId);
+    requireRequestId(requestId);
+    await this.#redis.tgRelease(`${this.#acct(account)}:holds`, requestId);
   }
 
   async accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }> {
@@ -322,6 +410,12 @@ function windowsOf(day: string, month: string): [string, string] {
 
 function requireId(what: string, v: unknown): void {
   if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
+}
+
+/** A request id: the holds hash keeps its sums in fields that begin with '#'. */
+function requireRequestId(v: unknown): void {
+  requireId('request id', v);
+  if ((v as string).startsWith('#')) throw new TypeError("request id must not begin with '#'");
 }
 
 /** A non-negative safe integer, as the decimal string Redis gets. */

@@ -7,6 +7,7 @@ import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
+import fc from 'fast-check';
 import { keyIdOf, sha256Hex } from '../../lib/auth/keys.js';
 import { RedisStore } from '../../lib/store/redis.js';
 import { SETTLED_KEEP_MS } from '../../lib/store/redis-metering.js';
@@ -223,7 +224,9 @@ t.test('metering keeps every digit, expires its keys and prunes old settlements'
   const acct = `${s.prefix}{acct:big}`;
   const ttl = async (key: string) => Number(await c.pttl(key));
   await s.hold(holdOf('big', 'h3', 0, 5_000));
-  t.ok(await ttl(`${acct}:holds`) > 5_000 && await ttl(`${acct}:holds`) <= 65_000, 'the holds key outlives its longest hold by a minute at most');
+  // The key (with the sums of its holds) was made by h1's hold (60 s): it outlives the longest
+  // hold it has held by a minute at most.
+  t.ok(await ttl(`${acct}:holds`) > 5_000 && await ttl(`${acct}:holds`) <= 120_000, 'the holds key outlives its longest hold by a minute at most');
   await s.hold(holdOf('big', 'h4', 0, 600_000));
   t.ok(await ttl(`${acct}:holds`) > 600_000, 'a longer hold extends it');
   const days = (ms: number) => ms / 86_400_000;
@@ -258,6 +261,152 @@ t.test('metering keeps every digit, expires its keys and prunes old settlements'
   await t.rejects(s.settle(settlementOf('big', 'x', 1, -1)), RangeError);
   await t.rejects(s.usageReport(undefined, Number.NaN), TypeError);
   t.notOk(await c.hexists(`${acct}:holds`, 'x'), 'bad input never reaches Redis');
+});
+
+/** The holds hash's sums, and the same recomputed from its holds (unexpired at `now`). */
+async function sumsOf(c: Redis, holdsKey: string, now = Date.now()) {
+  const h = await c.hgetall(holdsKey);
+  const kept = { u: h['#u'] ?? null, n: h['#n'] ?? null, byKey: {} as Record<string, string> };
+  const real = { u: 0, n: 0, byKey: {} as Record<string, number> };
+  let earliest = Infinity;
+  for (const [f, v] of Object.entries(h)) {
+    if (f.startsWith('#k:') && v !== '0') kept.byKey[f.slice(3)] = v; // absent or 0: nothing held
+    if (f.startsWith('#')) continue;
+    const [u, e, k] = v.split(':');
+    if (Number(e) <= now) continue;
+    real.u += Number(u);
+    real.n++;
+    if (k && Number(u) > 0) real.byKey[k] = (real.byKey[k] ?? 0) + Number(u);
+    earliest = Math.min(earliest, Number(e));
+  }
+  return { kept, real, e: h['#e'] === undefined ? null : Number(h['#e']), earliest };
+}
+
+t.test('a hold and a settle take as many commands with 500 holds open as with none: the holds are summed as they change', async (t) => {
+  const s = await opener(t)(freshPrefix());
+  const c = inspector();
+  t.teardown(() => c.disconnect());
+  await s.createAccount({ id: 'busy', plan: 'pro', balance_units: 10_000_000 });
+  const commands = async () => Number(/total_commands_processed:(\d+)/.exec(await c.info('stats'))![1]);
+  const hgetalls = async () => Number(/cmdstat_hgetall:calls=(\d+)/.exec(await c.info('commandstats'))?.[1] ?? 0);
+  /** Commands Redis ran (in scripts too) for one hold and its settle, less the INFO asking. */
+  const pair = async (id: string) => {
+    const before = await commands();
+    t.ok((await s.hold(holdOf('busy', id, 10, 600_000)))?.ok);
+    await s.settle(settlementOf('busy', id, 10));
+    return await commands() - before - 1;
+  };
+  await pair('warm');
+  const alone = await pair('alone');
+  for (let i = 0; i < 500; i += 100) {
+    await Promise.all(Array.from({ length: 100 }, (_, k) => s.hold(holdOf('busy', `open-${i + k}`, 7, 600_000))));
+  }
+  const scans = await hgetalls();
+  const crowded = await pair('crowded');
+  t.equal(crowded, alone, `the same commands with 500 holds open (${crowded})`);
+  t.equal(await hgetalls(), scans, 'and no read of the whole holds hash');
+  const usage = await s.accountUsage('busy', DAY, MONTH);
+  t.equal(usage.held_units, 3500, 'the 500 holds are held');
+  t.equal((await s.hold(holdOf('busy', 'last', 1)))!.available_units, 10_000_000 - 30 - 3500 - 1, 'and count against the balance');
+  const sums = await sumsOf(c, `${s.prefix}{acct:busy}:holds`);
+  t.strictSame(sums.kept, { u: String(sums.real.u), n: String(sums.real.n), byKey: {} }, 'the sums are those of the holds');
+});
+
+t.test('property: after any holds, settles, releases and expiries the sums are those of the holds in the hash', async (t) => {
+  const s = await opener(t)(freshPrefix());
+  const c = inspector();
+  t.teardown(() => c.disconnect());
+  const units = fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 1000 }));
+  const op = fc.oneof(
+    fc.record({ kind: fc.constant('hold' as const), id: fc.integer({ min: 0, max: 5 }), units,
+      short: fc.boolean(), key: fc.constantFrom('', 'key_a', 'key_b') }),
+    fc.record({ kind: fc.constantFrom('settle' as const, 'release' as const), id: fc.integer({ min: 0, max: 5 }), units }),
+    fc.constant({ kind: 'wait' as const }),
+  );
+  let run = 0;
+  await fc.assert(fc.asyncProperty(fc.array(op, { minLength: 1, maxLength: 14 }), async (ops) => {
+    const account = `p${run++}`;
+    await s.createAccount({ id: account, plan: 'pro', balance_units: 1_000_000_000 });
+    const holds = `${s.prefix}{acct:${account}}:holds`;
+    const open = new Map<number, { units: number; short: boolean }>();
+    const settled = new Set<number>();
+    for (const o of ops) {
+      if (o.kind === 'hold') {
+        const r = await s.hold({ ...holdOf(account, `r${o.id}`, o.units, o.short ? 5 : 600_000), ...(o.key ? { key: { id: o.key, periods: { day: 'd', week: 'w', month: 'm' } } } : {}) });
+        if (!r?.ok) return false;
+        open.set(o.id, { units: o.units, short: o.short });
+      } else if (o.kind === 'settle') {
+        await s.settle(settlementOf(account, `r${o.id}`, o.units));
+        if (!settled.has(o.id)) open.delete(o.id);
+        settled.add(o.id);
+      } else if (o.kind === 'release') {
+        await s.release(account, `r${o.id}`);
+        open.delete(o.id);
+      } else {
+        await sleep(10);
+        for (const [id, h] of open) if (h.short) open.delete(id);
+      }
+      const sums = await sumsOf(c, holds, 0); // every hold in the hash, expired or not
+      if (sums.kept.u !== null && (sums.kept.u !== String(sums.real.u) || sums.kept.n !== String(sums.real.n))) return false;
+      if (sums.kept.u !== null && !(sums.e !== null && sums.e <= sums.earliest)) return false;
+      const byKey = Object.fromEntries(Object.entries(sums.real.byKey).map(([k, u]) => [k, String(u)]));
+      if (sums.kept.u !== null && JSON.stringify(Object.entries(sums.kept.byKey).sort()) !== JSON.stringify(Object.entries(byKey).sort())) return false;
+      // Held: every long hold the model has open, and none or some of its short ones.
+      const held = (await s.accountUsage(account, DAY, MONTH)).held_units;
+      const long = [...open.values()].filter((h) => !h.short).reduce((a, h) => a + h.units, 0);
+      const all = [...open.values()].reduce((a, h) => a + h.units, 0);
+      if (held < long || held > all) return false;
+    }
+    return true;
+  }), { numRuns: 40 });
+  t.pass('40 runs of up to 14 operations');
+});
+
+t.test('holds summed across replacement, release, keys and expiry; a hash written before the sums is summed once', async (t) => {
+  const s = await opener(t)(freshPrefix());
+  const c = inspector();
+  t.teardown(() => c.disconnect());
+  await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 1000 });
+  const holds = `${s.prefix}{acct:acme}:holds`;
+  const key = (id: string) => ({ id, periods: { day: 'd1', week: 'w1', month: 'm1' } });
+  const check = async (what: string) => {
+    const sums = await sumsOf(c, holds);
+    const byKey = Object.fromEntries(Object.entries(sums.real.byKey).map(([k, u]) => [k, String(u)]));
+    t.strictSame(sums.kept, { u: String(sums.real.u), n: String(sums.real.n), byKey }, `${what}: the sums are the holds'`);
+    t.ok(sums.e !== null && sums.e <= sums.earliest, `${what}: '#e' is at or before the earliest expiry`);
+    t.equal((await s.accountUsage('acme', DAY, MONTH)).held_units, sums.real.u, `${what}: held as summed`);
+  };
+  t.strictSame(await s.hold(holdOf('acme', 'r1', 50)), { ok: true, available_units: 950 });
+  t.strictSame(await s.hold({ ...holdOf('acme', 'r1', 30), key: key('key_a') }), { ok: true, available_units: 970 }, 'a repeated hold replaces the first');
+  await check('replaced');
+  t.ok((await s.hold({ ...holdOf('acme', 'r2', 20), key: key('key_a') }))?.ok);
+  t.ok((await s.hold({ ...holdOf('acme', 'r3', 5), key: key('key_b') }))?.ok);
+  await check('three holds, two keys');
+  await s.release('acme', 'r3');
+  t.notOk(await c.hexists(holds, '#k:key_b'), "a key's sum goes with its last hold");
+  await s.release('acme', 'r3');
+  await check('released (twice)');
+  await s.settle({ ...settlementOf('acme', 'r1', 12), key: key('key_a') });
+  await check('settled');
+  t.ok((await s.hold(holdOf('acme', 'short', 100, 20)))?.ok);
+  await check('a short hold');
+  await sleep(60);
+  t.strictSame(await s.hold(holdOf('acme', 'r4', 1)), { ok: true, available_units: 1000 - 12 - 20 - 1 }, 'an expired hold is not held');
+  t.notOk(await c.hexists(holds, 'short'), 'and is dropped');
+  await check('after the expiry');
+
+  // A hash as an older gateway wrote it: holds only, no sums.
+  const now = Date.now();
+  await s.createAccount({ id: 'old', plan: 'pro', balance_units: 1000 });
+  const oldHolds = `${s.prefix}{acct:old}:holds`;
+  await c.hset(oldHolds, 'o1', `100:${now + 60_000}`, 'o2', `50:${now - 1}`, 'o3', `7:${now + 60_000}:key_x`, 'o4', 'garbled');
+  t.strictSame(await s.hold(holdOf('old', 'n1', 1)), { ok: true, available_units: 1000 - 107 - 1 }, 'its open holds are held, its expired and unreadable ones not');
+  t.strictSame((await c.hkeys(oldHolds)).filter((f) => !f.startsWith('#')).sort(), ['n1', 'o1', 'o3']);
+  const sums = await sumsOf(c, oldHolds);
+  t.strictSame(sums.kept, { u: '108', n: '3', byKey: { key_x: '7' } }, 'and summed');
+  await t.rejects(s.hold(holdOf('old', '#u', 1)), TypeError, "a request id may not begin with '#'");
+  await t.rejects(s.release('old', '#n'), TypeError);
+  t.equal(await c.hget(oldHolds, '#u'), '108', 'the sums are untouched');
 });
 
 t.test('settled ids are aged by Redis\'s clock: a gateway whose clock runs two hours ahead prunes nothing recent', async (t) => {
