@@ -62,14 +62,21 @@ export interface MeteringScripts {
  * hash never empties: on a cluster, while the slot migrates, a script that touches a key it
  * emptied (deleted) fails right there, with its earlier writes applied. Every key a script
  * touches exists when it starts (Redis answers TRYAGAIN or ASK otherwise).
- * holdsOf returns the units held, the number of holds, the units held with keyId, and '#e'.
+ * holdsOf returns the units held, the number of holds, the units held with keyId, '#e', and
+ * whether there is no hash at all (then it writes nothing: a settle makes no key).
  * dropHold removes one hold, whose value is v, and its part of the sums (unsum). A hold of 0
  * units adds nothing to the units' sums (Redis takes no '-0').
  */
 const OPEN_HOLDS = `
 local NEVER = '9007199254740991'
+-- Units and expiry as this store writes them (a safe integer's decimal digits, no leading zero):
+-- anything else is unreadable, and never reaches HINCRBY.
+local function canonical(d)
+  return d ~= nil and #d <= 16 and (d == '0' or string.sub(d, 1, 1) ~= '0')
+end
 local function parseHold(v)
   local u, e, k = string.match(v, '^(%d+):(%d+):?(.*)$')
+  if not canonical(u) or not canonical(e) then return nil end
   return u, e, k
 end
 local function hdelAll(key, fields)
@@ -79,8 +86,10 @@ local function hdelAll(key, fields)
 end
 local function rebuild(key, now)
   local h = redis.call('HGETALL', key)
+  if #h == 0 then return end
   local drop, sums, earliest = {}, {}, nil
-  redis.call('HSET', key, '#u', '0', '#n', '0', '#e', NEVER)
+  -- '#e' 0 until the sums are whole: a rebuild cut short is made again, never trusted.
+  redis.call('HSET', key, '#u', '0', '#n', '0', '#e', '0')
   for i = 1, #h, 2 do
     if string.sub(h[i], 1, 3) == '#k:' then sums[#sums + 1] = h[i] end
   end
@@ -101,7 +110,7 @@ local function rebuild(key, now)
       end
     end
   end
-  if earliest ~= nil then redis.call('HSET', key, '#e', earliest) end
+  redis.call('HSET', key, '#e', earliest or NEVER)
   hdelAll(key, drop)
 end
 local function holdsOf(key, now, keyId)
@@ -109,10 +118,12 @@ local function holdsOf(key, now, keyId)
   if s[1] == false or s[2] == false or s[3] == false or now >= tonumber(s[3]) then
     rebuild(key, now)
     s = redis.call('HMGET', key, '#u', '#n', '#e', '#k:' .. keyId)
+    -- No hash (no hold, or its key expired): nothing held, and nothing written.
+    if s[3] == false then return 0, 0, 0, NEVER, true end
   end
   local keyHeld = 0
   if keyId ~= '' and s[4] ~= false then keyHeld = tonumber(s[4]) end
-  return tonumber(s[1]), tonumber(s[2]), keyHeld, s[3]
+  return tonumber(s[1]), tonumber(s[2]), keyHeld, s[3], false
 end
 local function unsum(key, u, k)
   redis.call('HINCRBY', key, '#n', '-1')
@@ -146,7 +157,7 @@ export const METERING_SCRIPTS: Record<keyof MeteringScripts, { keys: number; lua
 local bal = redis.call('HGET', KEYS[1], 'balance_units')
 if bal == false then return false end
 local units = tonumber(ARGV[2])
-local held, open, keyHeld, earliest = holdsOf(KEYS[2], tonumber(ARGV[4]), ARGV[9])
+local held, open, keyHeld, earliest, fresh = holdsOf(KEYS[2], tonumber(ARGV[4]), ARGV[9])
 local prev = redis.call('HGET', KEYS[2], ARGV[1])
 local pu, pk
 if prev ~= false then
@@ -184,6 +195,7 @@ if prev ~= false then
 end
 local tag = ''
 if ARGV[9] ~= '' then tag = ':' .. ARGV[9] end
+if fresh then redis.call('HSET', KEYS[2], '#u', '0', '#n', '0', '#e', NEVER) end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. tag)
 redis.call('HINCRBY', KEYS[2], '#n', '1')
 if ARGV[2] ~= '0' then
@@ -196,13 +208,14 @@ return {1, '', available - units}` },
 
   // nil: no account; {applied, charged, balance, available}. The charge is min(units, balance),
   // and nothing when the balance is not positive; it is kept as a string Redis or the caller
-  // wrote, so no digit is lost. A repeat (applied 0) writes nothing. With a key (ARGV[7]), the
-  // charge is also capped at what its budget has left in the period of the hold, and added to
-  // the key's spend in the same step (see addSpend in types.ts). Deletions come last (see
-  // OPEN_HOLDS): the request's hold with the expired ones, then settled ids past an hour (never
-  // this one, just added), at most 100 per settlement. The settled index is scored by Redis's
-  // own clock (TIME), not the gateway's: a gateway whose clock runs ahead must not prune the
-  // ids other instances just settled (ARGV[5] is the window, in ms).
+  // wrote, so no digit is lost. A repeat (applied 0) writes nothing but the holds' upkeep (see
+  // OPEN_HOLDS). With a key (ARGV[7]), the charge is also capped at what its budget has left in
+  // the period of the hold, and added to the key's spend in the same step (see addSpend in
+  // types.ts). Deletions come last: the request's hold, then settled ids past an hour (never
+  // this one, just added), at most 100 per settlement (expired holds are dropped first, when
+  // the sums are made again: OPEN_HOLDS). The settled index is scored by Redis's own clock
+  // (TIME), not the gateway's: a gateway whose clock runs ahead must not prune the ids other
+  // instances just settled (ARGV[5] is the window, in ms).
   tgSettle: { keys: 7, lua: `${OPEN_HOLDS}
 local bal = redis.call('HGET', KEYS[1], 'balance_units')
 if bal == false then return false end
@@ -269,11 +282,21 @@ if applied == 1 then
 end
 return {applied, tonumber(charged), tonumber(bal), tonumber(bal) - held}` },
 
-  // 1 when the request's hold was there (and is dropped), else 0.
+  // 1 when the request's hold was there (and is dropped), else 0. Always a write, even with no
+  // hold to drop: on a replica (a demoted primary a connection still reaches mid-failover) the
+  // script must fail with READONLY, so that the release is retried on the primary, and never
+  // answer 0 from a replica's copy that does not have the hold yet.
   tgRelease: { keys: 1, lua: `${OPEN_HOLDS}
 local v = redis.call('HGET', KEYS[1], ARGV[1])
-if v == false then return 0 end
-dropHold(KEYS[1], ARGV[1], v)
+if v == false then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 0
+end
+if redis.call('HEXISTS', KEYS[1], '#e') == 1 then
+  dropHold(KEYS[1], ARGV[1], v)
+else
+  redis.call('HDEL', KEYS[1], ARGV[1]) -- a hash written before the sums: summed when next read
+end
 return 1` },
 
   // {held, day requests, tokens, units, month requests, tokens, units}; reads only.
