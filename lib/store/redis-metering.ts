@@ -203,7 +203,10 @@ if ARGV[2] ~= '0' then
   if ARGV[9] ~= '' then redis.call('HINCRBY', KEYS[2], '#k:' .. ARGV[9], ARGV[2]) end
 end
 if tonumber(ARGV[3]) < tonumber(earliest) then redis.call('HSET', KEYS[2], '#e', ARGV[3]) end
-if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[8]) then redis.call('PEXPIRE', KEYS[2], ARGV[8]) end
+-- The key outlives its longest hold by a minute: always set (never shortened), so that a hold
+-- costs the same commands whatever the key's state.
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl > tonumber(ARGV[8]) then redis.call('PEXPIRE', KEYS[2], string.format('%d', ttl)) else redis.call('PEXPIRE', KEYS[2], ARGV[8]) end
 return {1, '', available - units}` },
 
   // nil: no account; {applied, charged, balance, available}. The charge is min(units, balance),

@@ -63,6 +63,9 @@ t.test('the script and its WAIT: one write on one socket; the connection lost af
   const outcome = wait.eval('return redis.call("INCR", KEYS[1])', [key], []).then(() => 'confirmed', (err: Error) => err);
   // The script is answered (applied); the WAIT is not yet; then the connection is lost.
   while (await admin.get(key) !== '1') await new Promise((resolve) => setTimeout(resolve, 5));
+  // and its answer has reached the client: only the WAIT is left in ioredis's queue.
+  const queue = (client as unknown as { commandQueue: { length: number } }).commandQueue;
+  while (queue.length > 1) await new Promise((resolve) => setTimeout(resolve, 1));
   t.equal(writes.count, 1, 'the script and the WAIT went out in one write');
   (client as unknown as { stream: { destroy(): void } }).stream.destroy();
   const err = await outcome;
