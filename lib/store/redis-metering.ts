@@ -131,9 +131,14 @@ local function unsum(key, u, k)
   redis.call('HINCRBY', key, '#u', '-' .. u)
   if k ~= '' and redis.call('HINCRBY', key, '#k:' .. k, '-' .. u) == 0 then redis.call('HDEL', key, '#k:' .. k) end
 end
-local function dropHold(key, id, v)
+-- Takes the hold whose value is v out of the sums; an unreadable one was never in them, but has
+-- the sums made again (its value is not this store's writing).
+local function forget(key, v)
   local u, _, k = parseHold(v)
   if u == nil then redis.call('HSET', key, '#e', '0') else unsum(key, u, k) end
+end
+local function dropHold(key, id, v)
+  forget(key, v)
   redis.call('HDEL', key, id)
 end
 -- The budget state of a key hash: {units or false, period or false, spent in pid, pid, exists}.
@@ -190,9 +195,7 @@ if refused then
   if refused == 'budget_exceeded' then return {0, refused, available, remaining, period} end
   return {0, refused, available}
 end
-if prev ~= false then
-  if pu == nil then redis.call('HSET', KEYS[2], '#e', '0') else unsum(KEYS[2], pu, pk) end
-end
+if prev ~= false then forget(KEYS[2], prev) end
 local tag = ''
 if ARGV[9] ~= '' then tag = ':' .. ARGV[9] end
 if fresh then redis.call('HSET', KEYS[2], '#u', '0', '#n', '0', '#e', NEVER) end

@@ -26,3 +26,8 @@ export function socketWrites(client: Redis): { count: number } {
   }
   return counter;
 }
+
+/** Redis's read events so far (one INFO: it counts one read of its own), i.e. round trips served. */
+export async function readsAt(client: Redis): Promise<number> {
+  return Number(/total_reads_processed:(\d+)/.exec(await client.info('stats'))![1]);
+}

@@ -12,6 +12,7 @@ import { RedisStore } from '../../lib/store/redis.js';
 import { connect, retire } from '../../lib/store/redis-connect.js';
 import { startGateway, type TestGateway } from '../helpers/gateway.js';
 import { nodeClient, startCluster } from '../helpers/redis-topology.js';
+import { readsAt } from '../helpers/store-client.js';
 import { accountWhenReady, burst, chat, isStoreFault, walletConfig, type Outcome } from '../helpers/wallet-load.js';
 import { storeContract } from './contract.js';
 import { meteringContract } from './metering-contract.js';
@@ -112,7 +113,7 @@ t.test('commands sent to one node in one turn of the event loop leave in one wri
   t.equal(await client.set(`${tag}:n`, '0'), 'OK', 'the client reaches the cluster');
   const admins = await Promise.all(cluster.ports.map((port) => nodeClient(port)));
   t.teardown(() => admins.forEach((a) => a.disconnect()));
-  const reads = () => Promise.all(admins.map(async (a) => Number(/total_reads_processed:(\d+)/.exec(await a.info('stats'))![1])));
+  const reads = () => Promise.all(admins.map(readsAt));
   const before = await reads();
   const replies = await Promise.all([...Array.from({ length: 8 }, () => client.incr(`${tag}:n`)), client.get(`${tag}:n`)]);
   const after = await reads();

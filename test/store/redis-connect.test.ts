@@ -11,7 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { UNANSWERED, connect, keepSubscribed, retire, type RedisClient } from '../../lib/store/redis-connect.js';
 import { startRedis } from '../helpers/redis.js';
-import { socketWrites, storeClient } from '../helpers/store-client.js';
+import { readsAt, socketWrites, storeClient } from '../helpers/store-client.js';
 
 const redis = await startRedis();
 t.teardown(() => redis.stop());
@@ -83,10 +83,6 @@ t.test('a client retired on purpose stays closed', async (t) => {
   t.equal(c.status, 'end', 'and not connected again');
 });
 
-/** Read events at the server so far, less the INFO that asks (one read of its own). */
-async function readsAt(admin: Redis): Promise<number> {
-  return Number(/total_reads_processed:(\d+)/.exec(await admin.info('stats'))![1]);
-}
 
 t.test('commands sent in one turn of the event loop leave in one write, each with its own reply', async (t) => {
   const { client: c, admin } = await storeClient(t, redis.url, 'tg-batch', 1000);
