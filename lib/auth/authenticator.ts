@@ -6,8 +6,15 @@
 // A developer key's own controls (CONTRACT section 8) are compiled into its cached principal;
 // each request then checks its expiry and the caller's address against it without a store read.
 // A PATCH or a rotation on any instance is announced through the same feed (key-changed), so
-// caches drop the key at once; the TTL bounds the delay if the feed misses it. When a key was
-// last used is collected here and written in one batch per second, not once per request.
+// caches drop the key at once; the TTL bounds the delay if the feed misses it. A key still in
+// use is looked up again before its entry runs out (REFRESH_AHEAD_MS), in the background and in
+// one round trip sent with the request's own store commands, so no request waits for the
+// lookup while the key keeps being used. A lookup under way when any revocation or change is
+// announced is not cached (its answer may predate it).
+//
+// When a key was last used: a Redis store records it with the request's hold (the same script);
+// other uses (requests that hold nothing, refused ones, the memory store) are collected here and
+// written in one batch per second, not once per request.
 //
 // A store that cannot answer rejects with StoreUnavailableError (503). With store.on_error:
 // open, a developer key is then still accepted when this instance saw it resolve in the last
@@ -20,7 +27,7 @@ import { entryBound } from '../lru.js';
 import type { Config } from '../config/types.js';
 import { GatewayError, StoreUnavailableError, retryAfterHeaders } from '../errors.js';
 import type { Logger } from '../observe/log.js';
-import type { AccountRecord, Revocation, Store } from '../store/types.js';
+import type { AccountRecord, KnownKey, Revocation, Store } from '../store/types.js';
 import { looksLikeJwt } from './jwt-common.js';
 import type { JwtVerifier } from './jwt.js';
 import { bearer, keyIdOf, sha256Hex } from './keys.js';
@@ -33,12 +40,20 @@ import type { Principal } from './principal.js';
  * PATCH is in force everywhere within a second.
  */
 export const CACHE_TTL_MS = 750;
+/** A cached key used with less than this left of its entry is looked up again in the background. */
+export const REFRESH_AHEAD_MS = 375;
 /** How often the times keys were last used are written (one batch for all keys). */
 export const TOUCH_FLUSH_MS = 1000;
 /** With store.on_error: open, how long a principal stays usable while the store is down. */
 export const KNOWN_TTL_MS = 10 * 60_000;
 /** An account on a plan the config lacks is logged at most this often per plan. */
 const MISSING_PLAN_LOG_MS = 60_000;
+
+/** A lookup's verdict: the principal (undefined: not a usable key) and how long to cache it. */
+interface Found {
+  principal: Principal | undefined;
+  ttl: number;
+}
 
 function invalidKey(): GatewayError {
   return new GatewayError('invalid_api_key', 'Invalid API key. Send "Authorization: Bearer <key>" with a valid key.');
@@ -70,6 +85,10 @@ export class Authenticator {
   #used = new Map<string, { account: string; at: number }>();
   #flushTimer: NodeJS.Timeout | undefined;
   #flushing: Promise<void> = Promise.resolve();
+  /** Counts announced revocations and changes: a lookup that saw it move is not cached. */
+  #epoch = 0;
+  /** Digests being looked up again in the background (one lookup each at a time). */
+  readonly #refreshing = new Set<string>();
 
   constructor(store: Store, config: Config, seeded: () => boolean = () => true, logger?: Logger) {
     this.#store = store;
@@ -81,6 +100,7 @@ export class Authenticator {
     this.#open = config.store.on_error === 'open';
     this.#seeded = seeded;
     this.#unsubscribe = store.onRevoke((r: Revocation) => {
+      this.#epoch++;
       if (r.kind === 'key-changed') {
         this.#keys.delete(r.digest);
       } else if (r.kind === 'key') {
@@ -143,6 +163,17 @@ export class Authenticator {
     this.#flushTimer.unref();
   }
 
+  /**
+   * The principal's request was held, and the store's hold recorded its key's use at a time at
+   * or after `since`: a use noted before that need not be written again.
+   */
+  held(principal: Principal, since: number): void {
+    const key = principal.key;
+    if (key === undefined || !this.#store.holdRecordsKeyUse) return;
+    const used = this.#used.get(key.id);
+    if (used !== undefined && used.at <= since) this.#used.delete(key.id);
+  }
+
   /** Writes the pending last-used times now (a failed write is dropped: it is not money). */
   flushUses(): Promise<void> {
     if (this.#used.size === 0) return this.#flushing;
@@ -158,21 +189,14 @@ export class Authenticator {
     const digest = sha256Hex(token);
     const cached = this.#keys.get(digest);
     if (cached === 'none') throw invalidKey();
-    if (cached !== undefined) return cached;
-    let principal: Principal | undefined;
-    /** A rotated-out digest is cached no longer than its grace. */
-    let ttl = CACHE_TTL_MS;
+    if (cached !== undefined) {
+      if (this.#keys.getRemainingTTL(digest) < REFRESH_AHEAD_MS) this.#refresh(digest, cached);
+      return cached;
+    }
+    const epoch = this.#epoch;
+    let found: Found;
     try {
-      const found = await this.#store.keyWithAccount(digest);
-      const record = found?.key;
-      const now = Date.now();
-      const current = record !== undefined && record.digest === digest;
-      const grace = record?.previous?.digest === digest ? record.previous.until - now : 0;
-      if (record !== undefined && record.revoked_at === null && (current || grace > 0)) {
-        principal = this.#principal(record.account, found!.account, record.id);
-        if (principal !== undefined) principal.key = compilePolicy(record);
-        if (!current) ttl = Math.max(1, Math.min(ttl, grace));
-      }
+      found = await this.#lookUp(digest);
     } catch (err) {
       if (err instanceof StoreUnavailableError) {
         const fallback = this.#known?.get(digest) ?? (this.#open ? this.#configKeys.get(digest) : undefined);
@@ -180,19 +204,63 @@ export class Authenticator {
       }
       throw err;
     }
+    const principal = found.principal;
     if (principal === undefined && this.#configKeys.has(digest) && !this.#seeded()) {
       // The store is back but does not hold the config's accounts yet: not the caller's fault.
       throw new StoreUnavailableError(new Error("the config's accounts are not seeded yet"));
     }
-    this.#keys.set(digest, principal ?? 'none', { ttl });
+    if (epoch === this.#epoch) this.#remember(digest, found);
+    if (principal === undefined) throw invalidKey();
+    return principal;
+  }
+
+  /**
+   * What the store says of a digest now, and how long that may be cached: a rotated-out digest
+   * no longer than its grace.
+   */
+  async #lookUp(digest: string, known?: KnownKey): Promise<Found> {
+    const found = await this.#store.keyWithAccount(digest, known);
+    const record = found?.key;
+    const now = Date.now();
+    const current = record !== undefined && record.digest === digest;
+    const grace = record?.previous?.digest === digest ? record.previous.until - now : 0;
+    if (record === undefined || record.revoked_at !== null || (!current && grace <= 0)) return { principal: undefined, ttl: CACHE_TTL_MS };
+    const principal = this.#principal(record.account, found!.account, record.id);
+    if (principal !== undefined) principal.key = compilePolicy(record);
+    return { principal, ttl: current ? CACHE_TTL_MS : Math.max(1, Math.min(CACHE_TTL_MS, grace)) };
+  }
+
+  #remember(digest: string, found: Found): void {
+    const principal = found.principal;
+    this.#keys.set(digest, principal ?? 'none', { ttl: found.ttl });
     if (principal === undefined) {
       // The store said no: not even an outage brings this key back.
       this.#known?.delete(digest);
       this.#configKeys.delete(digest);
-      throw invalidKey();
+    } else {
+      this.#known?.set(digest, principal);
     }
-    this.#known?.set(digest, principal);
-    return principal;
+  }
+
+  /**
+   * Looks a cached key up again while its entry still serves. The store commands go out now,
+   * with the request's own (one write to Redis); a failure leaves the entry to run out, and the
+   * next request after that looks the key up itself, with the usual errors.
+   */
+  #refresh(digest: string, was: Principal): void {
+    if (was.key === undefined || this.#refreshing.has(digest)) return;
+    const known = { id: was.key.id, account: was.accountId };
+    this.#refreshing.add(digest);
+    const epoch = this.#epoch;
+    this.#lookUp(digest, known).then((found) => {
+      if (epoch !== this.#epoch) return;
+      // The config's accounts not seeded (a store emptied and not yet seeded again): not a
+      // verdict on the key; its entry runs out and the next request decides.
+      if (found.principal === undefined && this.#configKeys.has(digest) && !this.#seeded()) return;
+      this.#remember(digest, found);
+    }, (err: unknown) => {
+      this.#logger?.debug({ err: (err as Error).message }, 'a cached key was not looked up again');
+    }).finally(() => this.#refreshing.delete(digest));
   }
 
   async #dashboard(jwt: JwtVerifier, token: string): Promise<Principal> {

@@ -132,6 +132,11 @@ export class Charge {
     this.#month = w.month;
   }
 
+  /** Held in the store (false: unmetered, the store down with store.on_error: open). */
+  get held(): boolean {
+    return this.#store !== null;
+  }
+
   get settled(): boolean {
     return this.#done;
   }

@@ -82,6 +82,8 @@ export async function admitAndHold(
   const principal = ctx.principal!;
   const targets = state.targets(model);
   const ttl = targets.reduce((sum, t) => sum + t.provider.config.timeout_ms * Math.min(MAX_REPLICA_TRIES, t.provider.fleet.replicas.length), HOLD_SLACK_MS);
+  // The store's hold records the key's use at a time no earlier than this.
+  const asked = Date.now();
   // Billing has its own id: x-request-id may come from the client, and must not collide.
   const holdNow = () => hold(state.store, principal, randomUUID(), model, request, prompt, ttl, state.openMode);
   // Where the limits had ample room at this principal's last request, the hold goes out with
@@ -122,6 +124,7 @@ export async function admitAndHold(
     throw err;
   }
   ctx.charge = charge;
+  if (charge.held) state.auth.held(principal, asked);
   return { grant, charge };
 }
 

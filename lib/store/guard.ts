@@ -15,7 +15,7 @@ import type { AccountConfig } from '../config/types.js';
 import { StoreUnavailableError } from '../errors.js';
 import type { RetryQueue } from './retry.js';
 import type {
-  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation, SettleResult, Settlement, Store,
+  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation, SettleResult, Settlement, Store,
   UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
 } from './types.js';
 
@@ -57,7 +57,8 @@ export class GuardedStore implements Store {
   getResponse(account: string, id: string): Promise<string | undefined> { return guard(this.#inner.getResponse(account, id)); }
   deleteResponse(account: string, id: string): Promise<boolean> { return guard(this.#inner.deleteResponse(account, id)); }
   keyByDigest(digest: string): Promise<KeyRecord | undefined> { return guard(this.#inner.keyByDigest(digest)); }
-  keyWithAccount(digest: string): Promise<KeyWithAccount | undefined> { return guard(this.#inner.keyWithAccount(digest)); }
+  keyWithAccount(digest: string, known?: KnownKey): Promise<KeyWithAccount | undefined> { return guard(this.#inner.keyWithAccount(digest, known)); }
+  get holdRecordsKeyUse(): boolean { return this.#inner.holdRecordsKeyUse; }
   revokeKey(id: string): Promise<KeyRecord | undefined> { return guard(this.#inner.revokeKey(id)); }
   revokeSession(sid: string): Promise<void> { return guard(this.#inner.revokeSession(sid)); }
   isSessionRevoked(sid: string): Promise<boolean> { return guard(this.#inner.isSessionRevoked(sid)); }

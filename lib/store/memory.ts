@@ -337,6 +337,9 @@ export class MemoryStore implements Store {
     return copy;
   }
 
+  /** Holds are not journaled: a key's last use is recorded by touchKeys only. */
+  readonly holdRecordsKeyUse = false;
+
   async keyWithAccount(digest: string): Promise<KeyWithAccount | undefined> {
     await this.#begin();
     const key = this.#copy(this.#keys.get(this.#digests.get(digest) ?? ''));

@@ -84,7 +84,7 @@ import { RedisUsage, USAGE_SCRIPTS, type UsageScripts } from './redis-usage.js';
 import { toControls } from './memory-state.js';
 import {
   applyPatch, defaultControls, seededKeys,
-  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type KeyWithAccount, type NewKey, type Revocation,
+  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type KeyWithAccount, type KnownKey, type NewKey, type Revocation,
   type SettleResult, type Settlement, type Store, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
 
@@ -439,8 +439,23 @@ export class RedisStore implements Store {
     return indexedKey(digest, h, await this.#redis.hgetall(`${this.#acct(h.account)}:key:${h.id}`));
   }
 
-  async keyWithAccount(digest: string): Promise<KeyWithAccount | undefined> {
-    const h = await this.#redis.hgetall(this.#key(digest));
+  async keyWithAccount(digest: string, known?: KnownKey): Promise<KeyWithAccount | undefined> {
+    let h: Record<string, string>;
+    if (known !== undefined) {
+      // Sent together: the index and the key's hash (which alone decides whether the digest
+      // is valid) are read in either order, as on a cluster, where they are on two nodes.
+      const acct = this.#acct(known.account);
+      const [index, both] = await Promise.all([
+        this.#redis.hgetall(this.#key(digest)),
+        this.#redis.tgKeyAndAccount(`${acct}:key:${known.id}`, acct) as Promise<[string[], string[]]>,
+      ]);
+      if (index.id === known.id && index.account === known.account) {
+        return { key: indexedKey(digest, index, hashOf(both[0])), account: accountRecord(hashOf(both[1])) };
+      }
+      h = index;
+    } else {
+      h = await this.#redis.hgetall(this.#key(digest));
+    }
     if (h.id === undefined || h.account === undefined) return undefined;
     const acct = this.#acct(h.account);
     const [k, a] = await this.#redis.tgKeyAndAccount(`${acct}:key:${h.id}`, acct) as [string[], string[]];
@@ -507,6 +522,9 @@ export class RedisStore implements Store {
     if (typeof dropped === 'string' && dropped !== '') await this.#redis.del(this.#key(dropped));
     return { ...k, digest, last4, previous: { digest: k.digest, until: previousUntil } };
   }
+
+  /** The hold script records the key's last use (see tgHold in redis-metering.ts). */
+  readonly holdRecordsKeyUse = true;
 
   async touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void> {
     await Promise.all(uses.map((u) => this.#redis.tgKeyTouch(`${this.#acct(u.account)}:key:${u.id}`, integer(u.at, 'at'))));

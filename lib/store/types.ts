@@ -290,6 +290,12 @@ export interface KeyWithAccount {
   account: AccountRecord | undefined;
 }
 
+/** Where a digest led when it was last looked up: its key's id and account. */
+export interface KnownKey {
+  id: string;
+  account: string;
+}
+
 export interface Store {
   /** Creates an account (0 <= balance_units <= MAX_UNITS); false when one with that id exists (nothing changes then). */
   createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean>;
@@ -313,9 +319,12 @@ export interface Store {
   /**
    * keyByDigest and the key's account (undefined when the account does not exist), read
    * together: what authenticating a key needs. On Redis two round trips: the digest's index,
-   * then the key and its account together (they share a slot).
+   * then the key and its account together (they share a slot). With `known` (the key id and
+   * account the digest led to before: a cached key looked up again), Redis reads the index and
+   * the key with its account at once, one round trip, and falls back to the two when the index
+   * no longer leads there.
    */
-  keyWithAccount(digest: string): Promise<KeyWithAccount | undefined>;
+  keyWithAccount(digest: string, known?: KnownKey): Promise<KeyWithAccount | undefined>;
   getKey(id: string): Promise<KeyRecord | undefined>;
   /** The account's keys that are not revoked, oldest first; undefined when the account does not exist. */
   listKeys(account: string): Promise<KeyRecord[] | undefined>;
@@ -327,6 +336,12 @@ export interface Store {
    * or when the digest is taken.
    */
   rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined>;
+  /**
+   * Whether a hold with a key (HoldRequest.key) that succeeds records the key's last use, at
+   * the hold's time, as touchKeys would: the caller then need not touch the key for it. Redis:
+   * yes (in the hold's own script). The memory store: no (its holds are not journaled).
+   */
+  readonly holdRecordsKeyUse: boolean;
   /** Records when keys were last used (coalesced by the caller); a later time only ever wins. */
   touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void>;
   /** Revokes a key by its id; undefined when unknown. Revoking twice keeps the first time. */

@@ -113,8 +113,12 @@ export function keyContract(t: any, name: string, open: () => Promise<OpenedStor
       const s = h.store();
       const same = async (digest: string, what: string) => {
         const key = await s.keyByDigest(digest);
-        const both = await s.keyWithAccount(digest);
-        t.strictSame(both, key === undefined ? undefined : { key, account: await s.getAccount(key.account) }, what);
+        const expected = key === undefined ? undefined : { key, account: await s.getAccount(key.account) };
+        t.strictSame(await s.keyWithAccount(digest), expected, what);
+        // Where the digest led before (a cached key looked up again), right or stale.
+        t.strictSame(await s.keyWithAccount(digest, { id, account: 'acme' }), expected, `${what}, known`);
+        t.strictSame(await s.keyWithAccount(digest, { id: keyIdOf(digestOf('other')), account: 'acme' }), expected, `${what}, known as another key`);
+        t.strictSame(await s.keyWithAccount(digest, { id, account: 'elsewhere' }), expected, `${what}, known in another account`);
       };
       await same(d, 'a new key');
       t.equal((await s.keyWithAccount(d))!.account!.balance_units, 5000, 'with its account');
@@ -133,6 +137,28 @@ export function keyContract(t: any, name: string, open: () => Promise<OpenedStor
       await s.revokeKey(id);
       await same(n1, 'revoked');
       t.type((await s.keyWithAccount(n1))!.key.revoked_at, 'number');
+    });
+
+    t.test("a successful hold records the key's use where the store says so; a refused one never", async (t: any) => {
+      const { h, id } = await withKey(t, controls({ budget: { units: 50, period: 'day' } }));
+      const s = h.store();
+      t.equal(s.holdRecordsKeyUse, name === 'redis', 'Redis records it with the hold, the memory store does not');
+      t.equal((await s.hold(hold('acme', 'lu-refused', 60, id)))!.ok, false, 'refused: above the budget');
+      t.equal((await s.getKey(id))!.last_used_at, null, 'a refused hold records nothing');
+      const before = Date.now();
+      t.equal((await s.hold(hold('acme', 'lu-1', 5, id)))!.ok, true);
+      t.equal((await s.hold(hold('acme', 'lu-none', 5)))!.ok, true, 'a hold without a key');
+      const used = (await s.getKey(id))!.last_used_at;
+      if (s.holdRecordsKeyUse) {
+        t.ok(used !== null && used >= before && used <= Date.now(), `the hold's time: ${used}`);
+        await s.touchKeys([{ account: 'acme', id, at: before - 1000 }]);
+        t.equal((await s.getKey(id))!.last_used_at, used, 'an earlier touch does not win over it');
+        await s.touchKeys([{ account: 'acme', id, at: used! + 1000 }]);
+        t.equal((await s.hold(hold('acme', 'lu-2', 5, id)))!.ok, true);
+        t.equal((await s.getKey(id))!.last_used_at, used! + 1000, 'nor an earlier hold over a later touch');
+      } else {
+        t.equal(used, null, 'not recorded by the hold');
+      }
     });
 
     t.test('touchKeys keeps the latest time', async (t: any) => {
