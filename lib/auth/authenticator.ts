@@ -14,7 +14,9 @@
 //
 // When a key was last used: a Redis store records it with the request's hold (the same script);
 // other uses (requests that hold nothing, refused ones, the memory store) are collected here and
-// written in one batch per second, not once per request.
+// written in one batch per second, not once per request. A batch leaves out uses noted in its
+// last half second (the next one takes them), so that a request's hold, which follows its
+// authentication by a round trip or so, drops its use before any batch would write it.
 //
 // A store that cannot answer rejects with StoreUnavailableError (503). With store.on_error:
 // open, a developer key is then still accepted when this instance saw it resolve in the last
@@ -81,14 +83,16 @@ export class Authenticator {
   readonly #logger: Logger | undefined;
   /** When each missing plan was last logged. */
   readonly #missingPlanLogged = new Map<string, number>();
-  /** Keys used since the last flush: key id -> account and last time. */
-  #used = new Map<string, { account: string; at: number }>();
+  /** Keys used since the last flush: key id -> account, last time, and when first noted. */
+  #used = new Map<string, { account: string; at: number; noted: number }>();
   #flushTimer: NodeJS.Timeout | undefined;
   #flushing: Promise<void> = Promise.resolve();
-  /** Counts announced revocations and changes: a lookup that saw it move is not cached. */
+  /** Counts announced key revocations and changes: a lookup that saw it move is not cached. */
   #epoch = 0;
   /** Digests being looked up again in the background (one lookup each at a time). */
   readonly #refreshing = new Set<string>();
+  /** Principals of rotated-out digests, cached for what is left of their grace: never refreshed. */
+  readonly #graced = new WeakSet<Principal>();
 
   constructor(store: Store, config: Config, seeded: () => boolean = () => true, logger?: Logger) {
     this.#store = store;
@@ -100,10 +104,11 @@ export class Authenticator {
     this.#open = config.store.on_error === 'open';
     this.#seeded = seeded;
     this.#unsubscribe = store.onRevoke((r: Revocation) => {
-      this.#epoch++;
       if (r.kind === 'key-changed') {
+        this.#epoch++;
         this.#keys.delete(r.digest);
       } else if (r.kind === 'key') {
+        this.#epoch++;
         this.#keys.delete(r.digest);
         this.#known?.delete(r.digest);
         this.#configKeys.delete(r.digest);
@@ -157,10 +162,29 @@ export class Authenticator {
 
   /** Notes a key's use; written with every other key's in the next batch. */
   #touch(id: string, account: string, at: number): void {
-    this.#used.set(id, { account, at });
+    const used = this.#used.get(id);
+    if (used === undefined) this.#used.set(id, { account, at, noted: at });
+    else if (used.at < at) used.at = at;
+    this.#arm();
+  }
+
+  #arm(): void {
     if (this.#flushTimer !== undefined) return;
-    this.#flushTimer = setTimeout(() => { this.#flushTimer = undefined; void this.flushUses(); }, TOUCH_FLUSH_MS);
+    this.#flushTimer = setTimeout(() => { this.#flushTimer = undefined; this.#flushDue(); }, TOUCH_FLUSH_MS);
     this.#flushTimer.unref();
+  }
+
+  /** The timer's batch: uses noted at least half a period ago; the rest wait for the next. */
+  #flushDue(): void {
+    const due = Date.now() - TOUCH_FLUSH_MS / 2;
+    const uses: Array<{ id: string; account: string; at: number }> = [];
+    for (const [id, u] of this.#used) {
+      if (u.noted > due) continue;
+      uses.push({ id, account: u.account, at: u.at });
+      this.#used.delete(id);
+    }
+    if (this.#used.size > 0) this.#arm();
+    if (uses.length > 0) this.#write(uses);
   }
 
   /**
@@ -179,6 +203,10 @@ export class Authenticator {
     if (this.#used.size === 0) return this.#flushing;
     const uses = [...this.#used].map(([id, u]) => ({ id, account: u.account, at: u.at }));
     this.#used = new Map();
+    return this.#write(uses);
+  }
+
+  #write(uses: ReadonlyArray<{ id: string; account: string; at: number }>): Promise<void> {
     this.#flushing = this.#flushing.then(() => this.#store.touchKeys(uses)).catch((err: unknown) => {
       this.#logger?.debug({ err: (err as Error).message }, 'last-used times of keys not written');
     });
@@ -190,7 +218,7 @@ export class Authenticator {
     const cached = this.#keys.get(digest);
     if (cached === 'none') throw invalidKey();
     if (cached !== undefined) {
-      if (this.#keys.getRemainingTTL(digest) < REFRESH_AHEAD_MS) this.#refresh(digest, cached);
+      if (this.#keys.getRemainingTTL(digest) < REFRESH_AHEAD_MS && !this.#graced.has(cached)) this.#refresh(digest, cached);
       return cached;
     }
     const epoch = this.#epoch;
@@ -209,7 +237,7 @@ export class Authenticator {
       // The store is back but does not hold the config's accounts yet: not the caller's fault.
       throw new StoreUnavailableError(new Error("the config's accounts are not seeded yet"));
     }
-    if (epoch === this.#epoch) this.#remember(digest, found);
+    this.#remember(digest, found, epoch === this.#epoch);
     if (principal === undefined) throw invalidKey();
     return principal;
   }
@@ -226,20 +254,28 @@ export class Authenticator {
     const grace = record?.previous?.digest === digest ? record.previous.until - now : 0;
     if (record === undefined || record.revoked_at !== null || (!current && grace <= 0)) return { principal: undefined, ttl: CACHE_TTL_MS };
     const principal = this.#principal(record.account, found!.account, record.id);
-    if (principal !== undefined) principal.key = compilePolicy(record);
-    return { principal, ttl: current ? CACHE_TTL_MS : Math.max(1, Math.min(CACHE_TTL_MS, grace)) };
+    if (principal === undefined) return { principal, ttl: CACHE_TTL_MS };
+    principal.key = compilePolicy(record);
+    if (current || grace >= CACHE_TTL_MS) return { principal, ttl: CACHE_TTL_MS };
+    // Served no longer than its grace, and not looked up again: the grace only shrinks.
+    this.#graced.add(principal);
+    return { principal, ttl: Math.max(1, grace) };
   }
 
-  #remember(digest: string, found: Found): void {
+  /**
+   * Caches a lookup's verdict (unless a revocation or change was announced while it was under
+   * way: its answer may predate it). A refusal is acted on either way: an announcement cannot
+   * make a "no" stale, and not even an outage brings the key back.
+   */
+  #remember(digest: string, found: Found, cache: boolean): void {
     const principal = found.principal;
-    this.#keys.set(digest, principal ?? 'none', { ttl: found.ttl });
     if (principal === undefined) {
-      // The store said no: not even an outage brings this key back.
       this.#known?.delete(digest);
       this.#configKeys.delete(digest);
-    } else {
-      this.#known?.set(digest, principal);
     }
+    if (!cache) return;
+    this.#keys.set(digest, principal ?? 'none', { ttl: found.ttl });
+    if (principal !== undefined) this.#known?.set(digest, principal);
   }
 
   /**
@@ -253,14 +289,16 @@ export class Authenticator {
     this.#refreshing.add(digest);
     const epoch = this.#epoch;
     this.#lookUp(digest, known).then((found) => {
-      if (epoch !== this.#epoch) return;
       // The config's accounts not seeded (a store emptied and not yet seeded again): not a
       // verdict on the key; its entry runs out and the next request decides.
       if (found.principal === undefined && this.#configKeys.has(digest) && !this.#seeded()) return;
-      this.#remember(digest, found);
+      // A slow lookup whose entry ran out, and was made again by a request's own lookup
+      // meanwhile: that answer is newer.
+      const now = this.#keys.peek(digest);
+      this.#remember(digest, found, epoch === this.#epoch && (now === undefined || now === was));
     }, (err: unknown) => {
       this.#logger?.debug({ err: (err as Error).message }, 'a cached key was not looked up again');
-    }).finally(() => this.#refreshing.delete(digest));
+    }).finally(() => this.#refreshing.delete(digest)).catch(() => undefined);
   }
 
   async #dashboard(jwt: JwtVerifier, token: string): Promise<Principal> {

@@ -211,10 +211,12 @@ if tonumber(ARGV[3]) < tonumber(earliest) then redis.call('HSET', KEYS[2], '#e',
 local ttl = redis.call('PTTL', KEYS[2])
 if ttl > tonumber(ARGV[8]) then redis.call('PEXPIRE', KEYS[2], string.format('%d', ttl)) else redis.call('PEXPIRE', KEYS[2], ARGV[8]) end
 -- The key's last use, as tgKeyTouch records it (a later time only ever wins; a key with no
--- hash of its own, from before per-key controls, gets none): a held request needs no touch.
+-- hash of its own, from before per-key controls, gets none; an unreadable time is replaced,
+-- never an error after the hold is written): a held request needs no touch.
 if ARGV[9] ~= '' then
   local lu = redis.call('HMGET', KEYS[5], 'account', 'lu')
-  if lu[1] ~= false and (lu[2] == false or tonumber(lu[2]) < tonumber(ARGV[4])) then redis.call('HSET', KEYS[5], 'lu', ARGV[4]) end
+  local was = tonumber(lu[2] or '')
+  if lu[1] ~= false and (was == nil or was < tonumber(ARGV[4])) then redis.call('HSET', KEYS[5], 'lu', ARGV[4]) end
 end
 return {1, '', available - units}` },
 

@@ -214,7 +214,8 @@ return ARGV[1]` },
   tgKeyTouch: { keys: 1, lua: `
 local lu = redis.call('HMGET', KEYS[1], 'account', 'lu')
 if lu[1] == false then return 0 end
-if lu[2] == false or tonumber(lu[2]) < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'lu', ARGV[1]) end
+local was = tonumber(lu[2] or '')
+if was == nil or was < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'lu', ARGV[1]) end
 return 1` },
   // 1 newly revoked, 0 already.
   tgRevokeSession: { keys: 1, lua: `

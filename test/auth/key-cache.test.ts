@@ -8,11 +8,11 @@ import t from 'tap';
 import type { IncomingMessage } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sha256Hex } from '../../lib/auth/keys.js';
-import { Authenticator, CACHE_TTL_MS, REFRESH_AHEAD_MS } from '../../lib/auth/authenticator.js';
+import { Authenticator, CACHE_TTL_MS, REFRESH_AHEAD_MS, TOUCH_FLUSH_MS } from '../../lib/auth/authenticator.js';
 import { validateConfig } from '../../lib/config/load.js';
 import { StoreUnavailableError } from '../../lib/errors.js';
 import { MemoryStore } from '../../lib/store/memory.js';
-import type { KeyWithAccount, KnownKey, Store } from '../../lib/store/types.js';
+import { defaultControls, type KeyWithAccount, type KnownKey, type Revocation, type Store } from '../../lib/store/types.js';
 import { DEMO_KEY, baseConfig } from '../helpers/gateway.js';
 
 const AUTH = `Bearer ${DEMO_KEY}`;
@@ -21,15 +21,21 @@ const REQ = {} as IncomingMessage;
 /** Into an entry's last REFRESH_AHEAD_MS, well before it runs out. */
 const INTO_WINDOW_MS = CACHE_TTL_MS - REFRESH_AHEAD_MS + 60;
 
-/** A memory store whose key lookups the test can count, hold back (after reading) or fail. */
-async function rig(t: any, opts: { holdRecordsKeyUse?: boolean } = {}) {
-  const config = validateConfig(baseConfig());
+/**
+ * A memory store whose key lookups the test can count, hold back (after reading; with
+ * `gateRefreshes`, only lookups of a cached key) or fail, and whose announcements it can mute.
+ */
+async function rig(t: any, opts: { holdRecordsKeyUse?: boolean; onError?: 'open'; gateRefreshes?: boolean } = {}) {
+  const raw = baseConfig();
+  if (opts.onError !== undefined) raw.store = { kind: 'memory', on_error: opts.onError };
+  const config = validateConfig(raw);
   const inner = new MemoryStore({ path: null });
   await inner.seed(config.accounts);
   const lookups: Array<KnownKey | undefined> = [];
   const touched: Array<{ id: string; at: number }> = [];
   let gate: { wait: Promise<void>; open: () => void } | null = null;
   let failing = false;
+  let muted = false;
   const store = new Proxy(inner, {
     get(target, prop) {
       if (prop === 'keyWithAccount') {
@@ -37,7 +43,7 @@ async function rig(t: any, opts: { holdRecordsKeyUse?: boolean } = {}) {
           lookups.push(known);
           if (failing) throw new StoreUnavailableError(new Error('store down'));
           const found = await (target as Store).keyWithAccount(digest, known);
-          if (gate !== null) await gate.wait; // read now, answered later
+          if (gate !== null && (known !== undefined || opts.gateRefreshes !== true)) await gate.wait; // read now, answered later
           return found;
         };
       }
@@ -48,6 +54,9 @@ async function rig(t: any, opts: { holdRecordsKeyUse?: boolean } = {}) {
         };
       }
       if (prop === 'holdRecordsKeyUse' && opts.holdRecordsKeyUse !== undefined) return opts.holdRecordsKeyUse;
+      if (prop === 'onRevoke') {
+        return (listener: (r: Revocation) => void) => target.onRevoke((r) => { if (!muted) listener(r); });
+      }
       const v = Reflect.get(target, prop, target);
       return typeof v === 'function' ? v.bind(target) : v;
     },
@@ -56,9 +65,14 @@ async function rig(t: any, opts: { holdRecordsKeyUse?: boolean } = {}) {
   t.teardown(async () => { auth.close(); await inner.close(); });
   return {
     auth, inner, lookups, touched,
-    close: () => { let open!: () => void; gate = { wait: new Promise<void>((r) => { open = r; }), open }; },
+    // Opened by the test, or after 2 s: a request that waits on it fails its test, never hangs it.
+    close: () => {
+      let open!: () => void;
+      gate = { wait: new Promise<void>((r) => { open = r; setTimeout(r, 2000).unref(); }), open };
+    },
     open: () => { gate?.open(); gate = null; },
     fail: (on: boolean) => { failing = on; },
+    mute: (on: boolean) => { muted = on; },
     keyId: async () => (await inner.keyWithAccount(sha256Hex(DEMO_KEY)))!.key.id,
   };
 }
@@ -153,4 +167,71 @@ t.test("a use the store's hold recorded is not written again; other uses are", a
     t.equal(r.touched.length, 1, 'written by the batch');
     t.ok((await r.inner.getKey(await r.keyId()))!.last_used_at !== null, 'and recorded');
   });
+});
+
+t.test('a slow lookup in the background never replaces a newer answer', async (t) => {
+  const r = await rig(t, { gateRefreshes: true });
+  await r.auth.authenticate(AUTH);
+  await sleep(INTO_WINDOW_MS);
+  r.close();
+  await r.auth.authenticate(AUTH); // the background lookup reads the key while valid, and stalls
+  await sleep(10);
+  r.mute(true); // this instance misses the announcement
+  t.ok(await r.inner.revokeKey(await r.keyId()), 'revoked');
+  await sleep(REFRESH_AHEAD_MS); // the entry runs out
+  const err: any = await r.auth.authenticate(AUTH).catch((e) => e);
+  t.equal(err.code, 'invalid_api_key', "a request's own lookup finds it revoked");
+  r.open();
+  await sleep(10);
+  const again: any = await r.auth.authenticate(AUTH).catch((e) => e);
+  t.equal(again.code, 'invalid_api_key', 'the stalled answer did not bring the key back');
+});
+
+t.test('a rotated-out digest near the end of its grace is not looked up again and again', async (t) => {
+  const r = await rig(t);
+  const id = await r.keyId();
+  const grace = Date.now() + CACHE_TTL_MS - 100;
+  t.ok(await r.inner.rotateKey(id, sha256Hex('tg_demo_rotated'), 'ated', grace), 'rotated');
+  t.equal((await r.auth.authenticate(AUTH)).accountId, 'demo', 'the old key, in its grace');
+  t.equal(r.lookups.length, 1);
+  await sleep(CACHE_TTL_MS - 100 - REFRESH_AHEAD_MS + 60);
+  t.equal((await r.auth.authenticate(AUTH)).accountId, 'demo', 'still in its grace');
+  await sleep(10);
+  t.equal(r.lookups.length, 1, 'no lookup: the grace only shrinks');
+  await sleep(Math.max(0, grace - Date.now()) + 20);
+  const err: any = await r.auth.authenticate(AUTH).catch((e) => e);
+  t.equal(err.code, 'invalid_api_key', 'refused once the grace is over');
+});
+
+t.test("store.on_error: open — a refusal during an announcement still takes the key out of the outage fallback", async (t) => {
+  const r = await rig(t, { onError: 'open' });
+  const id = await r.keyId();
+  t.ok(await r.inner.createKey({ id: 'key_other', account: 'demo', digest: sha256Hex('tg_demo_other'), controls: defaultControls() }));
+  t.ok(await r.inner.rotateKey(id, sha256Hex('tg_demo_rotated'), 'ated', Date.now() + 50), 'rotated, a short grace');
+  t.equal((await r.auth.authenticate(AUTH)).accountId, 'demo', 'the old key, in its grace (so known for an outage)');
+  await sleep(CACHE_TTL_MS + 50); // grace over, entry gone
+  r.close();
+  const refused = r.auth.authenticate(AUTH).catch((e) => e);
+  await sleep(10);
+  await r.inner.revokeKey('key_other'); // announced while the lookup is under way
+  r.open();
+  t.equal((await refused).code, 'invalid_api_key', 'refused: its grace is over');
+  r.fail(true);
+  const err = await r.auth.authenticate(AUTH).catch((e) => e);
+  t.ok(err instanceof StoreUnavailableError, 'in an outage it is not served from the fallback (503, not the old principal)');
+});
+
+t.test('a use noted just before a batch is left to the next one, so that its hold can drop it', async (t) => {
+  const r = await rig(t, { holdRecordsKeyUse: true });
+  const a = await r.auth.authenticate(AUTH, REQ); // arms the batch a second from now
+  r.auth.held(a, Date.now());
+  await sleep(TOUCH_FLUSH_MS - 100);
+  const b = await r.auth.authenticate(AUTH, REQ); // noted about 100 ms before the batch
+  await sleep(150); // the batch has run
+  r.auth.held(b, Date.now()); // its hold, a while after its authentication
+  await sleep(TOUCH_FLUSH_MS + 100); // and the next
+  t.strictSame(r.touched, [], 'nothing written: both uses were recorded by their holds');
+  await r.auth.authenticate(AUTH, REQ); // a use no hold follows
+  await sleep(TOUCH_FLUSH_MS * 1.5 + 200);
+  t.equal(r.touched.length, 1, 'written by a batch within a second and a half');
 });

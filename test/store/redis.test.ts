@@ -523,6 +523,29 @@ t.test('balances keep every digit; bad input is refused before Redis sees it', a
   t.equal((await s.getAccount('big'))!.balance_units, big + 7, 'nothing changed');
 });
 
+t.test("a key's last use the store did not write (not a number) fails neither a hold nor a touch: it is replaced", async (t) => {
+  const prefix = freshPrefix();
+  const s = await opener(t)(prefix);
+  const c = inspector();
+  t.teardown(() => c.disconnect());
+  await s.createAccount({ id: 'lu', plan: 'pro', balance_units: 100 });
+  const d = sha256Hex('tg_lu_key');
+  const id = keyIdOf(d);
+  t.equal(await s.createKey({ id, account: 'lu', digest: d }), true);
+  const hash = `${prefix}{acct:lu}:key:${id}`;
+  await c.hset(hash, 'lu', 'yesterday');
+  const now = new Date();
+  const periods = { day: `d:${now.toISOString().slice(0, 10)}`, week: 'w:x', month: `m:${now.toISOString().slice(0, 7)}` };
+  const before = Date.now();
+  const held = await s.hold({ account: 'lu', requestId: 'r1', units: 5, ttlMs: 60_000, day: now.toISOString().slice(0, 10),
+    month: now.toISOString().slice(0, 7), quotas: { requests_per_day: null, tokens_per_day: null, units_per_month: null }, key: { id, periods } });
+  t.strictSame(held, { ok: true, available_units: 95 }, 'held');
+  t.ok(Number(await c.hget(hash, 'lu')) >= before, 'the hold wrote its time over it');
+  await c.hset(hash, 'lu', '');
+  await s.touchKeys([{ account: 'lu', id, at: 1234 }]);
+  t.equal(await c.hget(hash, 'lu'), '1234', 'and so does a touch');
+});
+
 t.test('the plan index skips ids whose account does not exist and drops ids on another plan', async (t) => {
   const s = await opener(t)(freshPrefix());
   const c = inspector();

@@ -64,11 +64,13 @@ t.test('a request whose key is not cached takes two round trips more, not three'
   t.teardown(() => gw.close());
   const ask = (i: number) => ({ model: 'echo-small', messages: [{ role: 'user', content: `miss ${i}` }] });
   for (let i = 0; i < 3; i++) t.equal((await postChat(gw.url, ask(i))).status, 200, 'warm-up');
-  /** Round trips of each of 4 requests, `waitMs` apart. */
+  /** Round trips of each of 4 requests, each begun `waitMs` after the one before. */
   const each = async (waitMs: number) => {
     const trips: number[] = [];
+    let last = Date.now();
     for (let i = 0; i < 4; i++) {
-      await sleep(waitMs);
+      await sleep(Math.max(0, last + waitMs - Date.now()));
+      last = Date.now();
       const before = await readsAt(client);
       t.equal((await postChat(gw.url, ask(i))).status, 200);
       await sleep(50); // the writes after the answer land
