@@ -19,7 +19,7 @@
 //   day; a hold's own request id (re-holding it replaces the old hold) is not counted twice.
 
 import { flattened } from '../strings.js';
-import type { AccountRecord, BudgetPeriod, HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageTotals } from './types.js';
+import { requireId, requireRequestId, type AccountRecord, type BudgetPeriod, type HoldRequest, type HoldResult, type QuotaCode, type SettleResult, type Settlement, type UsageTotals } from './types.js';
 
 export const SETTLED_TTL_MS = 3_600_000;
 export const DAY_WINDOWS_KEPT = 40;
@@ -86,13 +86,9 @@ function requireCount(what: string, v: unknown): void {
   if (!count(v)) throw new RangeError(`${what} must be a non-negative safe integer`);
 }
 
-function requireId(what: string, v: unknown): void {
-  if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
-}
-
 export function validateHold(h: HoldRequest): void {
   requireId('account id', h.account);
-  requireId('request id', h.requestId);
+  requireRequestId(h.requestId);
   requireCount('units', h.units);
   if (typeof h.ttlMs !== 'number' || !(h.ttlMs > 0)) throw new RangeError('ttlMs must be a positive number');
   requireWindows(h.day, h.month);
@@ -104,7 +100,7 @@ export function validateHold(h: HoldRequest): void {
 
 export function validateSettlement(s: Settlement): void {
   requireId('account id', s.account);
-  requireId('request id', s.requestId);
+  requireRequestId(s.requestId);
   requireCount('units', s.units);
   requireCount('promptTokens', s.promptTokens);
   requireCount('completionTokens', s.completionTokens);

@@ -21,7 +21,7 @@ import { MemoryMetering, validateHold, validateSettlement } from './memory-meter
 import { MemoryResponses } from './memory-responses.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './memory-state.js';
 import {
-  addSpend, applyPatch, seededKeys, creditRefusal, defaultControls, periodId, spentIn,
+  addSpend, applyPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn,
   type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type KeyWithAccount, type NewKey, type Revocation,
   type SettleResult, type Settlement, type Store, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
@@ -42,10 +42,6 @@ export interface MemoryStoreOptions {
 }
 
 const DIGEST = /^[0-9a-f]{64}$/;
-
-function requireId(what: string, v: unknown): void {
-  if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
-}
 
 function requireUnits(what: string, v: unknown): void {
   if (!Number.isSafeInteger(v)) throw new RangeError(`${what} must be a safe integer`);
@@ -491,6 +487,8 @@ export class MemoryStore implements Store {
   }
 
   async release(account: string, requestId: string): Promise<void> {
+    requireId('account id', account);
+    requireRequestId(requestId);
     await this.#begin();
     this.#metering.release(account, requestId);
   }

@@ -33,7 +33,7 @@
 
 import type { RedisClient } from './redis-connect.js';
 import type { ReplicaWait } from './redis-wait.js';
-import type { BudgetPeriod, HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageTotals } from './types.js';
+import { requireId, requireRequestId, type BudgetPeriod, type HoldRequest, type HoldResult, type QuotaCode, type SettleResult, type Settlement, type UsageTotals } from './types.js';
 
 type Reply = Promise<unknown>;
 
@@ -445,15 +445,6 @@ function windowsOf(day: string, month: string): [string, string] {
   return [day, month];
 }
 
-function requireId(what: string, v: unknown): void {
-  if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
-}
-
-/** A request id: the holds hash keeps its sums in fields that begin with '#'. */
-function requireRequestId(v: unknown): void {
-  requireId('request id', v);
-  if ((v as string).startsWith('#')) throw new TypeError("request id must not begin with '#'");
-}
 
 /** A non-negative safe integer, as the decimal string Redis gets. */
 function count(n: number, what: string): string {

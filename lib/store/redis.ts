@@ -83,7 +83,7 @@ import { RedisResponses } from './redis-responses.js';
 import { RedisUsage, USAGE_SCRIPTS, type UsageScripts } from './redis-usage.js';
 import { toControls } from './memory-state.js';
 import {
-  applyPatch, defaultControls, seededKeys,
+  applyPatch, defaultControls, requireId, seededKeys,
   type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type KeyWithAccount, type KnownKey, type NewKey, type Revocation,
   type SettleResult, type Settlement, type Store, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
@@ -659,10 +659,6 @@ async function quit(redis: RedisClient, ms: number): Promise<void> {
 const DIGEST = /^[0-9a-f]{64}$/;
 /** Connections for waited writes (store.wait_replicas): each WAIT blocks its own until confirmed. */
 const WAIT_CONNECTIONS = 4;
-
-function requireId(what: string, v: unknown): void {
-  if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
-}
 
 function integer(n: number, what: string): string {
   if (!Number.isSafeInteger(n)) throw new RangeError(`${what} must be a safe integer`);

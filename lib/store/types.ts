@@ -43,6 +43,20 @@ export interface KeyControls {
 export type KeyPatch = Partial<Omit<KeyControls, 'limits'>> & { limits?: Partial<KeyLimits> };
 
 /** `base` with `patch` applied (see KeyPatch); a new object, sharing nothing with either. */
+/** Ids the stores take (account, key, request, ...): non-empty strings. */
+export function requireId(what: string, v: unknown): void {
+  if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
+}
+
+/**
+ * A hold's request id: an id that does not begin with '#' (the Redis holds hash keeps its sums
+ * in such fields; every store refuses them alike).
+ */
+export function requireRequestId(v: unknown): void {
+  requireId('request id', v);
+  if ((v as string).startsWith('#')) throw new TypeError("request id must not begin with '#'");
+}
+
 export function applyPatch(base: KeyControls, patch: KeyPatch): KeyControls {
   const { limits, ...rest } = structuredClone(patch);
   return { ...structuredClone(base), ...rest, limits: { ...base.limits, ...limits } };

@@ -195,6 +195,20 @@ export function meteringContract(t: any, name: string, open: () => Promise<Opene
       t.strictSame(await s.accountUsage('acme', W.day, W.month), { held_units: 0, day: usage, month: usage });
     });
 
+    t.test("ids are refused alike by every store: empty, not a string, a request id beginning with '#'", async (t: any) => {
+      const s: any = (await fresh(t)).store();
+      await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 100 });
+      for (const rid of ['', '#u', '#k:key_1', 7]) {
+        await t.rejects(s.hold(req('acme', rid as string, 1)), TypeError, `hold, request id ${JSON.stringify(rid)}`);
+        await t.rejects(s.settle(settlement('acme', rid as string, 1)), TypeError, `settle, request id ${JSON.stringify(rid)}`);
+        await t.rejects(s.release('acme', rid), TypeError, `release, request id ${JSON.stringify(rid)}`);
+      }
+      await t.rejects(s.hold(req('', 'r1', 1)), TypeError, 'hold, empty account id');
+      await t.rejects(s.release('', 'r1'), TypeError, 'release, empty account id');
+      t.strictSame(await s.hold(req('acme', 'u#1', 1)), { ok: true, available_units: 99 }, "a '#' further in is an id like any other");
+      t.strictSame(await s.accountUsage('acme', W.day, W.month), { held_units: 1, day: ZERO, month: ZERO }, 'nothing else held');
+    });
+
     t.test('holds expire', async (t: any) => {
       const s: any = (await fresh(t)).store();
       await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 100 });
