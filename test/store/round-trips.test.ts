@@ -18,6 +18,16 @@ import { readsAt } from '../helpers/store-client.js';
 import { CACHE_TTL_MS, REFRESH_AHEAD_MS, TOUCH_FLUSH_MS } from '../../lib/auth/authenticator.js';
 
 
+/** A redis-server of the test's own (stopped at its end) and a gateway config on it, with its own prefix. */
+async function onRedis(t: any, name: string) {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const c = baseConfig();
+  c.admin = { token: 'rt-admin' };
+  c.store = { kind: 'redis', url: redis.url, prefix: `rt-${name}-${process.pid}:` };
+  return { redis, c };
+}
+
 t.test('three round trips per request with ample room in the limits, four near them', async (t) => {
   const redis = await startRedis();
   t.teardown(() => redis.stop());
@@ -53,12 +63,9 @@ t.test('three round trips per request with ample room in the limits, four near t
 });
 
 t.test('a request whose key is not cached takes two round trips more, not three', async (t) => {
-  const redis = await startRedis();
-  t.teardown(() => redis.stop());
+  const { redis, c } = await onRedis(t, 'miss');
   const client = new Redis(redis.url);
   t.teardown(() => client.quit());
-  const c = baseConfig();
-  c.store = { kind: 'redis', url: redis.url, prefix: `rt-miss-${process.pid}:` };
   Object.assign(c.plans.free, { requests_per_minute: 100_000, tokens_per_minute: 100_000_000, max_concurrent: 1000 });
   const gw = await startGateway(c);
   t.teardown(() => gw.close());
@@ -89,11 +96,7 @@ t.test('a request whose key is not cached takes two round trips more, not three'
 });
 
 t.test('the limits refuse a request whose hold went out with them: 429, the hold released, nothing charged', async (t) => {
-  const redis = await startRedis();
-  t.teardown(() => redis.stop());
-  const c = baseConfig();
-  c.admin = { token: 'rt-admin' };
-  c.store = { kind: 'redis', url: redis.url, prefix: `rt-burst-${process.pid}:` };
+  const { redis, c } = await onRedis(t, 'burst');
   Object.assign(c.plans.free, { requests_per_minute: 20, tokens_per_minute: 100_000_000, max_concurrent: 1000 });
   c.models[0].price = { input_per_mtok: 1_000_000, output_per_mtok: 1_000_000 };
   // Two instances share the limits. B's last request left ample room (19 of 20), so its next
@@ -119,11 +122,7 @@ t.test('the limits refuse a request whose hold went out with them: 429, the hold
 });
 
 t.test("a key's last use is in Redis once its request is answered: written by the hold, not a batch later", async (t) => {
-  const redis = await startRedis();
-  t.teardown(() => redis.stop());
-  const c = baseConfig();
-  c.admin = { token: 'rt-admin' };
-  c.store = { kind: 'redis', url: redis.url, prefix: `rt-used-${process.pid}:` };
+  const { redis, c } = await onRedis(t, 'used');
   const gw = await startGateway(c);
   t.teardown(() => gw.close());
   const id = keyIdOf(sha256Hex(DEMO_KEY));
