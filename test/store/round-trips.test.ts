@@ -96,7 +96,7 @@ t.test('a request whose key is not cached takes two round trips more, not three'
 });
 
 t.test('the limits refuse a request whose hold went out with them: 429, the hold released, nothing charged', async (t) => {
-  const { redis, c } = await onRedis(t, 'burst');
+  const { c } = await onRedis(t, 'burst');
   Object.assign(c.plans.free, { requests_per_minute: 20, tokens_per_minute: 100_000_000, max_concurrent: 1000 });
   c.models[0].price = { input_per_mtok: 1_000_000, output_per_mtok: 1_000_000 };
   // Two instances share the limits. B's last request left ample room (19 of 20), so its next
@@ -122,7 +122,7 @@ t.test('the limits refuse a request whose hold went out with them: 429, the hold
 });
 
 t.test("a key's last use is in Redis once its request is answered: written by the hold, not a batch later", async (t) => {
-  const { redis, c } = await onRedis(t, 'used');
+  const { c } = await onRedis(t, 'used');
   const gw = await startGateway(c);
   t.teardown(() => gw.close());
   const id = keyIdOf(sha256Hex(DEMO_KEY));
