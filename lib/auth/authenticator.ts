@@ -9,8 +9,8 @@
 // caches drop the key at once; the TTL bounds the delay if the feed misses it. A key still in
 // use is looked up again before its entry runs out (REFRESH_AHEAD_MS), in the background and in
 // one round trip sent with the request's own store commands, so no request waits for the
-// lookup while the key keeps being used. A lookup under way when any revocation or change is
-// announced is not cached (its answer may predate it).
+// lookup while the key keeps being used. A lookup under way when a key revocation or change is
+// announced is not cached (its answer may predate it); a session revocation does not matter to it.
 //
 // When a key was last used: a Redis store records it with the request's hold (the same script);
 // other uses (requests that hold nothing, refused ones, the memory store) are collected here and

@@ -445,7 +445,6 @@ function windowsOf(day: string, month: string): [string, string] {
   return [day, month];
 }
 
-
 /** A non-negative safe integer, as the decimal string Redis gets. */
 function count(n: number, what: string): string {
   if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`${what} must be a non-negative safe integer`);

@@ -42,7 +42,6 @@ export interface KeyControls {
 /** A change of controls: each member named replaces the key's; `limits` members one by one. */
 export type KeyPatch = Partial<Omit<KeyControls, 'limits'>> & { limits?: Partial<KeyLimits> };
 
-/** `base` with `patch` applied (see KeyPatch); a new object, sharing nothing with either. */
 /** Ids the stores take (account, key, request, ...): non-empty strings. */
 export function requireId(what: string, v: unknown): void {
   if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
@@ -57,6 +56,7 @@ export function requireRequestId(v: unknown): void {
   if ((v as string).startsWith('#')) throw new TypeError("request id must not begin with '#'");
 }
 
+/** `base` with `patch` applied (see KeyPatch); a new object, sharing nothing with either. */
 export function applyPatch(base: KeyControls, patch: KeyPatch): KeyControls {
   const { limits, ...rest } = structuredClone(patch);
   return { ...structuredClone(base), ...rest, limits: { ...base.limits, ...limits } };

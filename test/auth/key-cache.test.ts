@@ -169,6 +169,23 @@ t.test("a use the store's hold recorded is not written again; other uses are", a
   });
 });
 
+t.test("a session's revocation announced during a lookup does not void it (it says nothing of keys)", async (t) => {
+  const r = await rig(t);
+  await r.auth.authenticate(AUTH);
+  await sleep(INTO_WINDOW_MS);
+  r.close();
+  await r.auth.authenticate(AUTH); // the background lookup starts
+  await sleep(10);
+  await r.inner.revokeSession('sess-1'); // announced to this instance
+  r.open();
+  await sleep(10);
+  await sleep(REFRESH_AHEAD_MS); // the first entry would have run out by now
+  r.close(); // a request that had to look the key up itself would wait for this
+  const later = await Promise.race([r.auth.authenticate(AUTH), sleep(300).then(() => 'waited' as const)]);
+  t.not(later, 'waited', "served from the lookup's entry: it was cached");
+  r.open();
+});
+
 t.test('a slow lookup in the background never replaces a newer answer', async (t) => {
   const r = await rig(t, { gateRefreshes: true });
   await r.auth.authenticate(AUTH);
