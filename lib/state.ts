@@ -139,6 +139,8 @@ export class GatewayState {
     if (this.#seedFailures > 0) this.#logger.warn({ attempts: this.#seedFailures + 1 }, 'store reachable: the config\'s accounts are seeded');
     this.#seedFailures = 0;
     this.#seeded = true;
+    // Which of the config's keys the store revoked or rotated out (never throws).
+    await this.auth.checkConfigKeys();
   }
 
   /**

@@ -21,7 +21,10 @@
 // A store that cannot answer rejects with StoreUnavailableError (503). With store.on_error:
 // open, a developer key is then still accepted when this instance saw it resolve in the last
 // 10 minutes, or, never seen (at boot), when the config's own accounts list it: it stands for
-// that config account on the config's plan until the store answers again.
+// that config account on the config's plan until the store answers again. Either fallback is
+// dropped when the store refuses the key, when a revocation or a change of the key (its
+// controls, its digest) is announced, and, for a rotated-out digest, as soon as it is seen in
+// its grace; the config's keys are checked against the store after each seed.
 
 import type { IncomingMessage } from 'node:http';
 import { LRUCache } from 'lru-cache';
@@ -105,8 +108,11 @@ export class Authenticator {
     this.#seeded = seeded;
     this.#unsubscribe = store.onRevoke((r: Revocation) => {
       if (r.kind === 'key-changed') {
+        // Its controls or its digest changed: what an outage would fall back to is out of date.
         this.#epoch++;
         this.#keys.delete(r.digest);
+        this.#known?.delete(r.digest);
+        this.#configKeys.delete(r.digest);
       } else if (r.kind === 'key') {
         this.#epoch++;
         this.#keys.delete(r.digest);
@@ -269,13 +275,37 @@ export class Authenticator {
    */
   #remember(digest: string, found: Found, cache: boolean): void {
     const principal = found.principal;
-    if (principal === undefined) {
+    // A digest on its way out (rotated, in its grace) is no more an outage's fallback than one
+    // refused: the outage could outlast the grace.
+    if (principal === undefined || this.#graced.has(principal)) {
       this.#known?.delete(digest);
       this.#configKeys.delete(digest);
     }
     if (!cache) return;
     this.#keys.set(digest, principal ?? 'none', { ttl: found.ttl });
-    if (principal !== undefined) this.#known?.set(digest, principal);
+    if (principal !== undefined && !this.#graced.has(principal)) this.#known?.set(digest, principal);
+  }
+
+  /**
+   * Checks the config's keys against the store (after each seed): one the store revoked or
+   * rotated out is no longer an outage's fallback, and one it knows is served in an outage with
+   * what the store says of it (its account's plan, its controls) rather than the config's
+   * account and plan alone. A store that cannot answer leaves them as they are.
+   */
+  async checkConfigKeys(): Promise<void> {
+    if (!this.#open) return; // the fallbacks serve store.on_error: open alone
+    await Promise.all([...this.#configKeys.keys()].map(async (digest) => {
+      const epoch = this.#epoch;
+      let found: Found;
+      try {
+        found = await this.#lookUp(digest);
+      } catch {
+        return;
+      }
+      if (epoch !== this.#epoch || !this.#configKeys.has(digest)) return;
+      if (found.principal === undefined || this.#graced.has(found.principal)) this.#configKeys.delete(digest);
+      else this.#configKeys.set(digest, found.principal);
+    }));
   }
 
   /**

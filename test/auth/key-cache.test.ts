@@ -252,3 +252,61 @@ t.test('a use noted just before a batch is left to the next one, so that its hol
   await sleep(TOUCH_FLUSH_MS * 1.5 + 200);
   t.equal(r.touched.length, 1, 'written by a batch within a second and a half');
 });
+
+// store.on_error: open serves keys from two fallbacks while the store is down: those this
+// instance saw resolve in the last 10 minutes, and the config's own keys. What the store or its
+// announcements say of a key takes it out of both (a black-box attack found a rotated key's old
+// plaintext and a PATCHed key's old controls served in an outage, even on the instance that
+// made the change).
+t.test('store.on_error: open — an outage never serves a key as it was before a change', async (t) => {
+  const outage = async (t: any, r: Awaited<ReturnType<typeof rig>>, what: string) => {
+    r.fail(true);
+    const err = await r.auth.authenticate(AUTH, REQ).catch((e) => e);
+    t.ok(err instanceof StoreUnavailableError, `${what}: 503 in the outage, not the key as it was`);
+  };
+
+  t.test('rotated (grace 0): the old plaintext', async (t) => {
+    const r = await rig(t, { onError: 'open' });
+    await r.auth.authenticate(AUTH, REQ);
+    t.ok(await r.inner.rotateKey(await r.keyId(), sha256Hex('tg_demo_rotated'), 'ated', Date.now()), 'rotated, announced');
+    await outage(t, r, 'rotated');
+  });
+
+  t.test('expired by a PATCH', async (t) => {
+    const r = await rig(t, { onError: 'open' });
+    await r.auth.authenticate(AUTH, REQ);
+    t.ok(await r.inner.updateKey(await r.keyId(), { expires_at: Date.parse('2020-01-01') }), 'patched, announced');
+    await outage(t, r, 'expired');
+  });
+
+  t.test('rotated with a grace, the announcement lost: seen in its grace, then the outage', async (t) => {
+    const r = await rig(t, { onError: 'open' });
+    await r.auth.authenticate(AUTH, REQ);
+    r.mute(true);
+    const graceEnds = Date.now() + CACHE_TTL_MS + 500;
+    t.ok(await r.inner.rotateKey(await r.keyId(), sha256Hex('tg_demo_rotated'), 'ated', graceEnds), 'rotated');
+    await sleep(CACHE_TTL_MS + 50); // the entry runs out; the next request sees the digest in its grace
+    t.equal((await r.auth.authenticate(AUTH, REQ)).accountId, 'demo', 'in its grace');
+    await sleep(Math.max(0, graceEnds - Date.now()) + 20);
+    await outage(t, r, 'an outage that outlasts the grace');
+  });
+
+  t.test("the config's key, revoked in the store before this instance started", async (t) => {
+    const r = await rig(t, { onError: 'open' });
+    r.mute(true); // as if revoked before the start: this instance never hears of it
+    t.ok(await r.inner.revokeKey(await r.keyId()), 'revoked');
+    await r.auth.checkConfigKeys(); // what the gateway does after each seed
+    await outage(t, r, 'revoked');
+  });
+
+  t.test("the config's key the store still has: served in an outage with its stored controls", async (t) => {
+    const r = await rig(t, { onError: 'open' });
+    r.mute(true);
+    t.ok(await r.inner.updateKey(await r.keyId(), { models: ['echo-vision'] }), 'patched');
+    await r.auth.checkConfigKeys();
+    r.fail(true);
+    const p = await r.auth.authenticate(AUTH, REQ);
+    t.equal(p.accountId, 'demo', 'served in the outage');
+    t.strictSame(p.key?.patterns, ['echo-vision'], 'with the controls the store gave it');
+  });
+});
