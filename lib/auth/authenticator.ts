@@ -24,7 +24,9 @@
 // that config account on the config's plan until the store answers again. Either fallback is
 // dropped when the store refuses the key, when a revocation or a change of the key (its
 // controls, its digest) is announced, and, for a rotated-out digest, as soon as it is seen in
-// its grace; the config's keys are checked against the store after each seed.
+// its grace; the config's keys are checked against the store after each seed. When the store
+// says announcements may have been missed (its subscription was cut), the cache and the keys
+// seen recently are dropped and the config's keys checked again.
 
 import type { IncomingMessage } from 'node:http';
 import { LRUCache } from 'lru-cache';
@@ -118,6 +120,14 @@ export class Authenticator {
         this.#keys.delete(r.digest);
         this.#known?.delete(r.digest);
         this.#configKeys.delete(r.digest);
+      } else if (r.kind === 'missed') {
+        // Announcements may have been lost: nothing learnt before is trusted as it was. The
+        // config's keys are checked again (the store has just answered).
+        this.#epoch++;
+        this.#keys.clear();
+        this.#known?.clear();
+        this.#revokedSessions.clear();
+        void this.checkConfigKeys();
       } else {
         this.#revokedSessions.set(r.sid, true);
       }

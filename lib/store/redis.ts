@@ -58,6 +58,7 @@
 // instance's id are ignored, so each listener hears each revocation exactly once. Pub/sub is
 // fire-and-forget: an instance whose subscriber connection is down at that moment misses it,
 // and so does this instance when the script applied but its reply was lost (the call rejected).
+// When the subscriber connects again, listeners hear `missed` (see Revocation).
 //
 // Topologies (./redis-connect.ts): one server, a Sentinel-managed primary, or a Cluster; the
 // same scripts and keys on each. With waitReplicas (store.wait_replicas), settlements, credits
@@ -294,6 +295,12 @@ export class RedisStore implements Store {
       if (m !== undefined && m.from !== this.#instance) this.#emit(m.r);
     });
     this.#subscribed = keepSubscribed(this.#sub, this.#channel); // a failure is surfaced by ready()
+    // A subscription re-established after a cut may have missed announcements meanwhile.
+    let connected = false;
+    this.#sub.on('ready', () => {
+      if (connected) this.#emit({ kind: 'missed' });
+      connected = true;
+    });
   }
 
   /** The command connection, for other shared state of the same deployment (rate limits). */

@@ -297,7 +297,12 @@ export interface UsagePage {
  * A revocation or a change of a key's controls, seen by every instance sharing the store:
  * caches drop what they hold for the digest.
  */
-export type Revocation = { kind: 'key'; digest: string } | { kind: 'session'; sid: string } | { kind: 'key-changed'; digest: string };
+/**
+ * What a store announces to this instance's listeners: a key revoked or changed (its controls or
+ * digest), a session revoked; or `missed`: announcements of a span may have been lost (the
+ * store's subscription was re-established), so what was learnt before may be out of date.
+ */
+export type Revocation = { kind: 'key'; digest: string } | { kind: 'session'; sid: string } | { kind: 'key-changed'; digest: string } | { kind: 'missed' };
 
 export interface KeyWithAccount {
   key: KeyRecord;

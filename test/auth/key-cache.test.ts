@@ -36,6 +36,7 @@ async function rig(t: any, opts: { holdRecordsKeyUse?: boolean; onError?: 'open'
   let gate: { wait: Promise<void>; open: () => void } | null = null;
   let failing = false;
   let muted = false;
+  let heard: ((r: Revocation) => void) | undefined;
   const store = new Proxy(inner, {
     get(target, prop) {
       if (prop === 'keyWithAccount') {
@@ -55,7 +56,10 @@ async function rig(t: any, opts: { holdRecordsKeyUse?: boolean; onError?: 'open'
       }
       if (prop === 'holdRecordsKeyUse' && opts.holdRecordsKeyUse !== undefined) return opts.holdRecordsKeyUse;
       if (prop === 'onRevoke') {
-        return (listener: (r: Revocation) => void) => target.onRevoke((r) => { if (!muted) listener(r); });
+        return (listener: (r: Revocation) => void) => {
+          heard = listener;
+          return target.onRevoke((r) => { if (!muted) listener(r); });
+        };
       }
       const v = Reflect.get(target, prop, target);
       return typeof v === 'function' ? v.bind(target) : v;
@@ -73,6 +77,8 @@ async function rig(t: any, opts: { holdRecordsKeyUse?: boolean; onError?: 'open'
     open: () => { gate?.open(); gate = null; },
     fail: (on: boolean) => { failing = on; },
     mute: (on: boolean) => { muted = on; },
+    /** What the store announces by itself (Redis: `missed` when its subscription is back). */
+    announce: (r: Revocation) => heard!(r),
     keyId: async () => (await inner.keyWithAccount(sha256Hex(DEMO_KEY)))!.key.id,
   };
 }
@@ -309,4 +315,21 @@ t.test('store.on_error: open — an outage never serves a key as it was before a
     t.equal(p.accountId, 'demo', 'served in the outage');
     t.strictSame(p.key?.patterns, ['echo-vision'], 'with the controls the store gave it');
   });
+});
+
+t.test('announcements lost (the subscription re-established): nothing learnt before is trusted as it was', async (t) => {
+  const r = await rig(t, { onError: 'open' });
+  await r.auth.authenticate(AUTH, REQ);
+  t.equal(r.lookups.length, 1);
+  r.mute(true); // the revocation's announcement is lost
+  t.ok(await r.inner.revokeKey(await r.keyId()), 'revoked');
+  r.mute(false);
+  r.announce({ kind: 'missed' }); // as the Redis store says when its subscriber connects again
+  await sleep(10); // the config's keys are checked again meanwhile
+  r.fail(true);
+  const down = await r.auth.authenticate(AUTH, REQ).catch((e) => e);
+  t.ok(down instanceof StoreUnavailableError, 'in an outage right after: 503, served neither from the cache nor from a fallback');
+  r.fail(false);
+  const err: any = await r.auth.authenticate(AUTH, REQ).catch((e) => e);
+  t.equal(err.code, 'invalid_api_key', 'the store back: refused');
 });

@@ -44,3 +44,29 @@ t.test("a config key revoked before a gateway started is not served by it in an 
   const pro = await postChat(b.url, ask, authHeaders(PRO_KEY));
   t.equal(pro.status, 200, 'a config key the store still has, never used on this gateway: served (unmetered) in the outage');
 });
+
+t.test('a revocation announced while a gateway\'s subscription was cut is not served by it in a later outage', async (t) => {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const c = baseConfig();
+  c.admin = { token: ADMIN };
+  c.store = { kind: 'redis', url: redis.url, prefix: `fallback-cut-${process.pid}:`, on_error: 'open' };
+  const a = await startGateway(c);
+  t.teardown(() => a.close());
+  await ready(a);
+  const b = await startGateway(c);
+  t.teardown(() => b.close());
+  await ready(b);
+  t.equal((await postChat(b.url, ask, authHeaders(PRO_KEY))).status, 200, 'the key used on B: B would serve it in an outage');
+  const { Redis } = await import('ioredis');
+  const client = new Redis(redis.url);
+  t.teardown(() => client.disconnect());
+  // Every subscription cut; the revocation made before the subscribers are back is lost to them.
+  await client.client('KILL', 'TYPE', 'pubsub');
+  const revoked = await fetch(`${a.url}/admin/keys/${keyIdOf(sha256Hex(PRO_KEY))}`, { method: 'DELETE', headers: { authorization: `Bearer ${ADMIN}` } });
+  t.equal(revoked.status, 204, 'revoked through A');
+  await sleep(300); // B's subscription is back
+  await redis.halt();
+  const during = await postChat(b.url, ask, authHeaders(PRO_KEY));
+  t.equal(during.status, 503, 'B, in the outage: 503, not the revoked key served unmetered');
+});

@@ -126,6 +126,26 @@ t.test('a revocation by one instance reaches the other within 1 s, and each list
   t.strictSame(heardB, expected, 'instance B heard each revocation once, its own included');
 });
 
+t.test('a subscription cut and re-established tells the listeners that announcements may have been missed', { skip: redis.external ? 'kills every subscriber of its Redis' : false }, async (t) => {
+  const open = opener(t);
+  const prefix = freshPrefix();
+  const [a, b] = [await open(prefix), await open(prefix)];
+  const heard: Revocation[] = [];
+  b.onRevoke((r) => heard.push(r));
+  const c = inspector();
+  t.teardown(() => c.disconnect());
+  await sleep(50);
+  t.strictSame(heard, [], 'nothing on the first connect');
+  await c.client('KILL', 'TYPE', 'pubsub');
+  await until(() => heard.length > 0, 'the listeners told', 3000);
+  await sleep(200); // subscribed again
+  t.strictSame(heard, [{ kind: 'missed' }], 'told once');
+  heard.length = 0;
+  await a.revokeSession('after-the-cut');
+  await until(() => heard.length > 0, 'an announcement after it', 1000);
+  t.strictSame(heard, [{ kind: 'session', sid: 'after-the-cut' }], 'announcements flow again');
+});
+
 t.test('two prefixes on one Redis do not see each other', async (t) => {
   const open = opener(t);
   const [p1, p2] = [freshPrefix(), freshPrefix()];
