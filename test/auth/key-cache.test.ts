@@ -67,14 +67,29 @@ async function rig(t: any, opts: { holdRecordsKeyUse?: boolean; onError?: 'open'
   }) as Store;
   const auth = new Authenticator(store, config);
   t.teardown(async () => { auth.close(); await inner.close(); });
+  // Opened by the test, or after 2 s: a request that waits on it fails its test, never hangs it.
+  const close = () => {
+    let open!: () => void;
+    gate = { wait: new Promise<void>((r) => { open = r; setTimeout(r, 2000).unref(); }), open };
+  };
+  const open = () => { gate?.open(); gate = null; };
   return {
-    auth, inner, lookups, touched,
-    // Opened by the test, or after 2 s: a request that waits on it fails its test, never hangs it.
-    close: () => {
-      let open!: () => void;
-      gate = { wait: new Promise<void>((r) => { open = r; setTimeout(r, 2000).unref(); }), open };
+    auth, inner, lookups, touched, close, open,
+    /** The key cached, then used in its entry's last REFRESH_AHEAD_MS: its background lookup has read the store and is held back. */
+    refreshHeld: async () => {
+      await auth.authenticate(AUTH);
+      await sleep(INTO_WINDOW_MS);
+      close();
+      await auth.authenticate(AUTH);
+      await sleep(10);
     },
-    open: () => { gate?.open(); gate = null; },
+    /** Whether a request is served without a lookup of its own (one would wait on the closed gate). */
+    servedAtOnce: async () => {
+      close();
+      const r = await Promise.race([auth.authenticate(AUTH).then(() => true), sleep(300).then(() => false)]);
+      open();
+      return r;
+    },
     fail: (on: boolean) => { failing = on; },
     mute: (on: boolean) => { muted = on; },
     /** What the store announces by itself (Redis: `missed` when its subscription is back). */
@@ -97,22 +112,15 @@ t.test('a key in use is looked up again before its entry runs out: once at a tim
   r.open();
   await sleep(10);
   await sleep(REFRESH_AHEAD_MS); // the first entry would have run out by now
-  r.close(); // a request that had to look the key up itself would wait for this
-  const later = await Promise.race([r.auth.authenticate(AUTH), sleep(300).then(() => 'waited' as const)]);
-  t.not(later, 'waited', 'served from the entry the lookup made, at once');
+  t.ok(await r.servedAtOnce(), 'served from the entry the lookup made, at once');
   t.equal(r.lookups.length, 3);
   t.ok(r.lookups[2] !== undefined, 'the only lookup since is the next one in the background');
-  r.open();
 });
 
 t.test('an answer read before a revocation was announced is never cached after it', async (t) => {
   t.test('a lookup in the background', async (t) => {
     const r = await rig(t);
-    await r.auth.authenticate(AUTH);
-    await sleep(INTO_WINDOW_MS);
-    r.close();
-    await r.auth.authenticate(AUTH); // starts the lookup; it reads the key while still valid
-    await sleep(10);
+    await r.refreshHeld(); // the lookup read the key while still valid
     t.equal(r.lookups.length, 2);
     t.ok(await r.inner.revokeKey(await r.keyId()), 'revoked, and announced');
     r.open();
@@ -177,28 +185,17 @@ t.test("a use the store's hold recorded is not written again; other uses are", a
 
 t.test("a session's revocation announced during a lookup does not void it (it says nothing of keys)", async (t) => {
   const r = await rig(t);
-  await r.auth.authenticate(AUTH);
-  await sleep(INTO_WINDOW_MS);
-  r.close();
-  await r.auth.authenticate(AUTH); // the background lookup starts
-  await sleep(10);
+  await r.refreshHeld();
   await r.inner.revokeSession('sess-1'); // announced to this instance
   r.open();
   await sleep(10);
   await sleep(REFRESH_AHEAD_MS); // the first entry would have run out by now
-  r.close(); // a request that had to look the key up itself would wait for this
-  const later = await Promise.race([r.auth.authenticate(AUTH), sleep(300).then(() => 'waited' as const)]);
-  t.not(later, 'waited', "served from the lookup's entry: it was cached");
-  r.open();
+  t.ok(await r.servedAtOnce(), "served from the lookup's entry: it was cached");
 });
 
 t.test('a slow lookup in the background never replaces a newer answer', async (t) => {
   const r = await rig(t, { gateRefreshes: true });
-  await r.auth.authenticate(AUTH);
-  await sleep(INTO_WINDOW_MS);
-  r.close();
-  await r.auth.authenticate(AUTH); // the background lookup reads the key while valid, and stalls
-  await sleep(10);
+  await r.refreshHeld(); // the lookup read the key while valid, and stalls
   r.mute(true); // this instance misses the announcement
   t.ok(await r.inner.revokeKey(await r.keyId()), 'revoked');
   await sleep(REFRESH_AHEAD_MS); // the entry runs out
