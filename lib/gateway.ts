@@ -4,7 +4,7 @@
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { handleGeneration } from './chat/pipeline.js';
+import { handleGeneration, refusalSpends } from './chat/pipeline.js';
 import { chatDialect } from './dialects/chat/index.js';
 import { configWarnings } from './config/cross-check.js';
 import { handleStoredResponse, responsesDialect } from './dialects/responses/index.js';
@@ -270,20 +270,36 @@ export class Gateway {
         ctx.span = this.#tracing.start(req.headers, req.method ?? 'GET', path, performance.timeOrigin + ctx.start);
         ctx.upstreamHeaders = ctx.span.upstreamHeaders;
       }
-      if (route === 'chat') {
-        ctx.dialect = chatDialect;
-        await handleGeneration(chatDialect, state, this.metrics, ctx, req, res);
+      if (route === 'models' || route === 'model' || route === 'response') {
+        await this.#unmetered(state, ctx, req, res, path);
+        return;
       }
-      else if (route === 'responses') {
-        ctx.dialect = responsesDialect;
-        await handleGeneration(responsesDialect, state, this.metrics, ctx, req, res);
+      try {
+        await this.#metered(state, ctx, req, res);
+      } catch (err) {
+        throw await refusalSpends(state, ctx, err);
       }
-      else if (route === 'embeddings') await handleEmbeddings(state, this.metrics, ctx, req, res);
-      else if (route === 'response') await handleStoredResponse(state, ctx, req, res, path.slice('/v1/responses/'.length));
-      else if (route === 'messages') await handleGeneration(messagesDialect, state, this.metrics, ctx, req, res);
-      else if (route === 'messages_count_tokens') await countTokens(state, ctx, req, res);
-      else await this.#models(state, ctx, req, res, path);
     });
+  }
+
+  /** The routes that count toward requests_per_minute (generations, embeddings, token counts). */
+  async #metered(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const route = ctx.route;
+    if (route === 'chat') {
+      ctx.dialect = chatDialect;
+      await handleGeneration(chatDialect, state, this.metrics, ctx, req, res);
+    } else if (route === 'responses') {
+      ctx.dialect = responsesDialect;
+      await handleGeneration(responsesDialect, state, this.metrics, ctx, req, res);
+    } else if (route === 'embeddings') await handleEmbeddings(state, this.metrics, ctx, req, res);
+    else if (route === 'messages') await handleGeneration(messagesDialect, state, this.metrics, ctx, req, res);
+    else await countTokens(state, ctx, req, res);
+  }
+
+  /** The routes that do not: model lists and stored responses. */
+  async #unmetered(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    if (ctx.route === 'response') await handleStoredResponse(state, ctx, req, res, path.slice('/v1/responses/'.length));
+    else await this.#models(state, ctx, req, res, path);
   }
 
   async #models(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {

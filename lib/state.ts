@@ -21,9 +21,8 @@ import { Limits } from './limits/limits.js';
 import type { Slots } from './limits/slots.js';
 import type { StoreHandle } from './store/index.js';
 import type { Store } from './store/types.js';
-import { counter, loadTokenizers } from './tokens/count.js';
+import { countUpTo, loadTokenizers, promptParts } from './tokens/count.js';
 import { UpstreamTokens } from './tokens/upstream.js';
-import { promptTokens } from './chat/checks.js';
 import type { ChatRequest } from './chat/types.js';
 import type { Circuit, Health } from './upstream/health.js';
 import { Fleet, type FleetView, type Replicas } from './upstream/balance/index.js';
@@ -155,17 +154,23 @@ export class GatewayState {
   }
 
   /** Prompt tokens with the model's tokenizer: the server's own count for `tokenizer: upstream`. */
-  async promptTokens(request: ChatRequest, model: ModelConfig): Promise<number> {
+  async promptTokens(request: ChatRequest, model: ModelConfig, limit = Infinity): Promise<number> {
     const remote = model.tokenizer === 'upstream' ? this.#upstreamTokens.get(model.provider) : undefined;
-    if (remote === undefined) return promptTokens(request, model);
-    return remote.prompt(request.messages, model.upstream_model ?? model.id, model.image_tokens);
+    if (remote === undefined) {
+      const { fixed, texts } = promptParts(request.messages, model.image_tokens);
+      return countUpTo(model.tokenizer, texts, fixed, limit);
+    }
+    return remote.prompt(request.messages, model.upstream_model ?? model.id, model.image_tokens, limit);
   }
 
-  /** Tokens of generated text (what a client received before it left), counted the same way. */
-  async textTokens(text: string, model: ModelConfig): Promise<number> {
+  /**
+   * Tokens of a text, counted the same way: generated text (what a client received before it
+   * left), or a client's input counted no further than `limit`.
+   */
+  async textTokens(text: string, model: ModelConfig, limit = Infinity): Promise<number> {
     const remote = model.tokenizer === 'upstream' ? this.#upstreamTokens.get(model.provider) : undefined;
-    if (remote === undefined) return counter(model.tokenizer)(text);
-    return remote.count(text, model.upstream_model ?? model.id);
+    if (remote === undefined) return countUpTo(model.tokenizer, [text], 0, limit);
+    return remote.count(text, model.upstream_model ?? model.id, undefined, limit);
   }
 
   /** The model's provider, then its fallbacks, in order. */

@@ -67,6 +67,16 @@ export class Catalog {
     return this.#models.size;
   }
 
+  /** The models `auto` may choose from, in order. */
+  get autoModels(): ModelConfig[] {
+    const out: ModelConfig[] = [];
+    for (const id of this.#auto) {
+      const m = this.#models.get(id);
+      if (m !== undefined) out.push(m);
+    }
+    return out;
+  }
+
   get(slug: string): ModelConfig | undefined {
     return this.#models.get(slug);
   }

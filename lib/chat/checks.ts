@@ -3,7 +3,8 @@
 
 import type { ModelConfig } from '../config/types.js';
 import { GatewayError } from '../errors.js';
-import { counter, estimatePromptTokens } from '../tokens/count.js';
+import { countUpTo, promptParts } from '../tokens/count.js';
+import type { TokenizerSpec } from '../config/types.js';
 import type { ChatMessage, ChatRequest } from './types.js';
 
 export function checkImages(req: ChatRequest, model: ModelConfig): void {
@@ -56,11 +57,12 @@ export class ContentPolicy {
   }
 }
 
-function textBytesUpperBound(messages: readonly ChatMessage[], imageTokens: number): number {
+/** At least the prompt's tokens, images aside: its texts' UTF-8 bytes and the framing. */
+function textBytesUpperBound(messages: readonly ChatMessage[]): number {
   let n = 0;
   for (const m of messages) {
     if (typeof m.content === 'string') n += m.content.length * 3;
-    else if (Array.isArray(m.content)) for (const p of m.content) n += p.type === 'text' ? p.text.length * 3 : imageTokens;
+    else if (Array.isArray(m.content)) for (const p of m.content) if (p.type === 'text') n += p.text.length * 3;
     if (m.name !== undefined) n += m.name.length * 3 + 1;
     if (m.tool_calls !== undefined) for (const c of m.tool_calls) n += (c.function.name.length + c.function.arguments.length) * 3 + 3;
     n += 3;
@@ -68,19 +70,42 @@ function textBytesUpperBound(messages: readonly ChatMessage[], imageTokens: numb
   return n + 3;
 }
 
-/**
- * The prompt estimate, or undefined when the prompt surely fits: a byte-level BPE token is at
- * least one byte, so a prompt whose UTF-8 size already fits skips the tokenizer.
- */
-export function fitsContext(req: ChatRequest, model: ModelConfig): boolean {
-  const output = req.maxOutputTokens ?? model.max_output_tokens;
-  if (textBytesUpperBound(req.messages, model.image_tokens) + output <= model.context_window) return true;
-  return promptTokens(req, model) + output <= model.context_window;
+/** The most prompt tokens the model can take beside the output the request asks for. */
+export function promptRoom(req: ChatRequest, model: ModelConfig): number {
+  return model.context_window - (req.maxOutputTokens ?? model.max_output_tokens);
 }
 
-/** The prompt estimate with the model's tokenizer and image cost. */
-export function promptTokens(req: ChatRequest, model: ModelConfig): number {
-  return estimatePromptTokens(req.messages, counter(model.tokenizer), model.image_tokens);
+/** What the request's images cost on `model`. */
+function imageCost(req: ChatRequest, model: ModelConfig): number {
+  return req.imageCount * model.image_tokens;
+}
+
+const localSpec = (m: ModelConfig): TokenizerSpec => (m.tokenizer === 'upstream' ? 'o200k_base' : m.tokenizer);
+
+/**
+ * For `auto`: which candidates the prompt fits. A prompt whose UTF-8 size already fits skips
+ * the tokenizer (a byte-level BPE token is at least one byte); else it is counted once per
+ * tokenizer the candidates use (`upstream` by its local estimate), no further than the
+ * roomiest of them could take.
+ */
+export async function contextFit(req: ChatRequest, candidates: readonly ModelConfig[]): Promise<(m: ModelConfig) => boolean> {
+  // Per tokenizer, the least and the most room the candidates leave the texts and framing.
+  const rooms = new Map<TokenizerSpec, { least: number; most: number }>();
+  for (const m of candidates) {
+    const room = promptRoom(req, m) - imageCost(req, m);
+    const r = rooms.get(localSpec(m));
+    if (r === undefined) rooms.set(localSpec(m), { least: room, most: room });
+    else { r.least = Math.min(r.least, room); r.most = Math.max(r.most, room); }
+  }
+  const bytes = textBytesUpperBound(req.messages);
+  const counts = new Map<TokenizerSpec, number>();
+  let parts: { fixed: number; texts: string[] } | undefined;
+  for (const [spec, r] of rooms) {
+    if (bytes <= r.least) continue;
+    parts ??= promptParts(req.messages, 0);
+    counts.set(spec, await countUpTo(spec, parts.texts, parts.fixed, r.most));
+  }
+  return (m) => (counts.get(localSpec(m)) ?? bytes) <= promptRoom(req, m) - imageCost(req, m);
 }
 
 /** Prompt estimate + requested output above the context window -> 422. */
@@ -89,7 +114,7 @@ export function checkContext(req: ChatRequest, model: ModelConfig, prompt: numbe
   if (prompt + output > model.context_window) {
     throw new GatewayError(
       'context_length_exceeded',
-      `This model's maximum context length is ${model.context_window} tokens; the request has about ${prompt} prompt tokens and asks for ${output} output tokens.`,
+      `This model's maximum context length is ${model.context_window} tokens; the request has at least ${prompt} prompt tokens and asks for ${output} output tokens.`,
       { param: 'messages' },
     );
   }

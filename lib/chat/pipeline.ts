@@ -7,8 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError, retryAfterHeaders } from '../errors.js';
-import { isJsonContentType, readBody } from '../http/body.js';
-import { parseJsonBody } from '../http/json.js';
+import { readJsonBody } from '../http/json.js';
 import { answerHeaders, sendJson, type RequestContext } from '../http/respond.js';
 import type { Metrics } from '../observe/metrics.js';
 import { AttemptCall, CallAbort, TIMEOUT, type ChoicesPart, type ProviderCall } from '../providers/types.js';
@@ -20,7 +19,8 @@ import type { Admission, Outcome } from '../upstream/health.js';
 import { AffinityKey, type Replica } from '../upstream/balance/index.js';
 import { isConnectFailure } from '../upstream/http.js';
 import { hold, type Charge } from '../billing/meter.js';
-import { checkContext, checkImages, fitsContext } from './checks.js';
+import { checkContext, checkImages, contextFit, promptRoom } from './checks.js';
+import type { Principal } from '../auth/principal.js';
 import type { ChatRequest, ChunkChoice, Usage } from './types.js';
 import type { ModelConfig } from '../config/types.js';
 
@@ -39,24 +39,23 @@ const MAX_REPLICA_TRIES = 3;
 export async function handleGeneration(
   dialect: Dialect, state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
 ): Promise<void> {
-  ctx.principal = await state.auth.authenticate(dialect.credential(req), req);
-  if (!isJsonContentType(req.headers['content-type'])) {
-    throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
-  }
-  const body = parseJsonBody(await readBody(req, state.config.server.max_body_bytes, state.config.server.body_timeout_ms));
+  ctx.principal = await authenticateMetered(state, dialect.credential(req), req);
+  const body = await readJsonBody(req, state.config.server);
   const request = dialect.parse(body, req);
   ctx.stream = request.stream;
   ctx.requestModel = request.model;
   if (dialect.prepare !== undefined) await dialect.prepare(request, { store: state.store, account: ctx.principal.accountId, config: state.config });
+  const fit = request.model === 'auto' ? await contextFit(request, state.catalog.autoModels) : undefined;
   const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, (m) => {
     if (!state.healthy(m)) return 'unhealthy';
-    return fitsContext(request, m) ? null : 'context';
+    return fit === undefined || fit(m) ? null : 'context';
   }, ctx.principal.key);
   ctx.model = model.id;
   checkModelType(model, 'chat');
   checkImages(request, model);
   state.policy.check(request.messages);
-  const prompt = await state.promptTokens(request, model);
+  // Counted no further than the model could take: a prompt past that is refused all the same.
+  const prompt = await state.promptTokens(request, model, promptRoom(request, model));
   checkContext(request, model, prompt);
 
   const admitted = await admitAndHold(state, ctx, res, model, request, prompt);
@@ -67,6 +66,34 @@ export async function handleGeneration(
   await settleAfter(admitted, ctx, () => attempts.using(request.stream
     ? () => streamAnswer(state, metrics, attempts, admitted.charge, ctx, res, renderer)
     : () => completeAnswer(metrics, attempts, admitted.charge, ctx, res, renderer)));
+}
+
+/**
+ * Authenticates a request of a route that counts toward requests_per_minute. A principal whose
+ * requests limit this instance saw spent is refused here, before its body is read (CONTRACT
+ * section 16); should the request be refused for its content later, before admission, the
+ * router spends a request for it (refusalSpends).
+ */
+export async function authenticateMetered(state: GatewayState, credential: string | undefined, req: IncomingMessage): Promise<Principal> {
+  const principal = await state.auth.authenticate(credential, req);
+  state.limits.gate(principal);
+  return principal;
+}
+
+/** Statuses of refusals for a request's content (its body, model, size, time), which spend a request (CONTRACT section 16). */
+const CONTENT_REFUSALS: ReadonlySet<number> = new Set([400, 403, 404, 408, 413, 415, 422]);
+
+/**
+ * When a metered route's request was refused for its content before its admission (which
+ * counts every admitted request), it spends a request of its rate limits all the same; when
+ * those were spent already, the answer is their 429 instead. Returns the error to answer with.
+ */
+export async function refusalSpends(state: GatewayState, ctx: RequestContext, err: unknown): Promise<unknown> {
+  if (ctx.principal === undefined || ctx.rateHeaders !== undefined) return err;
+  if (!(err instanceof GatewayError) || !CONTENT_REFUSALS.has(err.status)) return err;
+  const spent = await state.limits.spend(ctx.principal);
+  ctx.rateHeaders = spent.headers;
+  return spent.refusal ?? err;
 }
 
 type Grant = Awaited<ReturnType<GatewayState['limits']['admit']>>;

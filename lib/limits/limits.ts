@@ -62,6 +62,11 @@ export class Limits {
   #outage = false;
   /** Principals whose limits had ample room at their last admission, until when (ms). */
   readonly #room = new LRUCache<string, number>(entryBound(10_000));
+  /**
+   * Accounts' and keys' requests_per_minute this instance saw spent (a refusal), until the
+   * window turns, with the limit then in force (a key whose limit a PATCH changed is asked again).
+   */
+  readonly #spent = new LRUCache<string, { until: number; limit: number }>(entryBound(10_000));
 
   constructor(config: Config, redis: RedisClient | null, slots: Slots, logger: Logger) {
     this.#config = config;
@@ -214,6 +219,7 @@ export class Limits {
     // The store answered every limit and every slot: an outage, if there was one, is over.
     if (down === undefined && slotsDown === undefined && (reached || caps.length > 0)) this.#recovered();
     if (refused !== undefined || slotsDown !== undefined || full >= 0) {
+      if (refused !== undefined && !(refused instanceof StoreUnavailableError)) this.#sawSpent(refused.check, refused.res);
       for (const s of slots) s();
       refund(checks, limiters, taken);
       // The refusal's headers show every limit as it stands with the points given back.
@@ -228,6 +234,68 @@ export class Limits {
     }
     this.#remember(p, checks, shown);
     return new Admitted(checks, limiters, taken, slots, shown);
+  }
+
+  /**
+   * Refuses at once (429 rate_limit_exceeded) a principal whose requests_per_minute this
+   * instance saw spent in the current window: what it sends is then neither read, parsed nor
+   * counted (CONTRACT section 16). From what the limiters last answered here; no store read.
+   */
+  gate(p: Principal): void {
+    if (this.#spent.size === 0) return;
+    for (const c of this.#checks(p)) {
+      if (c.dim !== 'requests') continue;
+      const seen = this.#spent.get(spentKey(c));
+      if (seen === undefined || seen.limit !== c.limit) continue;
+      const left = seen.until - Date.now();
+      if (left <= 0) continue;
+      const shown: Shown = { requests: { limit: c.limit, remaining: 0, resetMs: left, check: -1 } };
+      throw this.#refusal(c, new RateLimiterRes(0, left, c.limit, false), shown);
+    }
+  }
+
+  /**
+   * A request refused for its content before admission spends one request of each
+   * requests_per_minute all the same, as any request does (CONTRACT section 16). Returns the
+   * refusal's x-ratelimit-* headers and, when a limit was already spent, the 429 that answers
+   * instead; a store fault spends nothing and refuses nothing (the content error stands).
+   */
+  async spend(p: Principal): Promise<{ headers: Record<string, string>; refusal?: GatewayError }> {
+    const shown: Shown = {};
+    let refusal: GatewayError | undefined;
+    const checks = this.#checks(p);
+    for (let i = 0; i < checks.length; i++) {
+      const c = checks[i]!;
+      if (c.dim !== 'requests') continue;
+      const limiter = this.#limiterOf(p, c);
+      let res: RateLimiterRes;
+      try {
+        res = await limiter.consume(c.id, 1);
+      } catch (err) {
+        if (!(err instanceof RateLimiterRes)) continue;
+        res = err;
+        this.#sawSpent(c, res);
+        tighter(shown, c.dim, c.limit, res, i);
+        refusal ??= this.#refusal(c, res, shown);
+        continue;
+      }
+      if (c.scope === 'key' && res.consumedPoints > c.limit) {
+        void limiter.reward(c.id, 1).catch(() => undefined);
+        const rejection = new RateLimiterRes(0, res.msBeforeNext, res.consumedPoints - 1, false);
+        this.#sawSpent(c, rejection);
+        tighter(shown, c.dim, c.limit, rejection, i);
+        refusal ??= this.#refusal(c, rejection, shown);
+        continue;
+      }
+      tighter(shown, c.dim, c.limit, res, i);
+    }
+    return refusal === undefined ? { headers: headersOf(shown) } : { headers: headersOf(shown), refusal };
+  }
+
+  /** A requests limit refused: later requests of the same account or key are refused at the gate until its window turns. */
+  #sawSpent(c: Check, res: RateLimiterRes): void {
+    if (c.dim !== 'requests' || res.msBeforeNext <= 0) return;
+    this.#spent.set(spentKey(c), { until: Date.now() + res.msBeforeNext, limit: c.limit });
   }
 
   /**
@@ -274,6 +342,8 @@ export class Limits {
 }
 
 interface Check { scope: 'plan' | 'key'; dim: Dimension; limit: number; id: string }
+
+const spentKey = (c: Check): string => `${c.scope}\u0000${c.id}`;
 
 /**
  * An admitted request's grant: one object rather than a closure per operation. `release` is a

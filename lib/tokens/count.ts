@@ -20,37 +20,128 @@ function isEncoding(spec: string): spec is TokenizerName {
   return (ENCODINGS as readonly string[]).includes(spec);
 }
 
-const loaded = new Map<TokenizerSpec, CountFn>();
+const loaded = new Map<TokenizerSpec, LoadedTokenizer>();
 
 // BPE merging is quadratic in the length of one pre-token, and a run of 100 KB without a
 // break takes seconds: a hostile prompt could stall the event loop. A run of non-space (or of
 // space) longer than RUN_PIECE characters is cut there; each cut adds at most one token.
 // A plain scan, not a regular expression: a backtracking engine overflows on megabyte runs.
 const RUN_PIECE = 256;
+/**
+ * A long text is counted in segments of about this many characters, each ending where a word
+ * ends (the pre-tokenizer splits there too, so the count is the same), so that counting can
+ * stop once it passes a limit and give the event loop back between segments.
+ */
+const SEGMENT = 8192;
+/** Texts shorter than this are counted afresh: hashing them costs about as much. */
+const MEMO_MIN_CHARS = 64;
+/** Counting gives the event loop back after this long (CONTRACT section 16: a few ms at most). */
+const SLICE_MS = 2;
 
 function isSpace(c: number): boolean {
   return c <= 32 || c === 0x85 || c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
     c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000;
 }
 
-function piecewise(count: (t: string) => number, text: string): number {
-  if (text.length <= RUN_PIECE) return count(text);
-  let total = 0;
-  let segment = 0;
-  let run = 0;
-  let space = isSpace(text.charCodeAt(0));
-  for (let i = 1; i < text.length; i++) {
+/**
+ * Where the segment of `text` that starts at `from` ends: at a run of one kind (space or not)
+ * RUN_PIECE long, or, past SEGMENT characters, where a word ends.
+ */
+function segmentEnd(text: string, from: number): number {
+  const n = text.length;
+  if (n - from <= RUN_PIECE) return n;
+  let run = from;
+  let space = isSpace(text.charCodeAt(from));
+  for (let i = from + 1; i < n; i++) {
     const s = isSpace(text.charCodeAt(i));
     if (s !== space) {
+      if (s && i - from >= SEGMENT) return i;
       space = s;
       run = i;
     } else if (i - run >= RUN_PIECE) {
-      total += count(text.slice(segment, i));
-      segment = i;
-      run = i;
+      return i;
     }
   }
-  return total + count(text.slice(segment));
+  return n;
+}
+
+/**
+ * The time counting may still take before it gives the event loop back; one per counting job
+ * (a request's prompt), so that many texts of one prompt share it.
+ */
+class Slice {
+  #until = performance.now() + SLICE_MS;
+  /** Characters counted since the clock was last read: it is read once per SEGMENT of them. */
+  #chars = 0;
+
+  /** Undefined while time is left (`chars` more were just counted), else resolves after other work had its turn. */
+  pause(chars: number): Promise<void> | undefined {
+    this.#chars += chars;
+    if (this.#chars < SEGMENT) return undefined;
+    this.#chars = 0;
+    if (performance.now() < this.#until) return undefined;
+    return new Promise<void>((resolve) => setImmediate(() => {
+      this.#until = performance.now() + SLICE_MS;
+      resolve();
+    }));
+  }
+}
+
+/** A loaded tokenizer: its raw counter (one segment) and the counts of texts it saw. */
+class LoadedTokenizer {
+  readonly #raw: (text: string) => number;
+  /**
+   * The counts of texts seen (the same system prompt, tool list or earlier turn comes back in
+   * request after request; a count is a pure function of the text, so a remembered one is
+   * exact). Bounded by characters (4M, about 8 MB of strings; texts over 1M are not kept).
+   */
+  readonly #memo = new LRUCache<string, number>({ maxSize: 4_000_000, maxEntrySize: 1_000_000, sizeCalculation: (_n, text) => text.length });
+
+  constructor(raw: (text: string) => number) {
+    this.#raw = raw;
+  }
+
+  /** The whole count of `text`, at once (texts the gateway itself holds: bounded already). */
+  readonly count: CountFn = (text) => {
+    if (text.length < MEMO_MIN_CHARS) return text === '' ? 0 : this.#raw(text);
+    let n = this.#memo.get(text);
+    if (n === undefined) {
+      n = 0;
+      for (let at = 0; at < text.length;) {
+        const end = segmentEnd(text, at);
+        n += this.#raw(text.slice(at, end));
+        at = end;
+      }
+      this.#memo.set(text, n);
+    }
+    return n;
+  };
+
+  /**
+   * The count of `text` when it is at most `limit`; else some count above `limit`, reached by
+   * counting no further than needed. A text longer than a segment gives the event loop back
+   * as `slice` says (a promise then); a shorter one is counted at once.
+   */
+  upTo(text: string, limit: number, slice: Slice): number | Promise<number> {
+    if (text.length <= SEGMENT) return this.count(text);
+    const known = this.#memo.get(text);
+    return known !== undefined ? known : this.#longUpTo(text, limit, slice);
+  }
+
+  async #longUpTo(text: string, limit: number, slice: Slice): Promise<number> {
+    let n = 0;
+    for (let at = 0; at < text.length;) {
+      const end = segmentEnd(text, at);
+      n += this.#raw(text.slice(at, end));
+      const counted = end - at;
+      at = end;
+      if (n > limit) return n;
+      const pause = slice.pause(counted);
+      if (pause !== undefined) await pause;
+    }
+    this.#memo.set(text, n);
+    return n;
+  }
 }
 
 /**
@@ -93,56 +184,79 @@ export async function loadTokenizers(specs: Iterable<TokenizerSpec>): Promise<vo
     } else {
       count = await loadTokenizerJson(key);
     }
-    loaded.set(key, remembered((text) => piecewise(count, text)));
+    loaded.set(key, new LoadedTokenizer(count));
   }
 }
 
-/** Texts shorter than this are counted afresh: hashing them costs about as much. */
-const MEMO_MIN_CHARS = 64;
-
-/**
- * A counter that remembers the counts of the texts it saw (per tokenizer): the same system
- * prompt, tool list or earlier turn comes back in request after request, and a count is a pure
- * function of the text, so a remembered count is exact. Bounded by characters (4M per
- * tokenizer, about 8 MB of strings; texts over 1M characters are not kept).
- */
-function remembered(count: CountFn): CountFn {
-  const memo = new LRUCache<string, number>({ maxSize: 4_000_000, maxEntrySize: 1_000_000, sizeCalculation: (_n, text) => text.length });
-  return (text) => {
-    if (text.length < MEMO_MIN_CHARS) return text === '' ? 0 : count(text);
-    let n = memo.get(text);
-    if (n === undefined) {
-      n = count(text);
-      memo.set(text, n);
-    }
-    return n;
-  };
+function tokenizer(spec: TokenizerSpec): LoadedTokenizer {
+  const t = loaded.get(spec === 'upstream' ? 'o200k_base' : spec);
+  if (t === undefined) throw new Error(`tokenizer ${spec} was not loaded`);
+  return t;
 }
 
 /** The local counter of a tokenizer; for `upstream`, the o200k_base estimate. */
 export function counter(spec: TokenizerSpec): CountFn {
-  const fn = loaded.get(spec === 'upstream' ? 'o200k_base' : spec);
-  if (fn === undefined) throw new Error(`tokenizer ${spec} was not loaded`);
-  return fn;
+  return tokenizer(spec).count;
 }
 
 // Per-message framing of the chat format (role markers), and the reply's priming tokens.
 const PER_MESSAGE = 3;
 const REPLY_PRIMING = 3;
 
-/** Estimated prompt tokens of a conversation; each image costs `imageTokens`. */
-export function estimatePromptTokens(messages: readonly ChatMessage[], count: CountFn, imageTokens: number): number {
-  let total = REPLY_PRIMING;
+/**
+ * What a conversation's prompt estimate adds up: the tokens of its texts, and `fixed`, the
+ * rest (the chat format's framing, images at `imageTokens` each). Texts in the order met.
+ */
+export function promptParts(messages: readonly ChatMessage[], imageTokens: number): { fixed: number; texts: string[] } {
+  let fixed = REPLY_PRIMING;
+  const texts: string[] = [];
   for (const m of messages) {
-    total += PER_MESSAGE;
-    if (typeof m.content === 'string') total += count(m.content);
+    fixed += PER_MESSAGE;
+    if (typeof m.content === 'string') texts.push(m.content);
     else if (Array.isArray(m.content)) {
-      for (const part of m.content) total += part.type === 'text' ? count(part.text) : imageTokens;
+      for (const part of m.content) {
+        if (part.type === 'text') texts.push(part.text);
+        else fixed += imageTokens;
+      }
     }
-    if (m.name !== undefined) total += count(m.name) + 1;
+    if (m.name !== undefined) {
+      texts.push(m.name);
+      fixed += 1;
+    }
     if (m.tool_calls !== undefined) {
-      for (const c of m.tool_calls) total += count(c.function.name) + count(c.function.arguments) + PER_MESSAGE;
+      for (const c of m.tool_calls) {
+        texts.push(c.function.name, c.function.arguments);
+        fixed += PER_MESSAGE;
+      }
     }
+  }
+  return { fixed, texts };
+}
+
+/** Estimated prompt tokens of a conversation, counted whole with `count`. */
+export function estimatePromptTokens(messages: readonly ChatMessage[], count: CountFn, imageTokens: number): number {
+  const { fixed, texts } = promptParts(messages, imageTokens);
+  let total = fixed;
+  for (const t of texts) total += count(t);
+  return total;
+}
+
+/**
+ * Tokens of `texts` under `spec` plus `fixed`, counted no further than needed to pass `limit`
+ * (then some total above it), and giving the event loop back every few milliseconds: what a
+ * request's prompt costs the gateway is bounded by what could fit, whatever its size (CONTRACT
+ * section 16). Short prompts are counted without a pause.
+ */
+export async function countUpTo(spec: TokenizerSpec, texts: readonly string[], fixed: number, limit: number): Promise<number> {
+  const t = tokenizer(spec);
+  const slice = new Slice();
+  let total = fixed;
+  for (const text of texts) {
+    if (total > limit) break;
+    const n = t.upTo(text, limit - total, slice);
+    total += typeof n === 'number' ? n : await n;
+    const pause = slice.pause(text.length);
+    if (pause !== undefined) await pause;
   }
   return total;
 }

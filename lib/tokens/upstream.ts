@@ -10,12 +10,17 @@ import { LRUCache } from 'lru-cache';
 import { entryBound } from '../lru.js';
 import type { ChatMessage } from '../chat/types.js';
 import type { Provider } from '../providers/types.js';
-import { counter, estimatePromptTokens } from './count.js';
+import { countUpTo, promptParts } from './count.js';
 
 /** Texts shorter than this are cache keys themselves; longer ones by their SHA-256. */
 const KEY_INLINE = 256;
 /** Texts shorter than this are not worth a round trip: the local estimate counts them. */
 const MIN_REMOTE = 16;
+/**
+ * How far a model's own vocabulary may count fewer tokens than the local estimate (o200k_base):
+ * a text whose estimate passes a limit this many times over is not sent to be counted.
+ */
+const LOCAL_SLACK = 4;
 
 export class UpstreamTokens {
   readonly #provider: Provider & { tokenize: NonNullable<Provider['tokenize']> };
@@ -33,12 +38,20 @@ export class UpstreamTokens {
     return this.#failures;
   }
 
-  /** The token count of `text` as the server counts it, or the local estimate. */
-  async count(text: string, upstreamModel: string, signal?: AbortSignal): Promise<number> {
-    if (text.length < MIN_REMOTE) return counter('upstream')(text);
+  /**
+   * The token count of `text` as the server counts it, or the local estimate, counted no
+   * further than `limit` (the server is not asked about a text whose local estimate already
+   * passes it several times over: its count could not fit).
+   */
+  async count(text: string, upstreamModel: string, signal?: AbortSignal, limit = Infinity): Promise<number> {
+    if (text.length < MIN_REMOTE) return countUpTo('upstream', [text], 0, limit);
     const key = `${upstreamModel}\u0000${text.length < KEY_INLINE ? text : createHash('sha256').update(text).digest('base64')}`;
     const hit = this.#cache.get(key);
     if (hit !== undefined) return hit;
+    if (limit !== Infinity) {
+      const local = await countUpTo('upstream', [text], 0, limit * LOCAL_SLACK);
+      if (local > limit * LOCAL_SLACK) return local;
+    }
     const timeout = AbortSignal.timeout(this.#timeoutMs);
     try {
       const n = await this.#provider.tokenize(text, upstreamModel, signal === undefined ? timeout : AbortSignal.any([signal, timeout]));
@@ -46,15 +59,18 @@ export class UpstreamTokens {
       return n;
     } catch {
       this.#failures++;
-      return counter('upstream')(text);
+      return countUpTo('upstream', [text], 0, limit);
     }
   }
 
   /** A conversation's prompt tokens: each message's text counted by the server, in parallel. */
-  async prompt(messages: readonly ChatMessage[], upstreamModel: string, imageTokens: number): Promise<number> {
-    const texts = new Map<string, number>();
-    estimatePromptTokens(messages, (t) => { texts.set(t, 0); return 0; }, imageTokens);
-    await Promise.all([...texts.keys()].map(async (t) => texts.set(t, await this.count(t, upstreamModel))));
-    return estimatePromptTokens(messages, (t) => texts.get(t) ?? 0, imageTokens);
+  async prompt(messages: readonly ChatMessage[], upstreamModel: string, imageTokens: number, limit = Infinity): Promise<number> {
+    const { fixed, texts } = promptParts(messages, imageTokens);
+    const room = limit - fixed;
+    const counts = await Promise.all([...new Set(texts)].map(async (t) => [t, await this.count(t, upstreamModel, undefined, room)] as const));
+    const byText = new Map(counts);
+    let total = fixed;
+    for (const t of texts) total += byText.get(t) ?? 0;
+    return total;
   }
 }

@@ -7,7 +7,7 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { promptTokens } from '../../lib/chat/checks.js';
+import { counter, estimatePromptTokens } from '../../lib/tokens/count.js';
 import { validateChatRequest } from '../../lib/chat/validate.js';
 import { DEMO_KEY, baseConfig, postChat, sseData, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { startRedis } from '../helpers/redis.js';
@@ -86,7 +86,7 @@ async function moneyProperty(t: any, gw: TestGateway, numRuns: number): Promise<
       await setBalance(gw, balance);
       const body = { model: spec.id, messages: [{ role: 'user', content: `usage ${p} ${c}` }], max_tokens: maxTokens };
       const model = models.find((m) => m.id === spec.id)!;
-      const hold = expectedCost(promptTokens(validateChatRequest(body), model), maxTokens, spec);
+      const hold = expectedCost(estimatePromptTokens(validateChatRequest(body).messages, counter(model.tokenizer), model.image_tokens), maxTokens, spec);
       const res = await postChat(gw.url, body, { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json' });
       const after = await admin(gw, '/accounts/demo');
       if (hold > BigInt(balance)) {

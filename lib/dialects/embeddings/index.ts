@@ -5,11 +5,10 @@
 // record the router writes. Vectors come from the target provider's `embed`.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { admitAndHold, Attempts, checkModelType, settleAfter } from '../../chat/pipeline.js';
+import { admitAndHold, Attempts, authenticateMetered, checkModelType, settleAfter } from '../../chat/pipeline.js';
 import type { ChatRequest } from '../../chat/types.js';
 import { GatewayError } from '../../errors.js';
-import { isJsonContentType, readBody } from '../../http/body.js';
-import { parseJsonBody } from '../../http/json.js';
+import { readJsonBody } from '../../http/json.js';
 import { answerHeaders, sendJson, type RequestContext } from '../../http/respond.js';
 import type { Metrics } from '../../observe/metrics.js';
 import type { EmbedInput } from '../../providers/types.js';
@@ -81,11 +80,8 @@ function base64(v: number[]): string {
 export async function handleEmbeddings(
   state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
 ): Promise<void> {
-  ctx.principal = await state.auth.authenticate(req.headers.authorization, req);
-  if (!isJsonContentType(req.headers['content-type'])) {
-    throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
-  }
-  const e = parseEmbeddings(parseJsonBody(await readBody(req, state.config.server.max_body_bytes, state.config.server.body_timeout_ms)));
+  ctx.principal = await authenticateMetered(state, req.headers.authorization, req);
+  const e = parseEmbeddings(await readJsonBody(req, state.config.server));
   ctx.requestModel = e.model;
   const model = state.catalog.resolve(e.model, ctx.principal.plan, false, (m) => (state.healthy(m) ? null : 'unhealthy'), ctx.principal.key);
   ctx.model = model.id;
@@ -101,10 +97,11 @@ export async function handleEmbeddings(
   let prompt = 0;
   for (let i = 0; i < e.input.length; i++) {
     const x = e.input[i]!;
-    const n = typeof x === 'string' ? await state.textTokens(x, model) : x.length;
+    // Counted no further than the model could take: an input past that is refused all the same.
+    const n = typeof x === 'string' ? await state.textTokens(x, model, model.context_window) : x.length;
     if (n > model.context_window) {
       throw new GatewayError('context_length_exceeded',
-        `Input ${i} has ${n} tokens; the model '${model.id}' takes at most ${model.context_window}.`, { param: 'input' });
+        `Input ${i} has at least ${n} tokens; the model '${model.id}' takes at most ${model.context_window}.`, { param: 'input' });
     }
     prompt += n;
   }

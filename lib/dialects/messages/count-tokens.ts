@@ -1,15 +1,16 @@
 // POST /v1/messages/count_tokens (CONTRACT section 6): the prompt's tokens as the model counts
 // them, by the upstream itself when its provider can (an Anthropic upstream's own count_tokens),
 // else with the model's tokenizer. Authenticated and counted toward requests_per_minute, never
-// held nor charged: nothing is generated.
+// held nor charged: nothing is generated. A prompt past the model's context window is refused
+// (422): counting stops there, whatever the body's size (CONTRACT section 16).
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError } from '../../errors.js';
-import { isJsonContentType, readBody } from '../../http/body.js';
-import { parseJsonBody } from '../../http/json.js';
+import { readJsonBody } from '../../http/json.js';
 import { answerHeaders, sendJson, type RequestContext } from '../../http/respond.js';
 import type { GatewayState } from '../../state.js';
 import { messagesDialect } from './index.js';
+import { authenticateMetered } from '../../chat/pipeline.js';
 import type { NativeRequest } from '../../chat/types.js';
 import type { ModelConfig } from '../../config/types.js';
 import { parseMessages } from './parse.js';
@@ -31,11 +32,8 @@ async function upstreamCount(state: GatewayState, model: ModelConfig, native: Na
 }
 
 export async function countTokens(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  ctx.principal = await state.auth.authenticate(messagesDialect.credential(req), req);
-  if (!isJsonContentType(req.headers['content-type'])) {
-    throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
-  }
-  const body = parseJsonBody(await readBody(req, state.config.server.max_body_bytes, state.config.server.body_timeout_ms));
+  ctx.principal = await authenticateMetered(state, messagesDialect.credential(req), req);
+  const body = await readJsonBody(req, state.config.server);
   const request = parseMessages(body, true);
   const native = { dialect: 'messages', body: body as Record<string, unknown>, headers: betaHeader(req) };
   const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, undefined, ctx.principal.key);
@@ -44,10 +42,15 @@ export async function countTokens(state: GatewayState, ctx: RequestContext, req:
   ctx.rateHeaders = grant.headers;
   let n: number;
   try {
-    n = await upstreamCount(state, model, native) ?? await state.promptTokens(request, model);
+    // Counted locally no further than the context window: a prompt past it could never be sent.
+    n = await upstreamCount(state, model, native) ?? await state.promptTokens(request, model, model.context_window);
   } finally {
     grant.correct(0);
     grant.release();
+  }
+  if (n > model.context_window) {
+    throw new GatewayError('context_length_exceeded',
+      `This model's maximum context length is ${model.context_window} tokens; the prompt has at least ${n}.`, { param: 'messages' });
   }
   sendJson(res, 200, `{"input_tokens":${n}}`, answerHeaders(ctx));
 }

@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChatMessage, ChunkChoice, CompletionChoice, FinishReason, Usage } from '../../chat/types.js';
 import type { ProviderConfig } from '../../config/types.js';
 import { GatewayError } from '../../errors.js';
-import { counter, estimatePromptTokens } from '../../tokens/count.js';
+import { countUpTo, counter, promptParts } from '../../tokens/count.js';
 import { Fleet } from '../../upstream/balance/index.js';
 import type { CompletionResult, EmbedInput, EmbedResult, Provider, ProviderCall, StreamPart, UpstreamStream } from '../types.js';
 
@@ -48,36 +48,36 @@ export function echoVector(model: string, input: string | number[], dimensions: 
 interface Answer { words: string[]; finish: FinishReason; usage: Usage }
 
 /**
- * Words with their leading whitespace, so that the deltas concatenate back into the text
- * (trailing whitespace dropped). A plain scan for runs of non-space: the backtracking
- * /\s*\S+/g this replaces took quadratic time on a long run of spaces (minutes for 600 KB).
+ * The answer: the text's words with their leading whitespace (so that the deltas concatenate
+ * back into the text; trailing whitespace dropped), as many as the output limit takes. Words
+ * are found one at a time and no further than the limit: a long text costs what is answered,
+ * not its length. A plain scan for runs of non-space: the backtracking /\s*\S+/g this replaced
+ * took quadratic time on a long run of spaces (minutes for 600 KB).
  */
-function splitWords(text: string): string[] {
-  const out: string[] = [];
-  let start = 0;
-  for (const m of text.matchAll(/\S+/g)) {
-    const end = m.index + m[0].length;
-    out.push(text.slice(start, end));
-    start = end;
-  }
-  return out.length === 0 ? [text] : out;
-}
-
-function answer(call: ProviderCall): Answer {
+async function answer(call: ProviderCall): Promise<Answer> {
   const count = counter(call.model.tokenizer);
   const text = lastUserText(call.request.messages) || '(no user message)';
   const limit = call.request.maxOutputTokens ?? call.model.max_output_tokens;
-  const all = splitWords(text);
   const words: string[] = [];
   let completion = 0;
   let finish: FinishReason = 'stop';
-  for (const w of all) {
+  const take = (w: string): boolean => {
     const n = count(w);
-    if (completion + n > limit) { finish = 'length'; break; }
+    if (completion + n > limit) { finish = 'length'; return false; }
     words.push(w);
     completion += n;
+    return true;
+  };
+  const word = /\S+/g;
+  let start = 0;
+  for (let m = word.exec(text); m !== null; m = word.exec(text)) {
+    const end = m.index + m[0].length;
+    if (!take(text.slice(start, end))) break;
+    start = end;
   }
-  const prompt = estimatePromptTokens(call.request.messages, count, call.model.image_tokens);
+  if (start === 0 && words.length === 0 && finish === 'stop') take(text);
+  const { fixed, texts } = promptParts(call.request.messages, call.model.image_tokens);
+  const prompt = await countUpTo(call.model.tokenizer, texts, fixed, Infinity);
   return { words, finish, usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion } };
 }
 
@@ -94,7 +94,7 @@ export class EchoProvider implements Provider {
   }
 
   async complete(call: ProviderCall): Promise<CompletionResult> {
-    const a = answer(call);
+    const a = await answer(call);
     const choice: CompletionChoice = {
       index: 0,
       message: { role: 'assistant', content: a.words.join(''), refusal: null },
@@ -105,7 +105,7 @@ export class EchoProvider implements Provider {
   }
 
   async stream(call: ProviderCall): Promise<UpstreamStream> {
-    const a = answer(call);
+    const a = await answer(call);
     const delay = this.config.chunk_delay_ms;
     const signal = call.signal;
     async function* parts(): AsyncGenerator<StreamPart> {
@@ -128,9 +128,8 @@ export class EchoProvider implements Provider {
   }
 
   async embed(call: ProviderCall, e: EmbedInput): Promise<EmbedResult> {
-    const count = counter(call.model.tokenizer);
     let tokens = 0;
-    for (const x of e.input) tokens += typeof x === 'string' ? count(x) : x.length;
+    for (const x of e.input) tokens += typeof x === 'string' ? await countUpTo(call.model.tokenizer, [x], 0, Infinity) : x.length;
     const dims = e.dimensions ?? ECHO_DIMENSIONS;
     return { vectors: e.input.map((x) => echoVector(call.upstreamModel, x, dims)), promptTokens: tokens, headers: {} };
   }

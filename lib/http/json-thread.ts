@@ -1,0 +1,19 @@
+// The worker side of parseJsonBodyOffThread (json.ts): decodes, parses and inspects one body
+// at a time and answers with the value, or the invalid_json message. Nothing else runs here.
+
+import { parentPort } from 'node:worker_threads';
+import { GatewayError } from '../errors.js';
+import { parseJsonBody } from './json.js';
+
+export interface JsonJob { id: number; bytes: Uint8Array }
+export type JsonAnswer = { id: number; value: unknown } | { id: number; invalid: string } | { id: number; failed: string };
+
+parentPort?.on('message', (job: JsonJob) => {
+  let answer: JsonAnswer;
+  try {
+    answer = { id: job.id, value: parseJsonBody(Buffer.from(job.bytes.buffer, job.bytes.byteOffset, job.bytes.byteLength)) };
+  } catch (err) {
+    answer = err instanceof GatewayError ? { id: job.id, invalid: err.message } : { id: job.id, failed: String(err) };
+  }
+  parentPort!.postMessage(answer);
+});
