@@ -272,6 +272,37 @@ t.test('native path to the Anthropic upstream: the body as sent, anthropic-beta 
   t.ok(before - (await balance()) > 0, 'charged what reached the client');
 });
 
+t.test('native path: usage always carries the four counts, 0 (or message_start\'s) where the upstream leaves them out (CONTRACT section 11)', async (t) => {
+  const bare = JSON.parse(fixture('message.json'));
+  bare.usage = { input_tokens: 12, output_tokens: 9 };
+  ant.setScript((_req, res) => json(res, 200, bare));
+  let before = await balance();
+  const msg = await client().messages.create({ model: 'm-ant', max_tokens: 100, messages: [{ role: 'user', content: 'Hi' }] });
+  t.strictSame(msg.usage, { input_tokens: 12, output_tokens: 9, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 }, 'non-streamed');
+  t.equal(await balance(), before - (12 + 18), 'charged the upstream usage');
+
+  // A server that sends no cache counts and a message_delta with output_tokens only (llama.cpp,
+  // vLLM and older Anthropic releases do).
+  const lean = frames('text.sse').map((f) => f
+    .replace('"usage":{"input_tokens":5,"cache_creation_input_tokens":0,"cache_read_input_tokens":20,"output_tokens":1}', '"usage":{"input_tokens":5,"output_tokens":1}'));
+  t.match(lean[0], /"usage":\{"input_tokens":5,"output_tokens":1\}/, 'the fixture was rewritten');
+  ant.setScript((_req, res) => writeSse(res, lean, { split: 3 }));
+  before = await balance();
+  const raw = await fetch(`${gw.url}/v1/messages`, {
+    method: 'POST', headers: { 'x-api-key': DEMO_KEY, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm-ant', max_tokens: 50, stream: true, messages: [{ role: 'user', content: 'Hi' }] }),
+  });
+  const events = (await raw.text()).trim().split('\n\n').map((b) => ({ name: /^event: (\S+)/.exec(b)![1], data: JSON.parse(b.slice(b.indexOf('data: ') + 6)) }));
+  const start = events.find((e) => e.name === 'message_start')!.data.message.usage;
+  t.strictSame(start, { input_tokens: 5, output_tokens: 1, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 }, 'message_start');
+  const delta = events.find((e) => e.name === 'message_delta')!.data.usage;
+  t.strictSame(delta, { output_tokens: 4, input_tokens: 5, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 }, 'message_delta: what it leaves out, as message_start said it');
+  t.equal(await balance(), before - (5 + 8));
+
+  const final = await client().messages.stream({ model: 'm-ant', max_tokens: 50, messages: [{ role: 'user', content: 'Hi' }] }).finalMessage();
+  t.strictSame(final.usage, { input_tokens: 5, output_tokens: 4, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 }, 'the SDK\'s final message');
+});
+
 t.test('native falls back to an OpenAI-compatible target through the translated path', async (t) => {
   const c = baseConfig();
   c.admin = { token: ADMIN };

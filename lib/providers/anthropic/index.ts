@@ -11,7 +11,7 @@ import type { NativeRequest } from '../../chat/types.js';
 import { readCapped } from '../../upstream/http.js';
 import type { ProviderCall } from '../types.js';
 import { isObj, parseJson } from '../shared.js';
-import { NATIVE_DIALECT, NativeTranslator, isNative } from './native.js';
+import { NATIVE_DIALECT, NativeTranslator, completeUsage, isNative } from './native.js';
 import { StreamTranslator, buildRequest, toCompletion } from './translate.js';
 import { merged } from '../../objects.js';
 
@@ -46,7 +46,7 @@ export class AnthropicProvider extends HttpProvider {
     const result: ChoicesAndUsage & { native?: string } = toCompletion(text, call, this.name, status);
     if (isNative(call)) {
       const body = parseJson(text);
-      if (isObj(body)) result.native = JSON.stringify(merged<Record<string, unknown>>(body, { model: call.model.id }));
+      if (isObj(body)) result.native = JSON.stringify(merged<Record<string, unknown>>(body, { model: call.model.id, usage: completeUsage(body.usage) }));
     }
     return result;
   }

@@ -5,7 +5,7 @@
 
 import type { SseEvent } from '../../sse/parser.js';
 import type { StreamTranslator as Translator } from '../http-provider.js';
-import { isObj, parseJson } from '../shared.js';
+import { isObj, parseJson, type Obj } from '../shared.js';
 import type { ProviderCall, StreamPart } from '../types.js';
 import type { StreamTranslator } from './translate.js';
 import { merged } from '../../objects.js';
@@ -15,6 +15,25 @@ export const NATIVE_DIALECT = 'messages';
 
 export function isNative(call: ProviderCall): boolean {
   return call.request.native?.dialect === NATIVE_DIALECT;
+}
+
+/** The usage counts every Messages answer carries (CONTRACT sections 6 and 11). */
+const USAGE_COUNTS = ['input_tokens', 'output_tokens', 'cache_read_input_tokens', 'cache_creation_input_tokens'] as const;
+
+/**
+ * An upstream usage object with all four counts: each as the upstream gave it, else what the
+ * stream said of it before (`known`: message_start's counts, for a message_delta), else 0. Clients
+ * sum the four; an upstream that leaves the cache counts out (most servers speaking Messages)
+ * must not make them read undefined. Members the upstream adds beyond these are kept.
+ */
+export function completeUsage(usage: unknown, known?: Obj): Obj {
+  const out: Obj = isObj(usage) ? merged<Obj>(usage) : {};
+  for (const k of USAGE_COUNTS) {
+    if (out[k] !== undefined && out[k] !== null) continue;
+    const before = known?.[k];
+    out[k] = typeof before === 'number' ? before : 0;
+  }
+  return out;
 }
 
 export class NativeTranslator implements Translator {
@@ -41,7 +60,13 @@ export class NativeTranslator implements Translator {
     }
     if (name === 'message_start') {
       const body = parseJson(data);
-      if (isObj(body) && isObj(body.message)) data = JSON.stringify(merged<Record<string, unknown>>(body, { message: merged<Record<string, unknown>>(body.message, { model: this.#model }) }));
+      if (isObj(body) && isObj(body.message)) {
+        data = JSON.stringify(merged<Obj>(body, { message: merged<Obj>(body.message, { model: this.#model, usage: completeUsage(body.message.usage) }) }));
+      }
+    } else if (name === 'message_delta') {
+      // The usage so far (message_start's, with this event's added) fills what this one leaves out.
+      const body = parseJson(data);
+      if (isObj(body)) data = JSON.stringify(merged<Obj>(body, { usage: completeUsage(body.usage, this.#inner.usageSeen) }));
     }
     // A multi-line data field stays multi-line.
     const native = `event: ${name}\ndata: ${data.includes('\n') ? data.replace(/\n/g, '\ndata: ') : data}\n\n`;

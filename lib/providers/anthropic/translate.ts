@@ -243,6 +243,11 @@ export class StreamTranslator {
     this.#status = status;
   }
 
+  /** The usage counts the stream has told so far (later events' values over earlier ones'). */
+  get usageSeen(): Readonly<Obj> {
+    return this.#usage;
+  }
+
   #addUsage(v: unknown): void {
     if (!isObj(v)) return;
     // Later events repeat or update earlier counts; a value that is not a count is kept too,
