@@ -113,6 +113,9 @@ const provider = obj(
     headers: { type: 'object', additionalProperties: str, default: {} },
     model_defaults: modelDefaults,
     stream_usage: { type: 'boolean', default: true },
+    // auto: streamed upstream calls for non-streaming clients where the server cancels only
+    // streamed work when its client leaves (llama.cpp, found by its /props); always; never.
+    stream_upstream: { enum: ['auto', 'always', 'never'], default: 'auto', 'x-msg': 'must be auto, always or never' },
     anthropic_version: { ...str, default: '2023-06-01' },
     circuit_failures: { ...posInt, default: 5 },
     circuit_cooldown_ms: { ...posMs, default: 30000 },

@@ -44,6 +44,8 @@ export interface ProviderConfig {
   headers: Record<string, string>;
   model_defaults: Partial<Omit<ModelConfig, 'id' | 'provider' | 'upstream_model' | 'fallbacks'>>;
   stream_usage: boolean;
+  /** Calls for non-streaming clients go streamed upstream (assembled here): always, never, or auto (llama.cpp). */
+  stream_upstream: 'auto' | 'always' | 'never';
   anthropic_version: string;
   /** Consecutive failures that open a target's circuit, and how long it stays open. */
   circuit_failures: number;

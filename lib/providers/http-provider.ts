@@ -13,6 +13,7 @@ import {
 import { Fleet, type Replica } from '../upstream/balance/index.js';
 import { call as upstreamCall, type UpstreamAnswer, type UpstreamBody } from '../upstream/call.js';
 import { ENDED_EARLY, isEventStream, mapErrorBody } from './shared.js';
+import { assemble } from './assemble.js';
 import { withCallHeaders, type CompletionResult, type Provider, type ProviderCall, type StreamPart, type UpstreamStream } from './types.js';
 
 /** Turns one stream's events into parts; `ended` once the upstream said the answer is whole. */
@@ -120,7 +121,17 @@ export abstract class HttpProvider implements Provider {
     return this.#redact(mapErrorBody(res.statusCode, await readCapped(res.body), call, this.name));
   }
 
+  /**
+   * Whether `call`, for a client that asked for no stream, goes streamed upstream and is
+   * assembled here (stream_upstream): `always`, or what the provider learned of its server.
+   * Never for a native call, whose answer goes back as the upstream wrote it.
+   */
+  protected streamsUpstream(call: ProviderCall): boolean {
+    return this.config.stream_upstream === 'always' && call.request.native === undefined;
+  }
+
   async complete(call: ProviderCall): Promise<CompletionResult> {
+    if (this.streamsUpstream(call)) return assemble(await this.stream(call), call);
     const res = await this.#send(call, false);
     if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
     const text = await this.#answerText(res, call);

@@ -73,10 +73,11 @@ t.test('messages on an OpenAI-compatible upstream: stop_sequence when the upstre
   const delta = namedEvents(s.text).find(([n]) => n === 'message_delta')![1];
   t.same(delta.delta, { stop_reason: 'stop_sequence', stop_sequence: 'END' }, 'streamed: message_delta names the stop sequence');
 
-  // Chat completions never show the internal field.
+  // Chat completions report it as stop_reason (vLLM's field), never the internal stop_sequence.
   up.setScript((_req, res) => json(res, 200, stopped({ stop_reason: '###' })));
   const chat = await post('/v1/chat/completions', { model: 'm', stop: ['###'], messages: [{ role: 'user', content: 'Count' }] });
-  t.same(Object.keys(chat.json().choices[0]).sort(), ['finish_reason', 'index', 'logprobs', 'message']);
+  t.same(Object.keys(chat.json().choices[0]).sort(), ['finish_reason', 'index', 'logprobs', 'message', 'stop_reason']);
+  t.equal(chat.json().choices[0].stop_reason, '###');
   t.same(schemas.completion(chat.json()), []);
   up.setScript((_req, res) => writeSse(res, [
     `data: ${JSON.stringify(chunk({ role: 'assistant', content: '1' }))}\n\n`,
@@ -85,6 +86,7 @@ t.test('messages on an OpenAI-compatible upstream: stop_sequence when the upstre
   ]));
   const cs = await post('/v1/chat/completions', { model: 'm', stop: ['###'], stream: true, messages: [{ role: 'user', content: 'Count' }] });
   for (const e of sseData(cs.text).events) t.notOk('stop_sequence' in e.choices[0], 'no stop_sequence in chat chunks');
+  t.equal(sseData(cs.text).events.at(-1).choices[0].stop_reason, '###', 'the finish chunk names it');
 });
 
 t.test('responses: text.format becomes response_format; the response echoes it', async (t) => {

@@ -170,6 +170,20 @@ t.test('stop sequences: the server applies them, the answer and its cost follow'
   t.equal(streamed.at(-1), '[DONE]');
   t.equal(chunksOf(streamed).flat().map((c) => c.content).join(''), got.choices[0].message.content, 'streamed: the same text');
 
+  // The stop string that ended it is reported, from the server's own word (CONTRACT section 11).
+  t.equal(got.choices[0].stop_reason, stop[0], 'chat: stop_reason names the stop string');
+  const finish = streamed.filter((e) => e !== '[DONE]' && e.choices?.[0]?.finish_reason).at(-1);
+  t.equal(finish.choices[0].stop_reason, stop[0], 'streamed: on the finish chunk');
+  const messagesBody = { model: 'tiny-qwen2', max_tokens: 32, temperature: 0, stop_sequences: stop, system: messages[0]!.content, messages: [messages[1]] };
+  const msg = await post(gw.url, messagesBody, { 'x-api-key': auth.authorization.slice(7), 'content-type': 'application/json' }, '/v1/messages');
+  answered(t, msg, 200);
+  const m = JSON.parse(msg.text);
+  t.equal(m.stop_reason, 'stop_sequence', 'Messages: stop_reason stop_sequence');
+  t.equal(m.stop_sequence, stop[0], 'Messages: the sequence');
+  const ms = await post(gw.url, { ...messagesBody, stream: true }, { 'x-api-key': auth.authorization.slice(7), 'content-type': 'application/json' }, '/v1/messages');
+  const delta = ms.text.split('\n\n').find((b) => b.startsWith('event: message_delta'))!;
+  t.match(JSON.parse(delta.slice(delta.indexOf('data: ') + 6)).delta, { stop_reason: 'stop_sequence', stop_sequence: stop[0] }, 'Messages streamed');
+
   // A stop string at the very start empties the answer: legitimate (finish_reason stop), not a 502.
   const emptied = ask({ max_tokens: 32, stop: [full.slice(0, 2)] });
   const refEmpty = await reference(emptied);

@@ -96,6 +96,34 @@ t.test('a client that leaves mid-stream cancels the generation on the server', a
   answered(t, next, 200);
 });
 
+t.test('a non-streaming client that leaves stops the server\'s work too (stream_upstream: auto), charged nothing', async (t) => {
+  // The gateway learns the server is llama.cpp from an answer (its timings) or discovery's /props.
+  answered(t, await post(gw.url, ask({ stream: false, max_tokens: 4 })), 200);
+  await idle(llama);
+  const m0 = await llama.metrics();
+  const a0 = await account(gw);
+  const u0 = await usage(gw);
+  const ac = new AbortController();
+  const pending = fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: auth, body: JSON.stringify(ask({ stream: false })), signal: ac.signal })
+    .catch((e: unknown) => e);
+  await until('the server to be generating', async () => (await llama.metrics()).requests_processing === 1);
+  await sleep(300);
+  ac.abort();
+  await pending;
+  await idle(llama);
+  const m1 = await llama.metrics();
+  await sleep(500);
+  const m2 = await llama.metrics();
+  t.equal(m2.n_decode_total, m1.n_decode_total, 'no decoding after the client left');
+  const decoded = m2.n_decode_total - m0.n_decode_total;
+  t.ok(decoded < LONG / 2, `the server stopped early: ${decoded} decode steps of ${LONG} tokens asked (it ran to max_tokens before)`);
+  await sleep(200);
+  const a1 = await account(gw);
+  t.equal(a1.balance_units, a0.balance_units, 'a non-streaming client gone before the answer is charged nothing');
+  t.equal(a1.held_units, 0, 'no hold remains');
+  t.equal((await usage(gw)).units, u0.units);
+});
+
 t.test('a server killed mid-stream: in-stream error, no [DONE], charged what was delivered', async (t) => {
   await idle(llama);
   const u0 = await usage(gw);

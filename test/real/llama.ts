@@ -161,9 +161,9 @@ export async function discovered(gw: { url: string }, model = 'tiny-qwen2'): Pro
 
 export const auth = { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' };
 
-/** POST a chat request; the whole body as text (an SSE stream too). */
-export async function post(url: string, body: unknown, headers: Record<string, string> = auth) {
-  const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers, body: JSON.stringify(body) });
+/** POST a chat request (or to `path`); the whole body as text (an SSE stream too). */
+export async function post(url: string, body: unknown, headers: Record<string, string> = auth, path = '/v1/chat/completions') {
+  const res = await fetch(`${url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
 

@@ -26,12 +26,16 @@ export function chatUsage(u: Usage): Record<string, unknown> {
   return out;
 }
 
-/** Choices as the chat format has them: without the internal stop_sequence. */
+/**
+ * Choices as the chat format has them: the client's stop sequence that ended a choice, when the
+ * upstream said which, is its `stop_reason` (as vLLM reports it; CONTRACT section 11), in place
+ * of the internal stop_sequence.
+ */
 function chatChoices<T extends { stop_sequence?: string }>(choices: readonly T[]): readonly T[] {
   if (!choices.some((c) => c.stop_sequence !== undefined)) return choices;
   return choices.map((c) => {
-    const { stop_sequence: _internal, ...rest } = c;
-    return rest as T;
+    const { stop_sequence: seq, ...rest } = c;
+    return (seq === undefined ? rest : { ...rest, stop_reason: seq }) as T;
   });
 }
 

@@ -12,7 +12,8 @@ import { HttpProvider, type StreamTranslator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
 import { withCallHeaders, type DiscoveredModel, type EmbedInput, type EmbedResult, type ProviderCall, type StreamPart } from '../types.js';
 import { embedOpenAI } from './embed.js';
-import { normalizeChunk, normalizeCompletion, parseLlamaCppContext, parseModelList, parseTokenizeCount, type TextChunkMemo } from './translate.js';
+import { isLlamaCppProps, normalizeChunk, verboseStoppingWord, normalizeCompletion, parseLlamaCppContext, parseModelList, parseTokenizeCount, type TextChunkMemo } from './translate.js';
+import { hasStop } from '../shared.js';
 
 /** Chat parameters that OpenAI-compatible servers understand (CONTRACT section 4). */
 const FORWARDED_FIELDS = [
@@ -28,31 +29,73 @@ class ChunkTranslator implements StreamTranslator {
   readonly #provider: string;
   readonly #status: number;
   readonly #memo: TextChunkMemo = { before: undefined, after: undefined };
+  /** With stop sequences asked: the stop string llama.cpp named in a chunk before its finish. */
+  readonly #watchStop: boolean;
+  #stoppingWord: string | undefined;
+  /** Told whether the server is llama.cpp's, while its provider does not know yet. */
+  #learn: ((llamaCpp: boolean) => void) | undefined;
 
-  constructor(call: ProviderCall, provider: string, status: number) {
+  constructor(call: ProviderCall, provider: string, status: number, learn?: (llamaCpp: boolean) => void) {
     this.#call = call;
     this.#provider = provider;
     this.#status = status;
+    this.#watchStop = hasStop(call);
+    this.#learn = learn;
   }
 
   handle(ev: SseEvent): StreamPart[] {
+    if (this.#learn !== undefined) {
+      if (ev.data.includes(LLAMA_CPP_MARK)) this.#tell(true);
+      else if (ev.data === '[DONE]') this.#tell(false);
+    }
     if (ev.data === '[DONE]') {
       this.ended = true;
       return [];
     }
     const parts = normalizeChunk(ev, this.#call, this.#provider, this.#status, this.#memo);
+    // llama.cpp puts its verbose member (asked for when the client sent stop sequences) on the
+    // first chunk of its last batch, which may be a piece of text before the finish.
+    if (this.#watchStop && ev.data.includes('"stopping_word"')) this.#stoppingWord = verboseStoppingWord(ev.data, this.#call);
     for (const p of parts) {
-      if (p.kind === 'choices' && p.choices.some((c) => c.finish_reason !== null)) this.ended = true;
+      if (p.kind !== 'choices') continue;
+      for (const c of p.choices) {
+        if (c.finish_reason === null) continue;
+        this.ended = true;
+        if (c.finish_reason === 'stop' && c.stop_sequence === undefined && this.#stoppingWord !== undefined) c.stop_sequence = this.#stoppingWord;
+      }
     }
     return parts;
   }
+
+  #tell(llamaCpp: boolean): void {
+    this.#learn?.(llamaCpp);
+    this.#learn = undefined;
+  }
 }
 
+/** What only llama.cpp's server writes in a whole answer and in a stream's last chunk: its timings. */
+const LLAMA_CPP_MARK = '"timings":{';
+
 export class OpenAIProvider extends HttpProvider {
+  /**
+   * Whether the server is llama.cpp's; undefined until known. Learned from its first answer
+   * (llama.cpp adds `timings` to every whole answer and last chunk; no other server does), or by
+   * discovery from its /props. llama.cpp cancels only streamed work when its client leaves, and
+   * names a matched stop string only when asked to be verbose.
+   */
+  #llamaCpp: boolean | undefined;
+  /** Handed to a stream's translator while the server is not known yet. */
+  readonly #learn = (llamaCpp: boolean): void => { this.#llamaCpp ??= llamaCpp; };
+
   constructor(name: string, config: ProviderConfig, fleet?: Fleet) {
     const headers: Record<string, string> = { 'content-type': 'application/json', ...config.headers };
     if (config.api_key !== '') headers.authorization = `Bearer ${config.api_key}`;
     super(name, config, { path: '/chat/completions', headers, unavailable: new Set([429, 503]) }, fleet);
+  }
+
+  protected override streamsUpstream(call: ProviderCall): boolean {
+    if (call.request.native !== undefined || this.config.stream_upstream === 'never') return false;
+    return this.config.stream_upstream === 'always' || this.#llamaCpp === true;
   }
 
   protected body(call: ProviderCall, stream: boolean): string {
@@ -69,6 +112,8 @@ export class OpenAIProvider extends HttpProvider {
     // Output is never longer than what was held: with no limit from the client, the upstream
     // gets the one the hold was sized for (CONTRACT section 10).
     if (call.request.maxOutputTokens === undefined) out.max_tokens = call.model.max_output_tokens;
+    // llama.cpp says which stop string ended an answer only in its verbose debug member.
+    if (this.#llamaCpp === true && hasStop(call)) out.verbose = true;
     if (stream) {
       out.stream = true;
       if (this.config.stream_usage) out.stream_options = { include_usage: true };
@@ -77,11 +122,13 @@ export class OpenAIProvider extends HttpProvider {
   }
 
   protected completion(text: string, call: ProviderCall, status: number): ChoicesAndUsage {
-    return normalizeCompletion(text, call, this.name, status);
+    const answer = normalizeCompletion(text, call, this.name, status);
+    if (this.#llamaCpp === undefined) this.#llamaCpp = text.includes(LLAMA_CPP_MARK);
+    return answer;
   }
 
   protected translator(call: ProviderCall, status: number): StreamTranslator {
-    return new ChunkTranslator(call, this.name, status);
+    return new ChunkTranslator(call, this.name, status, this.#llamaCpp === undefined ? this.#learn : undefined);
   }
 
   embed(call: ProviderCall, input: EmbedInput): Promise<EmbedResult> {
@@ -102,8 +149,9 @@ export class OpenAIProvider extends HttpProvider {
       throw new GatewayError('provider_error', `GET /models answered ${res.statusCode}.`);
     }
     const models = parseModelList(await readCapped(res.body, 8 * 1024 * 1024));
-    if (models.some((m) => m.contextWindow === undefined)) {
-      const nCtx = await this.#llamaCppContext(signal);
+    if (models.some((m) => m.contextWindow === undefined) || this.#llamaCpp === undefined) {
+      const props = await this.#props(signal).catch(() => undefined);
+      const nCtx = props === undefined ? undefined : parseLlamaCppContext(props);
       if (nCtx !== undefined) for (const m of models) m.contextWindow ??= nCtx;
     }
     return models;
@@ -132,19 +180,16 @@ export class OpenAIProvider extends HttpProvider {
   }
 
   /**
-   * llama.cpp's server reports the context it was started with (`--ctx-size`, per slot) in
-   * GET /props, beside /v1; its /v1/models tells only the training context, which can be far
-   * larger than what the server accepts. Any other server: undefined.
+   * GET /props beside /v1: llama.cpp's server answers with its settings (among them the context
+   * it was started with, `--ctx-size`, per slot; its /v1/models tells only the training context,
+   * which can be far larger than what the server accepts), which tells it apart; any other server
+   * answers 404. The text of a 200, else undefined. Throws when the server cannot be reached.
    */
-  async #llamaCppContext(signal: AbortSignal): Promise<number | undefined> {
+  async #props(signal: AbortSignal): Promise<string | undefined> {
     const root = this.endpoint.basePath.replace(/\/v1$/, '');
-    try {
-      const res = await this.endpoint.pool.request({ method: 'GET', path: `${root}/props`, headers: this.headers, signal });
-      const text = await readCapped(res.body, 1024 * 1024);
-      if (res.statusCode !== 200) return undefined;
-      return parseLlamaCppContext(text);
-    } catch {
-      return undefined;
-    }
+    const res = await this.endpoint.pool.request({ method: 'GET', path: `${root}/props`, headers: this.headers, signal });
+    const text = await readCapped(res.body, 1024 * 1024);
+    this.#llamaCpp = res.statusCode === 200 && isLlamaCppProps(text);
+    return res.statusCode === 200 ? text : undefined;
   }
 }

@@ -124,11 +124,20 @@ export function normalizeCompletion(text: string, call: ProviderCall, provider: 
 
 /**
  * Which of the client's stop sequences ended a choice, when the server says: vLLM's
- * `stop_reason` (the stop string; a token id or null otherwise), llama.cpp's `stopping_word`.
- * Servers that say nothing leave it unknown.
+ * `stop_reason` (the stop string; a token id or null otherwise), llama.cpp's `stopping_word`
+ * (in its `__verbose` member, sent when the request asked `verbose: true`). Servers that say
+ * nothing leave it unknown: never guessed from the text.
  */
 function stopSequenceOf(c: Obj, body: Obj, call: ProviderCall): string | undefined {
-  return matchedStop(call, c.stop_reason) ?? matchedStop(call, c.stopping_word) ?? matchedStop(call, body.stopping_word);
+  const verbose = isObj(body.__verbose) ? body.__verbose : undefined;
+  return matchedStop(call, c.stop_reason) ?? matchedStop(call, c.stopping_word) ?? matchedStop(call, body.stopping_word) ??
+    matchedStop(call, verbose?.stopping_word);
+}
+
+/** The client's stop sequence a llama.cpp chunk's `__verbose.stopping_word` names, if any. */
+export function verboseStoppingWord(data: string, call: ProviderCall): string | undefined {
+  const body = parseJson(data);
+  return isObj(body) && isObj(body.__verbose) ? matchedStop(call, body.__verbose.stopping_word) : undefined;
 }
 
 function chunkChoice(c: Obj, i: number, body: Obj, call: ProviderCall): ChunkChoice {
@@ -265,6 +274,12 @@ export function parseLlamaCppContext(text: string): number | undefined {
   const settings = isObj(body.default_generation_settings) ? body.default_generation_settings : body;
   const n = settings.n_ctx ?? body.n_ctx;
   return typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? n : undefined;
+}
+
+/** Is this GET /props answer llama.cpp's server's (its generation settings and slots)? */
+export function isLlamaCppProps(text: string): boolean {
+  const body = parseJson(text);
+  return isObj(body) && (isObj(body.default_generation_settings) || typeof body.total_slots === 'number');
 }
 
 /** POST /tokenize: vLLM `{count, tokens}`, llama.cpp `{tokens}`. */
