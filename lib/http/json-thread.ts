@@ -3,10 +3,7 @@
 
 import { parentPort } from 'node:worker_threads';
 import { GatewayError } from '../errors.js';
-import { parseJsonBody } from './json.js';
-
-export interface JsonJob { id: number; bytes: Uint8Array }
-export type JsonAnswer = { id: number; value: unknown } | { id: number; invalid: string } | { id: number; failed: string };
+import { parseJsonBody, type JsonAnswer, type JsonJob } from './json.js';
 
 parentPort?.on('message', (job: JsonJob) => {
   let answer: JsonAnswer;

@@ -6,7 +6,6 @@
 import { Worker } from 'node:worker_threads';
 import { GatewayError, clip } from '../errors.js';
 import type { IncomingMessage } from 'node:http';
-import type { JsonAnswer, JsonJob } from './json-thread.js';
 import { isJsonContentType, readBody } from './body.js';
 
 export const MAX_JSON_DEPTH = 64;
@@ -46,6 +45,10 @@ export function parseJsonBody(buf: Buffer): unknown {
   inspect(value, 1);
   return value;
 }
+
+/** One body for the worker (json-thread.ts), and its answer. */
+export interface JsonJob { id: number; bytes: Uint8Array }
+export type JsonAnswer = { id: number; value: unknown } | { id: number; invalid: string } | { id: number; failed: string };
 
 /** Bodies this large and larger are parsed on the worker: below it, a parse takes about a millisecond. */
 export const OFF_THREAD_BYTES = 512 * 1024;
