@@ -504,9 +504,19 @@ export class RedisStore implements Store {
     return keys.sort((a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : 1));
   }
 
-  /** The key's account-side hash exists (a key from before per-key controls gets one now). */
-  async #ensureKey(k: KeyRecord): Promise<void> {
-    await this.#initKey(k.id, k.account, k.digest, String(k.created_at), k.last4, k.controls);
+  /**
+   * The key's account-side hash exists (a key from before per-key controls gets one now); false
+   * when the key turns out revoked. Until it has the hash, such a key's revocation is on its
+   * digest record only: one that ran after `k` was read would be missing from the new hash (the
+   * key listed, patched, rotated to a working plaintext), so its time is copied over. A
+   * revocation still under way finishes the copy itself (revokeKey).
+   */
+  async #ensureKey(k: KeyRecord): Promise<boolean> {
+    if ((await this.#initKey(k.id, k.account, k.digest, String(k.created_at), k.last4, k.controls)) !== 1) return true;
+    const revokedAt = await this.#redis.hget(this.#key(k.digest), 'revoked_at');
+    if (revokedAt === null) return true;
+    await this.#redis.tgKeyRevoke(`${this.#acct(k.account)}:key:${k.id}`, revokedAt);
+    return false;
   }
 
   /**
@@ -516,8 +526,7 @@ export class RedisStore implements Store {
   async updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> {
     const { set, del } = patchFields(patch);
     const k = await this.getKey(id);
-    if (k === undefined || k.revoked_at !== null) return undefined;
-    await this.#ensureKey(k);
+    if (k === undefined || k.revoked_at !== null || !(await this.#ensureKey(k))) return undefined;
     const reply = await this.#redis.tgKeyPatch(`${this.#acct(k.account)}:key:${id}`, this.#channel, this.#instance, String(set.length / 2), ...set, ...del);
     if (reply === null) return undefined;
     const updated = keyRecord(id, hashOf(reply as string[]), undefined);
@@ -529,8 +538,7 @@ export class RedisStore implements Store {
   async rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
     if (typeof digest !== 'string' || !DIGEST.test(digest)) throw new TypeError('digest must be 64 lowercase hex digits');
     const k = await this.getKey(id);
-    if (k === undefined || k.revoked_at !== null) return undefined;
-    await this.#ensureKey(k);
+    if (k === undefined || k.revoked_at !== null || !(await this.#ensureKey(k))) return undefined;
     // The new digest's record first: until the account-side hash names it, it is not valid.
     const created = await this.#redis.tgCreateKey(this.#key(digest), id, k.account, digest, String(Date.now()));
     if (created !== 1) return undefined;
@@ -571,6 +579,13 @@ export class RedisStore implements Store {
       ? await this.#wait.eval(SCRIPTS.tgRevokeKey.lua, [this.#key(digest)], [...args])
       : await this.#redis.tgRevokeKey(this.#key(digest), ...args);
     if (r === null) return undefined;
+    if (at === null || at === undefined) {
+      // No account-side hash at first (a key from before per-key controls): a PATCH or rotation
+      // may have created one since, without the revocation (see #ensureKey). It stands there too.
+      const [, , , , , revokedAt] = tuple(r, 6);
+      if (this.#wait !== null) await this.#wait.eval(SCRIPTS.tgKeyRevoke.lua, [keyRecord], [String(revokedAt)]);
+      else await this.#redis.tgKeyRevoke(keyRecord, String(revokedAt));
+    }
     const [newly, , , , , revoked] = tuple(r, 6);
     if (newly === 1) this.#emit({ kind: 'key', digest });
     const previous = before.previous?.digest;
