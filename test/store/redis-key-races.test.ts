@@ -3,7 +3,8 @@
 // index: the first PATCH or rotation gives it its account-side hash). Such a key's revocation
 // was on its digest record alone while it had no hash, so a hash created after the revocation
 // began carried no `ra`: the PATCH answered the key, and it was listed again. The steps of the
-// two stores are interleaved by holding their scripts at chosen points.
+// two stores are interleaved by holding their scripts at chosen points. Also: a PATCH racing a
+// rotation announces the digests the key has after both (it announced the ones it had read).
 
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
@@ -59,6 +60,9 @@ t.test('a revocation that began before the hash and ended after: the key stays r
   // digest-record step lands only once the PATCH is about to write.
   let releaseDigestStep!: () => void;
   const digestStep = new Promise<void>((resolve) => { releaseDigestStep = resolve; });
+  // Should the PATCH never reach its write, the revocation goes on after a while (a failure, not a hang).
+  const fallback = setTimeout(() => releaseDigestStep(), 3000);
+  t.teardown(() => clearTimeout(fallback));
   let revoking: Promise<unknown> | undefined;
   const undoRevoke = hold(b, 'tgRevokeKey', async () => { undoRevoke(); await digestStep; });
   const undoInit = hold(a, 'tgKeyInit', async () => {
@@ -87,4 +91,29 @@ t.test('a rotation racing a revocation of such a key: no new plaintext for a rev
   t.ok(await inspect.hget(hash, 'ra'), 'the hash carries the revocation');
   t.strictSame(await a.listKeys('acme'), [], 'not listed');
   t.not((await a.getKey(id))?.revoked_at, null);
+});
+
+t.test('a PATCH racing a rotation announces the digests the key has after both, and answers the key as rotated', async (t) => {
+  const prefix = `tg-races-${randomUUID()}:`;
+  const [a, b, c] = await Promise.all([0, 1, 2].map(() => RedisStore.open({ url: redis.url, prefix })));
+  t.teardown(async () => { await a!.close(); await b!.close(); await c!.close(); });
+  await a!.createAccount({ id: 'acme', plan: 'free', balance_units: 100 });
+  const old = sha256Hex('tg_old_plaintext');
+  const id = keyIdOf(old);
+  t.ok(await a!.createKey({ id, account: 'acme', digest: old, last4: 'told' }));
+  const heard: string[] = [];
+  c!.onRevoke((r) => { if (r.kind === 'key-changed') heard.push(r.digest); });
+  // The PATCH has read the key; the rotation lands before it writes. A gateway that met the new
+  // plaintext in between holds it with the old controls: it must hear of the change.
+  const fresh = sha256Hex('tg_new_plaintext');
+  const undo = hold(a!, 'tgKeyInit', async () => { undo(); t.ok(await b!.rotateKey(id, fresh, 'tnew', Date.now() + 60_000)); });
+  const patched = await a!.updateKey(id, { allowed_ips: ['10.0.0.0/8'] });
+  t.equal(patched?.digest, fresh, 'the answer is the key as it stands: rotated');
+  t.equal(patched?.last4, 'tnew');
+  t.strictSame(patched?.controls.allowed_ips, ['10.0.0.0/8']);
+  const deadline = Date.now() + 2000;
+  while (!heard.includes(fresh) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+  t.ok(heard.includes(fresh), `the new digest's change is announced (heard ${heard.length})`);
+  t.ok(heard.includes(old), 'and the rotated-out one\'s');
+  t.equal((await c!.keyByDigest(fresh))?.controls.allowed_ips?.[0], '10.0.0.0/8', 'the new plaintext carries the patch');
 });
