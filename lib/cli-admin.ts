@@ -253,10 +253,27 @@ export const USAGE_COLUMNS = [
   'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms',
 ] as const;
 
-/** One CSV field (RFC 4180): quoted when it holds a comma, a quote, CR or LF; null is empty. */
+/**
+ * Whether a spreadsheet could take a cell of this text for a formula (CONTRACT section 16): it
+ * begins with =, +, -, @, a tab or a CR. Such a cell is written with a leading ', and so is one
+ * that begins with ' itself, so that dropping one leading ' gives back any cell's text.
+ */
+function needsQuoteMark(s: string): boolean {
+  switch (s.charCodeAt(0)) {
+    case 0x3d: case 0x2b: case 0x2d: case 0x40: case 0x09: case 0x0d: case 0x27: return true; // = + - @ TAB CR '
+    default: return false;
+  }
+}
+
+/**
+ * One CSV field (RFC 4180): quoted when it holds a comma, a quote, CR or LF; null is empty.
+ * Every cell, numbers too, is neutralised as needsQuoteMark says (a negative number, which no
+ * usage column should hold, would be written '-5). This is the only place the CLI writes CSV.
+ */
 export function csvField(v: unknown): string {
   if (v === null || v === undefined) return '';
-  const s = typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : JSON.stringify(v);
+  let s = typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : JSON.stringify(v);
+  if (needsQuoteMark(s)) s = `'${s}`;
   return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
 }
 

@@ -2,7 +2,8 @@
 // controls (list, PATCH, rotation), and session revocation, under /admin with Bearer admin.token. Every answer is JSON, except the two
 // revocations (204, no body); errors use the envelope. Keys are returned in plaintext exactly
 // once; only their SHA-256 is stored. Amounts are exact integers of at most 2^53-1 in size,
-// and a balance never leaves 0..2^53-1 (CONTRACT sections 9 and 10).
+// and a balance never leaves 0..2^53-1 (CONTRACT sections 9 and 10). A body holds only the
+// members its route's shape names, at any depth (./body-shape.ts; CONTRACT section 16).
 
 import { createHash, randomInt, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -10,6 +11,7 @@ import { bearer, keyIdOf, sha256Hex } from '../auth/keys.js';
 import type { Config } from '../config/types.js';
 import { GatewayError, MAX_ECHO, clip } from '../errors.js';
 import { isJsonContentType, readBody } from '../http/body.js';
+import { ACCOUNT_BODY, CONTROLS_BODY, CREDIT_BODY, NO_MEMBERS, ROTATE_BODY, refuseUnknownMembers, type BodyShape } from './body-shape.js';
 import { roundedMembers, roundedValues } from '../http/exact-json.js';
 import { keyView, readControls } from '../auth/controls.js';
 import { parseJsonBody } from '../http/json.js';
@@ -150,13 +152,13 @@ export class AdminApi {
 
     if (a === 'accounts' && parts.length === 1) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
-      send(201, await accountView(await this.#createAccount(await this.#body(req))));
+      send(201, await accountView(await this.#createAccount(await this.#body(req, ACCOUNT_BODY))));
     } else if (a === 'accounts' && b !== undefined && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       send(200, await accountView(await this.#account(b)));
     } else if (a === 'accounts' && b !== undefined && c === 'credits' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
-      const { applied, account } = await this.#credit(b, await this.#body(req));
+      const { applied, account } = await this.#credit(b, await this.#body(req, CREDIT_BODY));
       send(200, { ...(await accountView(account)), applied });
     } else if (a === 'accounts' && b !== undefined && c === 'keys' && parts.length === 3) {
       if (reading) {
@@ -166,14 +168,14 @@ export class AdminApi {
         return;
       }
       if (method !== 'POST') throw methodNotAllowed(method, path, 'GET, HEAD, POST');
-      const body = hasBody(req) ? await this.#body(req) : undefined;
+      const body = hasBody(req) ? await this.#body(req, CONTROLS_BODY) : undefined;
       send(201, await this.#issueKey(b, body));
     } else if (a === 'keys' && b !== undefined && parts.length === 2) {
       if (method === 'DELETE') {
         if ((await this.#store.revokeKey(b)) === undefined) throw new GatewayError('key_not_found', `No key with id '${clip(b)}'.`);
         noContent();
       } else if (method === 'PATCH') {
-        const body = hasBody(req) ? await this.#body(req) : undefined;
+        const body = hasBody(req) ? await this.#body(req, CONTROLS_BODY) : undefined;
         const patch = body === undefined ? {} : readControls(body.values, body.roundedValues);
         const updated = await this.#store.updateKey(b, patch);
         if (updated === undefined) throw new GatewayError('key_not_found', `No live key with id '${clip(b)}'.`);
@@ -187,10 +189,11 @@ export class AdminApi {
       }
     } else if (a === 'keys' && b !== undefined && c === 'rotate' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
-      const body = hasBody(req) ? await this.#body(req) : undefined;
+      const body = hasBody(req) ? await this.#body(req, ROTATE_BODY) : undefined;
       send(200, await this.#rotate(b, body));
     } else if (a === 'sessions' && b !== undefined && c === 'revoke' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
+      if (hasBody(req)) await this.#body(req, NO_MEMBERS);
       await this.#store.revokeSession(b);
       noContent();
     } else if (a === 'upstreams' && parts.length === 1) {
@@ -269,13 +272,18 @@ export class AdminApi {
     return keyView(k, this.#config.service.key_prefix);
   }
 
-  async #body(req: IncomingMessage): Promise<Body> {
+  /**
+   * The request's JSON object body, with no member `shape` does not take at any depth: every
+   * route that reads a body names its shape (./body-shape.ts).
+   */
+  async #body(req: IncomingMessage, shape: BodyShape): Promise<Body> {
     if (!isJsonContentType(req.headers['content-type'])) {
       throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
     }
     const raw = await readBody(req, 65536, this.#config.server.body_timeout_ms);
     const values = parseJsonBody(raw);
     if (!isObject(values)) throw new GatewayError('invalid_type', "Invalid type for '(body)': expected a JSON object.", { param: '(body)' });
+    refuseUnknownMembers(values, shape);
     const text = raw.toString('utf8');
     return { values, rounded: roundedMembers(text), roundedValues: roundedValues(text) };
   }

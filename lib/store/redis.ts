@@ -11,9 +11,11 @@
 //   P{acct:A}:key:ID      hash   key ID's controls and state, in its account's slot so the
 //                                metering scripts read and charge its budget atomically with the
 //                                wallet: account, digest (current), created_at, last4, c (the
-//                                controls but the budget, JSON), bu/bp (budget units/period),
-//                                sp/su (spend: period id, units), pd/pu (digest a rotation
-//                                replaced, valid until), lu (last used), ra (revoked at)
+//                                controls but the budget, JSON, as created), c:MEMBER (a control
+//                                a PATCH set since, JSON; see "Changes of controls"), bu/bp
+//                                (budget units/period), sp/su (spend: period id, units), pd/pu
+//                                (digest a rotation replaced, valid until), lu (last used), ra
+//                                (revoked at)
 //   P{acct:A}:keys        set    ids of A's keys (for listing)
 //   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>}
 //   metering (holds, settlements, usage windows): see redis-metering.ts
@@ -52,6 +54,14 @@
 // Whether a digest is valid is decided by the account-side hash alone (its digest, or pd before
 // pu), and revocation sets ra there before the digest record's revoked_at.
 //
+// Changes of controls (PATCH): each member a PATCH names is a field of its own (c:name,
+// c:limits.max_concurrent, ...; the budget is bu/bp), written by one script that first checks
+// the key is live (a digest, no ra): the merge happens in Redis, so two PATCHes racing from any
+// instances both land, member by member, as if one ran after the other, and neither touches
+// what a rotation or a revocation wrote. A reader takes `c`, then the c:MEMBER fields over it
+// (see storedControls). No JSON is decoded in Lua: its cjson keeps 14 digits of a number.
+// A record of members patched this way (a team's, later) takes the same fields and helpers.
+//
 // Revocations: the script that records a revocation also publishes it, so a revocation is
 // announced if and only if it was newly recorded. This instance's listeners are called directly
 // (before revokeKey/revokeSession resolve); messages from the subscription that carry this
@@ -84,7 +94,7 @@ import { RedisResponses } from './redis-responses.js';
 import { RedisUsage, USAGE_SCRIPTS, type UsageScripts } from './redis-usage.js';
 import { toControls } from './memory-state.js';
 import {
-  applyPatch, defaultControls, requireId, seededKeys,
+  defaultControls, requireId, seededKeys,
   type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type KeyWithAccount, type KnownKey, type NewKey, type Revocation,
   type SettleResult, type Settlement, type Store, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
@@ -120,7 +130,7 @@ interface Scripts extends MeteringScripts, UsageScripts {
   tgRevokeKey(record: string, id: string, now: string, channel: string, message: string): Reply;
   tgRevokeSession(session: string, now: string, channel: string, message: string): Reply;
   tgKeyInit(hash: string, set: string, id: string, account: string, digest: string, createdAt: string, last4: string, controls: string, bu: string, bp: string): Reply;
-  tgKeyUpdate(hash: string, controls: string, bu: string, bp: string, channel: string, m1: string, m2: string): Reply;
+  tgKeyPatch(hash: string, channel: string, instance: string, pairs: string, ...fields: string[]): Reply;
   tgKeyRotate(hash: string, digest: string, last4: string, until: string, channel: string, m1: string, m2: string): Reply;
   tgKeyRevoke(hash: string, now: string): Reply;
   tgKeyTouch(hash: string, at: string): Reply;
@@ -188,15 +198,19 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'account', ARGV[2], 'digest', ARGV[3], 'created_at', ARGV[4], 'last4', ARGV[5], 'c', ARGV[6], 'sp', 'n', 'su', '0')
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'bu', ARGV[7], 'bp', ARGV[8]) end
 return 1` },
-  // 1 changed (and announced for the digest and, if any, the rotated one), 0 unknown or revoked.
-  tgKeyUpdate: { keys: 1, lua: `
-local r = redis.call('HMGET', KEYS[1], 'digest', 'ra')
-if r[1] == false or r[2] ~= false then return 0 end
-redis.call('HSET', KEYS[1], 'c', ARGV[1])
-if ARGV[2] == '' then redis.call('HDEL', KEYS[1], 'bu', 'bp') else redis.call('HSET', KEYS[1], 'bu', ARGV[2], 'bp', ARGV[3]) end
-redis.call('PUBLISH', ARGV[4], ARGV[5])
-if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[6]) end
-return 1` },
+  // A PATCH, merged here (see "Changes of controls" above): ARGV[3] field/value pairs to set
+  // (ARGV[4..]), then fields to delete. Announced for the digest and the rotated-out one the
+  // hash names now (a rotation may have run since the caller read the key). The hash after the
+  // change (HGETALL), or nil when unknown or revoked.
+  tgKeyPatch: { keys: 1, lua: `
+local r = redis.call('HMGET', KEYS[1], 'digest', 'ra', 'pd')
+if r[1] == false or r[2] ~= false then return false end
+local last = 3 + 2 * tonumber(ARGV[3])
+if last > 3 then redis.call('HSET', KEYS[1], unpack(ARGV, 4, last)) end
+if #ARGV > last then redis.call('HDEL', KEYS[1], unpack(ARGV, last + 1)) end
+redis.call('PUBLISH', ARGV[1], cjson.encode({ from = ARGV[2], r = { kind = 'key-changed', digest = r[1] } }))
+if r[3] then redis.call('PUBLISH', ARGV[1], cjson.encode({ from = ARGV[2], r = { kind = 'key-changed', digest = r[3] } })) end
+return redis.call('HGETALL', KEYS[1])` },
   // {1, digest rotated out, previous digest dropped or ''}, or 0 when unknown or revoked.
   tgKeyRotate: { keys: 1, lua: `
 local r = redis.call('HMGET', KEYS[1], 'digest', 'ra', 'pd')
@@ -490,31 +504,41 @@ export class RedisStore implements Store {
     return keys.sort((a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : 1));
   }
 
-  /** The key's account-side hash exists (a key from before per-key controls gets one now). */
-  async #ensureKey(k: KeyRecord): Promise<void> {
-    await this.#initKey(k.id, k.account, k.digest, String(k.created_at), k.last4, k.controls);
+  /**
+   * The key's account-side hash exists (a key from before per-key controls gets one now); false
+   * when the key turns out revoked. Until it has the hash, such a key's revocation is on its
+   * digest record only: one that ran after `k` was read would be missing from the new hash (the
+   * key listed, patched, rotated to a working plaintext), so its time is copied over. A
+   * revocation still under way finishes the copy itself (revokeKey).
+   */
+  async #ensureKey(k: KeyRecord): Promise<boolean> {
+    if ((await this.#initKey(k.id, k.account, k.digest, String(k.created_at), k.last4, k.controls)) !== 1) return true;
+    const revokedAt = await this.#redis.hget(this.#key(k.digest), 'revoked_at');
+    if (revokedAt === null) return true;
+    await this.#redis.tgKeyRevoke(`${this.#acct(k.account)}:key:${k.id}`, revokedAt);
+    return false;
   }
 
+  /**
+   * One script merges the patch into the stored controls (never a read here and a write of the
+   * whole controls there, which lost one of two racing PATCHes): see "Changes of controls".
+   */
   async updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> {
+    const { set, del } = patchFields(patch);
     const k = await this.getKey(id);
-    if (k === undefined || k.revoked_at !== null) return undefined;
-    await this.#ensureKey(k);
-    const c: KeyControls = applyPatch(k.controls, patch);
-    const previous = k.previous?.digest;
-    const ok = await this.#redis.tgKeyUpdate(`${this.#acct(k.account)}:key:${id}`, controlsJson(c),
-      c.budget === null ? '' : integer(c.budget.units, 'budget.units'), c.budget?.period ?? '', this.#channel,
-      this.#message({ kind: 'key-changed', digest: k.digest }), previous === undefined ? '' : this.#message({ kind: 'key-changed', digest: previous }));
-    if (ok !== 1) return undefined;
-    this.#emit({ kind: 'key-changed', digest: k.digest });
-    if (previous !== undefined) this.#emit({ kind: 'key-changed', digest: previous });
-    return { ...k, controls: c };
+    if (k === undefined || k.revoked_at !== null || !(await this.#ensureKey(k))) return undefined;
+    const reply = await this.#redis.tgKeyPatch(`${this.#acct(k.account)}:key:${id}`, this.#channel, this.#instance, String(set.length / 2), ...set, ...del);
+    if (reply === null) return undefined;
+    const updated = keyRecord(id, hashOf(reply as string[]), undefined);
+    this.#emit({ kind: 'key-changed', digest: updated.digest });
+    if (updated.previous !== null) this.#emit({ kind: 'key-changed', digest: updated.previous.digest });
+    return updated;
   }
 
   async rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
     if (typeof digest !== 'string' || !DIGEST.test(digest)) throw new TypeError('digest must be 64 lowercase hex digits');
     const k = await this.getKey(id);
-    if (k === undefined || k.revoked_at !== null) return undefined;
-    await this.#ensureKey(k);
+    if (k === undefined || k.revoked_at !== null || !(await this.#ensureKey(k))) return undefined;
     // The new digest's record first: until the account-side hash names it, it is not valid.
     const created = await this.#redis.tgCreateKey(this.#key(digest), id, k.account, digest, String(Date.now()));
     if (created !== 1) return undefined;
@@ -555,6 +579,13 @@ export class RedisStore implements Store {
       ? await this.#wait.eval(SCRIPTS.tgRevokeKey.lua, [this.#key(digest)], [...args])
       : await this.#redis.tgRevokeKey(this.#key(digest), ...args);
     if (r === null) return undefined;
+    if (at === null || at === undefined) {
+      // No account-side hash at first (a key from before per-key controls): a PATCH or rotation
+      // may have created one since, without the revocation (see #ensureKey). It stands there too.
+      const [, , , , , revokedAt] = tuple(r, 6);
+      if (this.#wait !== null) await this.#wait.eval(SCRIPTS.tgKeyRevoke.lua, [keyRecord], [String(revokedAt)]);
+      else await this.#redis.tgKeyRevoke(keyRecord, String(revokedAt));
+    }
     const [newly, , , , , revoked] = tuple(r, 6);
     if (newly === 1) this.#emit({ kind: 'key', digest });
     const previous = before.previous?.digest;
@@ -683,10 +714,59 @@ function controlsJson(c: KeyControls): string {
   return JSON.stringify(rest);
 }
 
+/** The field a patched member is kept in: c:name, c:limits.max_concurrent (see the header). */
+const MEMBER = 'c:';
+
+/**
+ * A patch as the fields tgKeyPatch sets (field, JSON value, ...) and deletes: each member it
+ * names, null included (a null field overrides what `c` holds), each limit on its own, and
+ * the budget as bu/bp (deleted when null).
+ */
+export function patchFields(patch: KeyPatch): { set: string[]; del: string[] } {
+  const set: string[] = [];
+  const del: string[] = [];
+  for (const [member, value] of Object.entries(patch)) {
+    if (value === undefined) continue;
+    if (member === 'budget') {
+      const b = value as KeyControls['budget'];
+      if (b === null) del.push('bu', 'bp');
+      else set.push('bu', integer(b.units, 'budget.units'), 'bp', b.period ?? '');
+    } else if (member === 'limits') {
+      for (const [name, limit] of Object.entries(value as Partial<KeyControls['limits']>)) {
+        if (limit !== undefined) set.push(`${MEMBER}limits.${name}`, JSON.stringify(limit));
+      }
+    } else {
+      set.push(`${MEMBER}${member}`, JSON.stringify(value));
+    }
+  }
+  return { set, del };
+}
+
+/**
+ * The controls (but the budget) a key's hash holds: `c` as created, with the c:MEMBER fields
+ * of later PATCHes over it. Throws on a field that is not JSON.
+ */
+function storedControls(k: Record<string, string>): Record<string, unknown> {
+  const c = JSON.parse(k.c ?? '') as Record<string, unknown>;
+  if (typeof c !== 'object' || c === null) throw new TypeError('stored controls are not an object');
+  const limits: Record<string, unknown> = { ...(c.limits as object) };
+  for (const field of Object.keys(k)) {
+    if (!field.startsWith(MEMBER)) continue;
+    const member = field.slice(MEMBER.length);
+    const value: unknown = JSON.parse(k[field]!);
+    if (LIMIT_MEMBERS.has(member)) limits[member.slice(7)] = value;
+    else if (KEY_MEMBERS.has(member)) c[member] = value;
+  }
+  return { ...c, limits };
+}
+
+const KEY_MEMBERS: ReadonlySet<string> = new Set(['name', 'models', 'expires_at', 'allowed_ips', 'metadata']);
+const LIMIT_MEMBERS: ReadonlySet<string> = new Set(['limits.requests_per_minute', 'limits.tokens_per_minute', 'limits.max_concurrent']);
+
 /** A key's record from its account-side hash; `revokedAt` from its digest record, if known. */
 function keyRecord(id: string, k: Record<string, string>, revokedAt: string | undefined): KeyRecord {
   let parsed: unknown;
-  try { parsed = JSON.parse(k.c ?? ''); } catch { parsed = undefined; }
+  try { parsed = storedControls(k); } catch { parsed = undefined; }
   const bu = k.bu === undefined ? null : Number(k.bu);
   const period = k.bp === 'day' || k.bp === 'week' || k.bp === 'month' ? k.bp : null;
   // Unreadable controls would be a key without restrictions: refuse it rather than serve it so.

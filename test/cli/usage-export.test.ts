@@ -158,12 +158,14 @@ t.test('csv: a header, one row per record, fields quoted as RFC 4180 says', asyn
 
 t.test('csv fields read back to what they were, whatever the text (property)', async (t) => {
   let checked = 0;
+  // A cell a spreadsheet could take for a formula carries a leading ' (test/cli/csv-injection.test.ts).
+  const unmark = (cell: string) => (cell.startsWith("'") ? cell.slice(1) : cell);
   fc.assert(fc.property(fc.string({ unit: fc.constantFrom('a', ',', '"', '\r', '\n', ' ', 'é', '0') }), fc.option(fc.integer(), { nil: null }), (s, n) => {
     const row = csvRow({ request_id: s, status: n, model: `${s}x` });
     const parsed = parseCsv(row);
     checked++;
-    return parsed.length === 1 && parsed[0]![0] === s && parsed[0]![USAGE_COLUMNS.indexOf('status')] === (n === null ? '' : String(n)) &&
-      parsed[0]![USAGE_COLUMNS.indexOf('model')] === `${s}x` && parsed[0]!.length === USAGE_COLUMNS.length;
+    return parsed.length === 1 && unmark(parsed[0]![0]!) === s && unmark(parsed[0]![USAGE_COLUMNS.indexOf('status')]!) === (n === null ? '' : String(n)) &&
+      unmark(parsed[0]![USAGE_COLUMNS.indexOf('model')]!) === `${s}x` && parsed[0]!.length === USAGE_COLUMNS.length;
   }), { numRuns: 500 });
   t.equal(checked, 500);
   t.equal(csvField('plain'), 'plain');

@@ -68,6 +68,9 @@ function createOutcome(text: string, ct: string | undefined): string[] {
   if (b.plan === undefined) errors.push('missing_required_parameter:plan');
   else if (typeof b.plan !== 'string') errors.push('invalid_type:plan');
   else if (!PLANS.includes(b.plan)) errors.push('unsupported_value:plan');
+  // A member the route does not take is refused before anything else (CONTRACT section 16).
+  const unknown = Object.keys(b).find((k) => !['id', 'plan', 'wallet_units'].includes(k));
+  if (unknown !== undefined) return [`unsupported_value:${unknown}`];
   const w = b.wallet_units;
   if (w !== undefined && w !== null) {
     if (typeof w !== 'number') errors.push('invalid_type:wallet_units');
@@ -179,6 +182,7 @@ function keyBodyRefusals(body: string | undefined, ct: string | undefined): stri
   if (depthOf(b) > 64 || hasPollutingKey(b)) return ['invalid_json'];
   if (b === null || typeof b !== 'object' || Array.isArray(b)) return ['invalid_type'];
   const controls = ['name', 'models', 'expires_at', 'budget', 'limits', 'allowed_ips', 'metadata'];
+  if (Object.keys(b).some((k) => !controls.includes(k))) return ['unsupported_value'];
   if (controls.some((k) => b[k] !== undefined && b[k] !== null)) return ['unsupported_value', 'invalid_value', 'invalid_type', 'missing_required_parameter'];
   return undefined;
 }
