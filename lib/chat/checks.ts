@@ -3,7 +3,7 @@
 
 import type { ModelConfig } from '../config/types.js';
 import { GatewayError } from '../errors.js';
-import { counter, estimatePromptTokens } from '../tokens/count.js';
+import { counter, estimatePromptTokens, imageCost } from '../tokens/count.js';
 import type { ChatMessage, ChatRequest } from './types.js';
 
 export function checkImages(req: ChatRequest, model: ModelConfig): void {
@@ -60,7 +60,7 @@ function textBytesUpperBound(messages: readonly ChatMessage[], imageTokens: numb
   let n = 0;
   for (const m of messages) {
     if (typeof m.content === 'string') n += m.content.length * 3;
-    else if (Array.isArray(m.content)) for (const p of m.content) n += p.type === 'text' ? p.text.length * 3 : imageTokens;
+    else if (Array.isArray(m.content)) for (const p of m.content) n += p.type === 'text' ? p.text.length * 3 : imageCost(p.image_url.url, imageTokens);
     if (m.name !== undefined) n += m.name.length * 3 + 1;
     if (m.tool_calls !== undefined) for (const c of m.tool_calls) n += (c.function.name.length + c.function.arguments.length) * 3 + 3;
     n += 3;
