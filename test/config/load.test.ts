@@ -87,7 +87,7 @@ const EMPTY_DEFAULTS = {
   models: [],
   routing: { auto: [] },
   content_policy: { block: [] },
-  responses: { retention_hours: 24 },
+  responses: { retention_hours: 24, max_bytes: 8388608, max_account_bytes: 67108864, max_chain_length: 1000 },
   usage: { retention_days: 90 },
   observe: { otlp_endpoint: null, otlp_headers: {}, service_name: null, export_interval_ms: 1000 },
 };
