@@ -515,6 +515,11 @@ export class Gateway {
     return this.#slots === undefined ? 0 : this.#slots.inUse(account);
   }
 
+  /** Bytes an account's stored responses hold in the store (for operators' checks and tests). */
+  async storedResponseBytes(account: string): Promise<number> {
+    return (await this.#store).store.responseBytes(account);
+  }
+
   /** Stops taking new work: /readyz answers 503 from now on. */
   startDrain(): void {
     this.#draining = true;

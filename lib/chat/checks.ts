@@ -3,7 +3,7 @@
 
 import type { ModelConfig } from '../config/types.js';
 import { GatewayError } from '../errors.js';
-import { countUpTo, promptParts } from '../tokens/count.js';
+import { countUpTo, imageCost, promptParts } from '../tokens/count.js';
 import type { TokenizerSpec } from '../config/types.js';
 import type { ChatMessage, ChatRequest } from './types.js';
 
@@ -75,9 +75,14 @@ export function promptRoom(req: ChatRequest, model: ModelConfig): number {
   return model.context_window - (req.maxOutputTokens ?? model.max_output_tokens);
 }
 
-/** What the request's images cost on `model`. */
-function imageCost(req: ChatRequest, model: ModelConfig): number {
-  return req.imageCount * model.image_tokens;
+/** What the request's images cost on `model` (each by its size, at least the model's image_tokens). */
+function imagesCost(req: ChatRequest, model: ModelConfig): number {
+  if (req.imageCount === 0) return 0;
+  let n = 0;
+  for (const m of req.messages) {
+    if (Array.isArray(m.content)) for (const p of m.content) if (p.type === 'image_url') n += imageCost(p.image_url.url, model.image_tokens);
+  }
+  return n;
 }
 
 const localSpec = (m: ModelConfig): TokenizerSpec => (m.tokenizer === 'upstream' ? 'o200k_base' : m.tokenizer);
@@ -92,7 +97,7 @@ export async function contextFit(req: ChatRequest, candidates: readonly ModelCon
   // Per tokenizer, the least and the most room the candidates leave the texts and framing.
   const rooms = new Map<TokenizerSpec, { least: number; most: number }>();
   for (const m of candidates) {
-    const room = promptRoom(req, m) - imageCost(req, m);
+    const room = promptRoom(req, m) - imagesCost(req, m);
     const r = rooms.get(localSpec(m));
     if (r === undefined) rooms.set(localSpec(m), { least: room, most: room });
     else { r.least = Math.min(r.least, room); r.most = Math.max(r.most, room); }
@@ -105,7 +110,7 @@ export async function contextFit(req: ChatRequest, candidates: readonly ModelCon
     parts ??= promptParts(req.messages, 0);
     counts.set(spec, await countUpTo(spec, parts.texts, parts.fixed, r.most));
   }
-  return (m) => (counts.get(localSpec(m)) ?? bytes) <= promptRoom(req, m) - imageCost(req, m);
+  return (m) => (counts.get(localSpec(m)) ?? bytes) <= promptRoom(req, m) - imagesCost(req, m);
 }
 
 /** Prompt estimate + requested output above the context window -> 422. */

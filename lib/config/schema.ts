@@ -252,7 +252,15 @@ export const configSchema = obj({
   models: { type: 'array', items: model, default: [] },
   routing: obj({ auto: { type: 'array', items: str, default: [] } }, { default: {} }),
   content_policy: obj({ block: { type: 'array', items: str, default: [] } }, { default: {} }),
-  responses: obj({ retention_hours: { ...posInt, default: 24 } }, { default: {} }),
+  responses: obj(
+    {
+      retention_hours: { ...posInt, default: 24 },
+      max_bytes: { ...posInt, default: 8388608 },
+      max_account_bytes: { ...posInt, default: 67108864 },
+      max_chain_length: { ...posInt, default: 1000 },
+    },
+    { default: {} },
+  ),
   usage: obj(
     { retention_days: { ...posInt, maximum: 36500, default: 90, 'x-max-msg': 'must be at most 36500 (100 years)' } },
     { default: {} },

@@ -157,8 +157,13 @@ export interface Config {
   models: ModelConfig[];
   routing: { auto: string[] };
   content_policy: { block: string[] };
-  /** Stored Responses API answers (`store: true`) live this long. */
-  responses: { retention_hours: number };
+  /**
+   * Stored Responses API answers (`store: true`): each lives retention_hours (its ancestors at
+   * least as long); one whose own part is above max_bytes, or would take its account's stored
+   * bytes above max_account_bytes, or would make its conversation longer than max_chain_length
+   * responses, is answered with `store: false` and not kept.
+   */
+  responses: { retention_hours: number; max_bytes: number; max_account_bytes: number; max_chain_length: number };
   /** Usage records (one per metered request) are kept at least this many days. */
   usage: { retention_days: number };
   /** Tracing: off while otlp_endpoint is null. */

@@ -14,6 +14,7 @@
 import type { AccountConfig } from '../config/types.js';
 import { StoreUnavailableError } from '../errors.js';
 import type { RetryQueue } from './retry.js';
+import type { ResponseChain } from './response-chains.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation, SettleResult, Settlement, Store,
   UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
@@ -53,8 +54,14 @@ export class GuardedStore implements Store {
   }
   touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void> { return guard(this.#inner.touchKeys(uses)); }
   accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>> { return guard(this.#inner.accountsOnPlans(plans)); }
-  putResponse(account: string, id: string, value: string, ttlMs: number): Promise<void> { return guard(this.#inner.putResponse(account, id, value, ttlMs)); }
+  putResponse(account: string, id: string, value: string, parent: string | null, ttlMs: number): Promise<void> {
+    return guard(this.#inner.putResponse(account, id, value, parent, ttlMs));
+  }
   getResponse(account: string, id: string): Promise<string | undefined> { return guard(this.#inner.getResponse(account, id)); }
+  responseChain(account: string, id: string, maxDepth: number): Promise<ResponseChain | undefined> {
+    return guard(this.#inner.responseChain(account, id, maxDepth));
+  }
+  responseBytes(account: string): Promise<number> { return guard(this.#inner.responseBytes(account)); }
   deleteResponse(account: string, id: string): Promise<boolean> { return guard(this.#inner.deleteResponse(account, id)); }
   keyByDigest(digest: string): Promise<KeyRecord | undefined> { return guard(this.#inner.keyByDigest(digest)); }
   keyWithAccount(digest: string, known?: KnownKey): Promise<KeyWithAccount | undefined> { return guard(this.#inner.keyWithAccount(digest, known)); }

@@ -19,6 +19,7 @@ import type { AccountConfig } from '../config/types.js';
 import { Journal } from './journal.js';
 import { MemoryMetering, validateHold, validateSettlement } from './memory-metering.js';
 import { MemoryResponses } from './memory-responses.js';
+import type { ResponseChain } from './response-chains.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './memory-state.js';
 import {
   addSpend, applyPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn,
@@ -516,12 +517,20 @@ export class MemoryStore implements Store {
     return this.#usageLog.page(q);
   }
 
-  async putResponse(account: string, id: string, value: string, ttlMs: number): Promise<void> {
-    this.#responses.put(account, id, value, ttlMs);
+  async putResponse(account: string, id: string, value: string, parent: string | null, ttlMs: number): Promise<void> {
+    this.#responses.put(account, id, value, parent, ttlMs);
   }
 
   async getResponse(account: string, id: string): Promise<string | undefined> {
     return this.#responses.get(account, id);
+  }
+
+  async responseChain(account: string, id: string, maxDepth: number): Promise<ResponseChain | undefined> {
+    return this.#responses.chain(account, id, maxDepth);
+  }
+
+  async responseBytes(account: string): Promise<number> {
+    return this.#responses.bytes(account);
   }
 
   async deleteResponse(account: string, id: string): Promise<boolean> {

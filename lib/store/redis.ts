@@ -20,7 +20,7 @@
 //   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>}
 //   metering (holds, settlements, usage windows): see redis-metering.ts
 //   usage records (P{usage:HOUR}, P{usage:index}): see redis-usage.ts
-//   stored responses (P{resp:ACCOUNT}:ID): see redis-responses.ts
+//   stored responses (P{resp:ACCOUNT}:...): see redis-responses.ts
 //
 // Atomicity and Redis Cluster: every mutation is one Lua script, and every script touches keys
 // of one `{...}` hash tag only, so the same scripts work on a cluster. A script's keys all begin
@@ -91,6 +91,7 @@ import { connect, keepSubscribed, retire, type RedisClient, type RedisTopology }
 import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-metering.js';
 import { ReplicaWait } from './redis-wait.js';
 import { RedisResponses } from './redis-responses.js';
+import type { ResponseChain } from './response-chains.js';
 import { RedisUsage, USAGE_SCRIPTS, type UsageScripts } from './redis-usage.js';
 import { toControls } from './memory-state.js';
 import {
@@ -627,8 +628,12 @@ export class RedisStore implements Store {
   recordUsage(r: UsageRecord): Promise<void> { return this.#usage.record(r); }
   usageReport(account: string | undefined, since: number): Promise<UsageReport> { return this.#usage.report(account, since); }
   usageRecords(q: UsageQuery): Promise<UsagePage> { return this.#usage.page(q); }
-  putResponse(account: string, id: string, value: string, ttlMs: number): Promise<void> { return this.#responses.put(account, id, value, ttlMs); }
+  putResponse(account: string, id: string, value: string, parent: string | null, ttlMs: number): Promise<void> {
+    return this.#responses.put(account, id, value, parent, ttlMs);
+  }
   getResponse(account: string, id: string): Promise<string | undefined> { return this.#responses.get(account, id); }
+  responseChain(account: string, id: string, maxDepth: number): Promise<ResponseChain | undefined> { return this.#responses.chain(account, id, maxDepth); }
+  responseBytes(account: string): Promise<number> { return this.#responses.bytes(account); }
   deleteResponse(account: string, id: string): Promise<boolean> { return this.#responses.delete(account, id); }
 
   onRevoke(listener: (r: Revocation) => void): () => void {

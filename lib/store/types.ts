@@ -4,6 +4,7 @@
 
 import type { AccountConfig } from '../config/types.js';
 import { sha256Hex } from '../auth/keys.js';
+import type { ResponseChain } from './response-chains.js';
 
 export interface AccountRecord {
   id: string;
@@ -396,12 +397,24 @@ export interface Store {
   /** One page of records, oldest bucket first, each record once across pages. */
   usageRecords(q: UsageQuery): Promise<UsagePage>;
 
-  // ---- stored responses (Responses API, store: true) -------------------------------------
-  /** Keeps `value` as response `id` of `account` for `ttlMs`; each account sees only its own. */
-  putResponse(account: string, id: string, value: string, ttlMs: number): Promise<void>;
+  // ---- stored responses (Responses API, store: true): chains, see ./response-chains.ts ----
+  /**
+   * Keeps `value` (the response's own part) as response `id` of `account` for `ttlMs`,
+   * continuing response `parent` (null: none), whose ancestors then live at least as long. Each
+   * account sees only its own.
+   */
+  putResponse(account: string, id: string, value: string, parent: string | null, ttlMs: number): Promise<void>;
   /** The value kept for `id` of `account`, unless expired or deleted. */
   getResponse(account: string, id: string): Promise<string | undefined>;
-  /** Deletes response `id` of `account`; false when there was none. */
+  /**
+   * The values of `id`'s conversation, first response first, and the account's stored bytes;
+   * undefined when `id` is unknown, expired or deleted, or an ancestor is missing, or the chain
+   * has more than `maxDepth` responses.
+   */
+  responseChain(account: string, id: string, maxDepth: number): Promise<ResponseChain | undefined>;
+  /** Bytes the account's stored responses hold (./response-chains.ts). */
+  responseBytes(account: string): Promise<number>;
+  /** Deletes response `id` of `account`; false when there was none (or it was deleted). */
   deleteResponse(account: string, id: string): Promise<boolean>;
 
   /** Calls `listener` on every revocation, by this instance or (redis) any other one. */

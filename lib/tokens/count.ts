@@ -204,8 +204,30 @@ const PER_MESSAGE = 3;
 const REPLY_PRIMING = 3;
 
 /**
+ * Decoded bytes per image token. Anthropic documents an image's tokens as width x height / 750;
+ * Tollgate never decodes an image, so it takes one byte per pixel: a 64 KB image costs 85
+ * tokens, 1 MB about 1400, 20 MB about 28,000 (refused by any 8k or 16k context).
+ */
+export const IMAGE_BYTES_PER_TOKEN = 750;
+
+/**
+ * An image's tokens: a data URL by its decoded size (ceil(bytes / IMAGE_BYTES_PER_TOKEN)), never
+ * below the model's `image_tokens` (`base`); an https URL (not fetched) at `base`. The size comes
+ * from the base64 text's length and padding, without decoding it: O(1) per image.
+ */
+export function imageCost(url: string, base: number): number {
+  if (!url.startsWith('data:')) return base;
+  const comma = url.indexOf(',');
+  if (comma === -1) return base;
+  const chars = url.length - comma - 1;
+  const padding = url.endsWith('==') ? 2 : url.endsWith('=') ? 1 : 0;
+  const bytes = Math.max(0, Math.floor(chars / 4) * 3 - padding);
+  return Math.max(base, Math.ceil(bytes / IMAGE_BYTES_PER_TOKEN));
+}
+
+/**
  * What a conversation's prompt estimate adds up: the tokens of its texts, and `fixed`, the
- * rest (the chat format's framing, images at `imageTokens` each). Texts in the order met.
+ * rest (the chat format's framing, each image at imageCost(url, imageTokens)). Texts in the order met.
  */
 export function promptParts(messages: readonly ChatMessage[], imageTokens: number): { fixed: number; texts: string[] } {
   let fixed = REPLY_PRIMING;
@@ -216,7 +238,7 @@ export function promptParts(messages: readonly ChatMessage[], imageTokens: numbe
     else if (Array.isArray(m.content)) {
       for (const part of m.content) {
         if (part.type === 'text') texts.push(part.text);
-        else fixed += imageTokens;
+        else fixed += imageCost(part.image_url.url, imageTokens);
       }
     }
     if (m.name !== undefined) {

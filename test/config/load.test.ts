@@ -87,7 +87,7 @@ const EMPTY_DEFAULTS = {
   models: [],
   routing: { auto: [] },
   content_policy: { block: [] },
-  responses: { retention_hours: 24 },
+  responses: { retention_hours: 24, max_bytes: 8388608, max_account_bytes: 67108864, max_chain_length: 1000 },
   usage: { retention_days: 90 },
   observe: { otlp_endpoint: null, otlp_headers: {}, service_name: null, export_interval_ms: 1000 },
 };
@@ -137,6 +137,7 @@ t.test('provider and model defaults; upstream_model defaults to the id', async (
     headers: {},
     model_defaults: {},
     stream_usage: true,
+    stream_upstream: 'auto',
     anthropic_version: '2023-06-01',
     circuit_failures: 5,
     circuit_cooldown_ms: 30000,

@@ -60,7 +60,7 @@ t.test('each account keeps all its keys on one node; accounts spread over the th
     t.ok((await store.hold({ account: id, requestId: `r-${id}`, units: 5, ttlMs: 60_000, day, month: '2026-11', quotas: { requests_per_day: 10, tokens_per_day: null, units_per_month: null } }))?.ok);
     t.equal((await store.settle({ account: id, requestId: `r-${id}`, units: 3, promptTokens: 1, completionTokens: 2, day, month: '2026-11' }))!.charged_units, 3);
     t.equal((await store.addCredits(id, 1, `k-${id}`))!.balance_units, 98);
-    await store.putResponse(id, 'resp_1', '{}', 60_000);
+    await store.putResponse(id, 'resp_1', '{}', null, 60_000);
   }
   t.equal((await store.accountsOnPlans(['free', 'pro'])).size, 2, 'the plan indexes answer on a cluster');
 

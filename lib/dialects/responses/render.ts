@@ -17,7 +17,20 @@ interface MessageItem { id: string; type: 'message'; role: 'assistant'; status: 
 interface CallItem { id: string; type: 'function_call'; call_id: string; name: string; arguments: string; status: string }
 /** A reasoning model's thinking (the upstream's reasoning_content), as OpenAI's open models give it. */
 interface ReasoningItem { id: string; type: 'reasoning'; summary: []; content: { type: 'reasoning_text'; text: string }[]; status: string }
-type Item = MessageItem | CallItem | ReasoningItem;
+/** An item of a response's `output`. */
+export type OutputItem = MessageItem | CallItem | ReasoningItem;
+type Item = OutputItem;
+
+/**
+ * The assistant's turn of a response's output, as a chat message: its text, and its function
+ * calls (reasoning is left out, as the chat format has no place for it).
+ */
+export function assistantTurn(output: readonly Item[]): ChatMessage {
+  const text = output.flatMap((i) => (i.type === 'message' ? i.content.map((c) => c.text) : [])).join('');
+  const calls: ToolCall[] = output.flatMap((i) => (i.type === 'function_call'
+    ? [{ id: i.call_id, type: 'function' as const, function: { name: i.name, arguments: i.arguments } }] : []));
+  return { role: 'assistant', content: text === '' && calls.length > 0 ? null : text, ...(calls.length > 0 ? { tool_calls: calls } : {}) };
+}
 
 /** The Responses usage object; cached and reasoning tokens are 0 unless the upstream said. */
 export function responsesUsage(u: Usage): Record<string, unknown> {
@@ -51,8 +64,6 @@ export class ResponsesRenderer implements Renderer {
   readonly createdAt = Math.floor(Date.now() / 1000);
   /** The final response object, once complete() or close() built it. */
   final: Record<string, unknown> | undefined;
-  /** The assistant's turn as chat messages, for a stored conversation. */
-  turn: ChatMessage | undefined;
   #seq = 0;
   #items: Item[] = [];
   #message: MessageItem | undefined;
@@ -88,11 +99,12 @@ export class ResponsesRenderer implements Renderer {
   #whole(output: Item[], finish: FinishReason | null, usage: Usage): string {
     const s = statusOf(finish);
     this.final = this.object(s.status, output, usage, { incomplete_details: s.incomplete_details });
-    const text = output.flatMap((i) => (i.type === 'message' ? i.content.map((c) => c.text) : [])).join('');
-    const calls: ToolCall[] = output.flatMap((i) => (i.type === 'function_call'
-      ? [{ id: i.call_id, type: 'function' as const, function: { name: i.name, arguments: i.arguments } }] : []));
-    this.turn = { role: 'assistant', content: text === '' && calls.length > 0 ? null : text, ...(calls.length > 0 ? { tool_calls: calls } : {}) };
-    return JSON.stringify(this.final);
+    return this.serialize(this.final);
+  }
+
+  /** The final object as JSON; a subclass may decide more about it first (Responses' `store`). */
+  protected serialize(final: Record<string, unknown>): string {
+    return JSON.stringify(final);
   }
 
   complete(answer: Answer): string {
