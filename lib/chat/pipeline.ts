@@ -473,8 +473,9 @@ async function streamAnswer(
     }
   } catch (err) {
     // A stream cut short, by the client leaving or the upstream failing, is charged for what
-    // reached the client (nothing, if only keep-alives did).
-    if (committed && !charge.settled && text !== '') {
+    // reached the client (nothing, if only keep-alives did). Not one whose settle was tried and
+    // failed (a store fault): that settle's figures were the only ones, and it debited nothing.
+    if (committed && charge.pending && text !== '') {
       ctx.usageSource = 'counted';
       ctx.usage = await attempts.counted(text);
       await charge.settle(ctx.usage).catch(() => undefined);
