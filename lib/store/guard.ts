@@ -20,6 +20,7 @@
 // lands): refunded if it landed, fenced if not, so that a 503 is never debited and usage
 // records (written with what the answer reported) follow the ledger.
 
+import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { AccountConfig } from '../config/types.js';
 import { StoreUnavailableError } from '../errors.js';
@@ -59,6 +60,8 @@ export class GuardedStore implements Store {
   readonly #inner: Store;
   readonly #retries: RetryQueue;
   readonly #settleWaitMs: number;
+  /** This store's part of its records' write ids: unique across the instances sharing a store. */
+  readonly #writer = randomBytes(9).toString('base64url');
   #records = 0;
 
   constructor(inner: Store, retries: RetryQueue, options: GuardOptions = {}) {
@@ -149,12 +152,14 @@ export class GuardedStore implements Store {
   }
   /**
    * A usage record that the store cannot take now is retried like a release, until it lands
-   * (a request already debited must not lose its record to an outage). A write that timed out
-   * but was applied all the same may then land twice.
+   * (a request already debited must not lose its record to an outage). Every attempt carries
+   * the same write id, so a write that timed out but was applied all the same is not written
+   * again: records follow the ledger, one per request.
    */
   recordUsage(r: UsageRecord): Promise<void> {
-    // Its own retry key: request ids come from clients (x-request-id) and may repeat.
-    return this.#retries.run(`usage\u0000${++this.#records}`, () => this.#inner.recordUsage(r));
+    // Its own retry key and write id: request ids come from clients (x-request-id) and may repeat.
+    const writeId = `${this.#writer}.${++this.#records}`;
+    return this.#retries.run(`usage\u0000${writeId}`, () => this.#inner.recordUsage(r, writeId));
   }
   usageReport(account: string | undefined, since: number): Promise<UsageReport> { return guard(this.#inner.usageReport(account, since)); }
   usageRecords(q: UsageQuery): Promise<UsagePage> { return guard(this.#inner.usageRecords(q)); }

@@ -594,7 +594,7 @@ export class RedisStore implements Store {
   accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }> {
     return this.#metering.accountUsage(account, day, month);
   }
-  recordUsage(r: UsageRecord): Promise<void> { return this.#usage.record(r); }
+  recordUsage(r: UsageRecord, writeId?: string): Promise<void> { return this.#usage.record(r, writeId); }
   usageReport(account: string | undefined, since: number): Promise<UsageReport> { return this.#usage.report(account, since); }
   usageRecords(q: UsageQuery): Promise<UsagePage> { return this.#usage.page(q); }
   putResponse(account: string, id: string, value: string, ttlMs: number): Promise<void> { return this.#responses.put(account, id, value, ttlMs); }

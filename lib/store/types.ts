@@ -413,8 +413,11 @@ export interface Store {
   /**
    * Appends one usage record (memory: day files beside the journal; redis: hourly streams),
    * kept until `retention_days` after its time (./usage-records.ts, ./redis-usage.ts).
+   * `writeId`, unique to this record: a write repeated with the same id after a failure whose
+   * outcome was unknown appends nothing if the first one landed (redis, for a few minutes; the
+   * memory store's failed writes never land).
    */
-  recordUsage(r: UsageRecord): Promise<void>;
+  recordUsage(r: UsageRecord, writeId?: string): Promise<void>;
   /** Totals of the records since `since` (Unix ms), for one account or all. */
   usageReport(account: string | undefined, since: number): Promise<UsageReport>;
   /** One page of records, oldest bucket first, each record once across pages. */

@@ -205,3 +205,23 @@ t.test('a 3 s stall under load: records follow the ledger, no 503 is debited, ea
   t.ok(sent.some((s) => s.kind === 'ok' && s.ms > 2000), 'some debits were in flight during the stall, and waited for it');
   t.strictSame(rejections, [], 'no unhandled rejection');
 });
+
+t.test('a stall longer than store.settle_wait_ms: those requests are answered 503 and their debits undone', async (t) => {
+  const { redis, up, gw } = await setup(t, { settle_wait_ms: 400 });
+  let stop = false;
+  const running = load(gw.url, up, 'b', 8, () => stop);
+  await sleep(400);
+  redis.freeze();
+  await sleep(3000);
+  redis.thaw();
+  await sleep(600);
+  stop = true;
+  const sent = await running;
+  const tally = await checkLedger(t, gw.url, sent);
+  t.ok((tally.ok ?? 0) > 0, 'requests were served');
+  // Their debits landed when Redis resumed, after the answer: each was given back.
+  const late = sent.filter((s) => s.reached && s.kind !== 'ok');
+  t.ok(late.length > 0, `some requests that reached the upstream were refused or cut (${late.length})`);
+  t.ok(late.every((s) => s.ms < 2500), 'each within settle_wait_ms and a store timeout, not after the stall');
+  t.strictSame(rejections, [], 'no unhandled rejection');
+});
