@@ -65,7 +65,7 @@ models:
   t.equal(short.answer.status, 200, 'a stall shorter than settle_wait_ms: answered');
   t.ok(short.ms >= 900, `after Redis resumed (${short.ms} ms)`);
   t.equal(short.answer.headers.get('x-tollgate-units-charged'), String(UNITS), 'with what Redis applied');
-  t.equal((await short.answer.json()).choices[0].message.content, 'ok');
+  t.equal(((await short.answer.json()) as any).choices[0].message.content, 'ok');
 
   const long = await stalled('long-stall', 4500);
   t.equal(long.answer.status, 503, 'a longer stall: refused');
