@@ -30,9 +30,18 @@ function stallConfig(redisUrl: string, upstream: string, prefix: string, store: 
   return c;
 }
 
-/** Answers at once (the settle follows right away), a stream in a few paced frames. */
+/**
+ * Answers at once (the settle follows right away), a stream in a few paced frames; while its
+ * gate is closed, answers wait for it to open (so that debits are under way when Redis stops).
+ */
+const gate = { closed: undefined as Promise<void> | undefined, open: () => {} };
+function closeGate(): void {
+  gate.closed = new Promise((r) => { gate.open = () => { gate.closed = undefined; r(); }; });
+}
+
 function stallUpstream(): Promise<FakeUpstream> {
   return startUpstream(async (_req, res, body) => {
+    await gate.closed;
     if (body.stream) {
       await writeSse(res, streamFrames(WORDS), { pauseMs: 5 });
       return;
@@ -180,6 +189,17 @@ async function setup(t: any, store: Record<string, unknown> = {}): Promise<{ red
   return { redis, up, gw };
 }
 
+/** Redis stopped for 3 s, with the answers that were held at the upstream arriving just after it stopped. */
+async function stall(redis: TestRedis): Promise<void> {
+  await sleep(300);
+  closeGate();
+  await sleep(300);
+  redis.freeze();
+  gate.open();
+  await sleep(3000);
+  redis.thaw();
+}
+
 const rejections: unknown[] = [];
 const tripWire = (err: unknown) => { rejections.push(err); };
 process.on('unhandledRejection', tripWire);
@@ -189,10 +209,7 @@ t.test('a 3 s stall under load: records follow the ledger, no 503 is debited, ea
   const { redis, up, gw } = await setup(t);
   let stop = false;
   const running = load(gw.url, up, 'a', 8, () => stop);
-  await sleep(400);
-  redis.freeze();
-  await sleep(3000);
-  redis.thaw();
+  await stall(redis);
   await sleep(600);
   stop = true;
   const sent = await running;
@@ -210,10 +227,7 @@ t.test('a stall longer than store.settle_wait_ms: those requests are answered 50
   const { redis, up, gw } = await setup(t, { settle_wait_ms: 400 });
   let stop = false;
   const running = load(gw.url, up, 'b', 8, () => stop);
-  await sleep(400);
-  redis.freeze();
-  await sleep(3000);
-  redis.thaw();
+  await stall(redis);
   await sleep(600);
   stop = true;
   const sent = await running;
