@@ -116,7 +116,10 @@ export class Charge {
   readonly #day: string;
   readonly #month: string;
   readonly #key: { id: string; periods: BudgetPeriods } | undefined;
+  /** Settled, or released: the hold is gone. */
   #done = false;
+  /** A settle was sent: whatever came of it, no other is (its figures are the only ones). */
+  #sent = false;
   /** Units debited and the available balance after, once settled. */
   charged: number | undefined;
   available: number | undefined;
@@ -138,15 +141,26 @@ export class Charge {
   }
 
   get settled(): boolean {
-    return this.#done;
+    return this.#done && this.#sent;
   }
 
-  /** Debits the actual cost of `usage` once; durable before it resolves. */
+  /** Neither settled nor released, and no settle tried: settle() would debit. */
+  get pending(): boolean {
+    return !this.#sent && !this.#done;
+  }
+
+  /**
+   * Debits the actual cost of `usage`, durably, before it resolves; `charged` is then what the
+   * store applied. Only the first call does anything: a settle that failed is not tried again
+   * with other figures (the store resolved its outcome: store/guard.ts), and its request is
+   * answered 503, with nothing debited and its hold left for release().
+   */
   async settle(usage: Usage): Promise<void> {
-    if (this.#done) return;
-    this.#done = true;
+    if (this.#sent || this.#done) return;
+    this.#sent = true;
     const units = storeUnits(usageCost(usage, this.#price));
     if (this.#store === null) {
+      this.#done = true;
       this.charged = 0;
       return;
     }
@@ -158,16 +172,17 @@ export class Charge {
         day: this.#day, month: this.#month, ...(this.#key === undefined ? {} : { key: this.#key }),
       });
     } catch (err) {
-      this.#done = false;
       throw unavailable(err);
     }
+    this.#done = true;
     // The account is gone from the store mid-request (a Redis restarted without persistence,
     // before the config's accounts were seeded again): nothing can be debited; the client is
     // told to retry rather than given an answer nobody paid for.
     if (result === undefined) {
       throw new GatewayError('service_unavailable', 'The account store lost this account mid-request; retry shortly.', { headers: retryAfterHeaders(1000) });
     }
-    this.charged = result.applied ? result.charged_units : 0;
+    // A repeat (the first attempt's answer was lost) reports what that one debited.
+    this.charged = result.charged_units;
     this.available = result.available_units;
   }
 

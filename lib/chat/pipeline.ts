@@ -29,7 +29,12 @@ const CLIENT_GONE = Symbol('tollgate.client-gone');
 /** Failures that another target may not repeat: the next fallback is worth a try. */
 const FALLBACK_CODES: ReadonlySet<string> = new Set(['provider_error', 'provider_timeout', 'model_unavailable']);
 
-/** Hold lifetime: every attempt may use its whole timeout, plus slack for the settle. */
+/**
+ * A hold lives for the attempt chain's budget (chainBudgetMs), then store.settle_wait_ms for a
+ * settle whose outcome must be learned, then this: the rest of the settle and what follows it
+ * (counting a cut stream's tokens, keeping a response). The chain's deadline is the hold's
+ * start plus the budget, so no attempt outlives the hold, and neither does the settle.
+ */
 const HOLD_SLACK_MS = 60_000;
 /** A stream's frames written together are cut at this length, so backpressure is felt. */
 const MAX_BATCH_CHARS = 16_384;
@@ -61,7 +66,7 @@ export async function handleGeneration(
   const admitted = await admitAndHold(state, ctx, res, model, request, prompt);
   if (admitted === undefined) return;
   const session = req.headers['x-session-affinity'];
-  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt, typeof session === 'string' ? session : undefined);
+  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt, typeof session === 'string' ? session : undefined, admitted.deadline);
   const renderer = dialect.renderer(request, model.id, prompt);
   await settleAfter(admitted, ctx, () => attempts.using(request.stream
     ? () => streamAnswer(state, metrics, attempts, admitted.charge, ctx, res, renderer)
@@ -105,10 +110,12 @@ type Grant = Awaited<ReturnType<GatewayState['limits']['admit']>>;
  */
 export async function admitAndHold(
   state: GatewayState, ctx: RequestContext, res: ServerResponse, model: ModelConfig, request: ChatRequest, prompt: number,
-): Promise<{ grant: Grant; charge: Charge } | undefined> {
+): Promise<Admitted | undefined> {
   const principal = ctx.principal!;
-  const targets = state.targets(model);
-  const ttl = targets.reduce((sum, t) => sum + t.provider.config.timeout_ms * Math.min(MAX_REPLICA_TRIES, t.provider.fleet.replicas.length), HOLD_SLACK_MS);
+  const budget = chainBudgetMs(state.targets(model));
+  const ttl = budget + state.config.store.settle_wait_ms + HOLD_SLACK_MS;
+  // Taken before the hold is asked for, so the chain ends within the hold's life.
+  const deadline = performance.now() + budget;
   // The store's hold records the key's use at a time no earlier than this.
   const asked = Date.now();
   // Billing has its own id: x-request-id may come from the client, and must not collide.
@@ -152,11 +159,31 @@ export async function admitAndHold(
   }
   ctx.charge = charge;
   if (charge.held) state.auth.held(principal, asked);
-  return { grant, charge };
+  return { grant, charge, deadline };
+}
+
+/** An admitted request: its limits' grant, its credit hold, and when its attempt chain must end. */
+export interface Admitted {
+  grant: Grant;
+  charge: Charge;
+  /** performance.now() by which every attempt is over (Attempts): the hold outlives it. */
+  deadline: number;
+}
+
+/**
+ * The whole attempt chain's time: each target's timeout_ms once. A target's replicas share its
+ * timeout (one that stalls leaves no time for another, though one that fails fast does), so a
+ * fleet of stalled replicas costs its timeout_ms, not a multiple of it, and each fallback still
+ * gets its own.
+ */
+function chainBudgetMs(targets: readonly Target[]): number {
+  let ms = 0;
+  for (const t of targets) ms += t.provider.config.timeout_ms;
+  return ms;
 }
 
 /** Runs the answer; whatever it did not settle is released, and the rate limit corrected. */
-export async function settleAfter(admitted: { grant: Grant; charge: Charge }, ctx: RequestContext, work: () => Promise<void>): Promise<void> {
+export async function settleAfter(admitted: Admitted, ctx: RequestContext, work: () => Promise<void>): Promise<void> {
   const { grant, charge } = admitted;
   try {
     await work();
@@ -191,11 +218,14 @@ interface Attempt { target: Target; admission: Admission; replica: Replica }
 /**
  * Calls a model's targets in order, and within a target its replicas as the provider's
  * balancer picks them: a failure before anything reached the client moves to another replica
- * of the same target (up to MAX_REPLICA_TRIES), then to the next target. Each attempt has its
- * own timer (its provider's timeout_ms) and is aborted when the client goes. A target's
- * circuit is settled once for all its replicas' attempts. A target whose circuit is open, or
- * whose replicas are all ejected, is skipped; when every one is, the answer is 503 with the
- * time until the first of them may take requests again.
+ * of the same target (up to MAX_REPLICA_TRIES), then to the next target. A target's attempts
+ * share its provider's timeout_ms from when it is first tried, and the whole chain ends at the
+ * request's deadline (admitAndHold: within its credit hold's life); each attempt's timer is
+ * what is left of both, and a chain out of time ends in 504 provider_timeout. Each attempt is
+ * aborted when the client goes. A target's circuit is settled once for all its replicas'
+ * attempts. A target whose circuit is open, or whose replicas are all ejected, is skipped;
+ * when every one is, the answer is 503 with the time until the first of them may take
+ * requests again.
  */
 export class Attempts {
   readonly request: ChatRequest;
@@ -208,6 +238,10 @@ export class Attempts {
   readonly #ctx: RequestContext;
   readonly #res: ServerResponse;
   readonly #key: AffinityKey;
+  /** performance.now() by which the chain ends (Admitted.deadline). */
+  readonly #deadline: number;
+  /** performance.now() by which the current target's attempts end: its timeout_ms, within the deadline. */
+  #targetEnd = 0;
   #index = 0;
   #retryMs = Infinity;
   #last: GatewayError | undefined;
@@ -217,9 +251,10 @@ export class Attempts {
 
   constructor(
     state: GatewayState, metrics: Metrics, ctx: RequestContext, res: ServerResponse, request: ChatRequest, model: ModelConfig,
-    prompt: number, session: string | undefined,
+    prompt: number, session: string | undefined, deadline: number,
   ) {
     this.request = request;
+    this.#deadline = deadline;
     this.model = model;
     this.prompt = prompt;
     this.#targets = state.targets(model);
@@ -236,7 +271,7 @@ export class Attempts {
       const current = this.#current;
       if (current !== undefined) {
         const fleet = current.target.provider.fleet;
-        const replica = this.#tried.length < MAX_REPLICA_TRIES ? fleet.pick(this.#key, this.#tried) : undefined;
+        const replica = this.#tried.length < MAX_REPLICA_TRIES && performance.now() < this.#targetEnd ? fleet.pick(this.#key, this.#tried) : undefined;
         if (replica !== undefined) {
           this.#tried.push(replica);
           return { target: current.target, admission: current.admission, replica };
@@ -245,11 +280,14 @@ export class Attempts {
         this.#leaveTarget();
       }
       if (this.#index >= this.#targets.length) break;
+      const now = performance.now();
+      if (now >= this.#deadline) throw this.#last?.code === 'provider_timeout' ? this.#last : outOfTime();
       const target = this.#targets[this.#index++]!;
       const admission = target.circuit.admit();
       if (admission.ok) {
         this.#current = { target, admission, outcome: 'neutral' };
         this.#tried = [];
+        this.#targetEnd = Math.min(now + target.provider.config.timeout_ms, this.#deadline);
       } else {
         this.#retryMs = Math.min(this.#retryMs, admission.retryMs);
       }
@@ -286,7 +324,7 @@ export class Attempts {
     const onClose = () => { if (!res.writableFinished) ac.abort(CLIENT_GONE); };
     res.on('close', onClose);
     if (res.destroyed) ac.abort(CLIENT_GONE);
-    const timer = setTimeout(() => ac.abort(TIMEOUT), target.provider.config.timeout_ms);
+    const timer = setTimeout(() => ac.abort(TIMEOUT), Math.max(0, this.#targetEnd - performance.now()));
     const started = performance.now();
     this.#ctx.provider = target.provider.name;
     this.#ctx.upstreamModel = target.upstreamModel;
@@ -333,6 +371,11 @@ export class Attempts {
   canFallBack(err: unknown): boolean {
     return err instanceof GatewayError && FALLBACK_CODES.has(err.code) && !this.#res.destroyed;
   }
+}
+
+/** The chain's deadline passed before a target could be tried. */
+function outOfTime(): GatewayError {
+  return new GatewayError('provider_timeout', 'The model provider did not answer in time.');
 }
 
 async function completeAnswer(
@@ -500,8 +543,9 @@ async function streamAnswer(
     }
   } catch (err) {
     // A stream cut short, by the client leaving or the upstream failing, is charged for what
-    // reached the client (nothing, if only keep-alives did).
-    if (committed && !charge.settled && text !== '') {
+    // reached the client (nothing, if only keep-alives did). Not one whose settle was tried and
+    // failed (a store fault): that settle's figures were the only ones, and it debited nothing.
+    if (committed && charge.pending && text !== '') {
       ctx.usageSource = 'counted';
       ctx.usage = await attempts.counted(text);
       await charge.settle(ctx.usage).catch(() => undefined);

@@ -216,6 +216,11 @@ export const configSchema = obj({
       prefix: { ...str, default: 'tollgate:' },
       on_error: { enum: ['closed', 'open'], default: 'closed', 'x-msg': 'must be closed or open' },
       timeout_ms: { ...posInt, default: 1000 },
+      /**
+       * How long a request whose debit's outcome is unknown (a store timeout, a connection lost
+       * in flight, replicas that did not confirm) waits for the store to tell, asking again.
+       */
+      settle_wait_ms: { ...posMs, default: 10000 },
     },
     { default: {} },
   ),

@@ -141,6 +141,11 @@ export interface Config {
     on_error: 'closed' | 'open';
     /** Upper bound on every store command (redis); a store slower than this counts as down. */
     timeout_ms: number;
+    /**
+     * How long a request whose debit's outcome is unknown waits for the store to tell whether it
+     * landed (store/guard.ts); past it the request is answered 503 and the debit undone.
+     */
+    settle_wait_ms: number;
   };
   auth: {
     jwt: {

@@ -10,34 +10,65 @@
 //   Redis refused outright is not (RetryQueue.undo): during a failover under load those
 //   refusals come by the ten thousand, and releasing each filled the retry queue past its
 //   bound, which dropped the oldest entries: the releases of the holds that had landed.
+// And a third: a settle (a debit) whose outcome is unknown is resolved before the request is
+// answered (CONTRACT section 16). A store that times out or loses its connection with the
+// settle in flight may still apply it (a stalled Redis runs it when it resumes), so the settle
+// is asked again by request id, which applies it at most once and otherwise reports what the
+// first one debited, until the store answers or store.settle_wait_ms passes. Only a settle the
+// store provably refused (notApplied) fails at once. Past the bound the request is answered 503
+// and the settlement is undone in the background (unsettle, retried like a release until it
+// lands): refunded if it landed, fenced if not, so that a 503 is never debited and usage
+// records (written with what the answer reported) follow the ledger.
 
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { AccountConfig } from '../config/types.js';
 import { StoreUnavailableError } from '../errors.js';
-import type { RetryQueue } from './retry.js';
+import { notApplied, type RetryQueue } from './retry.js';
 import type { ResponseChain } from './response-chains.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation, SettleResult, Settlement, Store,
-  UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
+  UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
 } from './types.js';
+
+/** store.settle_wait_ms's default. */
+export const SETTLE_WAIT_MS = 10_000;
+/** Pauses between the re-asks of an unknown settle: the first, and the longest. */
+const REASK_FIRST_MS = 25;
+const REASK_MAX_MS = 500;
+
+/** A bad argument: a bug, which no retry cures. */
+function badArgument(err: unknown): boolean {
+  return err instanceof TypeError || err instanceof RangeError;
+}
 
 /** Rejections of the store become StoreUnavailableError, except a bad argument's. */
 async function guard<T>(call: Promise<T>): Promise<T> {
   try {
     return await call;
   } catch (err) {
-    if (err instanceof TypeError || err instanceof RangeError || err instanceof StoreUnavailableError) throw err;
+    if (badArgument(err) || err instanceof StoreUnavailableError) throw err;
     throw new StoreUnavailableError(err);
   }
+}
+
+export interface GuardOptions {
+  /** How long a settle whose outcome is unknown is asked again (store.settle_wait_ms); default SETTLE_WAIT_MS. */
+  settleWaitMs?: number;
 }
 
 export class GuardedStore implements Store {
   readonly #inner: Store;
   readonly #retries: RetryQueue;
+  readonly #settleWaitMs: number;
+  /** This store's part of its records' write ids: unique across the instances sharing a store. */
+  readonly #writer = randomBytes(9).toString('base64url');
   #records = 0;
 
-  constructor(inner: Store, retries: RetryQueue) {
+  constructor(inner: Store, retries: RetryQueue, options: GuardOptions = {}) {
     this.#inner = inner;
     this.#retries = retries;
+    this.#settleWaitMs = options.settleWaitMs ?? SETTLE_WAIT_MS;
   }
 
   createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean> { return guard(this.#inner.createAccount(account)); }
@@ -78,7 +109,41 @@ export class GuardedStore implements Store {
       throw err;
     }
   }
-  settle(s: Settlement): Promise<SettleResult | undefined> { return guard(this.#inner.settle(s)); }
+  /**
+   * Debits once, as the store does; resolves with what the store applied, also when the first
+   * attempt's outcome was unknown (see the header). Rejects with StoreUnavailableError when the
+   * store refused it, or could not tell within settleWaitMs (one re-ask's timeout more at most);
+   * the settlement is then undone in the background.
+   */
+  async settle(s: Settlement): Promise<SettleResult | undefined> {
+    try {
+      return await this.#inner.settle(s);
+    } catch (err) {
+      if (badArgument(err)) throw err;
+      if (notApplied(err)) throw new StoreUnavailableError(err);
+      return this.#resolve(s, err);
+    }
+  }
+
+  /** Asks again until the store answers, or undoes the settlement once settleWaitMs has passed. */
+  async #resolve(s: Settlement, first: unknown): Promise<SettleResult | undefined> {
+    const until = performance.now() + this.#settleWaitMs;
+    for (let pause = REASK_FIRST_MS; ; pause = Math.min(pause * 2, REASK_MAX_MS)) {
+      const left = until - performance.now();
+      if (left <= 0) break;
+      await sleep(Math.min(pause, left));
+      try {
+        // By request id: applies nothing twice, and reports the first settlement's charge.
+        return await this.#inner.settle(s);
+      } catch (err) {
+        if (badArgument(err)) throw err;
+      }
+    }
+    void this.#retries.run(`unsettle\u0000${s.account}\u0000${s.requestId}`, () => this.#inner.unsettle(s)).catch(() => undefined);
+    throw new StoreUnavailableError(first);
+  }
+
+  unsettle(s: Settlement): Promise<UnsettleResult | undefined> { return guard(this.#inner.unsettle(s)); }
 
   /** Resolves once the hold is dropped or queued for retry (a request id's hold is dropped once). */
   release(account: string, requestId: string): Promise<void> {
@@ -94,12 +159,14 @@ export class GuardedStore implements Store {
   }
   /**
    * A usage record that the store cannot take now is retried like a release, until it lands
-   * (a request already debited must not lose its record to an outage). A write that timed out
-   * but was applied all the same may then land twice.
+   * (a request already debited must not lose its record to an outage). Every attempt carries
+   * the same write id, so a write that timed out but was applied all the same is not written
+   * again: records follow the ledger, one per request.
    */
   recordUsage(r: UsageRecord): Promise<void> {
-    // Its own retry key: request ids come from clients (x-request-id) and may repeat.
-    return this.#retries.run(`usage\u0000${++this.#records}`, () => this.#inner.recordUsage(r));
+    // Its own retry key and write id: request ids come from clients (x-request-id) and may repeat.
+    const writeId = `${this.#writer}.${++this.#records}`;
+    return this.#retries.run(`usage\u0000${writeId}`, () => this.#inner.recordUsage(r, writeId));
   }
   usageReport(account: string | undefined, since: number): Promise<UsageReport> { return guard(this.#inner.usageReport(account, since)); }
   usageRecords(q: UsageQuery): Promise<UsagePage> { return guard(this.#inner.usageRecords(q)); }

@@ -49,7 +49,7 @@ export async function openStore(config: Config['store'], logger?: Logger, usageR
       logger?.error(where, 'store connection lost: calls that need the store fail until it is back; reconnecting');
     });
     return {
-      store: new GuardedStore(redis, retries),
+      store: new GuardedStore(redis, retries, { settleWaitMs: config.settle_wait_ms }),
       redis: redis.client,
       retries,
       connected: (ms) => redis.ready(ms).then(() => true, () => false),
@@ -62,7 +62,7 @@ export async function openStore(config: Config['store'], logger?: Logger, usageR
   }
   const memory = await MemoryStore.open({ path: config.path, fsyncMs: config.fsync_ms, usageRetentionDays });
   return {
-    store: new GuardedStore(memory, retries),
+    store: new GuardedStore(memory, retries, { settleWaitMs: config.settle_wait_ms }),
     redis: null,
     retries,
     connected: async () => true,

@@ -6,7 +6,9 @@
 //   as their TTL running out (a crashed instance's holds). Expired holds are ignored everywhere
 //   and purged lazily (when their account is touched, and in an hourly sweep). Their expiry
 //   uses the monotonic clock, so a wall-clock jump neither frees nor pins them.
-// - A settlement is one journal entry ({op: 'settle'}: debit + usage + request id). Settled
+// - A settlement is one journal entry ({op: 'settle'}: debit + usage + request id), and so is
+//   its undoing ({op: 'unsettle'}: see Store.unsettle), which leaves the id settled as UNDONE.
+//   Settled
 //   request ids (with the units first charged) are remembered for SETTLED_TTL_MS (an hour):
 //   a retry within that time never charges twice (see SETTLED_KEEP_MS in ./redis-metering.ts
 //   for why an hour is ample). Older ids are dropped as new settlements
@@ -43,9 +45,25 @@ export type SettleEntry = {
   kpid?: string;
 };
 
+/** The journal entry undoing a request's settlement (Store.unsettle), with the settlement's figures. */
+export type UnsettleEntry = {
+  op: 'unsettle';
+  account: string;
+  rid: string;
+  tokens: number;
+  day: string;
+  month: string;
+  at: number;
+  key?: string;
+  kpid?: string;
+};
+
+/** What a settled id maps to once its settlement was undone (refunded or fenced): it debited nothing. */
+export const UNDONE = -1;
+
 /** The metering part of the snapshot. */
 export interface MeteringSnapshot {
-  /** [account, request id, settled at, units charged], each account's oldest first. */
+  /** [account, request id, settled at, units charged or UNDONE], each account's oldest first. */
   settled: [string, string, number, number][];
   /** Per account, per window ('YYYY-MM-DD' or 'YYYY-MM'): [requests, tokens, units]. */
   usage: Record<string, Record<string, [number, number, number]>>;
@@ -69,6 +87,17 @@ function isRecord(v: unknown): v is Record<string, unknown> {
 export function toSettleEntry(v: Record<string, unknown>): SettleEntry | undefined {
   if (!(str(v.account) && str(v.rid) && count(v.charged) && count(v.tokens) && str(v.day) && str(v.month) && int(v.at))) return undefined;
   const e: SettleEntry = { op: 'settle', account: v.account, rid: v.rid, charged: v.charged, tokens: v.tokens, day: v.day, month: v.month, at: v.at };
+  if (v.key !== undefined || v.kpid !== undefined) {
+    if (!str(v.key) || !str(v.kpid)) return undefined;
+    e.key = v.key;
+    e.kpid = v.kpid;
+  }
+  return e;
+}
+
+export function toUnsettleEntry(v: Record<string, unknown>): UnsettleEntry | undefined {
+  if (!(str(v.account) && str(v.rid) && count(v.tokens) && str(v.day) && str(v.month) && int(v.at))) return undefined;
+  const e: UnsettleEntry = { op: 'unsettle', account: v.account, rid: v.rid, tokens: v.tokens, day: v.day, month: v.month, at: v.at };
   if (v.key !== undefined || v.kpid !== undefined) {
     if (!str(v.key) || !str(v.kpid)) return undefined;
     e.key = v.key;
@@ -180,6 +209,12 @@ class SettledIds {
 
   get(account: string, rid: string): number | undefined {
     return this.#accounts.get(account)?.ids.get(rid);
+  }
+
+  /** Marks an id settled before as UNDONE (its place in the runs, and so its age, unchanged). */
+  undo(account: string, rid: string): void {
+    const ids = this.#accounts.get(account)?.ids;
+    if (ids?.has(rid) === true) ids.set(rid, UNDONE);
   }
 
   /** Adds an id not settled before (callers check); its account's expired runs are forgotten. */
@@ -329,7 +364,7 @@ export class MemoryMetering {
   repeated(account: AccountRecord, rid: string): SettleResult | undefined {
     const charged = this.#settled.get(account.id, rid);
     if (charged === undefined) return undefined;
-    return { applied: false, charged_units: charged, balance_units: account.balance_units, available_units: account.balance_units - this.heldUnits(account.id) };
+    return { applied: false, charged_units: Math.max(0, charged), balance_units: account.balance_units, available_units: account.balance_units - this.heldUnits(account.id) };
   }
 
   /**
@@ -365,6 +400,32 @@ export class MemoryMetering {
       u.units += e.charged;
     }
     return true;
+  }
+
+  /**
+   * Applies the undoing of a settlement (live or replayed): a settlement that landed is given
+   * back (balance, usage windows), one that did not is fenced (its id settled as UNDONE). The
+   * outcome, with the units given back (the key's spend is the caller's: memory.ts).
+   */
+  undo(account: AccountRecord | undefined, e: UnsettleEntry): { outcome: 'refunded' | 'fenced' | 'repeat'; refunded: number } | undefined {
+    if (account === undefined) return undefined;
+    const charged = this.#settled.get(e.account, e.rid);
+    if (charged === UNDONE) return { outcome: 'repeat', refunded: 0 };
+    if (charged === undefined) {
+      this.#settled.add(e.account, e.rid, e.at, UNDONE, Date.now() - SETTLED_TTL_MS);
+      return { outcome: 'fenced', refunded: 0 };
+    }
+    this.#settled.undo(e.account, e.rid);
+    account.balance_units += charged;
+    const windows = this.#usage.get(e.account);
+    for (const w of [e.day, e.month]) {
+      const u = windows?.get(w);
+      if (u === undefined) continue;
+      u.requests = Math.max(0, u.requests - 1);
+      u.tokens = Math.max(0, u.tokens - e.tokens);
+      u.units = Math.max(0, u.units - charged);
+    }
+    return { outcome: 'refunded', refunded: charged };
   }
 
   usage(account: string, day: string, month: string): { held_units: number; day: UsageTotals; month: UsageTotals } {
@@ -410,7 +471,7 @@ export class MemoryMetering {
     const bad = (): never => { throw new Error('store snapshot: unexpected metering state'); };
     if (!isRecord(v) || !Array.isArray(v.settled) || !isRecord(v.usage)) return bad();
     for (const s of v.settled) {
-      if (!Array.isArray(s) || s.length !== 4 || !str(s[0]) || !str(s[1]) || !int(s[2]) || !count(s[3])) return bad();
+      if (!Array.isArray(s) || s.length !== 4 || !str(s[0]) || !str(s[1]) || !int(s[2]) || !(count(s[3]) || s[3] === UNDONE)) return bad();
       if (this.#settled.get(s[0], s[1]) === undefined) this.#settled.add(s[0], s[1], s[2], s[3], -Infinity);
     }
     for (const [account, windows] of Object.entries(v.usage)) {

@@ -1,7 +1,7 @@
 // The memory store's journal entries and snapshot state (./memory.ts), and their parsing:
 // whatever is read back from disk is checked before it is applied.
 
-import { toSettleEntry, type SettleEntry } from './memory-metering.js';
+import { toSettleEntry, toUnsettleEntry, type SettleEntry, type UnsettleEntry } from './memory-metering.js';
 import { defaultControls, type BudgetPeriod, type KeyControls, type KeyRecord, type AccountRecord } from './types.js';
 
 /** One change, as journaled and as replayed. */
@@ -14,7 +14,8 @@ export type Entry =
   | { op: 'rotate'; id: string; digest: string; last4: string; until: number }
   | { op: 'used'; uses: [string, number][] }
   | { op: 'session'; sid: string }
-  | SettleEntry;
+  | SettleEntry
+  | UnsettleEntry;
 
 export interface SnapshotState {
   accounts: AccountRecord[];
@@ -57,6 +58,8 @@ export function toEntry(v: Record<string, unknown>): Entry | undefined {
       return str(v.sid) ? { op: 'session', sid: v.sid } : undefined;
     case 'settle':
       return toSettleEntry(v);
+    case 'unsettle':
+      return toUnsettleEntry(v);
     default:
       return undefined;
   }

@@ -17,14 +17,14 @@
 import { keyIdOf } from '../auth/keys.js';
 import type { AccountConfig } from '../config/types.js';
 import { Journal } from './journal.js';
-import { MemoryMetering, validateHold, validateSettlement } from './memory-metering.js';
+import { MemoryMetering, validateHold, validateSettlement, type UnsettleEntry } from './memory-metering.js';
 import { MemoryResponses } from './memory-responses.js';
 import type { ResponseChain } from './response-chains.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './memory-state.js';
 import {
   addSpend, applyPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn,
   type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type KeyWithAccount, type NewKey, type Revocation,
-  type SettleResult, type Settlement, type Store, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
+  type SettleResult, type Settlement, type Store, type UnsettleResult, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
 import { FileUsageLog } from './usage-files.js';
 import { MemoryUsageLog, validateUsageRecord, type UsageLog } from './usage-records.js';
@@ -193,6 +193,9 @@ export class MemoryStore implements Store {
           const key = this.#keys.get(e.key);
           if (key !== undefined) key.spent = addSpend(key.spent, e.kpid, e.charged);
         }
+        return;
+      case 'unsettle':
+        this.#undo(e);
         return;
     }
   }
@@ -485,6 +488,33 @@ export class MemoryStore implements Store {
     };
     await written;
     return result;
+  }
+
+  async unsettle(s: Settlement): Promise<UnsettleResult | undefined> {
+    await this.#begin();
+    validateSettlement(s);
+    const account = this.#accounts.get(s.account);
+    if (account === undefined) return undefined;
+    const entry: UnsettleEntry = { op: 'unsettle', account: s.account, rid: s.requestId, tokens: s.promptTokens + s.completionTokens, day: s.day, month: s.month, at: Date.now() };
+    const key = s.key === undefined ? undefined : this.#keys.get(s.key.id);
+    if (key !== undefined && key.account === s.account && s.key !== undefined) {
+      entry.key = key.id;
+      entry.kpid = periodId(key.controls.budget?.period ?? null, s.key.periods);
+    }
+    const result = this.#undo(entry);
+    // A repeat changed nothing: nothing to journal.
+    if (result?.outcome === 'repeat') await this.#settled();
+    else await this.#journal?.append(entry);
+    return result === undefined ? undefined : { outcome: result.outcome, refunded_units: result.refunded };
+  }
+
+  /** Undoes a settlement (live or replayed); a refund takes its units out of the key's spend in the same period. */
+  #undo(e: UnsettleEntry): ReturnType<MemoryMetering['undo']> {
+    const r = this.#metering.undo(this.#accounts.get(e.account), e);
+    if (r?.outcome !== 'refunded' || r.refunded === 0 || e.key === undefined || e.kpid === undefined) return r;
+    const key = this.#keys.get(e.key);
+    if (key !== undefined && key.spent.period === e.kpid) key.spent = { period: e.kpid, units: Math.max(0, key.spent.units - r.refunded) };
+    return r;
   }
 
   async release(account: string, requestId: string): Promise<void> {

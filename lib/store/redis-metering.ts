@@ -7,7 +7,8 @@
 //                                     key, '#e' at or before the earliest expiry (OPEN_HOLDS);
 //                                     expired holds are purged by the first hold/settle after
 //                                     '#e'; the key expires a minute after its longest hold would
-//   P{acct:ID}:settled          hash  requestId -> units charged by its settlement
+//   P{acct:ID}:settled          hash  requestId -> units charged by its settlement, or 'x' once it
+//                                     was undone (tgUnsettle: refunded, or fenced before it landed)
 //   P{acct:ID}:settled:at       zset  requestId scored by settle time (ms); entries older than
 //                                     an hour are pruned (at most 100 per settle) from both keys,
 //                                     and both expire 2 h after the account's last settlement
@@ -33,7 +34,7 @@
 
 import type { RedisClient } from './redis-connect.js';
 import type { ReplicaWait } from './redis-wait.js';
-import { requireId, requireRequestId, type BudgetPeriod, type HoldRequest, type HoldResult, type QuotaCode, type SettleResult, type Settlement, type UsageTotals } from './types.js';
+import { requireId, requireRequestId, type BudgetPeriod, type HoldRequest, type HoldResult, type QuotaCode, type SettleResult, type Settlement, type UnsettleResult, type UsageTotals } from './types.js';
 
 type Reply = Promise<unknown>;
 
@@ -45,6 +46,8 @@ export interface MeteringScripts {
   tgSettle(acct: string, holds: string, settled: string, settledAt: string, day: string, month: string, key: string,
     requestId: string, units: string, tokens: string, now: string, settledWindowMs: string, settledTtlMs: string,
     keyId: string, dpid: string, wpid: string, mpid: string): Reply;
+  tgUnsettle(acct: string, settled: string, settledAt: string, day: string, month: string, key: string,
+    requestId: string, tokens: string, settledTtlMs: string, keyId: string, dpid: string, wpid: string, mpid: string): Reply;
   tgAccountUsage(holds: string, day: string, month: string, now: string): Reply;
   tgRelease(holds: string, requestId: string): Reply;
 }
@@ -234,6 +237,8 @@ return {1, '', available - units}` },
 local bal = redis.call('HGET', KEYS[1], 'balance_units')
 if bal == false then return false end
 local charged = redis.call('HGET', KEYS[3], ARGV[1])
+-- Undone (tgUnsettle): a settlement arriving after that applies nothing, and debited nothing.
+if charged == 'x' then charged = '0' end
 local applied = 0
 if charged == false then applied = 1 end
 local held = holdsOf(KEYS[2], tonumber(ARGV[4]), '')
@@ -295,6 +300,38 @@ if applied == 1 then
   end
 end
 return {applied, tonumber(charged), tonumber(bal), tonumber(bal) - held}` },
+
+  // nil: no account; {outcome, refunded}: 2 the settlement had landed and is given back
+  // (balance, both windows, the key's spend when still in the same period), 1 it had not and
+  // is fenced, 0 undone before. Either way the id's settled entry becomes 'x', so a
+  // settlement that still arrives (one a stalled Redis runs late, or one sent on a connection
+  // lost since) applies nothing: tgSettle reads 'x' as settled with 0. A fence is indexed and
+  // aged like a settlement (ARGV[3]: the keys' TTL). Holds are left to tgRelease. Nothing is
+  // added or taken at 0 (Redis takes no '-0').
+  tgUnsettle: { keys: 6, lua: `${OPEN_HOLDS}
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local charged = redis.call('HGET', KEYS[2], ARGV[1])
+if charged == 'x' then return {0, 0} end
+if charged == false then
+  local clock = redis.call('TIME')
+  redis.call('HSET', KEYS[2], ARGV[1], 'x')
+  redis.call('ZADD', KEYS[3], tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000), ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+  return {1, 0}
+end
+if charged ~= '0' then redis.call('HINCRBY', KEYS[1], 'balance_units', charged) end
+for _, key in ipairs({KEYS[4], KEYS[5]}) do
+  redis.call('HINCRBY', key, 'requests', '-1')
+  if ARGV[2] ~= '0' then redis.call('HINCRBY', key, 'tokens', '-' .. ARGV[2]) end
+  if charged ~= '0' then redis.call('HINCRBY', key, 'units', '-' .. charged) end
+end
+if ARGV[4] ~= '' and charged ~= '0' then
+  local _, _, _, pid, exists, sp = budgetOf(KEYS[6], ARGV[5], ARGV[6], ARGV[7])
+  if exists and sp == pid then redis.call('HINCRBY', KEYS[6], 'su', '-' .. charged) end
+end
+redis.call('HSET', KEYS[2], ARGV[1], 'x')
+return {2, tonumber(charged)}` },
 
   // 1 when the request's hold was there (and is dropped), else 0. Always a write, even with no
   // hold to drop: on a replica (a demoted primary a connection still reaches mid-failover) the
@@ -412,6 +449,23 @@ export class RedisMetering {
     if (r === null) return undefined;
     const [applied, charged, balance, available] = tuple(r, 4);
     return { applied: applied === 1, charged_units: Number(charged), balance_units: Number(balance), available_units: Number(available) };
+  }
+
+  async unsettle(s: Settlement): Promise<UnsettleResult | undefined> {
+    requireId('account id', s.account);
+    requireRequestId(s.requestId);
+    count(s.units, 'units');
+    const tokens = count(s.promptTokens + s.completionTokens, 'promptTokens + completionTokens');
+    const [day, month] = windowsOf(s.day, s.month);
+    const acct = this.#acct(s.account);
+    const k = keyArgs(s.key);
+    const keys = [acct, `${acct}:settled`, `${acct}:settled:at`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, keyHash(acct, k[0])] as const;
+    // Not waited for (store.wait_replicas), like holds and releases: an undo is never reported
+    // to a client, and one no replica confirms must not stay queued for good (store/retry.ts).
+    const r = await this.#redis.tgUnsettle(...keys, s.requestId, tokens, String(SETTLED_KEEP_MS + 3600_000), ...k);
+    if (r === null) return undefined;
+    const [outcome, refunded] = tuple(r, 2);
+    return { outcome: outcome === 2 ? 'refunded' : outcome === 1 ? 'fenced' : 'repeat', refunded_units: Number(refunded) };
   }
 
   async release(account: string, requestId: string): Promise<void> {

@@ -97,7 +97,7 @@ import { toControls } from './memory-state.js';
 import {
   defaultControls, requireId, seededKeys,
   type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type KeyWithAccount, type KnownKey, type NewKey, type Revocation,
-  type SettleResult, type Settlement, type Store, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
+  type SettleResult, type Settlement, type Store, type UnsettleResult, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
 } from './types.js';
 
 export interface RedisStoreOptions {
@@ -621,11 +621,12 @@ export class RedisStore implements Store {
   // Metering: one script per call, all keys in the account's slot (see redis-metering.ts).
   hold(h: HoldRequest): Promise<HoldResult | undefined> { return this.#metering.hold(h); }
   settle(s: Settlement): Promise<SettleResult | undefined> { return this.#metering.settle(s); }
+  unsettle(s: Settlement): Promise<UnsettleResult | undefined> { return this.#metering.unsettle(s); }
   release(account: string, requestId: string): Promise<void> { return this.#metering.release(account, requestId); }
   accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }> {
     return this.#metering.accountUsage(account, day, month);
   }
-  recordUsage(r: UsageRecord): Promise<void> { return this.#usage.record(r); }
+  recordUsage(r: UsageRecord, writeId?: string): Promise<void> { return this.#usage.record(r, writeId); }
   usageReport(account: string | undefined, since: number): Promise<UsageReport> { return this.#usage.report(account, since); }
   usageRecords(q: UsageQuery): Promise<UsagePage> { return this.#usage.page(q); }
   putResponse(account: string, id: string, value: string, parent: string | null, ttlMs: number): Promise<void> {

@@ -228,10 +228,24 @@ export interface Settlement {
 export interface SettleResult {
   /** False when this request id was settled before: nothing changed, the first result stands. */
   applied: boolean;
-  /** Units actually debited: `units`, or less if the balance could not cover it (never below 0). */
+  /**
+   * Units actually debited: `units`, or less if the balance could not cover it (never below 0).
+   * For a repeat, what the first settlement debited (0 once it was undone: see unsettle).
+   */
   charged_units: number;
   balance_units: number;
   available_units: number;
+}
+
+/**
+ * The outcome of undoing a request's settlement (Store.unsettle): `refunded`, it had landed and
+ * what it debited is given back; `fenced`, it had not, and now never will; `repeat`, it was
+ * undone before. Either way the request id now counts as settled, with nothing debited.
+ */
+export interface UnsettleResult {
+  outcome: 'refunded' | 'fenced' | 'repeat';
+  /** Units given back to the balance (0 unless refunded). */
+  refunded_units: number;
 }
 
 /**
@@ -383,6 +397,16 @@ export interface Store {
    * current balances. Durable before it resolves.
    */
   settle(s: Settlement): Promise<SettleResult | undefined>;
+  /**
+   * Undoes the settlement `s` (the same one that was sent to settle()), whether or not it
+   * landed, in one atomic step: one that landed is given back (its charge to the balance and
+   * the key's spend in the same period, its request, tokens and units taken out of the usage
+   * windows); one that did not is fenced (the request id is marked settled with nothing, so the
+   * settlement, should it still arrive, applies nothing). For a request answered 503 after its
+   * settle's outcome stayed unknown: a 503 is never debited. Idempotent; undefined for an
+   * unknown account. The hold is left to release().
+   */
+  unsettle(s: Settlement): Promise<UnsettleResult | undefined>;
   /** Drops a hold without charging (a request that failed before any output); no-op if none. */
   release(account: string, requestId: string): Promise<void>;
   /** Units held by open, unexpired holds, and the usage of the given windows. */
@@ -390,8 +414,11 @@ export interface Store {
   /**
    * Appends one usage record (memory: day files beside the journal; redis: hourly streams),
    * kept until `retention_days` after its time (./usage-records.ts, ./redis-usage.ts).
+   * `writeId`, unique to this record: a write repeated with the same id after a failure whose
+   * outcome was unknown appends nothing if the first one landed (redis, for a few minutes; the
+   * memory store's failed writes never land).
    */
-  recordUsage(r: UsageRecord): Promise<void>;
+  recordUsage(r: UsageRecord, writeId?: string): Promise<void>;
   /** Totals of the records since `since` (Unix ms), for one account or all. */
   usageReport(account: string | undefined, since: number): Promise<UsageReport>;
   /** One page of records, oldest bucket first, each record once across pages. */

@@ -115,3 +115,79 @@ t.test("against Redis: a concurrency slot Redis refused queues no release; a tim
   t.equal(retries.size, 0, 'the release landed');
   t.equal(await slots.inUse('acme'), 0, 'the lease Redis added late is gone');
 });
+
+/** A store on its own Redis, guarded as the gateway guards it, with account acme holding 1000. */
+async function settling(t: any, settleWaitMs: number) {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const inner = new RedisStore({ url: redis.url, prefix: 'guard-settle:', commandTimeoutMs: 300 });
+  t.teardown(() => inner.close());
+  await inner.ready();
+  const retries = new RetryQueue({ minDelayMs: 20, maxDelayMs: 100 });
+  t.teardown(() => retries.close());
+  const store = new GuardedStore(inner, retries, { settleWaitMs });
+  await store.createAccount({ id: 'acme', plan: 'free', balance_units: 1000 });
+  await store.hold(hold('r1'));
+  const settlement = { account: 'acme', requestId: 'r1', units: 120, promptTokens: 40, completionTokens: 60, day: DAY, month: DAY.slice(0, 7) };
+  const ledger = async () => {
+    const usage = await store.accountUsage('acme', DAY, DAY.slice(0, 7));
+    return { balance: (await store.getAccount('acme'))!.balance_units, held: usage.held_units, requests: usage.day.requests, units: usage.day.units };
+  };
+  return { redis, inner, retries, store, settlement, ledger };
+}
+
+t.test('a settle Redis stalls on is asked again until Redis answers: applied once, its charge reported', async (t) => {
+  const { redis, store, settlement, ledger } = await settling(t, 5000);
+  redis.freeze();
+  const started = Date.now();
+  const settled = store.settle(settlement);
+  await new Promise((r) => setTimeout(r, 1500)); // five store timeouts
+  redis.thaw();
+  const result = await settled;
+  t.ok(Date.now() - started >= 1400, 'it waited for Redis');
+  t.match(result, { charged_units: 120, balance_units: 880, available_units: 880 }, 'with what the store applied (the first settle, run when Redis resumed)');
+  t.strictSame(await ledger(), { balance: 880, held: 0, requests: 1, units: 120 }, 'debited once, hold gone');
+});
+
+t.test('a settle whose connection is lost in flight is asked again on the next one: applied once', async (t) => {
+  const { redis, inner, store, settlement, ledger } = await settling(t, 5000);
+  redis.freeze();
+  const settled = store.settle(settlement);
+  await new Promise((r) => setTimeout(r, 100));
+  (inner.client as unknown as { stream: { destroy(): void } }).stream.destroy();
+  await new Promise((r) => setTimeout(r, 200));
+  redis.thaw();
+  t.match(await settled, { charged_units: 120, balance_units: 880 });
+  t.strictSame(await ledger(), { balance: 880, held: 0, requests: 1, units: 120 }, 'debited once');
+});
+
+t.test('past settleWaitMs: a 503 (StoreUnavailableError), and the debit Redis applies late is given back', async (t) => {
+  const { redis, retries, store, settlement, ledger } = await settling(t, 400);
+  redis.freeze();
+  const started = Date.now();
+  await t.rejects(store.settle(settlement), StoreUnavailableError);
+  const took = Date.now() - started;
+  t.ok(took >= 400 && took < 1500, `within settleWaitMs and a store timeout (${took} ms)`);
+  // The undoing is tried at once, times out in turn, and then waits in the queue.
+  for (let i = 0; i < 200 && retries.size === 0; i++) await new Promise((r) => setTimeout(r, 25));
+  t.equal(retries.size, 1, 'its undoing waits for Redis');
+  await store.release('acme', 'r1');
+  redis.thaw();
+  for (let i = 0; i < 200 && retries.size > 0; i++) await new Promise((r) => setTimeout(r, 25));
+  t.equal(retries.size, 0, 'and lands');
+  t.strictSame(await ledger(), { balance: 1000, held: 0, requests: 0, units: 0 }, 'nothing debited in the end, nothing counted, no hold');
+  t.match(await store.settle(settlement), { applied: false, charged_units: 0, balance_units: 1000 }, 'the request id stays settled with nothing');
+});
+
+t.test('a settle Redis refuses outright is a 503 at once, with nothing to undo', async (t) => {
+  const { redis, retries, store, settlement, ledger } = await settling(t, 5000);
+  const admin = new Redis(redis.url);
+  t.teardown(() => admin.disconnect());
+  await admin.config('SET', 'min-replicas-to-write', '1');
+  const started = Date.now();
+  await t.rejects(store.settle(settlement), StoreUnavailableError);
+  t.ok(Date.now() - started < 250, 'not asked again: NOREPLICAS proves it was not applied');
+  t.equal(retries.size, 0, 'nothing queued');
+  await admin.config('SET', 'min-replicas-to-write', '0');
+  t.match(await ledger(), { balance: 1000, requests: 0 });
+});

@@ -202,6 +202,21 @@ export function keyContract(t: any, name: string, open: () => Promise<OpenedStor
       t.equal((await s.getAccount('acme'))!.balance_units, 1_000_000 - 10);
     });
 
+    t.test("unsettle gives the key's budget back in the same period, never in another", async (t: any) => {
+      const { h, id } = await withKey(t, controls({ budget: { units: 50, period: 'day' } }));
+      const s = h.store();
+      await s.settle(settle('acme', 'k1', 20, id, P1));
+      await s.settle(settle('acme', 'k2', 15, id, P1));
+      t.strictSame(await s.unsettle(settle('acme', 'k2', 15, id, P1)), { outcome: 'refunded', refunded_units: 15 });
+      t.strictSame((await s.getKey(id))!.spent, { period: P1.day, units: 20 }, 'its spend is back');
+      t.match(await s.hold(hold('acme', 'k3', 30, id, P1)), { ok: true }, 'the budget has it again');
+      await s.release('acme', 'k3');
+      await s.settle(settle('acme', 'k4', 10, id, P2));
+      t.strictSame(await s.unsettle(settle('acme', 'k1', 20, id, P1)), { outcome: 'refunded', refunded_units: 20 });
+      t.strictSame((await s.getKey(id))!.spent, { period: P2.day, units: 10 }, "a past period's refund leaves the new period's spend alone");
+      t.equal((await s.getAccount('acme'))!.balance_units, 1_000_000 - 10, 'the wallet has both back');
+    });
+
     t.test('a new period starts from 0; a late settle of a past period does not count in the new one', async (t: any) => {
       const { h, id } = await withKey(t, controls({ budget: { units: 50, period: 'day' } }));
       const s = h.store();

@@ -152,6 +152,56 @@ export function meteringContract(t: any, name: string, open: () => Promise<Opene
       t.strictSame(await s.accountUsage('acme', W.day, W.month), { held_units: 0, day: usage, month: usage });
     });
 
+    t.test('unsettle: a settlement that landed is given back, one that did not is fenced; once', async (t: any) => {
+      const h = await fresh(t);
+      const s: any = h.store();
+      await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 1000 });
+      await s.hold(req('acme', 'kept', 100));
+      await s.settle(settlement('acme', 'kept', 30, 3, 4));
+      await s.hold(req('acme', 'u1', 300));
+      const first = settlement('acme', 'u1', 120, 40, 60);
+      await s.settle(first);
+      t.equal((await s.getAccount('acme')).balance_units, 850);
+      t.strictSame(await s.unsettle(first), { outcome: 'refunded', refunded_units: 120 }, 'a settlement that landed is given back');
+      t.equal((await s.getAccount('acme')).balance_units, 970, 'its charge is back in the balance');
+      const usage = { requests: 1, tokens: 7, units: 30 };
+      t.strictSame(await s.accountUsage('acme', W.day, W.month), { held_units: 0, day: usage, month: usage }, 'its request, tokens and units are out of both windows');
+      t.strictSame(await s.unsettle(first), { outcome: 'repeat', refunded_units: 0 }, 'undone once');
+      t.equal((await s.getAccount('acme')).balance_units, 970);
+      t.strictSame(await s.settle(first), { applied: false, charged_units: 0, balance_units: 970, available_units: 970 },
+        'a settlement arriving after it applies nothing, and reports nothing debited');
+
+      await s.hold(req('acme', 'u2', 200));
+      const never = settlement('acme', 'u2', 50, 5, 5);
+      t.strictSame(await s.unsettle(never), { outcome: 'fenced', refunded_units: 0 }, 'a settlement that did not land is fenced');
+      t.equal((await s.accountUsage('acme', W.day, W.month)).held_units, 200, 'its hold is left to release()');
+      t.strictSame(await s.settle(never), { applied: false, charged_units: 0, balance_units: 970, available_units: 770 }, 'and never applies after it');
+      t.strictSame(await s.accountUsage('acme', W.day, W.month), { held_units: 200, day: usage, month: usage }, 'nothing counted');
+      t.strictSame(await s.unsettle(never), { outcome: 'repeat', refunded_units: 0 });
+      await s.release('acme', 'u2');
+      t.equal((await s.getAccount('acme')).balance_units, 970);
+
+      t.equal(await s.unsettle(settlement('nobody', 'u3', 1)), undefined, 'unknown account');
+      await t.rejects(s.unsettle(settlement('acme', '', 1)), TypeError, 'a bad request id is refused');
+      if (h.reopen !== undefined) {
+        const r: any = await h.reopen();
+        t.equal((await r.getAccount('acme')).balance_units, 970, 'a refund survives reopening');
+        t.strictSame((await r.accountUsage('acme', W.day, W.month)).day, usage);
+        t.strictSame(await r.settle(first), { applied: false, charged_units: 0, balance_units: 970, available_units: 970 }, 'so does the fence of a refunded id');
+        t.strictSame(await r.settle(never), { applied: false, charged_units: 0, balance_units: 970, available_units: 970 }, 'and of a fenced one');
+        t.strictSame(await r.unsettle(first), { outcome: 'repeat', refunded_units: 0 });
+      }
+    });
+
+    t.test('a repeated settle reports what the first one charged', async (t: any) => {
+      const s: any = (await fresh(t)).store();
+      await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 100 });
+      t.match(await s.settle(settlement('acme', 'r1', 80)), { applied: true, charged_units: 80 });
+      t.strictSame(await s.settle(settlement('acme', 'r1', 80)), { applied: false, charged_units: 80, balance_units: 20, available_units: 20 });
+      t.match(await s.settle(settlement('acme', 'r2', 80)), { applied: true, charged_units: 20 }, 'capped at the balance');
+      t.strictSame(await s.settle(settlement('acme', 'r2', 80)), { applied: false, charged_units: 20, balance_units: 0, available_units: 0 }, 'and so reported again');
+    });
+
     t.test('settle without a hold, after expiry, and above the balance', async (t: any) => {
       const s: any = (await fresh(t)).store();
       await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 100 });

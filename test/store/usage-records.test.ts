@@ -236,7 +236,12 @@ t.test('redis: an hour stream expires at the end of its hour plus the retention;
   await s.recordUsage(rec(2, { at: Date.now() - 4 * DAY_MS }));
   const hour = Math.floor(at / 3_600_000);
   t.equal(await c.pexpiretime(`${prefix}{usage:${hour}}`), (hour + 1) * 3_600_000 + 3 * DAY_MS);
-  t.strictSame(await c.keys(`${prefix}*`).then((k) => k.sort()), [`${prefix}{usage:${hour}}`, `${prefix}{usage:index}`]);
+  const keys = await c.keys(`${prefix}*`).then((k) => k.sort());
+  t.strictSame(keys.filter((k) => !k.includes(':w:')), [`${prefix}{usage:${hour}}`, `${prefix}{usage:index}`]);
+  const mark = keys.find((k) => k.startsWith(`${prefix}{usage:${hour}}:w:`));
+  t.ok(mark !== undefined, "the written record's mark, beside its stream");
+  const ttl = await c.pttl(mark!);
+  t.ok(ttl > 0 && ttl <= 300_000, `the mark expires within minutes (${ttl} ms)`);
 });
 
 t.test('the single usage.jsonl of an earlier version is moved into day files, its records read as the new shape', async (t) => {
@@ -303,4 +308,30 @@ t.test('a record the store cannot take now is retried until it lands (Redis down
   const page = await s.usageRecords({ since: 0, limit: 10 });
   t.strictSame(page.records.map((r) => r.prompt_tokens).sort(), [1, 2], 'both records landed once Redis was back');
   await retries.close();
+});
+
+t.test('a record whose write Redis stalls on lands once: the retry finds the first write and appends nothing', async (t) => {
+  const { GuardedStore } = await import('../../lib/store/guard.js');
+  const { RetryQueue } = await import('../../lib/store/retry.js');
+  const own = redis.external ? undefined : await startRedis();
+  if (own === undefined) { t.comment('needs a local redis-server to stop'); return; }
+  t.teardown(() => own.stop());
+  const inner = new RedisStore({ url: own.url, prefix: 'stall:', commandTimeoutMs: 200 });
+  t.teardown(() => inner.close());
+  await inner.ready();
+  const retries = new RetryQueue({ minDelayMs: 20, maxDelayMs: 100 });
+  t.teardown(() => retries.close());
+  const s = new GuardedStore(inner, retries);
+  await s.recordUsage(rec(0, { request_id: 'before' })); // the hour is indexed: a record is one script
+  own.freeze();
+  // Timed out, so queued for retry; the first write still waits in Redis's socket and runs on thaw.
+  await s.recordUsage(rec(1, { request_id: 'stalled' }));
+  await s.recordUsage(rec(2, { request_id: 'stalled' }));
+  t.equal(retries.size, 2, 'both wait for the store');
+  await new Promise((r) => setTimeout(r, 300)); // a retry pass or two time out as well
+  own.thaw();
+  for (let i = 0; i < 200 && retries.size > 0; i++) await new Promise((r) => setTimeout(r, 25));
+  t.equal(retries.size, 0);
+  const page = await s.usageRecords({ since: 0, limit: 10 });
+  t.strictSame(page.records.map((r) => r.prompt_tokens).sort(), [0, 1, 2], 'each record once, though each write was sent more than once');
 });

@@ -108,7 +108,7 @@ export async function handleEmbeddings(
   const admitted = await admitAndHold(state, ctx, res, model, request, prompt);
   if (admitted === undefined) return;
   const session = req.headers['x-session-affinity'];
-  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt, typeof session === 'string' ? session : undefined);
+  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt, typeof session === 'string' ? session : undefined, admitted.deadline);
   await settleAfter(admitted, ctx, () => attempts.using(async () => {
     for (;;) {
       const attempt = attempts.next();
