@@ -6,6 +6,31 @@
 import type { IncomingMessage } from 'node:http';
 import { GatewayError } from '../errors.js';
 
+/** What bounds a request's body (the server section of the config the request arrived under). */
+export interface BodyBounds {
+  readonly max_body_bytes: number;
+  readonly body_timeout_ms: number;
+}
+
+/** The bounds of a request nobody marked (the config's defaults). */
+export const DEFAULT_BOUNDS: BodyBounds = Object.freeze({ max_body_bytes: 41_943_040, body_timeout_ms: 30_000 });
+
+const BOUNDS = Symbol('tollgate.bodyBounds');
+type Marked = IncomingMessage & { [BOUNDS]?: BodyBounds };
+
+/**
+ * Notes the bounds the gateway holds a request's body to, when it takes the request: an early
+ * answer drains the body within these bounds (linger.ts). A property write, no allocation.
+ */
+export function takeRequest(req: IncomingMessage, bounds: BodyBounds | undefined): void {
+  (req as Marked)[BOUNDS] = bounds ?? DEFAULT_BOUNDS;
+}
+
+/** The bounds takeRequest noted (the defaults when none were). */
+export function boundsOf(req: IncomingMessage): BodyBounds {
+  return (req as Marked)[BOUNDS] ?? DEFAULT_BOUNDS;
+}
+
 /** The media type is JSON: application/json or any application/*+json, parameters ignored. */
 export function isJsonContentType(header: string | undefined): boolean {
   if (header === undefined) return false;
