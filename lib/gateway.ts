@@ -166,7 +166,7 @@ export class Gateway {
   }
 
   handler: Handler = (req, res, next) => {
-    // An early answer drains the body within the bounds of the config the request came under.
+    // The body deadline counts from here; an early answer drains the body within these bounds.
     takeRequest(req, this.#state?.config.server);
     const url = req.url ?? '/';
     const q = url.indexOf('?');

@@ -108,7 +108,7 @@ export interface Config {
     host: string;
     port: number;
     max_body_bytes: number;
-    /** A request body that receives no byte for this long is answered 408 and closed. */
+    /** A request body not complete this long after the request's start is answered 408 and closed (a deadline). */
     body_timeout_ms: number;
     drain_timeout_ms: number;
     sse_keepalive_ms: number;
