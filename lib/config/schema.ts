@@ -181,7 +181,11 @@ export const configSchema = obj({
       watch_config: { type: 'boolean', default: false },
       passthrough: { ...nullableStr, default: null },
       passthrough_auth: { type: 'boolean', default: false },
-      trust_proxy: { type: 'boolean', default: false },
+      // true, false, a number of hops or a list of CIDRs (each checked by cross-check.ts).
+      trust_proxy: {
+        type: ['boolean', 'integer', 'array'], minimum: 0, maximum: 64, items: { type: 'string', 'x-msg': 'must be a CIDR string' }, default: false,
+        'x-msg': 'must be true, false, a number of proxy hops (0 to 64) or a list of CIDRs', 'x-max-msg': 'must be at most 64 proxy hops',
+      },
     },
     { default: {} },
   ),

@@ -115,8 +115,12 @@ export interface Config {
     watch_config: boolean;
     passthrough: string | null;
     passthrough_auth: boolean;
-    /** true: a key's allowed_ips are matched against the first X-Forwarded-For hop, not the socket. */
-    trust_proxy: boolean;
+    /**
+     * Which X-Forwarded-For entry a key's allowed_ips are matched against (auth/client-address.ts):
+     * false or 0 the socket's peer; true one trusted hop (the rightmost entry); N hops (the N-th
+     * from the right); a list of CIDRs: peers inside them are proxies (the rightmost entry outside).
+     */
+    trust_proxy: boolean | number | readonly string[];
   };
   admin: { token: string | null };
   store: {
