@@ -110,6 +110,12 @@ export interface Config {
     max_body_bytes: number;
     /** A request body not complete this long after the request's start is answered 408 and closed (a deadline). */
     body_timeout_ms: number;
+    /**
+     * Open connections one client address (the socket's) may hold on the standalone server;
+     * beyond it a connection's first request is answered 429 too_many_connections and the
+     * connection closed. Peers inside a trust_proxy CIDR list are exempt. null: no cap.
+     */
+    max_connections_per_ip: number | null;
     drain_timeout_ms: number;
     sse_keepalive_ms: number;
     watch_config: boolean;
