@@ -54,6 +54,7 @@ export const ERROR_CODES = Object.freeze({
   model_does_not_support_images: 422,
   rate_limit_exceeded: 429,
   too_many_concurrent: 429,
+  too_many_connections: 429,
   internal_error: 500,
   provider_error: 502,
   model_unavailable: 503,

@@ -17,7 +17,8 @@ import { checkRemovedPlans } from './config/removed-plans.js';
 import type { Config } from './config/types.js';
 import { GatewayError, MAX_ECHO, StoreUnavailableError, clip, retryAfterHeaders, toGatewayError } from './errors.js';
 import { requestIdFor } from './http/request-id.js';
-import { answerHeaders, closeIfBodyUnread, newContext, sendError, sendJson, type RequestContext } from './http/respond.js';
+import { takeRequest } from './http/body.js';
+import { answerHeaders, newContext, sendError, sendJson, sendWhole, type RequestContext } from './http/respond.js';
 import { createLogger, type Logger } from './observe/log.js';
 import { Metrics } from './observe/metrics.js';
 import { createTracing, type Tracing } from './observe/trace.js';
@@ -165,6 +166,8 @@ export class Gateway {
   }
 
   handler: Handler = (req, res, next) => {
+    // The body deadline counts from here; an early answer drains the body within these bounds.
+    takeRequest(req, this.#state?.config.server);
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
@@ -466,8 +469,7 @@ export class Gateway {
     } else {
       try {
         const text = await this.metrics.registry.metrics();
-        res.writeHead(200, closeIfBodyUnread(res, { 'content-type': this.metrics.registry.contentType, 'cache-control': 'no-store' }));
-        res.end(text);
+        sendWhole(res, 200, text, { 'content-type': this.metrics.registry.contentType, 'cache-control': 'no-store' });
       } catch (err) {
         this.logger.error({ err }, 'metrics collection failed');
         sendError(res, new GatewayError('internal_error', 'Metrics could not be collected.'), requestId);

@@ -16,6 +16,8 @@ export const OUT = fileURLToPath(new URL('../lib/config/schema-validator.ts', im
 export function generate(schema) {
   const ajv = new Ajv({
     allErrors: true, useDefaults: true, coerceTypes: true, verbose: true, strict: true, code: { source: true, esm: true },
+    // server.trust_proxy is a boolean, a number of hops or a list of CIDRs.
+    allowUnionTypes: true,
   });
   ajv.addKeyword('x-msg');
   ajv.addKeyword('x-max-msg');

@@ -48,6 +48,8 @@ const EXTRA: Record<string, number> = {
   budget_exceeded: 402,
   model_not_allowed: 403,
   ip_not_allowed: 403,
+  // CONTRACT section 16: open connections per client address.
+  too_many_connections: 429,
 };
 
 t.test('the spec table parses into the 25 codes it lists', async (t) => {
@@ -72,8 +74,8 @@ t.test('the extra codes have their statuses', async (t) => {
 
 t.test('the table holds nothing beyond the spec codes and the extras', async (t) => {
   const expected = new Map([...specTable(), ...Object.entries(EXTRA)]);
-  t.equal(expected.size, 37);
-  t.equal(Object.keys(ERROR_CODES).length, 37, 'count pinned');
+  t.equal(expected.size, 38);
+  t.equal(Object.keys(ERROR_CODES).length, 38, 'count pinned');
   t.strictSame(Object.keys(ERROR_CODES).sort(), [...expected.keys()].sort());
   t.strictSame(Object.fromEntries(Object.entries(ERROR_CODES)), Object.fromEntries(expected));
   t.ok(Object.isFrozen(ERROR_CODES), 'the table cannot be changed at run time');

@@ -38,7 +38,8 @@ import type { AccountRecord, KnownKey, Revocation, Store } from '../store/types.
 import { looksLikeJwt } from './jwt-common.js';
 import type { JwtVerifier } from './jwt.js';
 import { bearer, keyIdOf, sha256Hex } from './keys.js';
-import { clientIp, compilePolicy } from './controls.js';
+import { addressReader, type AddressOf } from './client-address.js';
+import { compilePolicy } from './controls.js';
 import type { Principal } from './principal.js';
 
 /**
@@ -98,12 +99,15 @@ export class Authenticator {
   readonly #refreshing = new Set<string>();
   /** Principals of rotated-out digests, cached for what is left of their grace: never refreshed. */
   readonly #graced = new WeakSet<Principal>();
+  /** The client's address as server.trust_proxy says to read it (for keys with allowed_ips). */
+  readonly #addressOf: AddressOf;
 
   constructor(store: Store, config: Config, seeded: () => boolean = () => true, logger?: Logger) {
     this.#store = store;
     this.#config = config;
     this.#logger = logger;
     this.#prefix = `${config.service.key_prefix}_`;
+    this.#addressOf = addressReader(config.server.trust_proxy);
     this.#known = config.store.on_error === 'open' ? new LRUCache({ ...entryBound(50_000), ttl: KNOWN_TTL_MS }) : null;
     this.#configKeys = configKeys(config);
     this.#open = config.store.on_error === 'open';
@@ -170,8 +174,10 @@ export class Authenticator {
     if (key.expiresAt !== null && now >= key.expiresAt) {
       throw new GatewayError('key_expired', `This API key expired at ${new Date(key.expiresAt).toISOString()}.`);
     }
-    if (key.ips !== null && !key.ips(clientIp(req, this.#config.server.trust_proxy))) {
-      throw new GatewayError('ip_not_allowed', 'This API key may not be used from this address.');
+    if (key.ips !== null) {
+      // No address (an X-Forwarded-For entry that must be read is not one) matches nothing.
+      const ip = this.#addressOf(req);
+      if (ip === undefined || !key.ips(ip)) throw new GatewayError('ip_not_allowed', 'This API key may not be used from this address.');
     }
     this.#touch(key.id, principal.accountId, now);
   }

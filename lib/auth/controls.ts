@@ -3,7 +3,6 @@
 // request pays a comparison or a lookup, never a parse. Also the UTC budget periods.
 
 import { BlockList, isIP } from 'node:net';
-import type { IncomingMessage } from 'node:http';
 import { GatewayError, clip } from '../errors.js';
 import { perUtcDay } from '../utc-day.js';
 import {
@@ -202,25 +201,6 @@ export function ipMatcher(cidrs: readonly string[] | null): ((ip: string) => boo
     }
     return list.check(ip, 'ipv4');
   };
-}
-
-/**
- * The caller's address: the socket's, or with server.trust_proxy the first X-Forwarded-For hop
- * (the client as the first proxy saw it). A hop that is not an address is no address at all.
- */
-export function clientIp(req: IncomingMessage, trustProxy: boolean): string {
-  if (trustProxy) {
-    const xff = req.headers['x-forwarded-for'];
-    const first = (Array.isArray(xff) ? xff[0] : xff)?.split(',')[0]?.trim();
-    if (first !== undefined && first !== '') {
-      // "[2001:db8::1]:443" and "203.0.113.5:8080" carry ports; take the address.
-      const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(first);
-      if (bracketed !== null) return bracketed[1]!;
-      const v4port = /^(\d+\.\d+\.\d+\.\d+):\d+$/.exec(first);
-      return v4port !== null ? v4port[1]! : first;
-    }
-  }
-  return req.socket.remoteAddress ?? '';
 }
 
 /** The budget periods Unix ms `now` falls in (UTC). */

@@ -7,6 +7,8 @@
 // schema's own messages already name those).
 
 import { publicKeyProblem } from '../auth/jwt-common.js';
+import { parseCidr } from '../auth/controls.js';
+import { clip } from '../errors.js';
 import type { Config } from './types.js';
 
 type Obj = Record<string, unknown>;
@@ -27,6 +29,12 @@ export function crossCheck(data: unknown): string[] {
   const keyPrefix = obj(c.service).key_prefix ?? 'tg';
   // An invalid prefix has its own problem; keys are not judged against it.
   const prefix = text(keyPrefix) && /^[A-Za-z0-9]+$/.test(keyPrefix) ? `${keyPrefix}_` : undefined;
+
+  list(obj(c.server).trust_proxy).forEach((v, i) => {
+    if (text(v) && parseCidr(v) === undefined) {
+      problems.push(`server.trust_proxy[${i}]: must be an IPv4 or IPv6 address or CIDR, e.g. 10.0.0.0/8 or 2001:db8::/32 (not ${q(clip(v, 64))})`);
+    }
+  });
 
   const accountIds = new Set<string>();
   const keys = new Set<string>();

@@ -179,12 +179,17 @@ export const configSchema = obj({
       port: { type: 'integer', minimum: 0, maximum: 65535, default: 8080, 'x-msg': 'must be an integer from 0 to 65535' },
       max_body_bytes: { ...posInt, default: 41943040 },
       body_timeout_ms: { ...posMs, default: 30000 },
+      max_connections_per_ip: { type: ['integer', 'null'], minimum: 1, ...exact, default: 256, 'x-msg': 'must be a positive integer, or null for no cap' },
       drain_timeout_ms: { ...uintMs, default: 30000 },
       sse_keepalive_ms: { ...posMs, default: 15000 },
       watch_config: { type: 'boolean', default: false },
       passthrough: { ...nullableStr, default: null },
       passthrough_auth: { type: 'boolean', default: false },
-      trust_proxy: { type: 'boolean', default: false },
+      // true, false, a number of hops or a list of CIDRs (each checked by cross-check.ts).
+      trust_proxy: {
+        type: ['boolean', 'integer', 'array'], minimum: 0, maximum: 64, items: { type: 'string', 'x-msg': 'must be a CIDR string' }, default: false,
+        'x-msg': 'must be true, false, a number of proxy hops (0 to 64) or a list of CIDRs', 'x-max-msg': 'must be at most 64 proxy hops',
+      },
     },
     { default: {} },
   ),

@@ -110,15 +110,25 @@ export interface Config {
     host: string;
     port: number;
     max_body_bytes: number;
-    /** A request body that receives no byte for this long is answered 408 and closed. */
+    /** A request body not complete this long after the request's start is answered 408 and closed (a deadline). */
     body_timeout_ms: number;
+    /**
+     * Open connections one client address (the socket's) may hold on the standalone server;
+     * beyond it a connection's first request is answered 429 too_many_connections and the
+     * connection closed. Peers inside a trust_proxy CIDR list are exempt. null: no cap.
+     */
+    max_connections_per_ip: number | null;
     drain_timeout_ms: number;
     sse_keepalive_ms: number;
     watch_config: boolean;
     passthrough: string | null;
     passthrough_auth: boolean;
-    /** true: a key's allowed_ips are matched against the first X-Forwarded-For hop, not the socket. */
-    trust_proxy: boolean;
+    /**
+     * Which X-Forwarded-For entry a key's allowed_ips are matched against (auth/client-address.ts):
+     * false or 0 the socket's peer; true one trusted hop (the rightmost entry); N hops (the N-th
+     * from the right); a list of CIDRs: peers inside them are proxies (the rightmost entry outside).
+     */
+    trust_proxy: boolean | number | readonly string[];
   };
   admin: { token: string | null };
   store: {

@@ -10,6 +10,7 @@ import type { Dialect } from '../dialects/types.js';
 import type { RequestSpan } from '../observe/trace.js';
 import { envelope, type GatewayError } from '../errors.js';
 import { merged } from '../objects.js';
+import { bodyUnread, endAfterBody } from './linger.js';
 
 export interface RequestContext {
   readonly id: string;
@@ -79,21 +80,28 @@ export function answerHeaders(ctx: RequestContext, ...own: Array<Record<string, 
  * endless body could hold it open forever, whatever server timeouts the host app set.
  */
 export function closeIfBodyUnread(res: ServerResponse, headers: Record<string, string>): Record<string, string> {
-  const req = res.req as IncomingMessage | undefined;
-  if (req === undefined || req.complete) return headers;
-  const h = req.headers;
-  if (h['transfer-encoding'] !== undefined || (h['content-length'] !== undefined && h['content-length'] !== '0')) {
-    headers.connection = 'close';
-  }
+  if (bodyUnread(res.req as IncomingMessage | undefined)) headers.connection = 'close';
   return headers;
 }
 
-export function sendJson(res: ServerResponse, status: number, json: string, headers: Record<string, string>): void {
-  closeIfBodyUnread(res, headers);
-  headers['content-type'] = 'application/json';
-  headers['content-length'] = String(Buffer.byteLength(json));
+/**
+ * Writes a whole answer. One given while the request's body is still arriving closes the
+ * connection (see closeIfBodyUnread), after the rest of the body was read (linger.ts), so
+ * that a client still sending reads the answer rather than a reset.
+ */
+export function sendWhole(res: ServerResponse, status: number, body: string, headers: Record<string, string>): void {
+  const req = res.req as IncomingMessage | undefined;
+  const unread = bodyUnread(req);
+  if (unread) headers.connection = 'close';
+  headers['content-length'] = String(Buffer.byteLength(body));
   res.writeHead(status, headers);
-  res.end(json);
+  if (unread) endAfterBody(res, req, body);
+  else res.end(body);
+}
+
+export function sendJson(res: ServerResponse, status: number, json: string, headers: Record<string, string>): void {
+  headers['content-type'] = 'application/json';
+  sendWhole(res, status, json, headers);
 }
 
 /**

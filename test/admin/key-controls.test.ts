@@ -218,17 +218,23 @@ t.test('ip_not_allowed: the socket address is matched; X-Forwarded-For is ignore
   t.equal((await chat(gw, near.key)).status, 200, 'an allowed socket address');
 });
 
-t.test('server.trust_proxy: the first X-Forwarded-For hop is matched (IPv4 and IPv6)', async (t) => {
+t.test('server.trust_proxy: true matches the rightmost X-Forwarded-For entry, the one the proxy appended (IPv4 and IPv6)', async (t) => {
   const proxied = await startGateway(config({ trust_proxy: true }));
   t.teardown(() => proxied.close());
   const acct = await account(proxied);
   const k = await issue(proxied, acct, { allowed_ips: ['203.0.113.0/24', '2001:db8::/32'] });
-  t.equal((await chat(proxied, k.key, {}, { 'x-forwarded-for': '203.0.113.9, 10.0.0.1' })).status, 200, 'v4 first hop');
-  t.equal((await chat(proxied, k.key, {}, { 'x-forwarded-for': '2001:db8::5' })).status, 200, 'v6 first hop');
+  t.equal((await chat(proxied, k.key, {}, { 'x-forwarded-for': '10.0.0.1, 203.0.113.9' })).status, 200, 'v4, a client-written entry on its left');
+  t.equal((await chat(proxied, k.key, {}, { 'x-forwarded-for': '2001:db8::5' })).status, 200, 'v6');
   t.equal((await chat(proxied, k.key, {}, { 'x-forwarded-for': '[2001:db8::7]:443' })).status, 200, 'bracketed v6 with a port');
-  assertEnvelope(t, await chat(proxied, k.key, {}, { 'x-forwarded-for': '10.0.0.1, 203.0.113.9' }), 403, 'ip_not_allowed', 'permission_error');
+  assertEnvelope(t, await chat(proxied, k.key, {}, { 'x-forwarded-for': '203.0.113.9, 10.0.0.1' }), 403, 'ip_not_allowed', 'permission_error');
   assertEnvelope(t, await chat(proxied, k.key, {}, { 'x-forwarded-for': 'garbage' }), 403, 'ip_not_allowed', 'permission_error');
   assertEnvelope(t, await chat(proxied, k.key), 403, 'ip_not_allowed', 'permission_error');
+  // The attack the change closes: a client writes an allowed address on the left.
+  const internal = await issue(proxied, acct, { allowed_ips: ['10.0.0.0/8'] });
+  const probe = await issue(proxied, acct);
+  const before = await consumed(proxied, acct, internal.id, probe.key);
+  assertEnvelope(t, await chat(proxied, internal.key, {}, { 'x-forwarded-for': '10.1.1.1, 198.51.100.7' }), 403, 'ip_not_allowed', 'permission_error');
+  t.strictSame(await consumed(proxied, acct, internal.id, probe.key), before, 'nothing held, charged, spent or counted');
 });
 
 t.test('model_not_allowed: 403 with the key\'s models the plan may use; every route; /v1/models filtered', async (t) => {

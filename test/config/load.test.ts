@@ -59,6 +59,7 @@ const EMPTY_DEFAULTS = {
     port: 8080,
     max_body_bytes: 41943040,
     body_timeout_ms: 30000,
+    max_connections_per_ip: 256,
     drain_timeout_ms: 30000,
     sse_keepalive_ms: 15000,
     watch_config: false,

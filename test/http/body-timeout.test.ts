@@ -1,9 +1,11 @@
-// Bounded work per connection (CONTRACT section 10): a request body that stalls for
-// server.body_timeout_ms is answered 408 request_timeout and its connection closed, on /v1 and
-// /admin; a slow body that keeps making progress is read whole; and an answer given before the
-// body was read (401, 404, 405, 415, or a route that reads none) closes the connection, so a
-// client trickling an endless body cannot hold it open. Over raw TCP sockets, standalone and
-// embedded in a plain node:http server.
+// Bounded work per connection (CONTRACT sections 10, 11 and 16): a request body not complete
+// within server.body_timeout_ms of the request's start (a deadline, not an idle timer) is
+// answered 408 request_timeout and its connection closed, on /v1 and /admin, however steadily
+// its bytes trickle in; a body complete in time is read whole; and an answer given before the
+// body was read (401, 404, 405, 415, or a route that reads none) closes the connection once
+// the rest of the body was drained, within body_timeout_ms (and, chunked, max_body_bytes) of
+// the answer, so a client trickling an endless body cannot hold it open. Over raw TCP sockets,
+// standalone and embedded in a plain node:http server.
 
 import t from 'tap';
 import { createServer } from 'node:http';
@@ -66,7 +68,7 @@ async function expectStalled(t: any, url: string, request: string) {
   const res = await conn.response(BODY_TIMEOUT_MS * 10);
   const body = expectEnvelope(t, res, 408, 'request_timeout');
   t.equal(body.type, 'invalid_request_error');
-  t.equal(body.message, `The request body sent no data for ${BODY_TIMEOUT_MS} ms.`);
+  t.equal(body.message, `The request body was not complete within ${BODY_TIMEOUT_MS} ms of the request's start.`);
   t.equal(res.headers.connection, 'close', 'Connection: close');
   t.ok(await conn.waitClosed(), 'the server closed the connection');
   conn.close();
@@ -87,24 +89,52 @@ t.test('a stalled /admin body: 408 too, and nothing was created', async (t) => {
   t.equal(((await res.json()) as any).code, 'account_not_found');
 });
 
-t.test('a slow body that keeps making progress is read whole, however long it takes in all', async (t) => {
+t.test('a body trickled steadily is cut at the deadline: 408, though no gap was ever as long as the timeout', async (t) => {
+  const conn = await rawConnect(gw.url);
+  t.teardown(conn.close);
+  const started = Date.now();
+  conn.write(head('POST', '/v1/chat/completions', { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json', 'content-length': String(CHAT.length) }));
+  // A byte every tenth of the timeout: an idle timer would never fire, and the body would
+  // take 20 timeouts to arrive.
+  const trickle = conn.trickle(BODY_TIMEOUT_MS / 10, '{');
+  t.teardown(trickle.stop);
+  const res = await conn.response(BODY_TIMEOUT_MS * 10);
+  const answeredAfter = Date.now() - started;
+  expectEnvelope(t, res, 408, 'request_timeout');
+  t.equal(res.headers.connection, 'close', 'Connection: close');
+  t.ok(answeredAfter >= BODY_TIMEOUT_MS * 0.9 && answeredAfter < BODY_TIMEOUT_MS * 4, `answered at the deadline (${answeredAfter} ms)`);
+  t.ok(trickle.sent() > 5, 'the client kept sending until then');
+  t.ok(await conn.waitClosed(), 'the server closed the connection');
+});
+
+t.test('a slow body complete within the deadline is read whole, and the connection kept', async (t) => {
   const conn = await rawConnect(gw.url);
   t.teardown(conn.close);
   conn.write(head('POST', '/v1/chat/completions', { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json', 'content-length': String(CHAT.length) }));
-  // Pieces a tenth of the timeout apart, for longer in all than the timeout.
-  const pieces = 15;
-  const step = Math.ceil(CHAT.length / pieces);
-  const started = Date.now();
+  // Five pieces over about half the timeout.
+  const step = Math.ceil(CHAT.length / 5);
   for (let i = 0; i < CHAT.length; i += step) {
     conn.write(CHAT.slice(i, i + step));
     await sleep(BODY_TIMEOUT_MS / 10);
   }
   const res = await conn.response();
-  t.ok(Date.now() - started > BODY_TIMEOUT_MS, 'the upload took longer than body_timeout_ms in all');
   t.equal(res.status, 200);
   t.equal(res.json().choices[0].message.content, 'slow but steady');
   t.not(res.headers.connection, 'close', 'the connection stays open for the next request');
   t.notOk(conn.closed());
+});
+
+t.test('the deadline counts from each request of a keep-alive connection, not from the connection', async (t) => {
+  const conn = await rawConnect(gw.url);
+  t.teardown(conn.close);
+  const send = async () => {
+    conn.write(head('POST', '/v1/chat/completions', { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json', 'content-length': String(CHAT.length) }));
+    await sleep(BODY_TIMEOUT_MS * 0.6);
+    conn.write(CHAT);
+    return conn.response();
+  };
+  t.equal((await send()).status, 200, 'the first request, its body 0.6 timeouts late');
+  t.equal((await send()).status, 200, 'the second one too, 1.2 timeouts after the connection opened');
 });
 
 /** Requests the gateway answers without reading their body. */
@@ -127,10 +157,14 @@ async function expectClosedWhileTrickling(t: any, url: string, request: string, 
   const trickle = conn.trickle(20);
   t.teardown(() => { trickle.stop(); conn.close(); });
   const res = await conn.response();
+  const answered = Date.now();
   if (code === null) t.equal(res.status, status);
   else expectEnvelope(t, res, status, code);
   t.equal(res.headers.connection, 'close', 'Connection: close');
   t.ok(await conn.waitClosed(), 'the server closed the connection while the client kept trickling');
+  const lingered = Date.now() - answered;
+  // The rest of the body is drained for body_timeout_ms after the answer, then the socket closes.
+  t.ok(lingered >= BODY_TIMEOUT_MS * 0.8 && lingered < BODY_TIMEOUT_MS * 4, `closed body_timeout_ms after the answer (${lingered} ms)`);
   t.ok(trickle.sent() > 0, 'the client was still sending');
 }
 
@@ -138,6 +172,49 @@ t.test('an answer before the body was read closes the connection: a trickled bod
   for (const [name, request, status, code] of UNREAD) {
     await t.test(name, (t) => expectClosedWhileTrickling(t, gw.url, request, status, code));
   }
+});
+
+t.test('an early answer to a body that then arrives whole closes at once, cleanly, once it was read', async (t) => {
+  const conn = await rawConnect(gw.url);
+  t.teardown(conn.close);
+  const size = 2 * 1024 * 1024;
+  conn.write(head('POST', '/v1/chat/completions', { authorization: 'Bearer tg_wrong', 'content-type': 'application/json', 'content-length': String(size) }));
+  const res = await conn.response();
+  expectEnvelope(t, res, 401, 'invalid_api_key');
+  t.equal(res.headers.connection, 'close');
+  t.notOk(conn.closed(), 'the connection stays open while the body is still to come');
+  const sentAt = Date.now();
+  conn.write('x'.repeat(size));
+  t.ok(await conn.waitClosed(BODY_TIMEOUT_MS * 4), 'closed');
+  t.ok(Date.now() - sentAt < BODY_TIMEOUT_MS * 0.8, 'as soon as the body was read, not at the end of the drain window');
+});
+
+t.test('a chunked body past the limit that never ends: drained for at most max_body_bytes more, then closed', async (t) => {
+  const c = config();
+  c.server.max_body_bytes = 64 * 1024;
+  c.server.body_timeout_ms = 60_000;
+  const small = await startGateway(c);
+  t.teardown(() => small.close());
+  const conn = await rawConnect(small.url);
+  t.teardown(conn.close);
+  conn.write(head('POST', '/v1/chat/completions', { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json', 'transfer-encoding': 'chunked' }));
+  const piece = `4000\r\n${'x'.repeat(0x4000)}\r\n`;
+  let sent = 0;
+  const started = Date.now();
+  // As fast as the socket takes it, until the server closes.
+  const pump = (async () => {
+    while (!conn.closed() && Date.now() - started < 20_000) {
+      if (!conn.socket.write(piece)) await new Promise((r) => { conn.socket.once('drain', r); conn.socket.once('close', r); });
+      sent += 0x4000;
+    }
+  })();
+  const res = await conn.response(20_000);
+  expectEnvelope(t, res, 413, 'request_too_large');
+  t.equal(res.headers.connection, 'close');
+  t.ok(await conn.waitClosed(20_000), 'closed');
+  await pump;
+  t.ok(Date.now() - started < 10_000, 'long before body_timeout_ms (60 s): the byte allowance ended the drain');
+  t.ok(sent >= 2 * 64 * 1024, `the client got to send the limit and more (${sent} bytes)`);
 });
 
 t.test('keep-alive stays when the body was read, and for requests without a body', async (t) => {
