@@ -99,3 +99,35 @@ const scripts = (r) => (r.perCommand.evalsha ?? 0) + (r.perCommand.eval ?? 0);
 export function perStream(s) {
   return (s.rssPeak - s.rssIdle) / s.n;
 }
+
+// The latest run in docs/performance.md: what stands between these two markers is rewritten by
+// every full run of `npm run bench` (run.js), the rest of the page is left as it is.
+export const LATEST_START = '<!-- bench:latest:start -->';
+export const LATEST_END = '<!-- bench:latest:end -->';
+
+/**
+ * `doc` with what stands between the markers replaced by `block` (the markers stay, each on its
+ * own line). Throws, naming the problem, unless each marker is there exactly once and in order:
+ * a page whose markers were lost is never rewritten blindly.
+ */
+export function withLatest(doc, block) {
+  const count = (s) => doc.split(s).length - 1;
+  if (count(LATEST_START) !== 1 || count(LATEST_END) !== 1) {
+    throw new Error(`the page must hold ${LATEST_START} and ${LATEST_END} once each (found ${count(LATEST_START)} and ${count(LATEST_END)})`);
+  }
+  const start = doc.indexOf(LATEST_START) + LATEST_START.length;
+  const end = doc.indexOf(LATEST_END);
+  if (end < start) throw new Error(`${LATEST_END} comes before ${LATEST_START}`);
+  return `${doc.slice(0, start)}\n${block.trim()}\n${doc.slice(end)}`;
+}
+
+/** The Markdown of one run: the line saying when, of what and where, the table, the notes. */
+export function latestBlock({ when, commit, setup, figures: rows, notes }) {
+  return [
+    `Taken ${when} by \`npm run bench\`, of commit ${commit}: ${setup}.`,
+    '',
+    table(rows),
+    '',
+    ...notes.map((n) => `- ${n}`),
+  ].join('\n');
+}

@@ -23,8 +23,9 @@
 //   - and the same with a replica and store.wait_replicas: 1 (phase redis-wait): what waiting
 //     for a replica to confirm each debit (Redis WAIT) costs in latency and throughput.
 //
-// It prints one table (figure | gateway | bare hop | ratio | goal | result) and writes the same
-// as JSON to bench/results.json (or BENCH_OUT). Any non-2xx answer, transport error, timeout or
+// It prints one table (figure | gateway | bare hop | ratio | goal | result), writes the same
+// as JSON to bench/results.json (or BENCH_OUT) and, after a run of every phase, as the latest
+// run of docs/performance.md (or BENCH_DOC). Any non-2xx answer, transport error, timeout or
 // malformed stream fails the run (exit 1); goals missed do not.
 //
 // Environment:
@@ -39,14 +40,18 @@
 //   BENCH_REDIS=0           skip the Redis store variant
 //   BENCH_PHASES            comma list of c1,ttfb,c64,stream,dialects,slow,redis,redis-wait (default all of them)
 //   BENCH_OUT               the JSON file (bench/results.json)
+//   BENCH_DOC               the page whose latest-run table is rewritten (docs/performance.md, between
+//                           its bench:latest markers): by default only when every phase ran; set
+//                           it to write after a partial run too, or to '' never to write
 //   BENCH_LOG_DIR           where the gateway logs go (bench/; gateway*.log, overwritten)
 //   BENCH_GATEWAY_NODE_ARGS extra node flags for the gateway, e.g.
 //                           "--cpu-prof --cpu-prof-dir=/tmp/prof" (written when it stops)
 //   BENCH_MAX_SECONDS       the whole run is aborted after this long (computed from the above)
 
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parse, parseDocument } from 'yaml';
@@ -58,7 +63,7 @@ import {
 import {
   HOST, clockTicks, freePort, log, noiseMeter, pinning, helperTicks, rssKb, schedstat, startGateway, startNodeScript, startRedis, stopAll, stopChild,
 } from './procs.js';
-import { figures, table } from './report.js';
+import { figures, latestBlock, table, withLatest } from './report.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SHARED = resolve(process.env.BENCH_SHARED || join(ROOT, '..', 'shared', 'bench'));
@@ -88,6 +93,9 @@ const ALL_PHASES = ['c1', 'ttfb', 'c64', 'stream', 'dialects', 'slow', 'redis', 
 const PHASES = new Set((process.env.BENCH_PHASES || ALL_PHASES.join(',')).split(',').map((s) => s.trim()).filter(Boolean));
 for (const p of PHASES) if (!ALL_PHASES.includes(p)) throw new Error(`BENCH_PHASES: unknown phase '${p}' (known: ${ALL_PHASES.join(', ')})`);
 if (process.env.BENCH_REDIS === '0') { PHASES.delete('redis'); PHASES.delete('redis-wait'); }
+const DOC = process.env.BENCH_DOC !== undefined
+  ? (process.env.BENCH_DOC === '' ? undefined : resolve(process.env.BENCH_DOC))
+  : (PHASES.size === ALL_PHASES.length ? join(ROOT, 'docs', 'performance.md') : undefined);
 const NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
 const STOP_MS = NODE_ARGS.length > 0 ? 60_000 : 10_000; // a CPU profile is written on exit
 const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 300 + 4 * WARMUP + 20 * SECONDS + 2 * STREAM_SECONDS + TTFB_N + IDLE_SECONDS, 10);
@@ -322,13 +330,15 @@ async function redisVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, s
   }
 }
 
+/** Prints and writes the results; false when the page's latest run could not be rewritten. */
 function report({ m, busy, pin, logs }) {
   const rows = figures(m, { streams: STREAMS });
   const noisy = busy.othersPct > 5 || busy.stealPct > 2;
   const when = new Date().toISOString();
   const out = process.stdout;
-  out.write(`\nTollgate vs a bare http-proxy-3 hop, ${when}: node ${process.version}, ${cpus().length} × ${cpus()[0]?.model?.trim() ?? '?'}, ` +
-    `${pin.pinned ? `gateway and bare hop in turn on CPU ${pin.proxy}, load, upstream and Redis on CPU ${pin.load}` : 'UNPINNED'}, ${SECONDS} s per run\n` +
+  const setup = `node ${process.version}, ${cpus().length} × ${cpus()[0]?.model?.trim() ?? '?'}, ` +
+    `${pin.pinned ? `gateway and bare hop in turn on CPU ${pin.proxy}, load, upstream and Redis on CPU ${pin.load}` : 'UNPINNED'}, ${SECONDS} s per run`;
+  out.write(`\nTollgate vs a bare http-proxy-3 hop, ${when}: ${setup}\n` +
     `config ${CONFIG} (gateway log: ${logs.map((f) => `${f}, ${fmt(statSync(f).size / 1e6, 1)} MB`).join('; ')})\n\n`);
   out.write(`${table(rows)}\n\n`);
   const notes = [];
@@ -377,6 +387,34 @@ function report({ m, busy, pin, logs }) {
   };
   writeFileSync(OUT, `${JSON.stringify(json, null, 2)}\n`);
   out.write(`\nwritten to ${OUT}\n`);
+
+  if (DOC === undefined) {
+    out.write(`docs/performance.md left as it is: ${process.env.BENCH_DOC === '' ? 'BENCH_DOC is empty' : `only ${[...PHASES].join(',')} ran (BENCH_DOC=docs/performance.md writes it anyway)`}\n`);
+    return true;
+  }
+  const block = latestBlock({ when, commit: commitOf(), setup: `${setup}; config ${relative(ROOT, CONFIG)}`, figures: rows, notes });
+  try {
+    writeFileSync(DOC, withLatest(readFileSync(DOC, 'utf8'), block));
+  } catch (err) {
+    process.stderr.write(`\n${DOC} not updated: ${err instanceof Error ? err.message : String(err)}\n`);
+    return false;
+  }
+  out.write(`its table is the latest run of ${DOC}\n`);
+  return true;
+}
+
+/**
+ * The commit measured, with -dirty when tracked files outside docs/ differ from it (the page this
+ * run rewrites is no change to what was measured), or 'unknown' outside a git checkout.
+ */
+function commitOf() {
+  const git = (...args) => execFileSync('git', args, { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  try {
+    const dirty = git('status', '--porcelain', '--untracked-files=no', '--', '.', ':(exclude)docs') !== '';
+    return `${git('rev-parse', '--short=7', 'HEAD')}${dirty ? '-dirty' : ''}`;
+  } catch {
+    return 'unknown';
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -396,7 +434,7 @@ setTimeout(() => bail(`the run took longer than ${MAX_SECONDS} s (BENCH_MAX_SECO
 
 let exitCode = 0;
 try {
-  report(await main(tmp));
+  if (!report(await main(tmp))) exitCode = 1;
 } catch (err) {
   if (interrupted) await new Promise(() => {}); // bail() exits
   process.stderr.write(`\nbench failed: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);

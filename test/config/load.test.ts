@@ -469,7 +469,7 @@ t.test('the shipped config and the CONTRACT example load', async (t) => {
   const shipped: Config = await loadConfigFile(SHIPPED, {});
   t.equal(shipped.server.port, 8080);
   t.equal(shipped.server.host, '127.0.0.1');
-  t.strictSame(shipped.models.map((m) => m.id), ['echo-small', 'echo-vision']);
+  t.strictSame(shipped.models.map((m) => m.id), ['echo-small', 'echo-vision', 'echo-embed']);
   t.equal((await loadConfigFile(SHIPPED, { TOLLGATE_PORT: '0', TOLLGATE_HOST: '0.0.0.0' })).server.port, 0);
 
   const example = await loadConfigFile(CONTRACT_EXAMPLE, { TOLLGATE_ADMIN_TOKEN: 'adm', JWT_SECRET: 'jwt-s' });
