@@ -35,6 +35,9 @@ export function boundsOf(req: IncomingMessage): BodyBounds {
   return (req as Marked)[BOUNDS] ?? DEFAULT_BOUNDS;
 }
 
+/** A body with a declared length is copied into one buffer once this much of it came. */
+const COPY_FROM = 1 << 20;
+
 /** The media type is JSON: application/json or any application/*+json, parameters ignored. */
 export function isJsonContentType(header: string | undefined): boolean {
   if (header === undefined) return false;
@@ -81,8 +84,14 @@ export function readBody(req: IncomingMessage, limit: number, timeoutMs: number)
   const left = ((req as Marked)[STARTED] ?? performance.now()) + timeoutMs - performance.now();
   if (left <= 0 && !req.complete) return Promise.reject(late(timeoutMs));
 
+  // A large body with a declared length is copied into one buffer of that length as it arrives
+  // (once COPY_FROM bytes came): no concatenation of tens of megabytes at its end, a copy that
+  // held the event loop 20-40 ms (fresh pages) just when the body was complete. The buffer owns
+  // its memory, so the JSON worker takes it without a copy.
+  const length = declared === undefined ? Number.NaN : Number(declared);
   return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
+    let chunks: Buffer[] | undefined = [];
+    let whole: Buffer | undefined;
     let size = 0;
     let done = false;
     // Never refreshed: however the bytes come, the body ends by the deadline. A body already
@@ -100,16 +109,31 @@ export function readBody(req: IncomingMessage, limit: number, timeoutMs: number)
       req.off('error', onError);
       req.off('close', onClose);
       if (err !== null) reject(err);
-      else resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+      else if (whole !== undefined) resolve(size === whole.length ? whole : whole.subarray(0, size));
+      else resolve(chunks!.length === 1 ? chunks![0]! : Buffer.concat(chunks!, size));
     };
     const onData = (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > limit) {
+      if (size + chunk.length > limit) {
+        size += chunk.length;
         req.pause();
         finish(tooLarge(limit));
         return;
       }
-      chunks.push(chunk);
+      if (whole !== undefined) {
+        // node:http never passes more than Content-Length; were it to, the body is not the one declared.
+        if (size + chunk.length > whole.length) { finish(new GatewayError('invalid_json', 'The request body is longer than its Content-Length.')); return; }
+        chunk.copy(whole, size);
+        size += chunk.length;
+        return;
+      }
+      size += chunk.length;
+      chunks!.push(chunk);
+      if (whole === undefined && size >= COPY_FROM && length >= size) {
+        whole = Buffer.allocUnsafeSlow(length);
+        let at = 0;
+        for (const c of chunks!) at += c.copy(whole, at);
+        chunks = undefined;
+      }
     };
     const onEnd = () => finish(null);
     const onError = () => finish(new GatewayError('invalid_json', 'The request body could not be read.'));
