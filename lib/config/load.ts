@@ -100,8 +100,20 @@ function deepFreeze<T>(value: T): T {
   return value;
 }
 
-/** Validates a parsed config object (a copy of it is defaulted and frozen). */
+/**
+ * The configs validateConfig made. A config is validated once, where it enters (the file, or an
+ * embedder's object): what takes a Config (the gateway, a reload) is given this one back as it is.
+ */
+const validated = new WeakSet<object>();
+
+/**
+ * Validates a parsed config object (a copy of it is defaulted and frozen). A config this
+ * function made is returned as it is: it was validated, and it is frozen. Validating a plain copy
+ * of one gives the same config again (idempotent): the defaults it filled in are values the
+ * schema accepts beside what was given.
+ */
 export function validateConfig(input: unknown): Config {
+  if (typeof input === 'object' && input !== null && validated.has(input)) return input as Config;
   const data: unknown = input === null || input === undefined ? {} : structuredClone(input);
   // Schema and cross-reference problems are listed together: fixing one kind never reveals
   // more of the other.
@@ -109,11 +121,15 @@ export function validateConfig(input: unknown): Config {
   const problems = [...(schemaOk ? [] : (validateSchema.errors ?? []).map(describe)), ...crossCheck(data)];
   if (problems.length > 0) throw new ConfigError([...new Set(problems)]);
   const config = data as unknown as Config;
-  config.store.url ??= DEFAULT_REDIS_URL;
+  // The default Redis only where no other way to reach Redis is given: a url beside
+  // sentinel or cluster is a problem (crossCheck), and this config must pass again as it is.
+  if (config.store.sentinel === null && config.store.cluster === null) config.store.url ??= DEFAULT_REDIS_URL;
   config.store.wait_timeout_ms ??= Math.max(1, Math.floor(config.store.timeout_ms / 2));
   for (const m of config.models) m.upstream_model ??= m.id;
   if (config.admin.token === '') config.admin.token = null;
-  return deepFreeze(config);
+  deepFreeze(config);
+  validated.add(config);
+  return config;
 }
 
 /** Where the first alias `*name` stands, as a config path (`server`, `models[2].price`). */

@@ -82,5 +82,6 @@ export function topologyOf(config: Config['store']): RedisTopology {
     };
   }
   if (config.cluster !== null) return { kind: 'cluster', nodes: config.cluster, password: config.password };
-  return { kind: 'url', url: config.url };
+  // validateConfig sets url whenever neither sentinel nor cluster is given.
+  return { kind: 'url', url: config.url ?? 'redis://127.0.0.1:6379' };
 }
