@@ -6,6 +6,7 @@ import type { ErrorObject, ValidateFunction } from 'ajv';
 import YAML from 'yaml';
 import { clip } from '../errors.js';
 import { crossCheck } from './cross-check.js';
+import { fileProblems } from './files.js';
 import generatedValidator from './schema-validator.js';
 import type { Config } from './types.js';
 
@@ -156,7 +157,11 @@ function aliasPath(doc: YAML.Document.Parsed | undefined, name: string): string 
 
 /** Parses YAML text: env interpolation, then validation. */
 export function parseConfig(text: string, env: NodeJS.ProcessEnv = process.env): Config {
-  let data: unknown;
+  return validateConfig(parseDocument(text, env));
+}
+
+/** YAML text to data, `${NAME}` interpolated; ConfigError for a document that cannot be read. */
+function parseDocument(text: string, env: NodeJS.ProcessEnv): unknown {
   let doc: YAML.Document.Parsed | undefined;
   try {
     doc = YAML.parseDocument(text, { prettyErrors: true, uniqueKeys: true });
@@ -164,7 +169,7 @@ export function parseConfig(text: string, env: NodeJS.ProcessEnv = process.env):
       throw new ConfigError([...new Set(doc.errors.map((e) => `(yaml): ${e.message.split('\n')[0]!.replace(/:$/, '')}`))]);
     }
     interpolateDocument(doc, env);
-    data = doc.toJS({ maxAliasCount: MAX_ALIAS_COUNT });
+    return doc.toJS({ maxAliasCount: MAX_ALIAS_COUNT });
   } catch (err) {
     if (err instanceof ConfigError) throw err;
     // yaml throws (rather than reporting) on an alias bomb; a document nested too deeply for the
@@ -177,9 +182,13 @@ export function parseConfig(text: string, env: NodeJS.ProcessEnv = process.env):
         ? `${aliasPath(doc, unresolved[1]!)}: unresolved alias *${clip(unresolved[1]!, 64)} (an anchor must be set before its alias)`
         : `(yaml): cannot read the document: ${message.split('\n')[0]}`]);
   }
-  return validateConfig(data);
 }
 
+/**
+ * A config file as `tollgate check`, `tollgate serve` and its reloads all take it: read,
+ * interpolated, validated, and the files and folders it names checked where the gateway would use
+ * them (files.ts), every problem listed at once. The one path a file takes to a Config.
+ */
 export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = process.env): Promise<Config> {
   let text: string;
   try {
@@ -187,10 +196,22 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
   } catch (err) {
     throw new ConfigError([`(file): cannot read ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`]);
   }
+  let data: unknown;
   try {
-    return parseConfig(text, env);
+    data = parseDocument(text, env);
   } catch (err) {
     if (err instanceof ConfigError) throw new ConfigError(err.problems, path);
     throw err;
   }
+  let config: Config | undefined;
+  const problems: string[] = [];
+  try {
+    config = validateConfig(data);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    problems.push(...err.problems);
+  }
+  problems.push(...await fileProblems(data));
+  if (config === undefined || problems.length > 0) throw new ConfigError([...new Set(problems)], path);
+  return config;
 }

@@ -1,0 +1,81 @@
+// The files and folders a config names, checked where the gateway would use them, so that
+// `tollgate check` refuses what `tollgate serve` could not start with (CONTRACT section 11).
+// Both commands run these checks on the file (load.ts checkConfigFile); they are cheap (a few
+// stat and access calls, one mkdir and rmdir of a probe folder). Like crossCheck they read the
+// data whether or not the schema accepted it, and skip the parts whose shape is wrong.
+
+import { randomBytes } from 'node:crypto';
+import { constants } from 'node:fs';
+import { access, lstat, mkdir, rmdir, stat } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+
+type Obj = Record<string, unknown>;
+
+const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v);
+const obj = (v: unknown): Obj => (isObj(v) ? v : {});
+const q = (v: string): string => JSON.stringify(v);
+const codeOf = (err: unknown): string => (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+
+/** Every problem with the files and folders of a (possibly schema-invalid) config. */
+export async function fileProblems(data: unknown): Promise<string[]> {
+  const c = obj(data);
+  const problems: string[] = [];
+  const store = obj(c.store);
+  if ((store.kind ?? 'memory') === 'memory' && typeof store.path === 'string' && store.path !== '') {
+    const why = await storeDirProblem(store.path);
+    if (why !== undefined) problems.push(`store.path: ${why}`);
+  }
+  return problems;
+}
+
+/** Files the memory store keeps in its folder (journal.ts, usage-files.ts): a folder there breaks it. */
+const STORE_FILES = ['journal.jsonl', 'snapshot.json'];
+
+/**
+ * Why the memory store could not live in `path`: it must be a folder the gateway can write, or
+ * one it can create (its nearest existing parent takes a new folder: tried with a probe folder,
+ * since a permission check says yes to root under /proc or /sys where mkdir still fails).
+ */
+async function storeDirProblem(path: string): Promise<string | undefined> {
+  const abs = resolve(path);
+  const found = await stat(abs).catch((err: NodeJS.ErrnoException) => err);
+  if (!(found instanceof Error)) {
+    if (!found.isDirectory()) return `${q(path)} is not a directory`;
+    try {
+      await access(abs, constants.R_OK | constants.W_OK | constants.X_OK);
+    } catch (err) {
+      return `${q(path)} is not writable (${codeOf(err)})`;
+    }
+    for (const name of STORE_FILES) {
+      const file = await stat(join(abs, name)).catch(() => undefined);
+      if (file !== undefined && !file.isFile()) return `${q(join(path, name))} is not a regular file`;
+    }
+    const usage = await stat(join(abs, 'usage')).catch(() => undefined);
+    if (usage !== undefined && !usage.isDirectory()) return `${q(join(path, 'usage'))} is not a directory`;
+    return undefined;
+  }
+  if (found.code !== 'ENOENT' && found.code !== 'ENOTDIR') return `cannot be used (${found.code ?? found.message})`;
+  // Up to the nearest thing that exists: it must be a folder that takes a new one (the store
+  // creates the rest below it).
+  let at = abs;
+  for (;;) {
+    const parent = dirname(at);
+    if (parent === at) return 'cannot be created (no existing folder above it)';
+    // A symbolic link to nothing is "missing" to stat, and cannot be made into a folder.
+    if (await lstat(at).then((s) => s.isSymbolicLink(), () => false)) return `cannot be created: ${q(at)} is a symbolic link to nothing`;
+    const up = await stat(parent).catch((err: NodeJS.ErrnoException) => err);
+    if (up instanceof Error) {
+      if (up.code === 'ENOENT' || up.code === 'ENOTDIR') { at = parent; continue; }
+      return `cannot be created under ${q(parent)} (${up.code ?? up.message})`;
+    }
+    if (!up.isDirectory()) return `cannot be created: ${q(parent)} is not a directory`;
+    const probe = join(parent, `.tollgate-check-${process.pid}-${randomBytes(4).toString('hex')}`);
+    try {
+      await mkdir(probe);
+    } catch (err) {
+      return `cannot be created: ${q(parent)} does not take a new folder (${codeOf(err)})`;
+    }
+    await rmdir(probe).catch(() => undefined);
+    return undefined;
+  }
+}

@@ -1,0 +1,97 @@
+// A config that `tollgate check` refuses, `tollgate serve` refuses with the same lines, exit 1;
+// a value serve still cannot use when it starts is one `path: message` line, exit 1; never a
+// stack trace, never a spin or a hang (CONTRACT section 11). Found by an operator: a store.path
+// under /proc made serve spin at 100% CPU forever without listening or logging, and one naming
+// a regular file exited with a raw stack.
+
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { BIN } from '../helpers/child.js';
+
+const dir = await mkdtemp(join(tmpdir(), 'tollgate-start-'));
+t.teardown(() => rm(dir, { recursive: true, force: true }));
+
+export interface Run { code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }
+
+/** Runs the bin; SIGKILLed after `ms` (then signal is SIGKILL: it hung or spun). */
+function run(args: string[], ms = 20_000): Promise<Run> {
+  return new Promise((resolve) => {
+    const proc = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TOLLGATE_LOG_LEVEL: 'warn' } });
+    let stdout = '';
+    let stderr = '';
+    proc.stdout.on('data', (d) => { stdout += d; });
+    proc.stderr.on('data', (d) => { stderr += d; });
+    const timer = setTimeout(() => proc.kill('SIGKILL'), ms);
+    proc.once('close', (code, signal) => { clearTimeout(timer); resolve({ code, signal, stdout, stderr }); });
+  });
+}
+
+async function configFile(name: string, text: string): Promise<string> {
+  const file = join(dir, name);
+  await writeFile(file, `server: {port: 0, drain_timeout_ms: 1000}\n${text}`);
+  return file;
+}
+
+const NO_STACK = /^\s+at /m;
+
+t.test('a store.path serve cannot use: check and serve refuse it with the same line', async (t) => {
+  const aFile = join(dir, 'a-file');
+  await writeFile(aFile, 'x');
+  const cases: Array<[string, string, RegExp]> = [
+    ['under /proc', '/proc/tollgate-test/state', /^store\.path: cannot be created: "\/proc" does not take a new folder \(ENOENT\)$/],
+    ['a regular file', aFile, /^store\.path: ".*a-file" is not a directory$/],
+    ['below a regular file', join(aFile, 'state'), /^store\.path: cannot be created: ".*a-file" is not a directory$/],
+    ['a folder nobody may write', '/proc/sys', /^store\.path: "\/proc\/sys" is not writable \(EACCES\)$/],
+  ];
+  for (const [name, path, line] of cases) {
+    const file = await configFile(`${name.replace(/\W/g, '-')}.yaml`, `store: {path: ${JSON.stringify(path)}}\n`);
+    const checked = await run(['check', '--config', file]);
+    const served = await run(['serve', '--config', file]);
+    t.equal(checked.code, 1, `${name}: check exits 1`);
+    t.match(checked.stderr.trim(), line, `${name}: check says why`);
+    t.equal(served.signal, null, `${name}: serve ended by itself (no spin)`);
+    t.equal(served.code, 1, `${name}: serve exits 1`);
+    t.equal(served.stderr, checked.stderr, `${name}: serve prints the lines check prints`);
+    t.notMatch(served.stderr, NO_STACK, `${name}: no stack trace`);
+    t.notMatch(served.stdout, /listening/);
+  }
+});
+
+t.test('a store serve still cannot open (its snapshot is not one) is one store.path line, exit 1', async (t) => {
+  const store = join(dir, 'corrupt');
+  await mkdir(store);
+  await writeFile(join(store, 'snapshot.json'), '{"not": "a snapshot"');
+  const file = await configFile('corrupt.yaml', `store: {path: ${JSON.stringify(store)}}\n`);
+  t.equal((await run(['check', '--config', file])).code, 0, 'check looks at files, not into the store\'s data');
+  const served = await run(['serve', '--config', file]);
+  t.equal(served.code, 1);
+  t.match(served.stderr, /^store\.path: cannot open the store in ".*corrupt": .+\n$/, 'one line naming store.path');
+  t.notMatch(served.stderr, NO_STACK);
+});
+
+t.test('SIGTERM while serve is still starting: the store is closed and the exit is 0', async (t) => {
+  // A "Redis" that takes the connection and never answers holds the start up for
+  // store.timeout_ms (CONTRACT section 9); its first connection says the start is under way.
+  let connected!: () => void;
+  const reached = new Promise<void>((resolve) => { connected = resolve; });
+  const silent = createServer((socket) => { socket.on('error', () => undefined); connected(); });
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => { silent.close(); });
+  const port = (silent.address() as AddressInfo).port;
+  const file = await configFile('slow-start.yaml', `store: {kind: redis, url: "redis://127.0.0.1:${port}", timeout_ms: 20000}\n`);
+  const proc = spawn(process.execPath, [BIN, 'serve', '--config', file], { stdio: ['ignore', 'pipe', 'pipe'] });
+  t.teardown(() => { if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL'); });
+  let out = '';
+  proc.stdout.on('data', (d) => { out += d; });
+  proc.stderr.on('data', (d) => { out += d; });
+  const exited = new Promise<[number | null, string | null]>((resolve) => proc.once('exit', (code, signal) => resolve([code, signal])));
+  await reached;
+  t.notMatch(out, /listening on/, 'still starting');
+  proc.kill('SIGTERM');
+  t.strictSame(await exited, [0, null], 'exit 0, not killed by the signal');
+  t.notMatch(out, NO_STACK);
+});
