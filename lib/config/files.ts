@@ -1,13 +1,18 @@
 // The files and folders a config names, checked where the gateway would use them, so that
-// `tollgate check` refuses what `tollgate serve` could not start with (CONTRACT section 11).
-// Both commands run these checks on the file (load.ts checkConfigFile); they are cheap (a few
-// stat and access calls, one mkdir and rmdir of a probe folder). Like crossCheck they read the
-// data whether or not the schema accepted it, and skip the parts whose shape is wrong.
+// `tollgate check` refuses what `tollgate serve` could not start with (CONTRACT section 11):
+// the memory store's folder, and the tokenizer.json files (loaded with the gateway's own
+// loader). Both commands run these checks on the file (load.ts loadConfigFile); they are cheap
+// (a few stat and access calls, one mkdir and rmdir of a probe folder, each tokenizer.json read
+// once). Like crossCheck they read the data whether or not the schema accepted it, and skip the
+// parts whose shape is wrong.
 
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { access, lstat, mkdir, rmdir, stat } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
+import { clip } from '../errors.js';
+import type { Config, TokenizerSpec } from './types.js';
+import { ConfigValueError } from './value-error.js';
 
 type Obj = Record<string, unknown>;
 
@@ -25,7 +30,59 @@ export async function fileProblems(data: unknown): Promise<string[]> {
     const why = await storeDirProblem(store.path);
     if (why !== undefined) problems.push(`store.path: ${why}`);
   }
+  for (const [spec, paths] of tokenizerUses(c, true)) {
+    const why = await tokenizerProblem(spec);
+    if (why !== undefined) problems.push(...paths.map((path) => `${path}: ${why}`));
+  }
   return problems;
+}
+
+/**
+ * Loads every tokenizer a validated config names, as the gateway does when it starts; one that
+ * cannot load is a ConfigValueError naming the first value that names it.
+ */
+export async function loadConfigTokenizers(config: Config): Promise<void> {
+  for (const [spec, paths] of tokenizerUses(config as unknown as Obj, false)) {
+    const why = await tokenizerProblem(spec);
+    if (why !== undefined) throw new ConfigValueError(paths[0]!, why);
+  }
+}
+
+const TOKENIZER_FILE = /.\.json$/;
+
+/**
+ * The tokenizers a config names, each with the paths that name it: o200k_base (every gateway
+ * counts with it) and the models' and the providers' model_defaults' tokenizers; only the
+ * tokenizer.json files when `filesOnly` (the encodings ship with the gateway).
+ */
+function tokenizerUses(c: Obj, filesOnly: boolean): Map<string, string[]> {
+  const uses = new Map<string, string[]>();
+  const add = (spec: unknown, path: string) => {
+    if (typeof spec !== 'string' || (filesOnly && !TOKENIZER_FILE.test(spec))) return;
+    const key = spec === 'upstream' ? 'o200k_base' : spec;
+    uses.set(key, [...(uses.get(key) ?? []), path]);
+  };
+  if (!filesOnly) add('o200k_base', 'models');
+  (Array.isArray(c.models) ? c.models : []).forEach((m, i) => add(obj(m).tokenizer, `models[${i}].tokenizer`));
+  for (const [name, p] of Object.entries(obj(c.providers))) add(obj(obj(p).model_defaults).tokenizer, `providers.${name}.model_defaults.tokenizer`);
+  return uses;
+}
+
+/**
+ * Why a tokenizer cannot be loaded, or undefined once it is. The loader is the gateway's own
+ * (tokens/count.ts, imported only for a config that names a tokenizer.json): what `check` loads
+ * here, `serve` does not load again.
+ */
+async function tokenizerProblem(spec: string): Promise<string | undefined> {
+  const { loadTokenizers } = await import('../tokens/count.js');
+  try {
+    await loadTokenizers([spec as TokenizerSpec]);
+    return undefined;
+  } catch (err) {
+    // count.ts says "tokenizer PATH: why"; a JSON error quotes the file, new lines and all.
+    const why = (err instanceof Error ? err.message : String(err)).replace(`tokenizer ${spec}: `, '').replace(/\s+/g, ' ').trim();
+    return `cannot load ${q(spec)}: ${clip(why, 200)}`;
+  }
 }
 
 /** Files the memory store keeps in its folder (journal.ts, usage-files.ts): a folder there breaks it. */

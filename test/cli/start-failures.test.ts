@@ -11,6 +11,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BIN } from '../helpers/child.js';
+import { TINY_TOKENIZER } from '../helpers/config-gen.js';
 
 const dir = await mkdtemp(join(tmpdir(), 'tollgate-start-'));
 t.teardown(() => rm(dir, { recursive: true, force: true }));
@@ -59,6 +60,36 @@ t.test('a store.path serve cannot use: check and serve refuse it with the same l
     t.notMatch(served.stderr, NO_STACK, `${name}: no stack trace`);
     t.notMatch(served.stdout, /listening/);
   }
+});
+
+t.test('a tokenizer.json serve cannot load: check and serve refuse it with the same lines', async (t) => {
+  const notJson = join(dir, 'not-json.json');
+  await writeFile(notJson, 'not\njson');
+  const notTokenizer = join(dir, 'not-tokenizer.json');
+  await writeFile(notTokenizer, '{"a": 1}');
+  const folder = join(dir, 'folder.json');
+  await mkdir(folder);
+  const missing = join(dir, 'missing', 'tokenizer.json');
+  const text = `providers:\n  echo: {kind: echo, model_defaults: {tokenizer: ${JSON.stringify(missing)}}}\nmodels:\n` +
+    [missing, notJson, notTokenizer, folder, 'o200k_base', TINY_TOKENIZER].map((tok, i) => `  - {id: m${i}, provider: echo, tokenizer: ${JSON.stringify(tok)}}\n`).join('');
+  const file = await configFile('tokenizers.yaml', text);
+  const checked = await run(['check', '--config', file]);
+  t.equal(checked.code, 1);
+  const q = (p: string) => JSON.stringify(p).replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+  const lines = checked.stderr.trim().split('\n');
+  t.equal(lines.length, 5, 'every problem at once, one line each');
+  const expected = [
+    new RegExp(`^models\\[0\\]\\.tokenizer: cannot load ${q(missing)}: ENOENT: no such file or directory`),
+    new RegExp(`^providers\\.echo\\.model_defaults\\.tokenizer: cannot load ${q(missing)}: ENOENT`),
+    new RegExp(`^models\\[1\\]\\.tokenizer: cannot load ${q(notJson)}: Unexpected token .*is not valid JSON`),
+    new RegExp(`^models\\[2\\]\\.tokenizer: cannot load ${q(notTokenizer)}: not a usable tokenizer\\.json`),
+    new RegExp(`^models\\[3\\]\\.tokenizer: cannot load ${q(folder)}: EISDIR`),
+  ];
+  expected.forEach((re, i) => t.match(lines[i], re, `line ${i + 1}`));
+  const served = await run(['serve', '--config', file]);
+  t.equal(served.code, 1);
+  t.equal(served.stderr, checked.stderr, 'serve prints the lines check prints');
+  t.notMatch(served.stderr, NO_STACK);
 });
 
 t.test('a store serve still cannot open (its snapshot is not one) is one store.path line, exit 1', async (t) => {
