@@ -46,8 +46,8 @@ async function serve(argv: string[]): Promise<void> {
   });
   if (values.config === undefined) fail(`tollgate serve: --config FILE is required\n${USAGE}`);
   // All three at once: serve needs them all, so none waits for another.
-  const [{ ConfigError, loadConfigFile }, { ConfigValueError }, { createGateway }, { listen }] = await Promise.all([
-    import('./config/load.js'), import('./config/value-error.js'), import('./gateway.js'), import('./http/server.js'),
+  const [{ ConfigError, loadConfigFile }, { ConfigValueError }, { listenProblem }, { createGateway }, { listen }] = await Promise.all([
+    import('./config/load.js'), import('./config/value-error.js'), import('./config/local.js'), import('./gateway.js'), import('./http/server.js'),
   ]);
   const path = values.config;
   let config;
@@ -90,7 +90,7 @@ async function serve(argv: string[]): Promise<void> {
   } catch (err) {
     if (stopping) return;
     const where = { host, port, hostPath: values.host === undefined ? 'server.host' : '--host', portPath: values.port === undefined ? 'server.port' : '--port' };
-    const lines = err instanceof ConfigValueError ? [err.line] : listenProblems(err, where);
+    const lines = err instanceof ConfigValueError ? [err.line] : listenProblems(err, where, listenProblem);
     if (lines === undefined) gateway.logger.error({ err }, 'the gateway could not start');
     process.stderr.write(`${(lines ?? [`tollgate: cannot start: ${firstLine(err)}`]).join('\n')}\n`);
     await closeWithin(gateway, 5000);
@@ -139,20 +139,16 @@ function firstLine(err: unknown): string {
 
 /**
  * A failure to listen as a `path: message` line (CONTRACT section 11), naming the config key or
- * the flag that gave the address; undefined for any other error.
+ * the flag that gave the address, and saying a host's problem as `check` says it; undefined for
+ * any other error.
  */
-function listenProblems(err: unknown, at: ListenAt): string[] | undefined {
+function listenProblems(err: unknown, at: ListenAt, hostProblem: (host: string, err: NodeJS.ErrnoException) => string): string[] | undefined {
   const e = err as NodeJS.ErrnoException;
   if (!(err instanceof Error) || e.code === undefined || !['listen', 'bind', 'getaddrinfo'].includes(e.syscall ?? '')) return undefined;
   const addr = `${at.host.includes(':') ? `[${at.host}]` : at.host}:${at.port}`;
-  switch (e.code) {
-    case 'EADDRINUSE': return [`${at.portPath}: ${addr} is already in use (EADDRINUSE)`];
-    case 'EACCES': return [`${at.portPath}: no permission to listen on ${addr} (EACCES)`];
-    case 'EADDRNOTAVAIL': return [`${at.hostPath}: ${JSON.stringify(at.host)} is not an address of this machine (EADDRNOTAVAIL)`];
-    case 'ENOTFOUND': case 'EAI_AGAIN': case 'EAI_FAIL': case 'EAI_NODATA': case 'EAI_NONAME':
-      return [`${at.hostPath}: ${JSON.stringify(at.host)} cannot be resolved (${e.code})`];
-    default: return [`${at.hostPath}: cannot listen on ${addr} (${e.code})`];
-  }
+  if (e.code === 'EADDRINUSE') return [`${at.portPath}: ${addr} is already in use (EADDRINUSE)`];
+  if (e.code === 'EACCES') return [`${at.portPath}: no permission to listen on ${addr} (EACCES)`];
+  return [`${at.hostPath}: ${hostProblem(at.host, e)}`];
 }
 
 /** Closes the gateway (its store flushed), giving up after `ms`. */

@@ -12,7 +12,7 @@ import { Authenticator } from './auth/authenticator.js';
 import { Catalog } from './catalog/catalog.js';
 import { Discovery } from './catalog/discovery.js';
 import { ContentPolicy } from './chat/checks.js';
-import { loadConfigTokenizers } from './config/files.js';
+import { loadConfigTokenizers } from './config/local.js';
 import type { Config, ModelConfig } from './config/types.js';
 import type { Logger } from './observe/log.js';
 import { createProvider, type Provider } from './providers/index.js';

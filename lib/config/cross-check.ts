@@ -108,6 +108,13 @@ export function crossCheck(data: unknown): string[] {
     } catch { problems.push('server.passthrough: must be an http:// or https:// URL'); }
   }
 
+  // The schema's pattern lets through what is no URL (`http://[::1`): tracing would then fail
+  // to start, and only the log would say so.
+  const otlp = obj(c.observe).otlp_endpoint;
+  if (text(otlp) && /^https?:\/\/\S+$/.test(otlp)) {
+    try { new URL(otlp); } catch { problems.push('observe.otlp_endpoint: must be an http:// or https:// URL, or null'); }
+  }
+
   problems.push(...storeProblems(obj(c.store)));
 
   const jwt = obj(c.auth).jwt;

@@ -6,7 +6,7 @@ import type { ErrorObject, ValidateFunction } from 'ajv';
 import YAML from 'yaml';
 import { clip } from '../errors.js';
 import { crossCheck } from './cross-check.js';
-import { fileProblems } from './files.js';
+import { localProblems } from './local.js';
 import generatedValidator from './schema-validator.js';
 import type { Config } from './types.js';
 
@@ -186,8 +186,8 @@ function parseDocument(text: string, env: NodeJS.ProcessEnv): unknown {
 
 /**
  * A config file as `tollgate check`, `tollgate serve` and its reloads all take it: read,
- * interpolated, validated, and the files and folders it names checked where the gateway would use
- * them (files.ts), every problem listed at once. The one path a file takes to a Config.
+ * interpolated, validated, and what it names on this machine checked where the gateway would use
+ * it (local.ts: files, folders, the host), every problem listed at once. The one path a file takes to a Config.
  */
 export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = process.env): Promise<Config> {
   let text: string;
@@ -211,7 +211,7 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
     if (!(err instanceof ConfigError)) throw err;
     problems.push(...err.problems);
   }
-  problems.push(...await fileProblems(data));
+  problems.push(...await localProblems(data));
   if (config === undefined || problems.length > 0) throw new ConfigError([...new Set(problems)], path);
   return config;
 }

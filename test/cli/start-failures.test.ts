@@ -31,9 +31,10 @@ function run(args: string[], ms = 20_000): Promise<Run> {
   });
 }
 
-async function configFile(name: string, text: string): Promise<string> {
+/** A config file: `server` (the inside of its map) and the rest of the YAML. */
+async function configFile(name: string, text: string, server = 'port: 0, drain_timeout_ms: 1000'): Promise<string> {
   const file = join(dir, name);
-  await writeFile(file, `server: {port: 0, drain_timeout_ms: 1000}\n${text}`);
+  await writeFile(file, `server: {${server}}\n${text}`);
   return file;
 }
 
@@ -90,6 +91,52 @@ t.test('a tokenizer.json serve cannot load: check and serve refuse it with the s
   t.equal(served.code, 1);
   t.equal(served.stderr, checked.stderr, 'serve prints the lines check prints');
   t.notMatch(served.stderr, NO_STACK);
+});
+
+t.test('the address to listen on: check refuses a host serve cannot listen on, with the line serve prints', async (t) => {
+  const cases: Array<[string, RegExp]> = [
+    ['no-such-host.invalid', /^server\.host: "no-such-host\.invalid" cannot be resolved \((ENOTFOUND|EAI_AGAIN)\)\n$/],
+    ['192.0.2.1', /^server\.host: "192\.0\.2\.1" is not an address of this machine \(EADDRNOTAVAIL\)\n$/],
+  ];
+  for (const [host, line] of cases) {
+    const file = await configFile(`host-${host}.yaml`, '', `port: 0, host: ${JSON.stringify(host)}`);
+    const checked = await run(['check', '--config', file]);
+    t.equal(checked.code, 1, `${host}: check exits 1`);
+    t.match(checked.stderr, line);
+    const served = await run(['serve', '--config', file]);
+    t.equal(served.code, 1, `${host}: serve exits 1`);
+    t.equal(served.stderr, checked.stderr, `${host}: the same line`);
+    t.notMatch(served.stderr, NO_STACK);
+  }
+  const file = await configFile('host-flag.yaml', '');
+  const flagged = await run(['serve', '--config', file, '--host', 'no-such-host.invalid']);
+  t.equal(flagged.code, 1);
+  t.match(flagged.stderr, /^--host: "no-such-host\.invalid" cannot be resolved \((ENOTFOUND|EAI_AGAIN)\)\n$/, 'the flag is named when it gave the host');
+});
+
+t.test('a port in use: serve says so in one line and exits 1 (check, run beside a gateway, does not judge ports)', async (t) => {
+  const taken = createServer();
+  await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => { taken.close(); });
+  const port = (taken.address() as AddressInfo).port;
+  const file = await configFile('port-taken.yaml', '', `port: ${port}`);
+  t.equal((await run(['check', '--config', file])).code, 0);
+  const served = await run(['serve', '--config', file]);
+  t.equal(served.code, 1);
+  t.equal(served.stderr, `server.port: 127.0.0.1:${port} is already in use (EADDRINUSE)\n`);
+  const flagged = await run(['serve', '--config', await configFile('port-flag.yaml', ''), '--port', String(port)]);
+  t.equal(flagged.code, 1);
+  t.equal(flagged.stderr, `--port: 127.0.0.1:${port} is already in use (EADDRINUSE)\n`);
+});
+
+t.test('an otlp_endpoint that is no URL: check refuses it (tracing could not start)', async (t) => {
+  const file = await configFile('otlp.yaml', 'observe: {otlp_endpoint: "http://[::1"}\n');
+  const checked = await run(['check', '--config', file]);
+  t.equal(checked.code, 1);
+  t.equal(checked.stderr, 'observe.otlp_endpoint: must be an http:// or https:// URL, or null\n');
+  const served = await run(['serve', '--config', file]);
+  t.equal(served.code, 1);
+  t.equal(served.stderr, checked.stderr);
 });
 
 t.test('a store serve still cannot open (its snapshot is not one) is one store.path line, exit 1', async (t) => {

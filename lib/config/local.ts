@@ -1,14 +1,17 @@
-// The files and folders a config names, checked where the gateway would use them, so that
-// `tollgate check` refuses what `tollgate serve` could not start with (CONTRACT section 11):
-// the memory store's folder, and the tokenizer.json files (loaded with the gateway's own
-// loader). Both commands run these checks on the file (load.ts loadConfigFile); they are cheap
-// (a few stat and access calls, one mkdir and rmdir of a probe folder, each tokenizer.json read
-// once). Like crossCheck they read the data whether or not the schema accepted it, and skip the
-// parts whose shape is wrong.
+// What a config names on the machine it runs on, checked where the gateway would use it, so
+// that `tollgate check` refuses what `tollgate serve` could not start with (CONTRACT section
+// 11): the memory store's folder, the tokenizer.json files (loaded with the gateway's own
+// loader), and the address to listen on (it resolves and is one of this machine's). Both
+// commands run these checks on the file (load.ts loadConfigFile); they are cheap (a few stat and
+// access calls, one mkdir and rmdir of a probe folder, each tokenizer.json read once, one
+// lookup and a listen on port 0, closed at once). Like crossCheck they read the data whether or
+// not the schema accepted it, and skip the parts whose shape is wrong. A port in use is left to
+// serve: check runs beside the gateway it checks a new config for.
 
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { access, lstat, mkdir, rmdir, stat } from 'node:fs/promises';
+import { createServer } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { clip } from '../errors.js';
 import type { Config, TokenizerSpec } from './types.js';
@@ -21,10 +24,15 @@ const obj = (v: unknown): Obj => (isObj(v) ? v : {});
 const q = (v: string): string => JSON.stringify(v);
 const codeOf = (err: unknown): string => (err as NodeJS.ErrnoException).code ?? (err as Error).message;
 
-/** Every problem with the files and folders of a (possibly schema-invalid) config. */
-export async function fileProblems(data: unknown): Promise<string[]> {
+/** Every problem with what a (possibly schema-invalid) config names on this machine. */
+export async function localProblems(data: unknown): Promise<string[]> {
   const c = obj(data);
   const problems: string[] = [];
+  const host = obj(c.server).host;
+  if (typeof host === 'string') {
+    const why = await hostProblem(host);
+    if (why !== undefined) problems.push(`server.host: ${why}`);
+  }
   const store = obj(c.store);
   if ((store.kind ?? 'memory') === 'memory' && typeof store.path === 'string' && store.path !== '') {
     const why = await storeDirProblem(store.path);
@@ -82,6 +90,38 @@ async function tokenizerProblem(spec: string): Promise<string | undefined> {
     // count.ts says "tokenizer PATH: why"; a JSON error quotes the file, new lines and all.
     const why = (err instanceof Error ? err.message : String(err)).replace(`tokenizer ${spec}: `, '').replace(/\s+/g, ' ').trim();
     return `cannot load ${q(spec)}: ${clip(why, 200)}`;
+  }
+}
+
+/** How long the listening probe may take (a slow resolver): past it, the host is not judged. */
+const HOST_PROBE_MS = 3000;
+
+/**
+ * Why the gateway could not listen on `host`: a name that does not resolve, or an address
+ * that is not this machine's. Found by listening on port 0 there and closing at once.
+ */
+async function hostProblem(host: string): Promise<string | undefined> {
+  const server = createServer();
+  let timer: NodeJS.Timeout | undefined;
+  const err = await Promise.race([
+    new Promise<NodeJS.ErrnoException | undefined>((resolve) => {
+      server.once('error', resolve);
+      server.listen(0, host, () => resolve(undefined));
+    }),
+    new Promise<undefined>((resolve) => { timer = setTimeout(() => resolve(undefined), HOST_PROBE_MS); timer.unref(); }),
+  ]);
+  clearTimeout(timer);
+  server.close();
+  return err === undefined ? undefined : listenProblem(host, err);
+}
+
+/** A failure to listen on `host`, said as the rest of a `server.host: ...` line. */
+export function listenProblem(host: string, err: NodeJS.ErrnoException): string {
+  switch (err.code) {
+    case 'EADDRNOTAVAIL': return `${q(host)} is not an address of this machine (EADDRNOTAVAIL)`;
+    case 'ENOTFOUND': case 'EAI_AGAIN': case 'EAI_FAIL': case 'EAI_NODATA': case 'EAI_NONAME':
+      return `${q(host)} cannot be resolved (${err.code})`;
+    default: return `cannot listen on ${q(host)} (${err.code ?? err.message})`;
   }
 }
 
