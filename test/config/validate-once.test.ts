@@ -56,7 +56,7 @@ t.test('the gateway takes a validated config as it is; a plain object is validat
 });
 
 t.test('validating a copy of a validated config gives the same config (property)', async (t) => {
-  const places = { dir, file: join(dir, 'f'), notJson: join(dir, 'n.json'), closedPort };
+  const places = { dir, file: join(dir, 'f'), notJson: join(dir, 'n.json'), folderJson: join(dir, 'd.json'), closedPort };
   let accepted = 0;
   fc.assert(fc.property(configArb(places), ({ config }) => {
     let once;

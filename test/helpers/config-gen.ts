@@ -17,6 +17,8 @@ export interface GenPlaces {
   file: string;
   /** A file ending in .json that is not JSON. */
   notJson: string;
+  /** A folder whose name ends in .json. */
+  folderJson: string;
   /** A port nothing listens on. */
   closedPort: number;
 }
@@ -84,7 +86,7 @@ function tokenizerPart(p: GenPlaces, all: boolean): fc.Arbitrary<[string, boolea
     [TINY_TOKENIZER, true],
     [join(p.dir, 'missing', 'tokenizer.json'), false],
     [p.notJson, false],
-    [p.dir + '.json', false],
+    [p.folderJson, false],
   ]);
 }
 
