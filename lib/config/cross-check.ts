@@ -54,7 +54,10 @@ export function crossCheck(data: unknown): string[] {
       try { new URL(p.base_url); } catch { problems.push(`providers.${name}.base_url: must be an http:// or https:// URL`); }
     }
     problems.push(...replicaProblems(name, p));
+    problems.push(...headerProblems(`providers.${name}.headers`, p.headers));
+    if (text(p.api_key) && !HEADER_VALUE.test(p.api_key)) problems.push(`providers.${name}.api_key: ${BAD_VALUE}`);
   }
+  problems.push(...headerProblems('observe.otlp_headers', obj(c.observe).otlp_headers));
 
   const modelIds = new Set<string>();
   list(c.models).forEach((raw, i) => {
@@ -131,6 +134,26 @@ export function crossCheck(data: unknown): string[] {
       try { ok = ['http:', 'https:'].includes(new URL(jwt.jwks_url).protocol); } catch { /* not a URL */ }
       if (!ok) problems.push('auth.jwt.jwks_url: must be an http:// or https:// URL');
     }
+  }
+  return problems;
+}
+
+// Headers sent upstream (a provider's headers and api_key, the OTLP exporter's headers): what
+// the HTTP clients refuse to send (undici, node:http) would fail every request to that upstream
+// as a provider_error, with nothing saying why.
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+const BAD_VALUE = 'must not hold control characters (a new line, say) or characters beyond Latin-1: it is sent as an HTTP header';
+/** Set by the HTTP client from the request itself (undici refuses most from a caller). */
+const FRAMING = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'upgrade', 'expect']);
+
+function headerProblems(path: string, headers: unknown): string[] {
+  const problems: string[] = [];
+  for (const [name, value] of Object.entries(obj(headers))) {
+    const at = `${path}.${/^[\x21-\x7e]+$/.test(name) ? name : q(name)}`;
+    if (!HEADER_NAME.test(name)) problems.push(`${at}: not a valid header name`);
+    else if (FRAMING.has(name.toLowerCase())) problems.push(`${at}: set by the HTTP client itself; it cannot be configured`);
+    if (text(value) && !HEADER_VALUE.test(value)) problems.push(`${at}: ${BAD_VALUE}`);
   }
   return problems;
 }
