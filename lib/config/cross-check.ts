@@ -103,6 +103,10 @@ export function crossCheck(data: unknown): string[] {
     }
   });
 
+  // Node listens on every address for an empty host: `host: ${HOST}` with HOST unset would
+  // open the gateway to the network unasked.
+  if (obj(c.server).host === '') problems.push('server.host: must not be empty (0.0.0.0 or :: listen on every address)');
+
   const passthrough = obj(c.server).passthrough;
   if (text(passthrough)) {
     try {

@@ -108,6 +108,13 @@ t.test('the address to listen on: check refuses a host serve cannot listen on, w
     t.equal(served.stderr, checked.stderr, `${host}: the same line`);
     t.notMatch(served.stderr, NO_STACK);
   }
+  const empty = await configFile('host-empty.yaml', '', 'port: 0, host: "${TOLLGATE_TEST_UNSET_HOST}"');
+  const [checkedEmpty, servedEmpty] = await Promise.all([run(['check', '--config', empty]), run(['serve', '--config', empty])]);
+  t.equal(checkedEmpty.code, 1, 'an empty host (an unset variable): refused, not every address');
+  t.equal(checkedEmpty.stderr, 'server.host: must not be empty (0.0.0.0 or :: listen on every address)\n');
+  t.equal(servedEmpty.code, 1);
+  t.equal(servedEmpty.stderr, checkedEmpty.stderr);
+  t.notMatch(servedEmpty.stdout, /listening/);
   const file = await configFile('host-flag.yaml', '');
   const flagged = await run(['serve', '--config', file, '--host', 'no-such-host.invalid']);
   t.equal(flagged.code, 1);
