@@ -211,7 +211,9 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
     if (!(err instanceof ConfigError)) throw err;
     problems.push(...err.problems);
   }
-  problems.push(...await localProblems(data));
+  // On the validated config when there is one: the values as the gateway reads them (`host:
+  // 123` is the string "123" there, not skipped as a number).
+  problems.push(...await localProblems(config ?? data));
   if (config === undefined || problems.length > 0) throw new ConfigError([...new Set(problems)], path);
   return config;
 }

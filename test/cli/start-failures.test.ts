@@ -94,12 +94,14 @@ t.test('a tokenizer.json serve cannot load: check and serve refuse it with the s
 });
 
 t.test('the address to listen on: check refuses a host serve cannot listen on, with the line serve prints', async (t) => {
+  // [the host as the YAML file writes it, the line]; 123 is a YAML number, read as the string "123" (0.0.0.123).
   const cases: Array<[string, RegExp]> = [
-    ['no-such-host.invalid', /^server\.host: "no-such-host\.invalid" cannot be resolved \((ENOTFOUND|EAI_AGAIN)\)\n$/],
-    ['192.0.2.1', /^server\.host: "192\.0\.2\.1" is not an address of this machine \(EADDRNOTAVAIL\)\n$/],
+    ['"no-such-host.invalid"', /^server\.host: "no-such-host\.invalid" cannot be resolved \((ENOTFOUND|EAI_AGAIN)\)\n$/],
+    ['"192.0.2.1"', /^server\.host: "192\.0\.2\.1" is not an address of this machine \(EADDRNOTAVAIL\)\n$/],
+    ['123', /^server\.host: "123" is not an address of this machine \(EADDRNOTAVAIL\)\n$/],
   ];
   for (const [host, line] of cases) {
-    const file = await configFile(`host-${host}.yaml`, '', `port: 0, host: ${JSON.stringify(host)}`);
+    const file = await configFile(`host-${host.replace(/\W/g, '')}.yaml`, '', `port: 0, host: ${host}`);
     const checked = await run(['check', '--config', file]);
     t.equal(checked.code, 1, `${host}: check exits 1`);
     t.match(checked.stderr, line);
