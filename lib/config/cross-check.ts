@@ -175,6 +175,10 @@ function storeProblems(store: Obj): string[] {
     }
     if (typeof store.wait_replicas === 'number' && store.wait_replicas > 0) problems.push('store.wait_replicas: needs store.kind redis');
   }
+  if (text(store.url)) {
+    const why = redisUrlProblem(store.url);
+    if (why !== undefined) problems.push(`store.url: ${why}`);
+  }
   const ports = (v: unknown, path: string) => list(v).forEach((hp, i) => {
     if (!text(hp)) return;
     const m = /:(\d+)$/.exec(hp);
@@ -192,6 +196,26 @@ function storeProblems(store: Obj): string[] {
     problems.push(`store.wait_timeout_ms: must be less than store.timeout_ms (${timeout}), which bounds every store call`);
   }
   return problems;
+}
+
+/**
+ * Why ioredis could not use `url` (it parses it with new URL and decodes the user and password
+ * when the store opens, and a bad one stopped `serve`), or undefined. Never quotes the URL: it
+ * may hold a password.
+ */
+function redisUrlProblem(url: string): string | undefined {
+  let u: URL;
+  try { u = new URL(url); } catch { return 'must be a redis:// or rediss:// URL (redis://[:PASSWORD@]HOST[:PORT][/DB])'; }
+  if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') return 'must be a redis:// or rediss:// URL (redis://[:PASSWORD@]HOST[:PORT][/DB])';
+  if (u.hostname === '') return 'must name a host (redis://HOST:PORT)';
+  try {
+    decodeURIComponent(u.username);
+    decodeURIComponent(u.password);
+  } catch {
+    return 'its user or password is not valid percent-encoding (write % as %25)';
+  }
+  if (u.pathname !== '' && u.pathname !== '/' && !/^\/\d+$/.test(u.pathname)) return 'its path must be a database number (redis://HOST:PORT/0)';
+  return undefined;
 }
 
 /** Units per million tokens above which even one token costs more than 2^53-1 units. */

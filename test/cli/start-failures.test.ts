@@ -148,6 +148,21 @@ t.test('an otlp_endpoint that is no URL: check refuses it (tracing could not sta
   t.equal(served.stderr, checked.stderr);
 });
 
+t.test('a store.url ioredis cannot open: check and serve refuse it with the same line', async (t) => {
+  for (const [url, line] of [
+    ['redis://127.0.0.1:99999', 'store.url: must be a redis:// or rediss:// URL (redis://[:PASSWORD@]HOST[:PORT][/DB])\n'],
+    ['redis://:se%cret@127.0.0.1:6379', 'store.url: its user or password is not valid percent-encoding (write % as %25)\n'],
+  ]) {
+    const file = await configFile('redis-url.yaml', `store: {kind: redis, url: ${JSON.stringify(url)}, timeout_ms: 200}\n`);
+    const [checked, served] = await Promise.all([run(['check', '--config', file]), run(['serve', '--config', file])]);
+    t.equal(checked.code, 1);
+    t.equal(checked.stderr, line);
+    t.equal(served.code, 1);
+    t.equal(served.stderr, checked.stderr, 'serve prints the line check prints');
+    t.notMatch(served.stdout, /se%cret|listening/, 'the password is not quoted, nothing listens');
+  }
+});
+
 t.test('a store serve still cannot open (its snapshot is not one) is one store.path line, exit 1', async (t) => {
   const store = join(dir, 'corrupt');
   await mkdir(store);

@@ -54,6 +54,7 @@ function storePart(p: GenPlaces, all: boolean): fc.Arbitrary<Part> {
     invalid({ ...redis, url: `redis://${closed}`, cluster: [closed] }),
     invalid({ kind: 'memory', sentinel: { name: 'm', sentinels: [closed] } }),
     invalid({ ...redis, cluster: [] }),
+    invalid({ ...redis, url: `redis://:pa%ss@${closed}` }),
   ]);
 }
 
