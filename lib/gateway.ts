@@ -103,6 +103,8 @@ export class Gateway {
 
   constructor(config: Config | unknown, options: GatewayOptions = {}) {
     this.logger = options.logger ?? createLogger();
+    // A Config validateConfig made (loadConfigFile's, as `serve` passes it) comes back as it is:
+    // a config is validated once, where it enters; an embedder's plain object is validated here.
     const valid = validateConfig(config);
     this.#warn(valid);
     this.#storeConfig = JSON.stringify(valid.store);

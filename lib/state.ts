@@ -12,6 +12,7 @@ import { Authenticator } from './auth/authenticator.js';
 import { Catalog } from './catalog/catalog.js';
 import { Discovery } from './catalog/discovery.js';
 import { ContentPolicy } from './chat/checks.js';
+import { loadConfigTokenizers } from './config/local.js';
 import type { Config, ModelConfig } from './config/types.js';
 import type { Logger } from './observe/log.js';
 import { createProvider, type Provider } from './providers/index.js';
@@ -21,7 +22,7 @@ import { Limits } from './limits/limits.js';
 import type { Slots } from './limits/slots.js';
 import type { StoreHandle } from './store/index.js';
 import type { Store } from './store/types.js';
-import { countUpTo, loadTokenizers, promptParts } from './tokens/count.js';
+import { countUpTo, promptParts } from './tokens/count.js';
 import { UpstreamTokens } from './tokens/upstream.js';
 import type { ChatRequest } from './chat/types.js';
 import type { Circuit, Health } from './upstream/health.js';
@@ -101,7 +102,7 @@ export class GatewayState {
     await this.auth.start();
     const target = this.config.server.passthrough;
     const [, passthrough] = await Promise.all([
-      loadTokenizers(['o200k_base', ...this.config.models.map((m) => m.tokenizer), ...Object.values(this.config.providers).map((p) => p.model_defaults.tokenizer ?? 'o200k_base')]),
+      loadConfigTokenizers(this.config),
       target === null ? null : Passthrough.open(target, this.config.server.passthrough_auth, this.#logger),
     ]);
     this.passthrough = passthrough;

@@ -62,7 +62,10 @@ export function crossCheck(data: unknown): string[] {
       try { new URL(p.base_url); } catch { problems.push(`providers.${name}.base_url: must be an http:// or https:// URL`); }
     }
     problems.push(...replicaProblems(name, p));
+    problems.push(...headerProblems(`providers.${name}.headers`, p.headers));
+    if (text(p.api_key) && !HEADER_VALUE.test(p.api_key)) problems.push(`providers.${name}.api_key: ${BAD_VALUE}`);
   }
+  problems.push(...headerProblems('observe.otlp_headers', obj(c.observe).otlp_headers));
 
   const modelIds = new Set<string>();
   list(c.models).forEach((raw, i) => {
@@ -108,12 +111,23 @@ export function crossCheck(data: unknown): string[] {
     }
   });
 
+  // Node listens on every address for an empty host: `host: ${HOST}` with HOST unset would
+  // open the gateway to the network unasked.
+  if (obj(c.server).host === '') problems.push('server.host: must not be empty (0.0.0.0 or :: listen on every address)');
+
   const passthrough = obj(c.server).passthrough;
   if (text(passthrough)) {
     try {
       const u = new URL(passthrough);
       if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('protocol');
     } catch { problems.push('server.passthrough: must be an http:// or https:// URL'); }
+  }
+
+  // The schema's pattern lets through what is no URL (`http://[::1`): tracing would then fail
+  // to start, and only the log would say so.
+  const otlp = obj(c.observe).otlp_endpoint;
+  if (text(otlp) && /^https?:\/\/\S+$/.test(otlp)) {
+    try { new URL(otlp); } catch { problems.push('observe.otlp_endpoint: must be an http:// or https:// URL, or null'); }
   }
 
   problems.push(...storeProblems(obj(c.store)));
@@ -136,6 +150,26 @@ export function crossCheck(data: unknown): string[] {
   return problems;
 }
 
+// Headers sent upstream (a provider's headers and api_key, the OTLP exporter's headers): what
+// the HTTP clients refuse to send (undici, node:http) would fail every request to that upstream
+// as a provider_error, with nothing saying why.
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+const BAD_VALUE = 'must not hold control characters (a new line, say) or characters beyond Latin-1: it is sent as an HTTP header';
+/** Set by the HTTP client from the request itself (undici refuses most from a caller). */
+const FRAMING = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'upgrade', 'expect']);
+
+function headerProblems(path: string, headers: unknown): string[] {
+  const problems: string[] = [];
+  for (const [name, value] of Object.entries(obj(headers))) {
+    const at = `${path}.${/^[\x21-\x7e]+$/.test(name) ? name : q(name)}`;
+    if (!HEADER_NAME.test(name)) problems.push(`${at}: not a valid header name`);
+    else if (FRAMING.has(name.toLowerCase())) problems.push(`${at}: set by the HTTP client itself; it cannot be configured`);
+    if (text(value) && !HEADER_VALUE.test(value)) problems.push(`${at}: ${BAD_VALUE}`);
+  }
+  return problems;
+}
+
 /** store: one way to reach Redis, host:port that can be, and WAIT bounded by timeout_ms. */
 function storeProblems(store: Obj): string[] {
   const problems: string[] = [];
@@ -148,6 +182,10 @@ function storeProblems(store: Obj): string[] {
       if (store[k] !== undefined && store[k] !== null) problems.push(`store.${k}: needs store.kind redis`);
     }
     if (typeof store.wait_replicas === 'number' && store.wait_replicas > 0) problems.push('store.wait_replicas: needs store.kind redis');
+  }
+  if (text(store.url)) {
+    const why = redisUrlProblem(store.url);
+    if (why !== undefined) problems.push(`store.url: ${why}`);
   }
   const ports = (v: unknown, path: string) => list(v).forEach((hp, i) => {
     if (!text(hp)) return;
@@ -166,6 +204,26 @@ function storeProblems(store: Obj): string[] {
     problems.push(`store.wait_timeout_ms: must be less than store.timeout_ms (${timeout}), which bounds every store call`);
   }
   return problems;
+}
+
+/**
+ * Why ioredis could not use `url` (it parses it with new URL and decodes the user and password
+ * when the store opens, and a bad one stopped `serve`), or undefined. Never quotes the URL: it
+ * may hold a password.
+ */
+function redisUrlProblem(url: string): string | undefined {
+  let u: URL;
+  try { u = new URL(url); } catch { return 'must be a redis:// or rediss:// URL (redis://[:PASSWORD@]HOST[:PORT][/DB])'; }
+  if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') return 'must be a redis:// or rediss:// URL (redis://[:PASSWORD@]HOST[:PORT][/DB])';
+  if (u.hostname === '') return 'must name a host (redis://HOST:PORT)';
+  try {
+    decodeURIComponent(u.username);
+    decodeURIComponent(u.password);
+  } catch {
+    return 'its user or password is not valid percent-encoding (write % as %25)';
+  }
+  if (u.pathname !== '' && u.pathname !== '/' && !/^\/\d+$/.test(u.pathname)) return 'its path must be a database number (redis://HOST:PORT/0)';
+  return undefined;
 }
 
 /** Units per million tokens above which even one token costs more than 2^53-1 units. */

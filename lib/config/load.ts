@@ -6,6 +6,7 @@ import type { ErrorObject, ValidateFunction } from 'ajv';
 import YAML from 'yaml';
 import { clip } from '../errors.js';
 import { crossCheck } from './cross-check.js';
+import { localProblems } from './local.js';
 import generatedValidator from './schema-validator.js';
 import type { Config } from './types.js';
 
@@ -100,8 +101,20 @@ function deepFreeze<T>(value: T): T {
   return value;
 }
 
-/** Validates a parsed config object (a copy of it is defaulted and frozen). */
+/**
+ * The configs validateConfig made. A config is validated once, where it enters (the file, or an
+ * embedder's object): what takes a Config (the gateway, a reload) is given this one back as it is.
+ */
+const validated = new WeakSet<object>();
+
+/**
+ * Validates a parsed config object (a copy of it is defaulted and frozen). A config this
+ * function made is returned as it is: it was validated, and it is frozen. Validating a plain copy
+ * of one gives the same config again (idempotent): the defaults it filled in are values the
+ * schema accepts beside what was given.
+ */
 export function validateConfig(input: unknown): Config {
+  if (typeof input === 'object' && input !== null && validated.has(input)) return input as Config;
   const data: unknown = input === null || input === undefined ? {} : structuredClone(input);
   // Schema and cross-reference problems are listed together: fixing one kind never reveals
   // more of the other.
@@ -109,11 +122,15 @@ export function validateConfig(input: unknown): Config {
   const problems = [...(schemaOk ? [] : (validateSchema.errors ?? []).map(describe)), ...crossCheck(data)];
   if (problems.length > 0) throw new ConfigError([...new Set(problems)]);
   const config = data as unknown as Config;
-  config.store.url ??= DEFAULT_REDIS_URL;
+  // The default Redis only where no other way to reach Redis is given: a url beside
+  // sentinel or cluster is a problem (crossCheck), and this config must pass again as it is.
+  if (config.store.sentinel === null && config.store.cluster === null) config.store.url ??= DEFAULT_REDIS_URL;
   config.store.wait_timeout_ms ??= Math.max(1, Math.floor(config.store.timeout_ms / 2));
   for (const m of config.models) m.upstream_model ??= m.id;
   if (config.admin.token === '') config.admin.token = null;
-  return deepFreeze(config);
+  deepFreeze(config);
+  validated.add(config);
+  return config;
 }
 
 /** Where the first alias `*name` stands, as a config path (`server`, `models[2].price`). */
@@ -140,7 +157,11 @@ function aliasPath(doc: YAML.Document.Parsed | undefined, name: string): string 
 
 /** Parses YAML text: env interpolation, then validation. */
 export function parseConfig(text: string, env: NodeJS.ProcessEnv = process.env): Config {
-  let data: unknown;
+  return validateConfig(parseDocument(text, env));
+}
+
+/** YAML text to data, `${NAME}` interpolated; ConfigError for a document that cannot be read. */
+function parseDocument(text: string, env: NodeJS.ProcessEnv): unknown {
   let doc: YAML.Document.Parsed | undefined;
   try {
     doc = YAML.parseDocument(text, { prettyErrors: true, uniqueKeys: true });
@@ -148,7 +169,7 @@ export function parseConfig(text: string, env: NodeJS.ProcessEnv = process.env):
       throw new ConfigError([...new Set(doc.errors.map((e) => `(yaml): ${e.message.split('\n')[0]!.replace(/:$/, '')}`))]);
     }
     interpolateDocument(doc, env);
-    data = doc.toJS({ maxAliasCount: MAX_ALIAS_COUNT });
+    return doc.toJS({ maxAliasCount: MAX_ALIAS_COUNT });
   } catch (err) {
     if (err instanceof ConfigError) throw err;
     // yaml throws (rather than reporting) on an alias bomb; a document nested too deeply for the
@@ -161,9 +182,13 @@ export function parseConfig(text: string, env: NodeJS.ProcessEnv = process.env):
         ? `${aliasPath(doc, unresolved[1]!)}: unresolved alias *${clip(unresolved[1]!, 64)} (an anchor must be set before its alias)`
         : `(yaml): cannot read the document: ${message.split('\n')[0]}`]);
   }
-  return validateConfig(data);
 }
 
+/**
+ * A config file as `tollgate check`, `tollgate serve` and its reloads all take it: read,
+ * interpolated, validated, and what it names on this machine checked where the gateway would use
+ * it (local.ts: files, folders, the host), every problem listed at once. The one path a file takes to a Config.
+ */
 export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = process.env): Promise<Config> {
   let text: string;
   try {
@@ -171,10 +196,24 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
   } catch (err) {
     throw new ConfigError([`(file): cannot read ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`]);
   }
+  let data: unknown;
   try {
-    return parseConfig(text, env);
+    data = parseDocument(text, env);
   } catch (err) {
     if (err instanceof ConfigError) throw new ConfigError(err.problems, path);
     throw err;
   }
+  let config: Config | undefined;
+  const problems: string[] = [];
+  try {
+    config = validateConfig(data);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    problems.push(...err.problems);
+  }
+  // On the validated config when there is one: the values as the gateway reads them (`host:
+  // 123` is the string "123" there, not skipped as a number).
+  problems.push(...await localProblems(config ?? data));
+  if (config === undefined || problems.length > 0) throw new ConfigError([...new Set(problems)], path);
+  return config;
 }

@@ -135,8 +135,11 @@ export interface Config {
     kind: 'memory' | 'redis';
     path: string | null;
     fsync_ms: number;
-    /** One Redis (the default, redis://127.0.0.1:6379, when none of url, sentinel, cluster is given). */
-    url: string;
+    /**
+     * One Redis (the default, redis://127.0.0.1:6379, when none of url, sentinel, cluster is
+     * given); absent with sentinel or cluster.
+     */
+    url?: string;
     /** Redis Sentinel: the master group `name`, found through `sentinels` (host:port). */
     sentinel: { name: string; sentinels: string[]; sentinel_password: string | null } | null;
     /** Redis Cluster: seed nodes (host:port). */

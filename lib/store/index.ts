@@ -3,6 +3,7 @@
 // Redis that is down: the gateway starts anyway and the store connects when Redis is back.
 
 import type { Config } from '../config/types.js';
+import { ConfigValueError } from '../config/value-error.js';
 import type { Logger } from '../observe/log.js';
 import { GuardedStore } from './guard.js';
 import { MemoryStore } from './memory.js';
@@ -60,7 +61,14 @@ export async function openStore(config: Config['store'], logger?: Logger, usageR
       close: async () => { await retries.close(); state = 'closing'; await redis.close(); },
     };
   }
-  const memory = await MemoryStore.open({ path: config.path, fsyncMs: config.fsync_ms, usageRetentionDays });
+  let memory: MemoryStore;
+  try {
+    memory = await MemoryStore.open({ path: config.path, fsyncMs: config.fsync_ms, usageRetentionDays });
+  } catch (err) {
+    // Only a store.path can fail to open: the folder, its files, or what they hold.
+    const why = err instanceof Error ? err.message.split('\n')[0] : String(err);
+    throw new ConfigValueError('store.path', `cannot open the store in ${JSON.stringify(config.path)}: ${why}`, { cause: err });
+  }
   return {
     store: new GuardedStore(memory, retries, { settleWaitMs: config.settle_wait_ms }),
     redis: null,
@@ -82,5 +90,6 @@ export function topologyOf(config: Config['store']): RedisTopology {
     };
   }
   if (config.cluster !== null) return { kind: 'cluster', nodes: config.cluster, password: config.password };
-  return { kind: 'url', url: config.url };
+  // validateConfig sets url whenever neither sentinel nor cluster is given.
+  return { kind: 'url', url: config.url ?? 'redis://127.0.0.1:6379' };
 }

@@ -12,8 +12,9 @@
 //   truncation cannot apply anything twice.
 // - Recovery ignores a torn last line (one without its newline) and cuts it off the file.
 
-import { mkdir, open, readFile, rename, rm, type FileHandle } from 'node:fs/promises';
+import { open, readFile, rename, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
+import { makeDirs } from './make-dirs.js';
 
 export const JOURNAL_FILE = 'journal.jsonl';
 export const SNAPSHOT_FILE = 'snapshot.json';
@@ -97,7 +98,7 @@ export class Journal {
 
   /** Opens (creating) the directory and recovers what it holds. */
   static async open(opts: JournalOptions): Promise<{ journal: Journal; recovered: Recovered }> {
-    await mkdir(opts.dir, { recursive: true });
+    await makeDirs(opts.dir);
     await rm(join(opts.dir, `${SNAPSHOT_FILE}.tmp`), { force: true });
 
     let state: unknown;

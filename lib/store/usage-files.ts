@@ -5,6 +5,7 @@ import { createReadStream } from 'node:fs';
 import { mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { makeDirs } from './make-dirs.js';
 import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from './types.js';
 import { DAY_MS, PRUNE_EVERY_MS, pageOf, parseRecord, reportOf, retentionMs, type Buckets, type Entry, type UsageLog } from './usage-records.js';
 
@@ -61,7 +62,7 @@ export class FileUsageLog implements UsageLog, Buckets {
   static async open(storeDir: string, opts: { retentionDays?: number; fsyncMs?: number; now?: () => number } = {}): Promise<FileUsageLog> {
     const dir = join(storeDir, USAGE_DIR);
     await migrateLegacy(storeDir, dir);
-    await mkdir(dir, { recursive: true });
+    await makeDirs(dir);
     const log = new FileUsageLog(dir, opts.retentionDays, opts.fsyncMs ?? 1000, opts.now ?? Date.now);
     for (const name of await readdir(dir)) {
       const m = DAY_FILE.exec(name);

@@ -276,9 +276,11 @@ t.test('interpolation in the YAML document', async (t) => {
 });
 
 t.test('an unset variable without default is the empty string', async (t) => {
-  t.equal(parseConfig('server:\n  host: ${UNSET_HOST}\n', {}).server.host, '');
-  t.equal(parseConfig('server:\n  host: "${UNSET_HOST}"\n', {}).server.host, '');
+  t.equal(parseConfig('store:\n  prefix: ${UNSET_PREFIX}\n', {}).store.prefix, '');
+  t.equal(parseConfig('store:\n  prefix: "${UNSET_PREFIX}"\n', {}).store.prefix, '');
   t.strictSame(problemsOf(t, 'server:\n  port: ${UNSET_PORT}\n'), ['server.port: must be an integer from 0 to 65535']);
+  // An empty host would listen on every address (68eb2e6).
+  t.strictSame(problemsOf(t, 'server:\n  host: ${UNSET_HOST}\n'), ['server.host: must not be empty (0.0.0.0 or :: listen on every address)']);
 });
 
 t.test('values take the type their field wants: numbers for ports, text for secrets', async (t) => {

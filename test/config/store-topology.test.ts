@@ -60,6 +60,20 @@ t.test('one way to reach Redis, only with kind redis; each problem names its fie
   t.ok(validateConfig({ store: { kind: 'redis', url: 'redis://x:1', sentinel: null, cluster: null } }), 'null is the same as absent');
 });
 
+t.test('store.url: what ioredis can open, or a problem that never quotes the URL', async (t) => {
+  const url = (u: string) => problems(store(`  kind: redis\n  url: ${JSON.stringify(u)}\n`));
+  const form = 'store.url: must be a redis:// or rediss:// URL (redis://[:PASSWORD@]HOST[:PORT][/DB])';
+  t.strictSame(url('not a url'), [form]);
+  t.strictSame(url(''), [form], 'empty (an unset variable) is no silent default');
+  t.strictSame(url('redis://127.0.0.1:99999'), [form], 'a port out of range');
+  t.strictSame(url('http://127.0.0.1:6379'), [form]);
+  t.strictSame(url('redis://:pa%ss@127.0.0.1:6379'), ['store.url: its user or password is not valid percent-encoding (write % as %25)']);
+  t.strictSame(url('redis://127.0.0.1:6379/db'), ['store.url: its path must be a database number (redis://HOST:PORT/0)']);
+  for (const ok of ['redis://127.0.0.1:6379', 'rediss://user:p%25w@db.internal:6380/3', 'redis://[::1]:6379/', 'redis://db']) {
+    t.ok(parseConfig(`store:\n  kind: redis\n  url: ${JSON.stringify(ok)}\n`, {}), `${ok} is accepted`);
+  }
+});
+
 t.test('host:port lists, sentinel fields, WAIT bounds', async (t) => {
   const r = '  kind: redis\n';
   t.strictSame(problems(store(`${r}  cluster: []\n`)), ['store.cluster: must be a non-empty list of host:port']);

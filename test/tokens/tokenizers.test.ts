@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { readFileSync } from 'node:fs';
 import { createGateway } from '../../lib/gateway.js';
+import { ConfigValueError } from '../../lib/config/value-error.js';
 import { counter, loadTokenizers } from '../../lib/tokens/count.js';
 import { PRO_KEY, baseConfig, postChat, sseData, startGateway } from '../helpers/gateway.js';
 import { completionBody, json, startUpstream, writeSse, chunk } from '../helpers/upstream.js';
@@ -45,7 +46,10 @@ t.test('a tokenizer.json that cannot be read stops the start with a message nami
   const c = baseConfig();
   c.models.push({ id: 'bad', provider: 'echo', tokenizer: '/nonexistent/tokenizer.json' });
   const gw = createGateway(c);
-  await t.rejects(gw.ready, /tokenizer \/nonexistent\/tokenizer\.json/);
+  const err = await gw.ready.then(() => undefined, (e: unknown) => e);
+  t.ok(err instanceof ConfigValueError, 'a ConfigValueError: serve prints it as `path: message`');
+  t.equal((err as ConfigValueError).line,
+    `models[${c.models.length - 1}].tokenizer: cannot load "/nonexistent/tokenizer.json": ENOENT: no such file or directory, open '/nonexistent/tokenizer.json'`);
   await gw.close();
 });
 
