@@ -244,7 +244,10 @@ t.test('model_not_allowed: 403 with the key\'s models the plan may use; every ro
   const before = await ledger(gw, acct, k.id);
   const untouched = await consumed(gw, acct, k.id, probe.key);
   const r = await chat(gw, k.key, { model: 'echo-small' });
-  t.strictSame(await consumed(gw, acct, k.id, probe.key), untouched, 'the refusal consumed nothing');
+  // Nothing held, charged or counted in tokens; the request itself counts toward requests_per_minute,
+  // as any request refused for its content does (CONTRACT section 16).
+  t.strictSame(await consumed(gw, acct, k.id, probe.key), { ...untouched, requestsLeft: String(Number(untouched.requestsLeft) - 1) },
+    'the refusal spent one request, and nothing else');
   // llama-b is paid_only: the free plan may not use it, so it is not suggested. Nearest first.
   assertEnvelope(t, r, 403, 'model_not_allowed', 'permission_error', { suggested_models: ['llama-a', 'embed-a', 'llama-slow'] });
   t.equal(r.body.param, 'model');
