@@ -55,7 +55,7 @@ t.test('least_outstanding: idle replicas share by weight; a busy one is passed o
 t.test('least_outstanding counts the queue depth scraped from a replica\'s /metrics', async (t) => {
   let waiting = 7;
   let metricsUp = true;
-  const f = await startFleet(t, 2, { balance: 'least_outstanding', metrics_interval_ms: 50 }, {
+  const f = await startFleet(t, 2, { balance: 'least_outstanding', metrics_interval_ms: 250 }, {
     targets: (urls) => urls.map((url) => ({ url, metrics_url: `${url.replace(/\/v1$/, '')}/metrics` })),
   });
   const metricsScript = (name: string) => async (req: any, res: any, body: any) => {
