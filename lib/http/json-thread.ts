@@ -10,7 +10,9 @@ parentPort?.on('message', (job: JsonJob) => {
   try {
     answer = { id: job.id, value: parseJsonBody(Buffer.from(job.bytes.buffer, job.bytes.byteOffset, job.bytes.byteLength)) };
   } catch (err) {
-    answer = err instanceof GatewayError ? { id: job.id, invalid: err.message } : { id: job.id, failed: String(err) };
+    answer = err instanceof GatewayError
+      ? { id: job.id, invalid: err.message, code: err.code === 'request_too_large' ? 'request_too_large' : 'invalid_json' }
+      : { id: job.id, failed: String(err) };
   }
   parentPort!.postMessage(answer);
 });

@@ -14,8 +14,27 @@ function invalid(message: string): GatewayError {
   return new GatewayError('invalid_json', message);
 }
 
+/**
+ * The most JSON values (objects, arrays, strings, numbers, literals; a string of any length is
+ * one) a body may hold. Not its bytes: its pieces are what costs, on the main thread, once the
+ * worker hands a parsed body over (a structured clone is rebuilt value by value, about a
+ * microsecond each) and in every loop over messages, parts and inputs. A million empty messages
+ * held the event loop for seconds; 100,000 values stay within tens of milliseconds, and no
+ * conversation a model could take comes near (OpenAI takes 2,048 embedding inputs).
+ */
+export const MAX_JSON_VALUES = 100_000;
+
+function tooManyValues(): GatewayError {
+  return new GatewayError('request_too_large',
+    `The request body holds more than ${MAX_JSON_VALUES} JSON values (messages, parts, inputs, numbers); send fewer in one request.`);
+}
+
+/** Values seen by the inspection under way (one at a time: inspection never awaits). */
+let seen = 0;
+
 /** Depth of the top-level value is 1. */
 function inspect(value: unknown, depth: number): void {
+  if (++seen > MAX_JSON_VALUES) throw tooManyValues();
   if (value === null || typeof value !== 'object') return;
   if (depth > MAX_JSON_DEPTH) throw invalid(`The JSON body is nested deeper than ${MAX_JSON_DEPTH} levels.`);
   if (Array.isArray(value)) {
@@ -42,13 +61,14 @@ export function parseJsonBody(buf: Buffer): unknown {
     // V8 quotes a bit of the body; clipped all the same, as any echo of client input.
     throw invalid(`The request body is not valid JSON: ${clip((err as Error).message)}`);
   }
+  seen = 0;
   inspect(value, 1);
   return value;
 }
 
 /** One body for the worker (json-thread.ts), and its answer. */
 export interface JsonJob { id: number; bytes: Uint8Array }
-export type JsonAnswer = { id: number; value: unknown } | { id: number; invalid: string } | { id: number; failed: string };
+export type JsonAnswer = { id: number; value: unknown } | { id: number; invalid: string; code: 'invalid_json' | 'request_too_large' } | { id: number; failed: string };
 
 /** Bodies this large and larger are parsed on the worker: below it, a parse takes about a millisecond. */
 export const OFF_THREAD_BYTES = 512 * 1024;
@@ -85,7 +105,7 @@ class JsonThread {
       if (job === undefined) return;
       this.#pending.delete(answer.id);
       if ('value' in answer) job.resolve(answer.value);
-      else if ('invalid' in answer) job.reject(invalid(answer.invalid));
+      else if ('invalid' in answer) job.reject(new GatewayError(answer.code, answer.invalid));
       else job.reject(new Error(`JSON worker: ${answer.failed}`));
       if (this.#pending.size === 0) this.#idleSoon();
     });

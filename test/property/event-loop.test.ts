@@ -1,6 +1,6 @@
 // Property (CONTRACT section 16): whatever shape a hostile body takes (one huge text, many
-// messages, many parts, long tool arguments or names, images, many embedding inputs, deep
-// nesting), refusing or serving it never holds the gateway's event loop for long, and the answer
+// messages, many parts, long tool arguments or names, many embedding inputs, many small values
+// in an ignored member, deep nesting), refusing or serving it never holds the gateway's event loop for long, and the answer
 // is a contract status and code, never a 500. The gateway runs as the operator runs it (`tollgate
 // serve` on a YAML file); its own event-loop delay monitor (a preload, event-loop-probe.mjs)
 // reports the longest stall while each body is answered, so this process's work is not counted.
@@ -64,6 +64,10 @@ const shapes = (size: number, seed: number, model: string): Record<string, Shape
   countTokens: { route: '/v1/messages/count_tokens', body: { model, messages: [{ role: 'user', content: words(size, seed) }] } },
   responses: { route: '/v1/responses', body: { model, input: words(size, seed) } },
   embeddings: { route: '/v1/embeddings', body: { model: 'embed', input: Array.from({ length: 64 }, (_, i) => words(Math.floor(size / 64), seed + i)) } },
+  // Many small values rather than long strings: each costs the main thread once parsed.
+  junkKeys: { route: '/v1/chat/completions', body: { model, messages: [{ role: 'user', content: 'hi' }], junk: Object.fromEntries(Array.from({ length: Math.floor(size / 12) }, (_, i) => [`k${i}`, 0])) } },
+  emptyMessages: { route: '/v1/messages/count_tokens', body: { model, messages: Array.from({ length: Math.floor(size / 30) }, () => ({ role: 'user', content: '' })) } },
+  numbers: { route: '/v1/embeddings', body: { model: 'embed', input: 'hi', junk: new Array(Math.floor(size / 2)).fill(7) } },
   deep: { route: '/v1/chat/completions', body: JSON.parse(`{"model":"${model}","messages":[{"role":"user","content":"hi"}],"x":${'['.repeat(60)}${']'.repeat(60)}}`) },
 });
 
@@ -127,7 +131,7 @@ routing: { auto: [small, huge] }
       const what = `${kind} ${model} ${(body.length / 1048576).toFixed(1)} MB -> ${res.statusCode}`;
       if (delay > worst.delay) worst = { delay, what };
       if (res.statusCode >= 500) throw new Error(`${what}: a 5xx: ${text.slice(0, 300)}`);
-      if (![200, 400, 404, 422].includes(res.statusCode)) throw new Error(`${what}: not a contract answer: ${text.slice(0, 300)}`);
+      if (![200, 400, 404, 413, 422].includes(res.statusCode)) throw new Error(`${what}: not a contract answer: ${text.slice(0, 300)}`);
       if (res.statusCode !== 200) {
         const json = JSON.parse(text);
         const code = json.code ?? json.error?.code;

@@ -19,6 +19,7 @@ import type { Dialect, DialectEnv, Renderer } from '../types.js';
 import { parseResponses, type ResponsesInput } from './parse.js';
 import { assistantTurn, newId, ResponsesRenderer, type OutputItem } from './render.js';
 import { merged } from '../../objects.js';
+import { OFF_THREAD_BYTES, parseJsonBodyOffThread } from '../../http/json.js';
 
 /**
  * What is kept per stored response, of its own: the object GET answers, and the messages its
@@ -45,16 +46,24 @@ function unavailable(err: unknown): never {
   throw new GatewayError('service_unavailable', 'The response store is unavailable; retry shortly.', { cause: err });
 }
 
+/**
+ * A stored value read back. One may be megabytes (up to responses.max_bytes) and a chain holds
+ * many: a large one is parsed off the event loop like a large request body (CONTRACT section 16).
+ */
+async function parseKept(text: string): Promise<Kept> {
+  return (text.length < OFF_THREAD_BYTES ? JSON.parse(text) : await parseJsonBodyOffThread(Buffer.from(text))) as Kept;
+}
+
 async function load(store: Store, account: string, id: string): Promise<Kept | undefined> {
   const text = await store.getResponse(account, id);
-  return text === undefined ? undefined : JSON.parse(text) as Kept;
+  return text === undefined ? undefined : parseKept(text);
 }
 
 /** A stored conversation as chat messages: each response's input, then its answer. */
-function conversation(values: readonly string[]): ChatMessage[] {
+async function conversation(values: readonly string[]): Promise<ChatMessage[]> {
   const out: ChatMessage[] = [];
   for (const value of values) {
-    const kept = JSON.parse(value) as Kept;
+    const kept = await parseKept(value);
     for (const m of kept.input) out.push(m);
     out.push(assistantTurn(kept.response.output));
   }
@@ -139,7 +148,7 @@ export const responsesDialect: Dialect = {
     if (chain === undefined) throw notFound(p.previousResponseId);
     p.depth = chain.values.length;
     p.accountBytes = chain.accountBytes;
-    const before = conversation(chain.values);
+    const before = await conversation(chain.values);
     // Instructions are not carried over from the earlier response (as OpenAI's): this
     // request's own, if any, lead.
     const system: ChatMessage[] = p.instructions === null ? [] : [{ role: 'system', content: p.instructions }];
