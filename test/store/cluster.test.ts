@@ -254,7 +254,9 @@ t.test('a primary killed under load, its replica promoted: followed, no acknowle
       c?.disconnect();
     }
   });
-  const gws = await gateways(t, { cluster: cluster.nodes, prefix, timeout_ms: 1000, wait_replicas: 1, wait_timeout_ms: 300 });
+  // settle_wait_ms: a debit in flight when the primary dies is asked again for at most 3 s, then
+  // answered 503 and undone (its 10 s default would outlast the 6 s "none hangs" bound).
+  const gws = await gateways(t, { cluster: cluster.nodes, prefix, timeout_ms: 1000, wait_replicas: 1, wait_timeout_ms: 300, settle_wait_ms: 3000 });
   const before = await accountWhenReady(gws[0]!);
 
   const outcomes: Outcome[] = [];

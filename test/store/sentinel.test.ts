@@ -28,6 +28,9 @@ async function gateways(t: any, store: Record<string, unknown>, n = 2): Promise<
 
 const sentinelStore = (prefix: string) => ({
   sentinel: { name: topo.name, sentinels: topo.sentinels }, prefix, timeout_ms: 1000, wait_replicas: 1, wait_timeout_ms: 400,
+  // A debit in flight at the switch is asked again for at most this long, then answered 503 and
+  // undone (store.settle_wait_ms; its 10 s default would outlast the 6 s "none hangs" bound).
+  settle_wait_ms: 3000,
 });
 
 /**
