@@ -5,7 +5,7 @@ import { basename, dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ADMIN_COMMANDS, ADMIN_USAGE, admin } from './cli-admin.js';
 import type { Gateway } from './gateway.js';
-import type { RunningServer } from './http/server.js';
+import type { RunningServer } from './server.js';
 
 // The config loader and the gateway are imported by the commands that use them: the admin
 // sub-commands start without compiling the config schema or loading the gateway.
@@ -47,7 +47,7 @@ async function serve(argv: string[]): Promise<void> {
   if (values.config === undefined) fail(`tollgate serve: --config FILE is required\n${USAGE}`);
   // All three at once: serve needs them all, so none waits for another.
   const [{ ConfigError, loadConfigFile }, { ConfigValueError }, { listenProblem }, { createGateway }, { listen }] = await Promise.all([
-    import('./config/load.js'), import('./config/value-error.js'), import('./config/local.js'), import('./gateway.js'), import('./http/server.js'),
+    import('./config/load.js'), import('./config/value-error.js'), import('./config/local.js'), import('./gateway.js'), import('./server.js'),
   ]);
   const path = values.config;
   let config;

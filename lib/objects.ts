@@ -23,3 +23,8 @@ export function merged<T extends object>(...sources: Array<object | null | undef
   }
   return Object.assign({}, ...sources) as T;
 }
+
+/** A JSON object: not null, not an array. */
+export function isObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}

@@ -11,7 +11,7 @@ import { AdminApi } from './admin/api.js';
 import { Authenticator } from './auth/authenticator.js';
 import { Catalog } from './catalog/catalog.js';
 import { Discovery } from './catalog/discovery.js';
-import { ContentPolicy } from './chat/checks.js';
+import { ContentPolicy } from './schema/policy.js';
 import { loadConfigTokenizers } from './config/local.js';
 import type { Config, ModelConfig } from './config/types.js';
 import type { Logger } from './observe/log.js';
@@ -24,7 +24,7 @@ import type { StoreHandle } from './store/index.js';
 import type { Store } from './store/types.js';
 import { countUpTo, promptParts } from './tokens/count.js';
 import { UpstreamTokens } from './tokens/upstream.js';
-import type { ChatRequest } from './chat/types.js';
+import type { ChatRequest } from './schema/chat.js';
 import type { Circuit, Health } from './upstream/health.js';
 import { Fleet, type FleetView, type Replicas } from './upstream/balance/index.js';
 

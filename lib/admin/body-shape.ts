@@ -5,6 +5,7 @@
 
 import { CONTROL_FIELDS, LIMIT_FIELDS } from '../auth/controls.js';
 import { GatewayError, clip } from '../errors.js';
+import { isObject } from '../objects.js';
 
 /**
  * A body, or an object inside one: the members it takes, each with what it holds. `value`: a
@@ -16,9 +17,6 @@ export type BodyShape = { readonly [member: string]: 'value' | 'map' | BodyShape
 /** The longest member name echoed in a param or message. */
 const MAX_NAME = 64;
 
-function isObject(v: unknown): v is Record<string, unknown> {
-  return v !== null && typeof v === 'object' && !Array.isArray(v);
-}
 
 /**
  * Throws 400 unsupported_value for the first member (in body order, depth first) that `shape`

@@ -5,6 +5,7 @@
 import { BlockList, isIP } from 'node:net';
 import { GatewayError, clip } from '../errors.js';
 import { perUtcDay } from '../utc-day.js';
+import { isObject } from '../objects.js';
 import {
   MAX_UNITS, periodId, spentIn,
   type BudgetPeriod, type BudgetPeriods, type KeyControls, type KeyLimits, type KeyPatch, type KeyRecord,
@@ -29,9 +30,6 @@ const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1
 // eslint-disable-next-line no-control-regex
 const CONTROL_CHARS = /[\u0000-\u001f\u007f-\u009f]/;
 
-function isObject(v: unknown): v is Record<string, unknown> {
-  return v !== null && typeof v === 'object' && !Array.isArray(v);
-}
 
 const invalid = (param: string, what: string) => new GatewayError('invalid_value', `Invalid value for '${param}': ${what}.`, { param });
 const badType = (param: string, what: string) => new GatewayError('invalid_type', `Invalid type for '${param}': expected ${what}.`, { param });

@@ -5,7 +5,7 @@
 // hub, N dialects + M providers rather than N x M translators).
 
 import type { IncomingMessage } from 'node:http';
-import type { ChatRequest, ChunkChoice, CompletionChoice, Usage } from '../chat/types.js';
+import type { ChatRequest, ChunkChoice, CompletionChoice, Usage } from '../schema/chat.js';
 import type { GatewayError } from '../errors.js';
 import type { Config } from '../config/types.js';
 import type { Store } from '../store/types.js';

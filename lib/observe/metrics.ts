@@ -3,12 +3,18 @@
 
 import type * as Prom from 'prom-client';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from './prom-client.js';
-import type { Fleet } from '../upstream/balance/index.js';
 
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 
 /** A counter series' count not yet handed to prom-client. */
 interface Pending { labels: Record<string, string> | undefined; n: number }
+
+/** What the per-replica gauges read of a replica (upstream/balance Replica), when scraped. */
+export interface ReplicaFigures {
+  readonly url: string;
+  readonly outstanding: number;
+  healthy(now: number): boolean;
+}
 
 export class Metrics {
   readonly registry = new Registry();
@@ -58,7 +64,7 @@ export class Metrics {
     collect: () => this.#flush(this.unitsCharged),
   });
   /** The providers whose replicas the two gauges below show, read when /metrics is scraped. */
-  upstreams: () => Iterable<{ fleet: Fleet }> = () => [];
+  upstreams: () => Iterable<{ fleet: { readonly replicas: readonly ReplicaFigures[] } }> = () => [];
   readonly upstreamOutstanding: Gauge<'target'> = upstreamGauge(this, 'tollgate_upstream_outstanding',
     'Per replica (its URL): requests this instance has in flight on it.', (r) => r.outstanding, (a, b) => a + b);
   readonly upstreamEjected: Gauge<'target'> = upstreamGauge(this, 'tollgate_upstream_ejected',
@@ -121,7 +127,7 @@ export class Metrics {
  * (ejected).
  */
 function upstreamGauge(
-  metrics: Metrics, name: string, help: string, value: (r: Fleet['replicas'][number], now: number) => number,
+  metrics: Metrics, name: string, help: string, value: (r: ReplicaFigures, now: number) => number,
   combine: (a: number, b: number) => number,
 ): Gauge<'target'> {
   return new Gauge({

@@ -2,10 +2,11 @@
 // upstream's, and its upstream's answers, events and errors back into ours; the pipeline
 // adds ids, model slugs and framing, so no provider ever writes to a client.
 
-import type { ChatRequest, ChunkChoice, CompletionChoice, NativeRequest, Usage } from '../chat/types.js';
+import type { ChatRequest, ChunkChoice, CompletionChoice, NativeRequest, Usage } from '../schema/chat.js';
 import type { ModelConfig, ProviderConfig } from '../config/types.js';
 import type { Fleet, Replica } from '../upstream/balance/index.js';
 import { merged } from '../objects.js';
+import type { CallAbort } from '../upstream/abort.js';
 
 export interface ProviderCall {
   request: ChatRequest;
@@ -19,45 +20,6 @@ export interface ProviderCall {
   replica?: Replica;
   /** Headers this call adds to the provider's own (traceparent when tracing); never overrides them. */
   headers?: Record<string, string>;
-}
-
-/**
- * An attempt's abort. Its AbortSignal is made only when something asks for it (an error path,
- * an embedding call); the upstream call and a stream waiting for the client listen through
- * onAbort, without an EventTarget listener per call.
- */
-export class CallAbort {
-  #controller: AbortController | undefined;
-  #listeners: Array<() => void> | undefined;
-  aborted = false;
-  reason: unknown = undefined;
-
-  get signal(): AbortSignal {
-    if (this.#controller === undefined) {
-      this.#controller = new AbortController();
-      if (this.aborted) this.#controller.abort(this.reason);
-    }
-    return this.#controller.signal;
-  }
-
-  abort(reason: unknown): void {
-    if (this.aborted) return;
-    this.aborted = true;
-    this.reason = reason;
-    const listeners = this.#listeners;
-    this.#listeners = undefined;
-    if (listeners !== undefined) for (const l of listeners) l();
-    this.#controller?.abort(reason);
-  }
-
-  /** Calls `fn` once when aborted (never if already aborted); returns the unsubscribe. */
-  onAbort(fn: () => void): () => void {
-    (this.#listeners ??= []).push(fn);
-    return () => {
-      const i = this.#listeners?.indexOf(fn) ?? -1;
-      if (i >= 0) this.#listeners!.splice(i, 1);
-    };
-  }
 }
 
 /**
@@ -87,8 +49,6 @@ export function withCallHeaders(own: Record<string, string>, call: ProviderCall)
   return call.headers === undefined ? own : merged(call.headers, own);
 }
 
-/** The reason the pipeline aborts an upstream call whose time ran out. */
-export const TIMEOUT = Symbol('tollgate.timeout');
 
 export interface CompletionResult {
   choices: CompletionChoice[];

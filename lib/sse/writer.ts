@@ -2,7 +2,7 @@
 // waits for 'drain' (or for the client to go).
 
 import type { ServerResponse } from 'node:http';
-import { onAbort, type AbortSource } from '../upstream/call.js';
+import { onAbort, type AbortSource } from '../upstream/abort.js';
 
 export const SSE_HEADERS = Object.freeze({
   'content-type': 'text/event-stream',

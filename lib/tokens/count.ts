@@ -9,7 +9,7 @@ import { dirname, join } from 'node:path';
 import type { Tokenizer } from '@huggingface/tokenizers';
 import { LRUCache } from 'lru-cache';
 import type { TokenizerName, TokenizerSpec } from '../config/types.js';
-import type { ChatMessage } from '../chat/types.js';
+import type { ChatMessage } from '../schema/chat.js';
 import { loadEncoding } from './bpe.js';
 
 export type CountFn = (text: string) => number;

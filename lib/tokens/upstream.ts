@@ -8,8 +8,7 @@
 import { createHash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { entryBound } from '../lru.js';
-import type { ChatMessage } from '../chat/types.js';
-import type { Provider } from '../providers/types.js';
+import type { ChatMessage } from '../schema/chat.js';
 import { countUpTo, promptParts } from './count.js';
 
 /** Texts shorter than this are cache keys themselves; longer ones by their SHA-256. */
@@ -22,13 +21,20 @@ const MIN_REMOTE = 16;
  */
 const LOCAL_SLACK = 4;
 
+/** A provider whose upstream counts tokens (providers/types.ts Provider, with tokenize). */
+export interface TokenizingProvider {
+  readonly config: { readonly tokenize_timeout_ms: number };
+  /** The upstream's own token count of `text` (vLLM's and llama.cpp's POST /tokenize). */
+  tokenize(text: string, upstreamModel: string, signal: AbortSignal): Promise<number>;
+}
+
 export class UpstreamTokens {
-  readonly #provider: Provider & { tokenize: NonNullable<Provider['tokenize']> };
+  readonly #provider: TokenizingProvider;
   readonly #cache = new LRUCache<string, number>(entryBound(20_000));
   readonly #timeoutMs: number;
   #failures = 0;
 
-  constructor(provider: Provider & { tokenize: NonNullable<Provider['tokenize']> }) {
+  constructor(provider: TokenizingProvider) {
     this.#provider = provider;
     this.#timeoutMs = provider.config.tokenize_timeout_ms;
   }

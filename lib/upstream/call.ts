@@ -6,24 +6,11 @@
 // destroyed, which aborts the call too.
 
 import type { Dispatcher } from 'undici';
+import { onAbort, type AbortSource } from './abort.js';
 import type { Pool } from './undici.js';
 import { errors as undiciErrors, parseHeaders } from './undici.js';
 
 export type UpstreamHeaders = Record<string, string | string[]>;
-
-/** An abort without an EventTarget (providers/types.ts CallAbort). */
-export interface AbortSource {
-  readonly aborted: boolean;
-  readonly reason: unknown;
-  onAbort(fn: () => void): () => void;
-}
-
-/** Listens for an abort of either kind; returns the unsubscribe. */
-export function onAbort(signal: AbortSignal | AbortSource, fn: () => void): () => void {
-  if ('onAbort' in signal) return signal.onAbort(fn);
-  signal.addEventListener('abort', fn);
-  return () => signal.removeEventListener('abort', fn);
-}
 
 export interface CallOptions {
   method: 'GET' | 'POST';

@@ -5,7 +5,7 @@ import { Pool, errors as undiciErrors } from './undici.js';
 import type { Dispatcher } from 'undici';
 import type { ProviderConfig } from '../config/types.js';
 import { GatewayError, retryAfterHeaders } from '../errors.js';
-import { TIMEOUT } from '../providers/types.js';
+import { TIMEOUT } from './abort.js';
 
 export interface UpstreamEndpoint {
   pool: Pool;

@@ -87,3 +87,19 @@ t.test('every relative link resolves, fragments included', async (t) => {
     }
   }
 });
+
+t.test('the README\'s "How it is built" map names every folder and file of lib/, and only those', async (t) => {
+  const readme = read('README.md');
+  const start = readme.indexOf('## How it is built');
+  const section = readme.slice(start, readme.indexOf('\n## ', start + 1));
+  const named = new Set([...section.matchAll(/`(lib\/[^`]+|bin\/[^`]+)`/g)].map((m) => m[1]!.replace(/\/$/, '')));
+  const lib = readdirSync(join(ROOT, 'lib'), { withFileTypes: true }).map((e) => `lib/${e.name}`);
+  for (const entry of lib) t.ok(named.has(entry), `the map names ${entry}`);
+  for (const path of named) t.ok(existsSync(join(ROOT, path)), `${path}, named in the map, exists`);
+  // Every file the map names inside a folder, as `folder/` then `name.ts`, exists there too.
+  for (const m of section.matchAll(/^\| `(lib\/[a-z-]+)\/` \| ([^\n]*)$/gm)) {
+    for (const [, file] of m[2]!.matchAll(/`([a-z-]+\.ts)`/g)) {
+      t.ok(existsSync(join(ROOT, m[1]!, file!)) || existsSync(join(ROOT, m[1]!, 'balance', file!)), `${m[1]}/${file} exists`);
+    }
+  }
+});

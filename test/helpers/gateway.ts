@@ -4,7 +4,7 @@
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import { createGateway, type Gateway } from '../../lib/gateway.js';
-import { listen, type RunningServer } from '../../lib/http/server.js';
+import { listen, type RunningServer } from '../../lib/server.js';
 
 export const DEMO_KEY = 'tg_demo_0000000000000000';
 export const PRO_KEY = 'tg_pro_11111111111111111111';

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
 import { call } from '../../lib/upstream/call.js';
-import { CallAbort } from '../../lib/providers/types.js';
+import { CallAbort } from '../../lib/upstream/abort.js';
 
 type Script = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
 let script: Script = (_req, res) => { res.end('ok'); };

@@ -4,8 +4,8 @@
 
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { ChatRequest, ChunkChoice, Usage } from '../../chat/types.js';
-import { validateChatRequest } from '../../chat/validate.js';
+import type { ChatRequest, ChunkChoice, Usage } from '../../schema/chat.js';
+import { validateChatRequest } from '../../schema/validate.js';
 import { envelope, type GatewayError } from '../../errors.js';
 import { DONE_FRAME, dataFrame } from '../../sse/writer.js';
 import type { Answer, Dialect, Renderer } from '../types.js';

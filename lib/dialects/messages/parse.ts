@@ -3,8 +3,9 @@
 // so a client sees its own field names, not the internal ones. The client's own body is kept
 // (`native`) for upstreams that speak Messages themselves.
 
-import type { ChatMessage, ChatRequest, ContentPart, ToolCall } from '../../chat/types.js';
-import { badValue, isValidImageUrl, missing, unsupported, wrongType } from '../../chat/validate.js';
+import type { ChatMessage, ChatRequest, ContentPart, ToolCall } from '../../schema/chat.js';
+import { isValidImageUrl } from '../../schema/validate.js';
+import { badValue, missing, unsupported, wrongType } from '../../schema/params.js';
 import { GatewayError } from '../../errors.js';
 
 type Obj = Record<string, unknown>;

@@ -4,7 +4,7 @@
 // which the pipeline calls only once the debit is durable.
 
 import { randomUUID } from 'node:crypto';
-import type { ChatRequest, ChunkChoice, FinishReason, Usage } from '../../chat/types.js';
+import type { ChatRequest, ChunkChoice, FinishReason, Usage } from '../../schema/chat.js';
 import type { GatewayError } from '../../errors.js';
 import type { Answer, Renderer } from '../types.js';
 import { errorJson } from './errors.js';

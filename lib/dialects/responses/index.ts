@@ -9,11 +9,9 @@
 // past its account's `max_account_bytes` or its conversation's `max_chain_length`) is answered
 // all the same, with `store: false`.
 
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { ChatMessage, ChatRequest } from '../../chat/types.js';
+import type { IncomingMessage } from 'node:http';
+import type { ChatMessage, ChatRequest } from '../../schema/chat.js';
 import { envelope, GatewayError } from '../../errors.js';
-import { answerHeaders, sendJson, type RequestContext } from '../../http/respond.js';
-import type { GatewayState } from '../../state.js';
 import type { Store } from '../../store/types.js';
 import type { Dialect, DialectEnv, Renderer } from '../types.js';
 import { parseResponses, type ResponsesInput } from './parse.js';
@@ -38,11 +36,11 @@ interface Pending extends ResponsesInput {
 
 const pending = new WeakMap<ChatRequest, Pending>();
 
-function notFound(id: string): GatewayError {
+export function notFound(id: string): GatewayError {
   return new GatewayError('response_not_found', `No response with id '${id.slice(0, 200)}' was found.`, { param: 'response_id' });
 }
 
-function unavailable(err: unknown): never {
+export function unavailable(err: unknown): never {
   throw new GatewayError('service_unavailable', 'The response store is unavailable; retry shortly.', { cause: err });
 }
 
@@ -54,7 +52,7 @@ async function parseKept(text: string): Promise<Kept> {
   return (text.length < OFF_THREAD_BYTES ? JSON.parse(text) : await parseJsonBodyOffThread(Buffer.from(text))) as Kept;
 }
 
-async function load(store: Store, account: string, id: string): Promise<Kept | undefined> {
+export async function load(store: Store, account: string, id: string): Promise<Kept | undefined> {
   const text = await store.getResponse(account, id);
   return text === undefined ? undefined : parseKept(text);
 }
@@ -159,28 +157,3 @@ export const responsesDialect: Dialect = {
   renderer: (request: ChatRequest, model: string): Renderer => new KeepingRenderer(pending.get(request)!, model),
   errorBody: (err, requestId) => JSON.stringify(envelope(err, requestId)),
 };
-
-/** GET or DELETE /v1/responses/{id}, for the caller's own account only. */
-export async function handleStoredResponse(
-  state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, rawId: string,
-): Promise<void> {
-  const principal = await state.auth.authenticate(req.headers.authorization, req);
-  ctx.principal = principal;
-  ctx.rateHeaders = await state.limits.peek(principal);
-  let id: string;
-  try {
-    id = decodeURIComponent(rawId);
-  } catch {
-    throw notFound(rawId);
-  }
-  const headers = answerHeaders(ctx);
-  if (req.method === 'DELETE') {
-    const deleted = await state.store.deleteResponse(principal.accountId, id).catch(unavailable);
-    if (!deleted) throw notFound(id);
-    sendJson(res, 200, JSON.stringify({ id, object: 'response', deleted: true }), headers);
-    return;
-  }
-  const kept = await load(state.store, principal.accountId, id).catch(unavailable);
-  if (kept === undefined) throw notFound(id);
-  sendJson(res, 200, JSON.stringify(kept.response), headers);
-}

@@ -3,9 +3,11 @@
 // messages, images, tools and sampling, whatever dialect the client speaks. The Responses-only
 // fields (store, previous_response_id, metadata, instructions) are returned beside it.
 
-import type { ChatMessage, ChatRequest, ContentPart } from '../../chat/types.js';
-import { validateChatRequest } from '../../chat/validate.js';
+import type { ChatMessage, ChatRequest, ContentPart } from '../../schema/chat.js';
+import { validateChatRequest } from '../../schema/validate.js';
 import { GatewayError } from '../../errors.js';
+import { isObject } from '../../objects.js';
+import { missing, unsupported, wrongType } from '../../schema/params.js';
 
 /** What the Responses dialect keeps about one request beyond the internal ChatRequest. */
 export interface ResponsesInput {
@@ -19,19 +21,6 @@ export interface ResponsesInput {
   echo: Record<string, unknown>;
 }
 
-function wrongType(param: string, expected: string): GatewayError {
-  return new GatewayError('invalid_type', `Invalid type for '${param}': expected ${expected}.`, { param });
-}
-function missing(param: string): GatewayError {
-  return new GatewayError('missing_required_parameter', `Missing required parameter: '${param}'.`, { param });
-}
-function unsupported(param: string, value: unknown, allowed: readonly string[]): GatewayError {
-  return new GatewayError('unsupported_value',
-    `Unsupported value for '${param}': ${JSON.stringify(value)}. Supported values are: ${allowed.map((v) => `'${v}'`).join(', ')}.`, { param });
-}
-function isObject(v: unknown): v is Record<string, unknown> {
-  return v !== null && typeof v === 'object' && !Array.isArray(v);
-}
 function str(v: unknown, param: string): string {
   if (typeof v !== 'string') throw v === undefined ? missing(param) : wrongType(param, 'a string');
   return v;

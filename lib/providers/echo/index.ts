@@ -3,7 +3,7 @@
 
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ChatMessage, ChunkChoice, CompletionChoice, FinishReason, Usage } from '../../chat/types.js';
+import type { ChatMessage, ChunkChoice, CompletionChoice, FinishReason, Usage } from '../../schema/chat.js';
 import type { ProviderConfig } from '../../config/types.js';
 import { GatewayError } from '../../errors.js';
 import { countUpTo, counter, promptParts } from '../../tokens/count.js';

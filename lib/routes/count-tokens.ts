@@ -5,15 +5,16 @@
 // (422): counting stops there, whatever the body's size (CONTRACT section 16).
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { GatewayError } from '../../errors.js';
-import { readJsonBody } from '../../http/json.js';
-import { answerHeaders, sendJson, type RequestContext } from '../../http/respond.js';
-import type { GatewayState } from '../../state.js';
-import { messagesDialect } from './index.js';
-import { authenticateMetered } from '../../chat/pipeline.js';
-import type { NativeRequest } from '../../chat/types.js';
-import type { ModelConfig } from '../../config/types.js';
-import { parseMessages } from './parse.js';
+import { GatewayError } from '../errors.js';
+import { readJsonBody } from '../http/json.js';
+import { sendJson } from '../http/respond.js';
+import { answerHeaders, type RequestContext } from '../pipeline/context.js';
+import type { GatewayState } from '../state.js';
+import { messagesDialect } from '../dialects/messages/index.js';
+import { authenticateMetered } from '../pipeline/admit.js';
+import type { NativeRequest } from '../schema/chat.js';
+import type { ModelConfig } from '../config/types.js';
+import { parseMessages } from '../dialects/messages/parse.js';
 
 function betaHeader(req: IncomingMessage): Record<string, string> {
   const beta = req.headers['anthropic-beta'];
@@ -31,7 +32,7 @@ async function upstreamCount(state: GatewayState, model: ModelConfig, native: Na
   }
 }
 
-export async function countTokens(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function serveCountTokens(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   ctx.principal = await authenticateMetered(state, messagesDialect.credential(req), req);
   const body = await readJsonBody(req, state.config.server);
   const request = parseMessages(body, true);

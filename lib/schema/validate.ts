@@ -1,33 +1,13 @@
 // Validates a chat completion request body. Each problem is a 400 whose `param` names the
 // field path (`messages[1].content[0].type`). Unlisted fields are never rejected.
 
-import { GatewayError, clip } from '../errors.js';
-import type { ChatMessage, ChatRequest, Role } from './types.js';
+import { GatewayError } from '../errors.js';
+import { isObject } from '../objects.js';
+import { badValue, missing, unsupported, wrongType } from './params.js';
+import type { ChatMessage, ChatRequest, Role } from './chat.js';
 
 const ROLES: ReadonlySet<string> = new Set<Role>(['system', 'developer', 'user', 'assistant', 'tool']);
 const IMAGE_DETAIL: ReadonlySet<string> = new Set(['auto', 'low', 'high']);
-
-/** One of the contract's 400s, with its param (shared by every dialect's parser). */
-export function missing(param: string): GatewayError {
-  return new GatewayError('missing_required_parameter', `Missing required parameter: '${param}'.`, { param });
-}
-export function wrongType(param: string, expected: string): GatewayError {
-  return new GatewayError('invalid_type', `Invalid type for '${param}': expected ${expected}.`, { param });
-}
-export function badValue(param: string, why: string): GatewayError {
-  return new GatewayError('invalid_value', `Invalid value for '${param}': ${why}.`, { param });
-}
-export function unsupported(param: string, value: unknown, allowed: Iterable<string>): GatewayError {
-  return new GatewayError(
-    'unsupported_value',
-    `Unsupported value for '${param}': ${clip(JSON.stringify(value))}. Supported values are: ${[...allowed].map((v) => `'${v}'`).join(', ')}.`,
-    { param },
-  );
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return v !== null && typeof v === 'object' && !Array.isArray(v);
-}
 
 function checkNumber(body: Record<string, unknown>, key: string, min: number, max: number): void {
   const v = body[key];

@@ -4,12 +4,12 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { AddressInfo, Socket } from 'node:net';
-import type { Gateway } from '../gateway.js';
-import { cidrTest, type TrustProxy } from '../auth/client-address.js';
-import { GatewayError, envelope, retryAfterHeaders } from '../errors.js';
-import { takeRequest } from './body.js';
-import { requestIdFor } from './request-id.js';
-import { sendError } from './respond.js';
+import type { Gateway } from './gateway.js';
+import { cidrTest, type TrustProxy } from './auth/client-address.js';
+import { GatewayError, envelope, retryAfterHeaders } from './errors.js';
+import { takeRequest } from './http/body.js';
+import { requestIdFor } from './http/request-id.js';
+import { sendError } from './http/respond.js';
 
 export interface RunningServer {
   server: Server;

@@ -5,7 +5,7 @@ import type { ModelConfig } from '../config/types.js';
 import { GatewayError } from '../errors.js';
 import { countUpTo, imageCost, promptParts } from '../tokens/count.js';
 import type { TokenizerSpec } from '../config/types.js';
-import type { ChatMessage, ChatRequest } from './types.js';
+import type { ChatMessage, ChatRequest } from '../schema/chat.js';
 
 export function checkImages(req: ChatRequest, model: ModelConfig): void {
   if (req.imageCount === 0) return;
@@ -14,46 +14,6 @@ export function checkImages(req: ChatRequest, model: ModelConfig): void {
   }
   if (req.imageCount > model.max_images) {
     throw new GatewayError('too_many_images', `The model '${model.id}' accepts at most ${model.max_images} images per request; this one has ${req.imageCount}.`, { param: 'messages' });
-  }
-}
-
-/**
- * content_policy.block: a match anywhere in the messages' text refuses the request: their
- * content, and the names and arguments of their tool calls, which go upstream as the model's
- * own earlier turns. Each string is tested once per pattern.
- */
-export class ContentPolicy {
-  readonly #patterns: RegExp[];
-
-  constructor(block: readonly string[]) {
-    this.#patterns = block.map((re) => new RegExp(re, 'u'));
-  }
-
-  check(messages: readonly ChatMessage[]): void {
-    if (this.#patterns.length === 0) return;
-    for (const m of messages) {
-      if (typeof m.content === 'string') this.#test(m.content);
-      else if (Array.isArray(m.content)) for (const p of m.content) if (p.type === 'text') this.#test(p.text);
-      // Validation checks tool_calls on assistant messages only, and messages are forwarded as
-      // they are, so whatever role carries them is scanned, defensively.
-      const calls: unknown = m.tool_calls;
-      if (Array.isArray(calls)) for (const c of calls) this.#testToolCall(c);
-    }
-  }
-
-  #testToolCall(call: unknown): void {
-    if (call === null || typeof call !== 'object') return;
-    const fn: unknown = (call as { function?: unknown }).function;
-    if (fn === null || typeof fn !== 'object') return;
-    const { name, arguments: args } = fn as { name?: unknown; arguments?: unknown };
-    if (typeof name === 'string') this.#test(name);
-    if (typeof args === 'string') this.#test(args);
-  }
-
-  #test(text: string): void {
-    for (const re of this.#patterns) {
-      if (re.test(text)) throw new GatewayError('content_blocked', 'The request was blocked by the content policy of this service.', { param: 'messages' });
-    }
   }
 }
 
@@ -123,4 +83,12 @@ export function checkContext(req: ChatRequest, model: ModelConfig, prompt: numbe
       { param: 'messages' },
     );
   }
+}
+
+/** A route serves one model type: chat models generate, embedding models embed. */
+export function checkModelType(model: ModelConfig, type: ModelConfig['type']): void {
+  if (model.type === type) return;
+  throw new GatewayError('unsupported_value',
+    `The model '${model.id}' is ${model.type === 'embedding' ? 'an embedding' : 'a chat'} model; ${type === 'embedding' ? 'use a chat route for it' : 'use POST /v1/embeddings for it'}.`,
+    { param: 'model' });
 }

@@ -1,0 +1,190 @@
+// The attempt chain of one admitted request: its model's targets (provider, then fallbacks) x
+// their replicas x their circuits, within the chain's deadline (./admit.ts).
+
+import type { ServerResponse } from 'node:http';
+import { GatewayError, retryAfterHeaders } from '../errors.js';
+import type { Metrics } from '../observe/metrics.js';
+import { AttemptCall, type ProviderCall } from '../providers/types.js';
+import type { GatewayState, Target } from '../state.js';
+import { CallAbort, TIMEOUT } from '../upstream/abort.js';
+import type { Admission, Outcome } from '../upstream/health.js';
+import { AffinityKey, type Replica } from '../upstream/balance/index.js';
+import { isConnectFailure } from '../upstream/http.js';
+import type { ChatRequest, Usage } from '../schema/chat.js';
+import type { ModelConfig } from '../config/types.js';
+import type { RequestContext } from './context.js';
+
+const CLIENT_GONE = Symbol('tollgate.client-gone');
+
+/** Failures that another target may not repeat: the next fallback is worth a try. */
+const FALLBACK_CODES: ReadonlySet<string> = new Set(['provider_error', 'provider_timeout', 'model_unavailable']);
+
+/** Replicas of one target a request tries before it moves on to the next target. */
+const MAX_REPLICA_TRIES = 3;
+
+/** One attempt: a target (provider and upstream model), its circuit's admission, a replica. */
+interface Attempt { target: Target; admission: Admission; replica: Replica }
+
+/**
+ * Calls a model's targets in order, and within a target its replicas as the provider's
+ * balancer picks them: a failure before anything reached the client moves to another replica
+ * of the same target (up to MAX_REPLICA_TRIES), then to the next target. A target's attempts
+ * share its provider's timeout_ms from when it is first tried, and the whole chain ends at the
+ * request's deadline (admitAndHold: within its credit hold's life); each attempt's timer is
+ * what is left of both, and a chain out of time ends in 504 provider_timeout. Each attempt is
+ * aborted when the client goes. A target's circuit is settled once for all its replicas'
+ * attempts. A target whose circuit is open, or whose replicas are all ejected, is skipped;
+ * when every one is, the answer is 503 with the time until the first of them may take
+ * requests again.
+ */
+export class Attempts {
+  readonly request: ChatRequest;
+  readonly model: ModelConfig;
+  /** The prompt estimate, with the model's tokenizer. */
+  readonly prompt: number;
+  readonly #targets: Target[];
+  readonly #state: GatewayState;
+  readonly #metrics: Metrics;
+  readonly #ctx: RequestContext;
+  readonly #res: ServerResponse;
+  readonly #key: AffinityKey;
+  /** performance.now() by which the chain ends (Admitted.deadline). */
+  readonly #deadline: number;
+  /** performance.now() by which the current target's attempts end: its timeout_ms, within the deadline. */
+  #targetEnd = 0;
+  #index = 0;
+  #retryMs = Infinity;
+  #last: GatewayError | undefined;
+  /** The target being tried, and how its latest attempt went (settled into its circuit when left). */
+  #current: { target: Target; admission: Admission; outcome: Outcome } | undefined;
+  #tried: Replica[] = [];
+
+  constructor(
+    state: GatewayState, metrics: Metrics, ctx: RequestContext, res: ServerResponse, request: ChatRequest, model: ModelConfig,
+    prompt: number, session: string | undefined, deadline: number,
+  ) {
+    this.request = request;
+    this.#deadline = deadline;
+    this.model = model;
+    this.prompt = prompt;
+    this.#targets = state.targets(model);
+    this.#state = state;
+    this.#metrics = metrics;
+    this.#ctx = ctx;
+    this.#res = res;
+    this.#key = new AffinityKey(request, session);
+  }
+
+  /** The next replica of the current target, else of the next target the circuits let through, or the error that ends the request. */
+  next(): Attempt {
+    for (;;) {
+      const current = this.#current;
+      if (current !== undefined) {
+        const fleet = current.target.provider.fleet;
+        const replica = this.#tried.length < MAX_REPLICA_TRIES && performance.now() < this.#targetEnd ? fleet.pick(this.#key, this.#tried) : undefined;
+        if (replica !== undefined) {
+          this.#tried.push(replica);
+          return { target: current.target, admission: current.admission, replica };
+        }
+        if (this.#tried.length === 0) this.#retryMs = Math.min(this.#retryMs, fleet.retryAfterMs());
+        this.#leaveTarget();
+      }
+      if (this.#index >= this.#targets.length) break;
+      const now = performance.now();
+      if (now >= this.#deadline) throw this.#last?.code === 'provider_timeout' ? this.#last : outOfTime();
+      const target = this.#targets[this.#index++]!;
+      const admission = target.circuit.admit();
+      if (admission.ok) {
+        this.#current = { target, admission, outcome: 'neutral' };
+        this.#tried = [];
+        this.#targetEnd = Math.min(now + target.provider.config.timeout_ms, this.#deadline);
+      } else {
+        this.#retryMs = Math.min(this.#retryMs, admission.retryMs);
+      }
+    }
+    if (this.#last !== undefined) throw this.#last;
+    throw new GatewayError('model_unavailable', `The model '${this.model.id}' is unavailable right now; retry later.`, {
+      headers: retryAfterHeaders(this.#retryMs),
+    });
+  }
+
+  /** Settles the current target's circuit with how its last attempt went. */
+  #leaveTarget(): void {
+    const current = this.#current;
+    if (current === undefined) return;
+    this.#current = undefined;
+    current.target.circuit.settle(current.admission, current.outcome);
+  }
+
+  /** Runs the answer; then a circuit left mid-way (a failure with no fallback left, a client gone) is settled. */
+  async using(work: () => Promise<void>): Promise<void> {
+    try {
+      await work();
+    } finally {
+      this.#leaveTarget();
+    }
+  }
+
+  /** Runs `fn` as one attempt on the attempt's replica; records its outcome and the error for fallback. */
+  async run<T>(attempt: Attempt, fn: (call: ProviderCall) => Promise<T>): Promise<T> {
+    const { target, replica } = attempt;
+    const ac = new CallAbort();
+    const call: ProviderCall = new AttemptCall(this.request, this.model, target.upstreamModel, ac, replica, this.#ctx.upstreamHeaders);
+    const res = this.#res;
+    const onClose = () => { if (!res.writableFinished) ac.abort(CLIENT_GONE); };
+    res.on('close', onClose);
+    if (res.destroyed) ac.abort(CLIENT_GONE);
+    const timer = setTimeout(() => ac.abort(TIMEOUT), Math.max(0, this.#targetEnd - performance.now()));
+    const started = performance.now();
+    this.#ctx.provider = target.provider.name;
+    this.#ctx.upstreamModel = target.upstreamModel;
+    const fleet = target.provider.fleet;
+    this.#ctx.target = fleet.addressed ? replica.url : null;
+    const token = fleet.begin(replica);
+    let outcome: Outcome = 'neutral';
+    let connectFailure = false;
+    try {
+      const result = await fn(call);
+      outcome = 'success';
+      return result;
+    } catch (err) {
+      const e = err instanceof GatewayError ? err : new GatewayError('internal_error', 'The gateway failed while calling the provider.', { cause: err });
+      if (ac.reason !== CLIENT_GONE && FALLBACK_CODES.has(e.code) && e.fault) {
+        outcome = 'failure';
+        connectFailure = isConnectFailure(e);
+      }
+      this.#last = e;
+      throw e;
+    } finally {
+      clearTimeout(timer);
+      res.off('close', onClose);
+      fleet.end(replica, token, outcome, connectFailure);
+      if (this.#current !== undefined && this.#current.target === target) {
+        this.#current.outcome = outcome;
+        if (outcome === 'success') this.#leaveTarget();
+      }
+      this.#ctx.upstreamMs = performance.now() - started;
+      this.#metrics.observe(this.#metrics.upstreamDuration, target.provider.name, this.#ctx.upstreamMs / 1000);
+    }
+  }
+
+  /** Usage counted by the gateway: the prompt estimate and the tokens of `completion`. */
+  async counted(completion: string): Promise<Usage> {
+    const c = await this.#state.textTokens(completion, this.model);
+    return { prompt_tokens: this.prompt, completion_tokens: c, total_tokens: this.prompt + c };
+  }
+
+  /**
+   * May the request go on to another replica or target after `err`? Only if nothing reached
+   * the client; next() says whether one is left (else it throws this error again).
+   */
+  canFallBack(err: unknown): boolean {
+    return err instanceof GatewayError && FALLBACK_CODES.has(err.code) && !this.#res.destroyed;
+  }
+}
+
+/** The chain's deadline passed before a target could be tried. */
+function outOfTime(): GatewayError {
+  return new GatewayError('provider_timeout', 'The model provider did not answer in time.');
+}
+

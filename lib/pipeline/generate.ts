@@ -1,0 +1,49 @@
+// One metered generation, whatever dialect the client speaks, in order: authenticate, read the
+// body and let the dialect parse it, resolve the model, check images, policy and context, admit
+// (limits), hold (./admit.ts), then call the model's targets (./attempts.ts: its provider, then
+// its fallbacks) and let the dialect render the answer as one JSON body or as an event stream
+// (./answer.ts). Each step throws a GatewayError; the router writes it in the dialect's shape
+// (./finish.ts).
+
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { readJsonBody } from '../http/json.js';
+import type { Metrics } from '../observe/metrics.js';
+import type { Dialect } from '../dialects/types.js';
+import type { GatewayState } from '../state.js';
+import { admitAndHold, authenticateMetered, settleAfter } from './admit.js';
+import { completeAnswer, streamAnswer } from './answer.js';
+import { Attempts } from './attempts.js';
+import { checkContext, checkImages, checkModelType, contextFit, promptRoom } from './checks.js';
+import type { RequestContext } from './context.js';
+
+export async function handleGeneration(
+  dialect: Dialect, state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
+): Promise<void> {
+  ctx.principal = await authenticateMetered(state, dialect.credential(req), req);
+  const body = await readJsonBody(req, state.config.server);
+  const request = dialect.parse(body, req);
+  ctx.stream = request.stream;
+  ctx.requestModel = request.model;
+  if (dialect.prepare !== undefined) await dialect.prepare(request, { store: state.store, account: ctx.principal.accountId, config: state.config });
+  const fit = request.model === 'auto' ? await contextFit(request, state.catalog.autoModels) : undefined;
+  const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, (m) => {
+    if (!state.healthy(m)) return 'unhealthy';
+    return fit === undefined || fit(m) ? null : 'context';
+  }, ctx.principal.key);
+  ctx.model = model.id;
+  checkModelType(model, 'chat');
+  checkImages(request, model);
+  state.policy.check(request.messages);
+  // Counted no further than the model could take: a prompt past that is refused all the same.
+  const prompt = await state.promptTokens(request, model, promptRoom(request, model));
+  checkContext(request, model, prompt);
+
+  const admitted = await admitAndHold(state, ctx, res, model, request, prompt);
+  if (admitted === undefined) return;
+  const session = req.headers['x-session-affinity'];
+  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt, typeof session === 'string' ? session : undefined, admitted.deadline);
+  const renderer = dialect.renderer(request, model.id, prompt);
+  await settleAfter(admitted, ctx, () => attempts.using(request.stream
+    ? () => streamAnswer(state, metrics, attempts, admitted.charge, ctx, res, renderer)
+    : () => completeAnswer(state, metrics, attempts, admitted.charge, ctx, res, renderer)));
+}

@@ -1,0 +1,89 @@
+// The /v1 route table: which paths exist, the methods each takes, the dialect whose error shape
+// a path's answers take, and which handler serves it. Metered routes (generations, embeddings,
+// token counts) count toward requests_per_minute, and one refused for its content spends a
+// request all the same (pipeline/admit.ts refusalSpends); model lists and stored responses do
+// not.
+
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { chatDialect } from '../dialects/chat/index.js';
+import { messagesDialect } from '../dialects/messages/index.js';
+import { responsesDialect } from '../dialects/responses/index.js';
+import type { Dialect } from '../dialects/types.js';
+import { GatewayError, MAX_ECHO, clip } from '../errors.js';
+import type { Metrics } from '../observe/metrics.js';
+import { refusalSpends } from '../pipeline/admit.js';
+import type { RequestContext } from '../pipeline/context.js';
+import { handleGeneration } from '../pipeline/generate.js';
+import type { GatewayState } from '../state.js';
+import { serveCountTokens } from './count-tokens.js';
+import { serveEmbeddings } from './embeddings.js';
+import { serveModels } from './models.js';
+import { serveStoredResponse } from './stored-responses.js';
+
+export type V1Route = 'chat' | 'messages' | 'messages_count_tokens' | 'responses' | 'response' | 'embeddings' | 'models' | 'model' | 'unknown';
+
+export function v1Route(path: string): V1Route {
+  if (path === '/v1/chat/completions') return 'chat';
+  if (path === '/v1/messages') return 'messages';
+  if (path === '/v1/messages/count_tokens') return 'messages_count_tokens';
+  if (path === '/v1/responses') return 'responses';
+  if (path === '/v1/embeddings') return 'embeddings';
+  if (path.startsWith('/v1/responses/') && path.length > 14 && path.indexOf('/', 14) === -1) return 'response';
+  if (path === '/v1/models') return 'models';
+  if (path.startsWith('/v1/models/') && path.length > 11) return 'model';
+  return 'unknown';
+}
+
+/** The dialect whose error shape a path's answers take (unknown paths under it included). */
+export function dialectOf(path: string): Dialect | undefined {
+  if (path === '/v1/messages' || path.startsWith('/v1/messages/')) return messagesDialect;
+  return undefined;
+}
+
+export const ALLOW: Record<V1Route, string> = {
+  chat: 'POST', messages: 'POST', messages_count_tokens: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST',
+  models: 'GET, HEAD', model: 'GET, HEAD', unknown: '',
+};
+
+/** Refuses, before the config state is awaited, a path that does not exist or a method it does not take. */
+export function checkV1(route: V1Route, req: IncomingMessage, path: string): void {
+  if (route === 'unknown') throw new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
+  if (!ALLOW[route].includes(req.method ?? '')) {
+    throw new GatewayError('method_not_allowed', `Method ${clip(req.method ?? '', 16)} is not allowed on ${clip(path, MAX_ECHO - 16)}; use ${ALLOW[route]}.`, {
+      headers: { allow: ALLOW[route] },
+    });
+  }
+}
+
+/** Serves a /v1 request on the state pinned for it. */
+export async function serveV1(state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+  if (ctx.route === 'models' || ctx.route === 'model' || ctx.route === 'response') {
+    await unmetered(state, ctx, req, res, path);
+    return;
+  }
+  try {
+    await metered(state, metrics, ctx, req, res);
+  } catch (err) {
+    throw await refusalSpends(state, ctx, err);
+  }
+}
+
+/** The routes that count toward requests_per_minute (generations, embeddings, token counts). */
+async function metered(state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const route = ctx.route;
+  if (route === 'chat') {
+    ctx.dialect = chatDialect;
+    await handleGeneration(chatDialect, state, metrics, ctx, req, res);
+  } else if (route === 'responses') {
+    ctx.dialect = responsesDialect;
+    await handleGeneration(responsesDialect, state, metrics, ctx, req, res);
+  } else if (route === 'embeddings') await serveEmbeddings(state, metrics, ctx, req, res);
+  else if (route === 'messages') await handleGeneration(messagesDialect, state, metrics, ctx, req, res);
+  else await serveCountTokens(state, ctx, req, res);
+}
+
+/** The routes that do not: model lists and stored responses. */
+async function unmetered(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+  if (ctx.route === 'response') await serveStoredResponse(state, ctx, req, res, path.slice('/v1/responses/'.length));
+  else await serveModels(state, ctx, req, res, path);
+}
