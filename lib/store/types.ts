@@ -413,7 +413,7 @@ export interface Store {
   accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }>;
   /**
    * Appends one usage record (memory: day files beside the journal; redis: hourly streams),
-   * kept until `retention_days` after its time (./usage-records.ts, ./redis-usage.ts).
+   * kept until `retention_days` after its time (./usage-records.ts, ./memory/usage-files.ts, ./redis/records.ts).
    * `writeId`, unique to this record: a write repeated with the same id after a failure whose
    * outcome was unknown appends nothing if the first one landed (redis, for a few minutes; the
    * memory store's failed writes never land).

@@ -5,8 +5,8 @@
 // - memory store without a path: per UTC day, column by column (MemoryUsageLog, below, and
 //   ./usage-columns.ts);
 // - memory store with a path: one append-only JSON-lines file per UTC day of the records'
-//   time, <path>/usage/YYYY-MM-DD.jsonl (FileUsageLog, ./usage-files.ts);
-// - redis store: one stream per UTC hour (./redis-usage.ts).
+//   time, <path>/usage/YYYY-MM-DD.jsonl (FileUsageLog, ./memory/usage-files.ts);
+// - redis store: one stream per UTC hour (./redis/records.ts).
 //
 // A cursor is `<bucket>:<position>`: the bucket (day or hour number since the epoch) and the
 // position in it after the last record the page returned (an array index, a byte offset, a
@@ -15,7 +15,7 @@
 // land behind the cursor belong to a later query; those ahead of it show up in later pages).
 
 import type { UsagePage, UsageQuery, UsageRecord, UsageReport, UsageSums } from './types.js';
-import { DayColumns } from './usage-columns.js';
+import { DayColumns } from './memory/usage-columns.js';
 import { DAY_MS } from '../utc-day.js';
 
 export { DAY_MS };

@@ -4,7 +4,7 @@
 // the writes its socket makes.
 
 import { Redis } from 'ioredis';
-import { connect, retire } from '../../lib/store/redis-connect.js';
+import { connect, retire } from '../../lib/store/redis/connect.js';
 
 export async function storeClient(t: any, url: string, name: string, commandTimeout = 3000): Promise<{ client: Redis; admin: Redis }> {
   const client = connect({ kind: 'url', url }, { connectionName: name, commandTimeout, connectTimeout: 2000 }) as Redis;

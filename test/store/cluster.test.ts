@@ -8,8 +8,8 @@
 
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
-import { RedisStore } from '../../lib/store/redis.js';
-import { connect, retire } from '../../lib/store/redis-connect.js';
+import { RedisStore } from '../../lib/store/redis/store.js';
+import { connect, retire } from '../../lib/store/redis/connect.js';
 import { startGateway, type TestGateway } from '../helpers/gateway.js';
 import { nodeClient, startCluster } from '../helpers/redis-topology.js';
 import { readsAt } from '../helpers/store-client.js';

@@ -19,8 +19,8 @@ import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SNAPSHOT_FILE } from '../../lib/store/journal.js';
-import { MemoryStore } from '../../lib/store/memory.js';
+import { SNAPSHOT_FILE } from '../../lib/store/memory/journal.js';
+import { MemoryStore } from '../../lib/store/memory/store.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const CHILD = fileURLToPath(new URL('./fixtures/crash-child.ts', import.meta.url));

@@ -9,7 +9,7 @@
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { UNANSWERED, connect, keepSubscribed, retire, type RedisClient } from '../../lib/store/redis-connect.js';
+import { UNANSWERED, connect, keepSubscribed, retire, type RedisClient } from '../../lib/store/redis/connect.js';
 import { startRedis } from '../helpers/redis.js';
 import { readsAt, socketWrites, storeClient } from '../helpers/store-client.js';
 

@@ -1,8 +1,8 @@
-// The memory store's journal entries and snapshot state (./memory.ts), and their parsing:
+// The memory store's journal entries and snapshot state (./store.ts), and their parsing:
 // whatever is read back from disk is checked before it is applied.
 
-import { toSettleEntry, toUnsettleEntry, type SettleEntry, type UnsettleEntry } from './memory-metering.js';
-import { defaultControls, type BudgetPeriod, type KeyControls, type KeyRecord, type AccountRecord } from './types.js';
+import { toSettleEntry, toUnsettleEntry, type SettleEntry, type UnsettleEntry } from './metering.js';
+import { defaultControls, type BudgetPeriod, type KeyControls, type KeyRecord, type AccountRecord } from '../types.js';
 
 /** One change, as journaled and as replayed. */
 export type Entry =

@@ -1,13 +1,13 @@
 // The memory store's usage records on disk: one append-only JSON-lines file per UTC day of
-// the records' time (the bucket layout and the queries are in ./usage-records.ts).
+// the records' time (the bucket layout and the queries are in ../usage-records.ts).
 
 import { createReadStream } from 'node:fs';
 import { mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { makeDirs } from './make-dirs.js';
-import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from './types.js';
-import { DAY_MS, PRUNE_EVERY_MS, pageOf, parseRecord, reportOf, retentionMs, type Buckets, type Entry, type UsageLog } from './usage-records.js';
+import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import { DAY_MS, PRUNE_EVERY_MS, pageOf, parseRecord, reportOf, retentionMs, type Buckets, type Entry, type UsageLog } from '../usage-records.js';
 
 /** The folder of the day files, under the store's path. */
 export const USAGE_DIR = 'usage';

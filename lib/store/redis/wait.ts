@@ -6,13 +6,13 @@
 // on the connection it is sent on, and the two cannot be split by a reconnect (a WAIT sent
 // after a reconnect, on a fresh connection, would confirm nothing yet answer at once). On one
 // server or a Sentinel's primary they are two commands written in one synchronous stretch, so
-// into the same socket (in one write: redis-connect.ts batches a loop turn's commands). A
-// connection lost before both are answered fails the unanswered ones at once (redis-connect.ts):
+// into the same socket (in one write: connect.ts batches a loop turn's commands). A
+// connection lost before both are answered fails the unanswered ones at once (connect.ts):
 // a script answered and its WAIT not is a ReplicaWaitError.
 // On a Cluster they are one ioredis pipeline, which goes to the primary
 // owning the script's slot (WAIT has no key; the script's keys choose the node); not elsewhere,
 // as each pipeline object stays reachable from the old generation until a mark-compact
-// (redis-connect.ts). The script is sent as EVAL, not EVALSHA: a NOSCRIPT retry would be sent
+// (connect.ts). The script is sent as EVAL, not EVALSHA: a NOSCRIPT retry would be sent
 // apart from the WAIT and escape it. WAIT blocks its connection until the replicas
 // answer, so waited writes have connections of their own, a few taken in turn: a WAIT delays
 // only the waited writes queued behind it on its connection, never holds and reads.
@@ -24,7 +24,7 @@
 // revocations by id), and a repeat's WAIT also covers the first write.
 
 import { Cluster } from 'ioredis';
-import type { RedisClient } from './redis-connect.js';
+import type { RedisClient } from './connect.js';
 
 export class ReplicaWaitError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {

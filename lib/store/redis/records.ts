@@ -1,4 +1,4 @@
-// Usage records in Redis (the layout of ./usage-records.ts, in hourly streams).
+// Usage records in Redis (the layout of ../usage-records.ts, in hourly streams).
 //
 // Keys (P = the store's prefix; H = hours since the epoch, UTC, of the records' time):
 //   P{usage:H}       stream  one entry per record, field "r" = the record's JSON; entry ids are
@@ -20,9 +20,9 @@
 // hours begin.
 
 import { randomUUID } from 'node:crypto';
-import type { RedisClient } from './redis-connect.js';
-import { pageOf, readRecord, reportOf, retentionMs, validateUsageRecord, type Buckets, type Entry } from './usage-records.js';
-import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from './types.js';
+import type { RedisClient } from './connect.js';
+import { pageOf, readRecord, reportOf, retentionMs, validateUsageRecord, type Buckets, type Entry } from '../usage-records.js';
+import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
 
 export const HOUR_MS = 3_600_000;
 

@@ -1,5 +1,5 @@
 // Stored responses for the Redis store (Responses API, `store: true`), as chains (see
-// ./response-chains.ts).
+// ../response-chains.ts).
 //
 // Key layout (P = the store's prefix, A = the account):
 //   P{resp:A}:r:ID  hash  one response: v (its value), p (the id it continues; absent for the
@@ -16,8 +16,8 @@
 // the account's latest response. Time comes from the caller (Date.now()), as in the metering.
 // Responses stored by an earlier Tollgate (P{resp:A}:ID strings) are not read; they expire.
 
-import type { RedisClient } from './redis-connect.js';
-import { ancestorExpiry, type ResponseChain } from './response-chains.js';
+import type { RedisClient } from './connect.js';
+import { ancestorExpiry, type ResponseChain } from '../response-chains.js';
 
 type Reply = Promise<unknown>;
 

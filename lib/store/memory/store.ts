@@ -8,26 +8,26 @@
 // included, waits until what it saw is written, so nothing that could be lost in a crash is
 // ever reported, not even as "already applied".
 //
-// Metering (./memory-metering.ts): holds are in memory only (a restart drops them, as if their
+// Metering (./metering.ts): holds are in memory only (a restart drops them, as if their
 // TTL ran out); a settlement is one journal entry; settled request ids are kept for an hour
 // and usage windows for about 40 days / 13 months (pruned at snapshots). Usage records go to
 // their own day files, <path>/usage/YYYY-MM-DD.jsonl, or to columns per day in memory, kept
-// for the retention (./usage-records.ts).
+// for the retention (../usage-records.ts, ./usage-files.ts, ./usage-columns.ts).
 
-import { keyIdOf } from '../auth/keys.js';
-import type { AccountConfig } from '../config/types.js';
+import { keyIdOf } from '../../auth/keys.js';
+import type { AccountConfig } from '../../config/types.js';
 import { Journal } from './journal.js';
-import { MemoryMetering, validateHold, validateSettlement, type UnsettleEntry } from './memory-metering.js';
-import { MemoryResponses } from './memory-responses.js';
-import type { ResponseChain } from './response-chains.js';
-import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './memory-state.js';
+import { MemoryMetering, validateHold, validateSettlement, type UnsettleEntry } from './metering.js';
+import { MemoryResponses } from './responses.js';
+import type { ResponseChain } from '../response-chains.js';
+import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './state.js';
 import {
   addSpend, applyPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn,
   type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type KeyWithAccount, type NewKey, type Revocation,
   type SettleResult, type Settlement, type Store, type UnsettleResult, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
-} from './types.js';
+} from '../types.js';
 import { FileUsageLog } from './usage-files.js';
-import { MemoryUsageLog, validateUsageRecord, type UsageLog } from './usage-records.js';
+import { MemoryUsageLog, validateUsageRecord, type UsageLog } from '../usage-records.js';
 
 export interface MemoryStoreOptions {
   /** Directory of the journal and snapshot (created when absent); null keeps nothing on disk. */

@@ -1,4 +1,4 @@
-// Metering state of the memory store (./memory.ts): holds, settled request ids and usage
+// Metering state of the memory store (./store.ts): holds, settled request ids and usage
 // windows. Every method is synchronous, so a check and the change it decides are atomic in
 // this single-threaded process; the store journals settlements around these calls.
 //
@@ -10,7 +10,7 @@
 //   its undoing ({op: 'unsettle'}: see Store.unsettle), which leaves the id settled as UNDONE.
 //   Settled
 //   request ids (with the units first charged) are remembered for SETTLED_TTL_MS (an hour):
-//   a retry within that time never charges twice (see SETTLED_KEEP_MS in ./redis-metering.ts
+//   a retry within that time never charges twice (see SETTLED_KEEP_MS in ../redis/metering.ts
 //   for why an hour is ample). Older ids are dropped as new settlements
 //   arrive and when a snapshot is taken, so they survive a restart only until then.
 // - Usage totals per account per UTC day and month are part of the snapshot; day windows older
@@ -20,8 +20,8 @@
 //   requests_per_day counts the day's settled requests plus the account's open holds for that
 //   day; a hold's own request id (re-holding it replaces the old hold) is not counted twice.
 
-import { flattened } from '../strings.js';
-import { requireId, requireRequestId, type AccountRecord, type BudgetPeriod, type HoldRequest, type HoldResult, type QuotaCode, type SettleResult, type Settlement, type UsageTotals } from './types.js';
+import { flattened } from '../../strings.js';
+import { requireId, requireRequestId, type AccountRecord, type BudgetPeriod, type HoldRequest, type HoldResult, type QuotaCode, type SettleResult, type Settlement, type UsageTotals } from '../types.js';
 
 export const SETTLED_TTL_MS = 3_600_000;
 export const DAY_WINDOWS_KEPT = 40;
@@ -405,7 +405,7 @@ export class MemoryMetering {
   /**
    * Applies the undoing of a settlement (live or replayed): a settlement that landed is given
    * back (balance, usage windows), one that did not is fenced (its id settled as UNDONE). The
-   * outcome, with the units given back (the key's spend is the caller's: memory.ts).
+   * outcome, with the units given back (the key's spend is the caller's: store.ts).
    */
   undo(account: AccountRecord | undefined, e: UnsettleEntry): { outcome: 'refunded' | 'fenced' | 'repeat'; refunded: number } | undefined {
     if (account === undefined) return undefined;

@@ -18,9 +18,9 @@
 //                                (revoked at)
 //   P{acct:A}:keys        set    ids of A's keys (for listing)
 //   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>}
-//   metering (holds, settlements, usage windows): see redis-metering.ts
-//   usage records (P{usage:HOUR}, P{usage:index}): see redis-usage.ts
-//   stored responses (P{resp:ACCOUNT}:...): see redis-responses.ts
+//   metering (holds, settlements, usage windows): see metering.ts
+//   usage records (P{usage:HOUR}, P{usage:index}): see records.ts
+//   stored responses (P{resp:ACCOUNT}:...): see responses.ts
 //
 // Atomicity and Redis Cluster: every mutation is one Lua script, and every script touches keys
 // of one `{...}` hash tag only, so the same scripts work on a cluster. A script's keys all begin
@@ -28,7 +28,7 @@
 // `P{acct:ID}:credits`), so they hash alike whatever the prefix or the ID contain. While a
 // cluster slot migrates, a script runs only if every key it names exists on the node, and fails
 // mid-way (its earlier writes applied) if it touches a key it emptied itself: scripts therefore
-// delete fields and keys only as their last access to that key (see redis-metering.ts).
+// delete fields and keys only as their last access to that key (see metering.ts).
 //
 // Two operations span two tags and run as atomic steps in a safe order:
 // - createKey: (1) EXISTS P{acct:ID}. Accounts are never deleted, so once it exists it stays.
@@ -70,9 +70,9 @@
 // and so does this instance when the script applied but its reply was lost (the call rejected).
 // When the subscriber connects again, listeners hear `missed` (see Revocation).
 //
-// Topologies (./redis-connect.ts): one server, a Sentinel-managed primary, or a Cluster; the
+// Topologies (./connect.ts): one server, a Sentinel-managed primary, or a Cluster; the
 // same scripts and keys on each. With waitReplicas (store.wait_replicas), settlements, credits
-// and revocations are reported only once that many replicas have them (./redis-wait.ts).
+// and revocations are reported only once that many replicas have them (./wait.ts).
 //
 // Failure: every command is bounded by `commandTimeoutMs` (store.timeout_ms), and fails at once
 // while the connection is down, before the first connect too: there is no offline queue, so a
@@ -85,25 +85,25 @@
 // twice), though the retry may then answer "already there" (false, applied: false).
 
 import { randomUUID } from 'node:crypto';
-import { keyIdOf, sha256Hex } from '../auth/keys.js';
-import type { AccountConfig } from '../config/types.js';
-import { connect, keepSubscribed, retire, type RedisClient, type RedisTopology } from './redis-connect.js';
-import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './redis-metering.js';
-import { ReplicaWait } from './redis-wait.js';
-import { RedisResponses } from './redis-responses.js';
-import type { ResponseChain } from './response-chains.js';
-import { RedisUsage, USAGE_SCRIPTS, type UsageScripts } from './redis-usage.js';
-import { toControls } from './memory-state.js';
+import { keyIdOf, sha256Hex } from '../../auth/keys.js';
+import type { AccountConfig } from '../../config/types.js';
+import { connect, keepSubscribed, retire, type RedisClient, type RedisTopology } from './connect.js';
+import { METERING_SCRIPTS, RedisMetering, type MeteringScripts } from './metering.js';
+import { ReplicaWait } from './wait.js';
+import { RedisResponses } from './responses.js';
+import type { ResponseChain } from '../response-chains.js';
+import { RedisUsage, USAGE_SCRIPTS, type UsageScripts } from './records.js';
+import { toControls } from '../memory/state.js';
 import {
   defaultControls, requireId, seededKeys,
   type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type KeyWithAccount, type KnownKey, type NewKey, type Revocation,
   type SettleResult, type Settlement, type Store, type UnsettleResult, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
-} from './types.js';
+} from '../types.js';
 
 export interface RedisStoreOptions {
   /** One Redis; ignored when `topology` is given. */
   url?: string;
-  /** Where Redis is: one server, Sentinel or Cluster (./redis-connect.ts). */
+  /** Where Redis is: one server, Sentinel or Cluster (./connect.ts). */
   topology?: RedisTopology;
   /** Replicas that must acknowledge each settlement, credit and revocation (WAIT); default 0. */
   waitReplicas?: number;
@@ -146,7 +146,7 @@ redis.call('HSET', KEYS[1], 'id', ARGV[1], 'plan', ARGV[2], 'balance_units', ARG
 return 1` },
   // nil: no account; {applied, balance}: 1 applied, 0 key used before, -1 refused (below 0),
   // -2 refused (above 2^53-1); a refusal changes nothing and leaves the key unused (the rule
-  // of creditRefusal in types.ts). Balance and units are at most 2^53-1 in size, so the Lua
+  // of creditRefusal in ../types.ts). Balance and units are at most 2^53-1 in size, so the Lua
   // doubles are exact, and a sum that rounds can only round to above the limit, never below.
   // HINCRBY runs before SADD: if it fails, nothing changed. (The balance goes back as Redis
   // gave it, text or an integer reply: Lua's tostring keeps only 14 digits.)
@@ -556,7 +556,7 @@ export class RedisStore implements Store {
     return { ...k, digest, last4, previous: { digest: k.digest, until: previousUntil } };
   }
 
-  /** The hold script records the key's last use (see tgHold in redis-metering.ts). */
+  /** The hold script records the key's last use (see tgHold in metering.ts). */
   readonly holdRecordsKeyUse = true;
 
   async touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void> {
@@ -618,7 +618,7 @@ export class RedisStore implements Store {
     }
   }
 
-  // Metering: one script per call, all keys in the account's slot (see redis-metering.ts).
+  // Metering: one script per call, all keys in the account's slot (see metering.ts).
   hold(h: HoldRequest): Promise<HoldResult | undefined> { return this.#metering.hold(h); }
   settle(s: Settlement): Promise<SettleResult | undefined> { return this.#metering.settle(s); }
   unsettle(s: Settlement): Promise<UnsettleResult | undefined> { return this.#metering.unsettle(s); }

@@ -1,10 +1,10 @@
 // Stored responses for the memory store (Responses API, `store: true`), as chains (see
-// ./response-chains.ts): kept in memory only, not journaled (they are a convenience that expires
+// ../response-chains.ts): kept in memory only, not journaled (they are a convenience that expires
 // within `responses.retention_hours`, not money), each under its account. Expiries sit in one
 // min-heap; every call first frees what expired (O(log n) each), so memory holds only live
 // responses and an account's byte count is exact whenever it is read.
 
-import { ancestorExpiry, type ResponseChain } from './response-chains.js';
+import { ancestorExpiry, type ResponseChain } from '../response-chains.js';
 
 interface Entry {
   value: string;

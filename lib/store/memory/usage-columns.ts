@@ -8,8 +8,8 @@
 // stores return them: a record reads back exactly as written (numbers are kept as float64, so
 // every safe integer and every duration is exact); fields outside the contract are not kept.
 
-import { flattened } from '../strings.js';
-import type { UsageRecord } from './types.js';
+import { flattened } from '../../strings.js';
+import type { UsageRecord } from '../types.js';
 
 const SOURCES: readonly UsageRecord['usage_source'][] = ['upstream', 'counted', 'none'];
 
