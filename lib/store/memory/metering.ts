@@ -21,7 +21,8 @@
 //   day; a hold's own request id (re-holding it replaces the old hold) is not counted twice.
 
 import { flattened } from '../../strings.js';
-import { requireId, requireRequestId, type AccountRecord, type BudgetPeriod, type HoldRequest, type HoldResult, type QuotaCode, type SettleResult, type Settlement, type UsageTotals } from '../types.js';
+import { requireId, requireRequestId } from '../rules.js';
+import type { AccountRecord, BudgetPeriod, HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageTotals } from '../types.js';
 
 export const SETTLED_TTL_MS = 3_600_000;
 export const DAY_WINDOWS_KEPT = 40;

@@ -2,7 +2,8 @@
 // whatever is read back from disk is checked before it is applied.
 
 import { toSettleEntry, toUnsettleEntry, type SettleEntry, type UnsettleEntry } from './metering.js';
-import { defaultControls, type BudgetPeriod, type KeyControls, type KeyRecord, type AccountRecord } from '../types.js';
+import { defaultControls, int, isRecord, str, toControls } from '../rules.js';
+import type { KeyControls, KeyRecord, AccountRecord } from '../types.js';
 
 /** One change, as journaled and as replayed. */
 export type Entry =
@@ -26,9 +27,6 @@ export interface SnapshotState {
   /** A MeteringSnapshot, checked by MemoryMetering.restore(); absent in snapshots from before metering. */
   metering?: unknown;
 }
-
-const str = (v: unknown): v is string => typeof v === 'string';
-const int = (v: unknown): v is number => Number.isSafeInteger(v);
 
 export function toEntry(v: Record<string, unknown>): Entry | undefined {
   switch (v.op) {
@@ -65,10 +63,6 @@ export function toEntry(v: Record<string, unknown>): Entry | undefined {
   }
 }
 
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 export function toSnapshotState(v: unknown): SnapshotState {
   const bad = (): never => { throw new Error('store snapshot: unexpected state'); };
   const list = (x: unknown): Record<string, unknown>[] =>
@@ -95,23 +89,4 @@ export function toSnapshotState(v: unknown): SnapshotState {
   });
   // The metering part is checked when it is restored (MemoryMetering.restore).
   return { accounts, keys, sessions, credits, metering: v.metering };
-}
-
-const nullableInt = (v: unknown): v is number | null => v === null || int(v);
-const strList = (v: unknown): v is string[] | null => v === null || (Array.isArray(v) && v.every(str));
-
-/** Controls as written by this store, or null when they are not. */
-export function toControls(v: unknown): KeyControls | null {
-  if (!isRecord(v) || !isRecord(v.limits) || !isRecord(v.metadata)) return null;
-  const { name, models, expires_at, budget, limits, allowed_ips, metadata } = v;
-  if (!(name === null || str(name)) || !strList(models) || !nullableInt(expires_at) || !strList(allowed_ips)) return null;
-  if (!(budget === null || (isRecord(budget) && int(budget.units) && (budget.period === null || ['day', 'week', 'month'].includes(budget.period as string))))) return null;
-  if (!nullableInt(limits.requests_per_minute) || !nullableInt(limits.tokens_per_minute) || !nullableInt(limits.max_concurrent)) return null;
-  if (!Object.values(metadata).every(str)) return null;
-  return {
-    name, models, expires_at,
-    budget: budget === null ? null : { units: budget.units as number, period: budget.period as BudgetPeriod },
-    limits: { requests_per_minute: limits.requests_per_minute, tokens_per_minute: limits.tokens_per_minute, max_concurrent: limits.max_concurrent },
-    allowed_ips, metadata: { ...metadata } as Record<string, string>,
-  };
 }

@@ -21,10 +21,10 @@ import { MemoryMetering, validateHold, validateSettlement, type UnsettleEntry } 
 import { MemoryResponses } from './responses.js';
 import type { ResponseChain } from '../response-chains.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './state.js';
-import {
-  addSpend, applyPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn,
-  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type KeyWithAccount, type NewKey, type Revocation,
-  type SettleResult, type Settlement, type Store, type UnsettleResult, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
+import { addSpend, applyPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn } from '../rules.js';
+import type {
+  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation,
+  SettleResult, Settlement, Store, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
 } from '../types.js';
 import { FileUsageLog } from './usage-files.js';
 import { MemoryUsageLog, validateUsageRecord, type UsageLog } from '../usage-records.js';

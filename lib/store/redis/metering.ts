@@ -34,7 +34,8 @@
 
 import type { RedisClient } from './connect.js';
 import type { ReplicaWait } from './wait.js';
-import { requireId, requireRequestId, type BudgetPeriod, type HoldRequest, type HoldResult, type QuotaCode, type SettleResult, type Settlement, type UnsettleResult, type UsageTotals } from '../types.js';
+import { requireId, requireRequestId } from '../rules.js';
+import type { BudgetPeriod, HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UnsettleResult, UsageTotals } from '../types.js';
 
 type Reply = Promise<unknown>;
 
@@ -228,7 +229,7 @@ return {1, '', available - units}` },
   // wrote, so no digit is lost. A repeat (applied 0) writes nothing but the holds' upkeep (see
   // OPEN_HOLDS). With a key (ARGV[7]), the charge is also capped at what its budget has left in
   // the period of the hold, and added to the key's spend in the same step (see addSpend in
-  // ../types.ts). Deletions come last: the request's hold, then settled ids past an hour (never
+  // ../rules.ts). Deletions come last: the request's hold, then settled ids past an hour (never
   // this one, just added), at most 100 per settlement (expired holds are dropped first, when
   // the sums are made again: OPEN_HOLDS). The settled index is scored by Redis's own clock
   // (TIME), not the gateway's: a gateway whose clock runs ahead must not prune the ids other

@@ -93,11 +93,10 @@ import { ReplicaWait } from './wait.js';
 import { RedisResponses } from './responses.js';
 import type { ResponseChain } from '../response-chains.js';
 import { RedisUsage, USAGE_SCRIPTS, type UsageScripts } from './records.js';
-import { toControls } from '../memory/state.js';
-import {
-  defaultControls, requireId, seededKeys,
-  type AccountRecord, type CreditResult, type HoldRequest, type HoldResult, type KeyControls, type KeyPatch, type KeyRecord, type KeyWithAccount, type KnownKey, type NewKey, type Revocation,
-  type SettleResult, type Settlement, type Store, type UnsettleResult, type UsagePage, type UsageQuery, type UsageRecord, type UsageReport, type UsageTotals,
+import { defaultControls, requireId, seededKeys, toControls } from '../rules.js';
+import type {
+  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation,
+  SettleResult, Settlement, Store, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
 } from '../types.js';
 
 export interface RedisStoreOptions {
@@ -146,7 +145,7 @@ redis.call('HSET', KEYS[1], 'id', ARGV[1], 'plan', ARGV[2], 'balance_units', ARG
 return 1` },
   // nil: no account; {applied, balance}: 1 applied, 0 key used before, -1 refused (below 0),
   // -2 refused (above 2^53-1); a refusal changes nothing and leaves the key unused (the rule
-  // of creditRefusal in ../types.ts). Balance and units are at most 2^53-1 in size, so the Lua
+  // of creditRefusal in ../rules.ts). Balance and units are at most 2^53-1 in size, so the Lua
   // doubles are exact, and a sum that rounds can only round to above the limit, never below.
   // HINCRBY runs before SADD: if it fails, nothing changed. (The balance goes back as Redis
   // gave it, text or an integer reply: Lua's tostring keeps only 14 digits.)
