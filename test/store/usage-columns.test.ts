@@ -6,8 +6,8 @@
 import t from 'tap';
 import fc from 'fast-check';
 import type { UsageRecord } from '../../lib/store/types.js';
-import { DAY_MS, MemoryUsageLog, validateUsageRecord } from '../../lib/store/usage-records.js';
-import { DayColumns } from '../../lib/store/memory/usage-columns.js';
+import { DAY_MS, validateUsageRecord } from '../../lib/store/usage-records.js';
+import { DayColumns, MemoryUsageLog } from '../../lib/store/memory/usage-columns.js';
 import { settledMemory } from '../helpers/heap.js';
 import { holds } from '../property/arbitraries.js';
 

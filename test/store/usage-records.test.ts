@@ -11,7 +11,8 @@ import { Redis } from 'ioredis';
 import { MemoryStore } from '../../lib/store/memory/store.js';
 import { RedisStore } from '../../lib/store/redis/store.js';
 import type { Store, UsagePage, UsageQuery, UsageRecord } from '../../lib/store/types.js';
-import { DAY_MS, MemoryUsageLog, SCAN_CAP } from '../../lib/store/usage-records.js';
+import { DAY_MS, SCAN_CAP } from '../../lib/store/usage-records.js';
+import { MemoryUsageLog } from '../../lib/store/memory/usage-columns.js';
 import { FileUsageLog, LEGACY_USAGE_FILE, USAGE_DIR } from '../../lib/store/memory/usage-files.js';
 import { startRedis } from '../helpers/redis.js';
 

@@ -27,7 +27,8 @@ import type {
   SettleResult, Settlement, Store, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
 } from '../types.js';
 import { FileUsageLog } from './usage-files.js';
-import { MemoryUsageLog, validateUsageRecord, type UsageLog } from '../usage-records.js';
+import { MemoryUsageLog } from './usage-columns.js';
+import { validateUsageRecord, type UsageLog } from '../usage-records.js';
 
 export interface MemoryStoreOptions {
   /** Directory of the journal and snapshot (created when absent); null keeps nothing on disk. */

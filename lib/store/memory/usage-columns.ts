@@ -7,9 +7,12 @@
 // only when read (admin queries), with the contract's fields in their order, as the other
 // stores return them: a record reads back exactly as written (numbers are kept as float64, so
 // every safe integer and every duration is exact); fields outside the contract are not kept.
+// MemoryUsageLog, at the end, is that store's usage log: one DayColumns per UTC day (the
+// bucket layout and the queries are in ../usage-records.ts).
 
 import { flattened } from '../../strings.js';
-import type { UsageRecord } from '../types.js';
+import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import { DAY_MS, PRUNE_EVERY_MS, pageOf, reportOf, retentionMs, type Buckets, type Entry, type UsageLog } from '../usage-records.js';
 
 const SOURCES: readonly UsageRecord['usage_source'][] = ['upstream', 'counted', 'none'];
 
@@ -111,4 +114,62 @@ export class DayColumns {
     sources.set(this.#sources);
     this.#sources = sources;
   }
+}
+
+/** Records in memory, columns per UTC day; days past retention are dropped whole. */
+export class MemoryUsageLog implements UsageLog, Buckets {
+  readonly bucketMs = DAY_MS;
+  readonly #days = new Map<number, DayColumns>();
+  readonly #retentionMs: number;
+  readonly #now: () => number;
+  #prunedAt = 0;
+
+  constructor(retentionDays?: number, now: () => number = Date.now) {
+    this.#retentionMs = retentionMs(retentionDays);
+    this.#now = now;
+  }
+
+  #cutoff(): number { return this.#now() - this.#retentionMs; }
+
+  record(r: UsageRecord): Promise<void> {
+    const day = Math.floor(r.at / DAY_MS);
+    const now = this.#now();
+    if (now - this.#prunedAt >= PRUNE_EVERY_MS || !this.#days.has(day)) this.#prune(now);
+    // A record already past retention when written is not kept (it would be dropped at once).
+    if ((day + 1) * DAY_MS <= this.#cutoff()) return Promise.resolve();
+    let list = this.#days.get(day);
+    if (list === undefined) this.#days.set(day, (list = new DayColumns()));
+    list.push(r);
+    return Promise.resolve();
+  }
+
+  #prune(now: number): void {
+    this.#prunedAt = now;
+    const cutoff = now - this.#retentionMs;
+    for (const day of this.#days.keys()) if ((day + 1) * DAY_MS <= cutoff) this.#days.delete(day);
+  }
+
+  list(from: number, to: number): Promise<number[]> {
+    return Promise.resolve([...this.#days.keys()].filter((d) => d >= from && d <= to).sort((a, b) => a - b));
+  }
+
+  read(bucket: number, pos: string | undefined, max: number): Promise<{ entries: Entry[]; done: boolean }> {
+    const list = this.#days.get(bucket);
+    const length = list?.length ?? 0;
+    const start = pos === undefined ? 0 : Number(pos);
+    const end = Math.min(length, start + max);
+    const entries: Entry[] = [];
+    for (let i = start; i < end; i++) entries.push({ record: list!.get(i), pos: String(i + 1) });
+    return Promise.resolve({ entries, done: end >= length });
+  }
+
+  report(account: string | undefined, since: number): Promise<UsageReport> {
+    return reportOf(this, account, since, this.#cutoff());
+  }
+
+  page(q: UsageQuery): Promise<UsagePage> {
+    return pageOf(this, q, this.#cutoff());
+  }
+
+  close(): Promise<void> { return Promise.resolve(); }
 }
