@@ -1,4 +1,4 @@
-// The store's own Redis client (lib/store/redis-connect.ts) for tests that look at how it talks
+// The store's own Redis client (lib/store/redis/connect.ts) for tests that look at how it talks
 // to Redis: ready before the test goes on, its error events expected (tests cut its connection),
 // retired and closed at teardown; a plain client beside it to look at the server; and a count of
 // the writes its socket makes.

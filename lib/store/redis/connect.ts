@@ -177,7 +177,7 @@ const batching = new WeakSet<Redis>();
  * there it keeps the batch, its commands and their replies alive through every young
  * collection until the next mark-compact: with the Redis store, about 26 KB promoted per
  * request at one connection, a scavenge every ~100 ms taking 5-7 ms instead of ~1, and a
- * mark-compact every few seconds (measured with --trace-gc-nvp; test/store/young-garbage).
+ * mark-compact every few seconds (measured with --trace-gc-nvp; test/observe/young-garbage.test.ts).
  */
 function batchWrites(client: Redis): void {
   if (batching.has(client)) return;

@@ -1,4 +1,4 @@
-// The store's Redis clients never stay given up (lib/store/redis-connect.ts). ioredis ends a
+// The store's Redis clients never stay given up (lib/store/redis/connect.ts). ioredis ends a
 // client for good when a disconnect cuts its connect short; here that is done at once, on a
 // plain server, the way its Sentinel failover detector does it mid-failover
 // (test/store/sentinel-revive.test.ts has the real race): the client connects again and
@@ -9,9 +9,9 @@
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { UNANSWERED, connect, keepSubscribed, retire, type RedisClient } from '../../lib/store/redis/connect.js';
-import { startRedis } from '../helpers/redis.js';
-import { readsAt, socketWrites, storeClient } from '../helpers/store-client.js';
+import { UNANSWERED, connect, keepSubscribed, retire, type RedisClient } from '../../../lib/store/redis/connect.js';
+import { startRedis } from '../../helpers/redis.js';
+import { readsAt, socketWrites, storeClient } from '../../helpers/store-client.js';
 
 const redis = await startRedis();
 t.teardown(() => redis.stop());

@@ -1,15 +1,15 @@
 // The memory store's in-memory usage records (no store.path) are held column by column
-// (lib/store/usage-columns.ts): a record reads back exactly as written, field for field and in
+// (lib/store/memory/usage-columns.ts): a record reads back exactly as written, field for field and in
 // the contract's order, across days and pages; and it costs a fraction of the heap an object
 // did (a busy gateway keeps 90 days of them).
 
 import t from 'tap';
 import fc from 'fast-check';
-import type { UsageRecord } from '../../lib/store/types.js';
-import { DAY_MS, validateUsageRecord } from '../../lib/store/usage-records.js';
-import { DayColumns, MemoryUsageLog } from '../../lib/store/memory/usage-columns.js';
-import { settledMemory } from '../helpers/heap.js';
-import { holds } from '../property/arbitraries.js';
+import type { UsageRecord } from '../../../lib/store/types.js';
+import { DAY_MS, validateUsageRecord } from '../../../lib/store/usage-records.js';
+import { DayColumns, MemoryUsageLog } from '../../../lib/store/memory/usage-columns.js';
+import { settledMemory } from '../../helpers/heap.js';
+import { holds } from '../../property/arbitraries.js';
 
 const NOW = Date.UTC(2026, 10, 23, 12);
 const FIELDS = ['request_id', 'at', 'account', 'key_id', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens',

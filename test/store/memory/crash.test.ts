@@ -19,10 +19,10 @@ import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SNAPSHOT_FILE } from '../../lib/store/memory/journal.js';
-import { MemoryStore } from '../../lib/store/memory/store.js';
+import { SNAPSHOT_FILE } from '../../../lib/store/memory/journal.js';
+import { MemoryStore } from '../../../lib/store/memory/store.js';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const CHILD = fileURLToPath(new URL('./fixtures/crash-child.ts', import.meta.url));
 
 interface Run { events: any[]; signal: string | null; code: number | null; stderr: string }

@@ -6,11 +6,11 @@ import t from 'tap';
 import { appendFile, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { JOURNAL_FILE, SNAPSHOT_FILE } from '../../lib/store/memory/journal.js';
-import { MemoryStore, type MemoryStoreOptions } from '../../lib/store/memory/store.js';
-import { storeContract } from './contract.js';
-import { meteringContract } from './metering-contract.js';
-import { keyContract } from './key-contract.js';
+import { JOURNAL_FILE, SNAPSHOT_FILE } from '../../../lib/store/memory/journal.js';
+import { MemoryStore, type MemoryStoreOptions } from '../../../lib/store/memory/store.js';
+import { storeContract } from '../contract.js';
+import { meteringContract } from '../metering-contract.js';
+import { keyContract } from '../key-contract.js';
 
 const dirs: string[] = [];
 t.teardown(async () => { for (const d of dirs) await rm(d, { recursive: true, force: true }); });
@@ -207,8 +207,8 @@ t.test('a listener that throws does not stop the others', async (t) => {
 });
 
 t.test('files written before per-key controls load as keys without controls', async (t) => {
-  const { sha256Hex, keyIdOf } = await import('../../lib/auth/keys.js');
-  const { defaultControls } = await import('../../lib/store/types.js');
+  const { sha256Hex, keyIdOf } = await import('../../../lib/auth/keys.js');
+  const { defaultControls } = await import('../../../lib/store/types.js');
   const path = await tempDir();
   const d1 = sha256Hex('tg_old_snapshot');
   const d2 = sha256Hex('tg_old_journal');

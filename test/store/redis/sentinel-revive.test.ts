@@ -12,9 +12,9 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { RedisStore } from '../../lib/store/redis/store.js';
-import type { Revocation } from '../../lib/store/types.js';
-import { nodeClient, startSentinel, waitFor } from '../helpers/redis-topology.js';
+import { RedisStore } from '../../../lib/store/redis/store.js';
+import type { Revocation } from '../../../lib/store/types.js';
+import { nodeClient, startSentinel, waitFor } from '../../helpers/redis-topology.js';
 
 const topo = await startSentinel(500);
 t.teardown(async () => {

@@ -7,12 +7,12 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { JOURNAL_FILE, SNAPSHOT_FILE } from '../../lib/store/memory/journal.js';
-import { MemoryStore } from '../../lib/store/memory/store.js';
-import { MemoryMetering, SETTLED_TTL_MS } from '../../lib/store/memory/metering.js';
-import type { Quotas, UsageRecord } from '../../lib/store/types.js';
-import { USAGE_DIR } from '../../lib/store/memory/usage-files.js';
-import { settledMemory } from '../helpers/heap.js';
+import { JOURNAL_FILE, SNAPSHOT_FILE } from '../../../lib/store/memory/journal.js';
+import { MemoryStore } from '../../../lib/store/memory/store.js';
+import { MemoryMetering, SETTLED_TTL_MS } from '../../../lib/store/memory/metering.js';
+import type { Quotas, UsageRecord } from '../../../lib/store/types.js';
+import { USAGE_DIR } from '../../../lib/store/memory/usage-files.js';
+import { settledMemory } from '../../helpers/heap.js';
 
 const dirs: string[] = [];
 t.teardown(async () => { for (const d of dirs) await rm(d, { recursive: true, force: true }); });

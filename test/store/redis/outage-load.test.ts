@@ -6,9 +6,9 @@
 
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { DEMO_KEY, baseConfig, sseData, startGateway, type TestGateway } from '../helpers/gateway.js';
-import { startRedis } from '../helpers/redis.js';
-import { chunk, completionBody, json, startUpstream, streamFrames, writeSse } from '../helpers/upstream.js';
+import { DEMO_KEY, baseConfig, sseData, startGateway, type TestGateway } from '../../helpers/gateway.js';
+import { startRedis } from '../../helpers/redis.js';
+import { chunk, completionBody, json, startUpstream, streamFrames, writeSse } from '../../helpers/upstream.js';
 
 const rejections: unknown[] = [];
 const tripWire = (err: unknown) => { rejections.push(err); };

@@ -9,9 +9,9 @@ import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { startGateway, type TestGateway } from '../helpers/gateway.js';
-import { startSentinel, waitFor } from '../helpers/redis-topology.js';
-import { account, accountWhenReady, burst, chat, isStoreFault, walletConfig, type Outcome } from '../helpers/wallet-load.js';
+import { startGateway, type TestGateway } from '../../helpers/gateway.js';
+import { startSentinel, waitFor } from '../../helpers/redis-topology.js';
+import { account, accountWhenReady, burst, chat, isStoreFault, walletConfig, type Outcome } from '../../helpers/wallet-load.js';
 
 // min-replicas-to-write 1, as the README advises beside wait_replicas 1: a primary left without
 // a replica refuses writes, so a debit it could never have confirmed is not applied at all.

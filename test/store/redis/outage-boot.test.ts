@@ -6,8 +6,8 @@
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
-import { DEMO_KEY, baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
-import { startRedis } from '../helpers/redis.js';
+import { DEMO_KEY, baseConfig, startGateway, type TestGateway } from '../../helpers/gateway.js';
+import { startRedis } from '../../helpers/redis.js';
 
 const rejections: unknown[] = [];
 const tripWire = (err: unknown) => { rejections.push(err); };

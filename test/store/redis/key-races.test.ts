@@ -9,9 +9,9 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { keyIdOf, sha256Hex } from '../../lib/auth/keys.js';
-import { RedisStore } from '../../lib/store/redis/store.js';
-import { startRedis } from '../helpers/redis.js';
+import { keyIdOf, sha256Hex } from '../../../lib/auth/keys.js';
+import { RedisStore } from '../../../lib/store/redis/store.js';
+import { startRedis } from '../../helpers/redis.js';
 
 const redis = await startRedis();
 t.teardown(() => redis.stop());

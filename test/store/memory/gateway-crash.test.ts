@@ -2,7 +2,7 @@
 // API acknowledged (a key issued, a credit added) is still there after a restart.
 
 import t from 'tap';
-import { serveChild } from '../helpers/child.js';
+import { serveChild } from '../../helpers/child.js';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

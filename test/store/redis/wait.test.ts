@@ -9,13 +9,13 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { keyIdOf, sha256Hex } from '../../lib/auth/keys.js';
-import { RedisStore } from '../../lib/store/redis/store.js';
-import { ReplicaWait, ReplicaWaitError } from '../../lib/store/redis/wait.js';
-import { startGateway } from '../helpers/gateway.js';
-import { startRedis } from '../helpers/redis.js';
-import { socketWrites, storeClient } from '../helpers/store-client.js';
-import { account, accountWhenReady, chat, walletConfig } from '../helpers/wallet-load.js';
+import { keyIdOf, sha256Hex } from '../../../lib/auth/keys.js';
+import { RedisStore } from '../../../lib/store/redis/store.js';
+import { ReplicaWait, ReplicaWaitError } from '../../../lib/store/redis/wait.js';
+import { startGateway } from '../../helpers/gateway.js';
+import { startRedis } from '../../helpers/redis.js';
+import { socketWrites, storeClient } from '../../helpers/store-client.js';
+import { account, accountWhenReady, chat, walletConfig } from '../../helpers/wallet-load.js';
 
 const redis = await startRedis();
 t.teardown(() => redis.stop());

@@ -8,10 +8,10 @@ import { mkdtemp, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
-import { ConfigValueError } from '../../lib/config/value-error.js';
-import { createGateway } from '../../lib/gateway.js';
-import { makeDirs } from '../../lib/store/memory/make-dirs.js';
-import { MemoryStore } from '../../lib/store/memory/store.js';
+import { ConfigValueError } from '../../../lib/config/value-error.js';
+import { createGateway } from '../../../lib/gateway.js';
+import { makeDirs } from '../../../lib/store/memory/make-dirs.js';
+import { MemoryStore } from '../../../lib/store/memory/store.js';
 
 const dir = await mkdtemp(join(tmpdir(), 'tollgate-dirs-'));
 t.teardown(() => rm(dir, { recursive: true, force: true }));

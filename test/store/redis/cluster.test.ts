@@ -8,14 +8,14 @@
 
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
-import { RedisStore } from '../../lib/store/redis/store.js';
-import { connect, retire } from '../../lib/store/redis/connect.js';
-import { startGateway, type TestGateway } from '../helpers/gateway.js';
-import { nodeClient, startCluster } from '../helpers/redis-topology.js';
-import { readsAt } from '../helpers/store-client.js';
-import { accountWhenReady, burst, chat, isStoreFault, walletConfig, type Outcome } from '../helpers/wallet-load.js';
-import { storeContract } from './contract.js';
-import { meteringContract } from './metering-contract.js';
+import { RedisStore } from '../../../lib/store/redis/store.js';
+import { connect, retire } from '../../../lib/store/redis/connect.js';
+import { startGateway, type TestGateway } from '../../helpers/gateway.js';
+import { nodeClient, startCluster } from '../../helpers/redis-topology.js';
+import { readsAt } from '../../helpers/store-client.js';
+import { accountWhenReady, burst, chat, isStoreFault, walletConfig, type Outcome } from '../../helpers/wallet-load.js';
+import { storeContract } from '../contract.js';
+import { meteringContract } from '../metering-contract.js';
 
 const cluster = await startCluster();
 t.teardown(() => cluster.stop());

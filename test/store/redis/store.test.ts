@@ -8,15 +8,15 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import fc from 'fast-check';
-import { keyIdOf, sha256Hex } from '../../lib/auth/keys.js';
-import { RedisStore } from '../../lib/store/redis/store.js';
-import { SETTLED_KEEP_MS } from '../../lib/store/redis/metering.js';
-import type { Revocation, UsageRecord } from '../../lib/store/types.js';
-import { startRedis } from '../helpers/redis.js';
-import { storeContract } from './contract.js';
-import { meteringContract } from './metering-contract.js';
-import { keyContract } from './key-contract.js';
-import { defaultControls } from '../../lib/store/types.js';
+import { keyIdOf, sha256Hex } from '../../../lib/auth/keys.js';
+import { RedisStore } from '../../../lib/store/redis/store.js';
+import { SETTLED_KEEP_MS } from '../../../lib/store/redis/metering.js';
+import type { Revocation, UsageRecord } from '../../../lib/store/types.js';
+import { startRedis } from '../../helpers/redis.js';
+import { storeContract } from '../contract.js';
+import { meteringContract } from '../metering-contract.js';
+import { keyContract } from '../key-contract.js';
+import { defaultControls } from '../../../lib/store/types.js';
 
 const redis = await startRedis();
 t.teardown(() => redis.stop());
@@ -618,7 +618,7 @@ t.test('every key the store writes starts with its prefix', async (t) => {
   const written = (await keysOf(c)).filter((k) => !before.has(k));
   t.strictSame(written.filter((k) => !k.startsWith(prefix)), [], 'nothing outside the prefix');
   const d2 = sha256Hex('tg_scan_2');
-  // A usage record's write mark (redis-usage.ts) is named by its write id: one, beside its hour's stream.
+  // A usage record's write mark (lib/store/redis/records.ts) is named by its write id: one, beside its hour's stream.
   const hourKey = `{usage:${Math.floor(at / 3_600_000)}}`;
   const marks = written.filter((k) => k.startsWith(`${prefix}${hourKey}:w:`));
   t.equal(marks.length, 1, "the record's write mark");
