@@ -1,13 +1,13 @@
 // The store's rules, shared by both stores (./memory/, ./redis/) and by their callers through
 // ./types.ts: what ids a store takes, the bounds of a balance and the rule of a credit, and a
-// key's controls on the store side (their defaults, a PATCH applied, their check when read back
-// from a journal, a snapshot or a Redis hash, and the budget spend a period counts). Where a Redis
-// script applies the same rule, its comment says so. The controls' admin side (reading them from a
-// request body) and the compiled form the request path checks are ../auth/controls.ts.
+// key's controls on the store side (their shape, their defaults, a PATCH applied, their check
+// when read back from a journal, a snapshot or a Redis hash, and the budget spend a period
+// counts). Where a Redis script applies the same rule, its comment says so. The controls' admin
+// side (reading them from a request body) and the compiled form the request path checks are
+// ../auth/controls.ts.
 
 import type { AccountConfig } from '../config/types.js';
 import { sha256Hex } from '../auth/keys.js';
-import type { BudgetPeriod, BudgetPeriods, KeyControls, KeyPatch } from './types.js';
 
 // ---- ids ---------------------------------------------------------------------------------
 
@@ -42,6 +42,34 @@ export function creditRefusal(balance: number, units: number): 'below_zero' | 'a
 }
 
 // ---- a key's controls ---------------------------------------------------------------------
+
+/** How often a key's budget starts again from 0 (UTC; weeks start on Monday); null: never. */
+export type BudgetPeriod = 'day' | 'week' | 'month' | null;
+
+export interface KeyLimits {
+  requests_per_minute: number | null;
+  tokens_per_minute: number | null;
+  max_concurrent: number | null;
+}
+
+/** A key's controls (CONTRACT section 8), as the admin API sets them. */
+export interface KeyControls {
+  name: string | null;
+  /** Catalog slugs or globs (`llama-*`) the key may use; null: any the plan allows. */
+  models: string[] | null;
+  /** Unix milliseconds after which the key answers 401 key_expired; null: never. */
+  expires_at: number | null;
+  /** Units the key may spend per period; null: no budget of its own (the wallet still bounds it). */
+  budget: { units: number; period: BudgetPeriod } | null;
+  /** Per-key limits on top of the plan's; null members: only the plan's. */
+  limits: KeyLimits;
+  /** IPv4/IPv6 CIDRs the key may be used from; null: anywhere. */
+  allowed_ips: string[] | null;
+  metadata: Record<string, string>;
+}
+
+/** A change of controls: each member named replaces the key's; `limits` members one by one. */
+export type KeyPatch = Partial<Omit<KeyControls, 'limits'>> & { limits?: Partial<KeyLimits> };
 
 /** `base` with `patch` applied (see KeyPatch); a new object, sharing nothing with either. */
 export function applyPatch(base: KeyControls, patch: KeyPatch): KeyControls {
@@ -84,6 +112,19 @@ export function toControls(v: unknown): KeyControls | null {
 }
 
 // ---- a key's budget spend ----------------------------------------------------------------
+
+/**
+ * A key's budget periods at one moment, one id per kind: a spend is counted in the period it
+ * was admitted in, and a stored spend of another period id counts as 0 (no job resets budgets).
+ */
+export interface BudgetPeriods {
+  /** 'd:YYYY-MM-DD' */
+  day: string;
+  /** 'w:YYYY-MM-DD', the Monday the week starts on */
+  week: string;
+  /** 'm:YYYY-MM' */
+  month: string;
+}
 
 /** The period id a budget of `period` counts in at `periods`; 'n' for a budget that never resets. */
 export function periodId(period: BudgetPeriod, periods: BudgetPeriods): string {

@@ -1,15 +1,18 @@
 // One store interface, two implementations: `memory` (embedded; durable with a journal when
 // `store.path` is set; ./memory/) and `redis` (shared by gateway instances; ./redis/). The store
 // is authoritative for accounts, keys and sessions; the config only seeds what is absent.
-// This file is the interface and its records; the rules both stores apply are ./rules.ts,
-// re-exported here so callers outside the store import one module.
+// This file is the interface and its records; the rules both stores apply, and a key's controls
+// (their shape and rules), are ./rules.ts, re-exported here so callers outside the store import
+// one module.
 
 import type { AccountConfig } from '../config/types.js';
 import type { ResponseChain } from './response-chains.js';
+import type { BudgetPeriod, BudgetPeriods, KeyControls, KeyPatch } from './rules.js';
 
 export {
   MAX_UNITS, addSpend, applyPatch, creditRefusal, defaultControls, periodId, requireId, requireRequestId, seededKeys, spentIn,
 } from './rules.js';
+export type { BudgetPeriod, BudgetPeriods, KeyControls, KeyLimits, KeyPatch } from './rules.js';
 
 export interface AccountRecord {
   id: string;
@@ -18,47 +21,6 @@ export interface AccountRecord {
   balance_units: number;
   /** Unix milliseconds. */
   created_at: number;
-}
-
-/** How often a key's budget starts again from 0 (UTC; weeks start on Monday); null: never. */
-export type BudgetPeriod = 'day' | 'week' | 'month' | null;
-
-export interface KeyLimits {
-  requests_per_minute: number | null;
-  tokens_per_minute: number | null;
-  max_concurrent: number | null;
-}
-
-/** A key's controls (CONTRACT section 8), as the admin API sets them. */
-export interface KeyControls {
-  name: string | null;
-  /** Catalog slugs or globs (`llama-*`) the key may use; null: any the plan allows. */
-  models: string[] | null;
-  /** Unix milliseconds after which the key answers 401 key_expired; null: never. */
-  expires_at: number | null;
-  /** Units the key may spend per period; null: no budget of its own (the wallet still bounds it). */
-  budget: { units: number; period: BudgetPeriod } | null;
-  /** Per-key limits on top of the plan's; null members: only the plan's. */
-  limits: KeyLimits;
-  /** IPv4/IPv6 CIDRs the key may be used from; null: anywhere. */
-  allowed_ips: string[] | null;
-  metadata: Record<string, string>;
-}
-
-/** A change of controls: each member named replaces the key's; `limits` members one by one. */
-export type KeyPatch = Partial<Omit<KeyControls, 'limits'>> & { limits?: Partial<KeyLimits> };
-
-/**
- * A key's budget periods at one moment, one id per kind: a spend is counted in the period it
- * was admitted in, and a stored spend of another period id counts as 0 (no job resets budgets).
- */
-export interface BudgetPeriods {
-  /** 'd:YYYY-MM-DD' */
-  day: string;
-  /** 'w:YYYY-MM-DD', the Monday the week starts on */
-  week: string;
-  /** 'm:YYYY-MM' */
-  month: string;
 }
 
 export interface KeyRecord {
