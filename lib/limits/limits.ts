@@ -7,7 +7,7 @@
 // top of the plan's per-account counts, the answer's x-ratelimit-* headers show whichever is
 // tighter, and a request refused by any limit (or later, at the hold) gives back what it took.
 
-import type { RedisClient } from '../store/redis-connect.js';
+import type { RedisClient } from '../store/redis/connect.js';
 import { RateLimiterMemory, RateLimiterRes, rateLimiterRedis, type RateLimiterAbstract } from './rate-limiters.js';
 import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config/types.js';

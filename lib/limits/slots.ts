@@ -5,7 +5,7 @@
 // slots back as soon as Redis is, not a lease lifetime later.
 
 import { randomUUID } from 'node:crypto';
-import type { RedisClient } from '../store/redis-connect.js';
+import type { RedisClient } from '../store/redis/connect.js';
 import type { Logger } from '../observe/log.js';
 import { RetryQueue } from '../store/retry.js';
 

@@ -6,8 +6,8 @@ import type { Config } from '../config/types.js';
 import { ConfigValueError } from '../config/value-error.js';
 import type { Logger } from '../observe/log.js';
 import { GuardedStore } from './guard.js';
-import { MemoryStore } from './memory.js';
-import type { RedisClient, RedisTopology } from './redis-connect.js';
+import { MemoryStore } from './memory/store.js';
+import type { RedisClient, RedisTopology } from './redis/connect.js';
 import { RetryQueue } from './retry.js';
 import type { Store } from './types.js';
 
@@ -31,7 +31,7 @@ export async function openStore(config: Config['store'], logger?: Logger, usageR
   const retries = new RetryQueue({ log: logger });
   if (config.kind === 'redis') {
     // Loaded only for a Redis store: the embedded store does without ioredis (and its memory).
-    const [{ RedisStore }, { describeTopology }] = await Promise.all([import('./redis.js'), import('./redis-connect.js')]);
+    const [{ RedisStore }, { describeTopology }] = await Promise.all([import('./redis/store.js'), import('./redis/connect.js')]);
     const topology = topologyOf(config);
     const where = describeTopology(topology);
     const redis = new RedisStore({

@@ -1,10 +1,18 @@
 // One store interface, two implementations: `memory` (embedded; durable with a journal when
-// `store.path` is set) and `redis` (shared by gateway instances). The store is authoritative
-// for accounts, keys and sessions; the config only seeds what is absent.
+// `store.path` is set; ./memory/) and `redis` (shared by gateway instances; ./redis/). The store
+// is authoritative for accounts, keys and sessions; the config only seeds what is absent.
+// This file is the interface and its records; the rules both stores apply, and a key's controls
+// (their shape and rules), are ./rules.ts, re-exported here so callers outside the store import
+// one module.
 
 import type { AccountConfig } from '../config/types.js';
-import { sha256Hex } from '../auth/keys.js';
 import type { ResponseChain } from './response-chains.js';
+import type { BudgetPeriod, BudgetPeriods, KeyControls, KeyPatch } from './rules.js';
+
+export {
+  MAX_UNITS, addSpend, applyPatch, creditRefusal, defaultControls, periodId, requireId, requireRequestId, seededKeys, spentIn,
+} from './rules.js';
+export type { BudgetPeriod, BudgetPeriods, KeyControls, KeyLimits, KeyPatch } from './rules.js';
 
 export interface AccountRecord {
   id: string;
@@ -13,101 +21,6 @@ export interface AccountRecord {
   balance_units: number;
   /** Unix milliseconds. */
   created_at: number;
-}
-
-/** How often a key's budget starts again from 0 (UTC; weeks start on Monday); null: never. */
-export type BudgetPeriod = 'day' | 'week' | 'month' | null;
-
-export interface KeyLimits {
-  requests_per_minute: number | null;
-  tokens_per_minute: number | null;
-  max_concurrent: number | null;
-}
-
-/** A key's controls (CONTRACT section 8), as the admin API sets them. */
-export interface KeyControls {
-  name: string | null;
-  /** Catalog slugs or globs (`llama-*`) the key may use; null: any the plan allows. */
-  models: string[] | null;
-  /** Unix milliseconds after which the key answers 401 key_expired; null: never. */
-  expires_at: number | null;
-  /** Units the key may spend per period; null: no budget of its own (the wallet still bounds it). */
-  budget: { units: number; period: BudgetPeriod } | null;
-  /** Per-key limits on top of the plan's; null members: only the plan's. */
-  limits: KeyLimits;
-  /** IPv4/IPv6 CIDRs the key may be used from; null: anywhere. */
-  allowed_ips: string[] | null;
-  metadata: Record<string, string>;
-}
-
-/** A change of controls: each member named replaces the key's; `limits` members one by one. */
-export type KeyPatch = Partial<Omit<KeyControls, 'limits'>> & { limits?: Partial<KeyLimits> };
-
-/** Ids the stores take (account, key, request, ...): non-empty strings. */
-export function requireId(what: string, v: unknown): void {
-  if (typeof v !== 'string' || v === '') throw new TypeError(`${what} must be a non-empty string`);
-}
-
-/**
- * A hold's request id: an id that does not begin with '#' (the Redis holds hash keeps its sums
- * in such fields; every store refuses them alike).
- */
-export function requireRequestId(v: unknown): void {
-  requireId('request id', v);
-  if ((v as string).startsWith('#')) throw new TypeError("request id must not begin with '#'");
-}
-
-/** `base` with `patch` applied (see KeyPatch); a new object, sharing nothing with either. */
-export function applyPatch(base: KeyControls, patch: KeyPatch): KeyControls {
-  const { limits, ...rest } = structuredClone(patch);
-  return { ...structuredClone(base), ...rest, limits: { ...base.limits, ...limits } };
-}
-
-export function defaultControls(): KeyControls {
-  return {
-    name: null, models: null, expires_at: null, budget: null,
-    limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null },
-    allowed_ips: null, metadata: {},
-  };
-}
-
-/**
- * A key's budget periods at one moment, one id per kind: a spend is counted in the period it
- * was admitted in, and a stored spend of another period id counts as 0 (no job resets budgets).
- */
-export interface BudgetPeriods {
-  /** 'd:YYYY-MM-DD' */
-  day: string;
-  /** 'w:YYYY-MM-DD', the Monday the week starts on */
-  week: string;
-  /** 'm:YYYY-MM' */
-  month: string;
-}
-
-/** The period id a budget of `period` counts in at `periods`; 'n' for a budget that never resets. */
-export function periodId(period: BudgetPeriod, periods: BudgetPeriods): string {
-  return period === null ? 'n' : periods[period];
-}
-
-/**
- * What a spend in period `current` finds already spent, given the stored spend (`stored` units
- * in period `storedId`): the stored units in the same period, else 0. The Redis scripts apply
- * the same rule.
- */
-export function spentIn(storedId: string | null, stored: number, current: string): number {
-  return storedId === current ? stored : 0;
-}
-
-/**
- * A stored spend after adding `units` spent in period `pid`: added within the same period,
- * started afresh in a new one, and left alone when a later period of the same kind has begun
- * (a spend admitted before a boundary and settled after it belongs to the period it was
- * admitted in, which is over). The Redis settle script applies the same rule.
- */
-export function addSpend(spent: { period: string; units: number }, pid: string, units: number): { period: string; units: number } {
-  if (spent.period === pid) return { period: pid, units: Math.min(MAX_UNITS, spent.units + units) };
-  if (spent.period[0] === pid[0] && spent.period > pid) return spent;
-  return { period: pid, units };
 }
 
 export interface KeyRecord {
@@ -137,20 +50,6 @@ export interface NewKey {
   digest: string;
   last4?: string | null;
   controls?: KeyControls;
-}
-
-/** The largest balance or amount a store keeps: beyond it integer arithmetic is not exact. */
-export const MAX_UNITS = Number.MAX_SAFE_INTEGER;
-
-/**
- * Why a credit of `units` to `balance` must be refused, if it must (both safe integers). The
- * Redis store's credit script applies the same rule.
- */
-export function creditRefusal(balance: number, units: number): 'below_zero' | 'above_max' | undefined {
-  if (units < 0 && balance + units < 0) return 'below_zero';
-  // Compared without forming the sum, which could round above MAX_UNITS.
-  if (units > 0 && balance > MAX_UNITS - units) return 'above_max';
-  return undefined;
 }
 
 export interface CreditResult {
@@ -413,7 +312,7 @@ export interface Store {
   accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }>;
   /**
    * Appends one usage record (memory: day files beside the journal; redis: hourly streams),
-   * kept until `retention_days` after its time (./usage-records.ts, ./redis-usage.ts).
+   * kept until `retention_days` after its time (./usage-records.ts, ./memory/usage-files.ts, ./redis/records.ts).
    * `writeId`, unique to this record: a write repeated with the same id after a failure whose
    * outcome was unknown appends nothing if the first one landed (redis, for a few minutes; the
    * memory store's failed writes never land).
@@ -450,12 +349,3 @@ export interface Store {
   ping(): Promise<void>;
   close(): Promise<void>;
 }
-
-/** A config account's keys: digests, with the last 4 characters of those given in plaintext. */
-export function seededKeys(a: AccountConfig): Array<{ digest: string; last4: string | null }> {
-  const keys = new Map<string, string | null>();
-  for (const k of a.keys) keys.set(sha256Hex(k), k.slice(-4));
-  for (const d of a.key_sha256) if (!keys.has(d.toLowerCase())) keys.set(d.toLowerCase(), null);
-  return [...keys].map(([digest, last4]) => ({ digest, last4 }));
-}
-

@@ -2,11 +2,11 @@
 // after its time and never dropped before, paged with a stable cursor. Both stores keep them
 // in time buckets that are only ever appended to and are removed whole once every record in
 // them is past retention (trimming by time only, never by count):
-// - memory store without a path: per UTC day, column by column (MemoryUsageLog, below, and
-//   ./usage-columns.ts);
+// - memory store without a path: per UTC day, column by column (MemoryUsageLog,
+//   ./memory/usage-columns.ts);
 // - memory store with a path: one append-only JSON-lines file per UTC day of the records'
-//   time, <path>/usage/YYYY-MM-DD.jsonl (FileUsageLog, ./usage-files.ts);
-// - redis store: one stream per UTC hour (./redis-usage.ts).
+//   time, <path>/usage/YYYY-MM-DD.jsonl (FileUsageLog, ./memory/usage-files.ts);
+// - redis store: one stream per UTC hour (./redis/records.ts).
 //
 // A cursor is `<bucket>:<position>`: the bucket (day or hour number since the epoch) and the
 // position in it after the last record the page returned (an array index, a byte offset, a
@@ -15,7 +15,6 @@
 // land behind the cursor belong to a later query; those ahead of it show up in later pages).
 
 import type { UsagePage, UsageQuery, UsageRecord, UsageReport, UsageSums } from './types.js';
-import { DayColumns } from './usage-columns.js';
 import { DAY_MS } from '../utc-day.js';
 
 export { DAY_MS };
@@ -216,62 +215,4 @@ export interface UsageLog {
   report(account: string | undefined, since: number): Promise<UsageReport>;
   page(q: UsageQuery): Promise<UsagePage>;
   close(): Promise<void>;
-}
-
-/** Records in memory, columns per UTC day; days past retention are dropped whole. */
-export class MemoryUsageLog implements UsageLog, Buckets {
-  readonly bucketMs = DAY_MS;
-  readonly #days = new Map<number, DayColumns>();
-  readonly #retentionMs: number;
-  readonly #now: () => number;
-  #prunedAt = 0;
-
-  constructor(retentionDays?: number, now: () => number = Date.now) {
-    this.#retentionMs = retentionMs(retentionDays);
-    this.#now = now;
-  }
-
-  #cutoff(): number { return this.#now() - this.#retentionMs; }
-
-  record(r: UsageRecord): Promise<void> {
-    const day = Math.floor(r.at / DAY_MS);
-    const now = this.#now();
-    if (now - this.#prunedAt >= PRUNE_EVERY_MS || !this.#days.has(day)) this.#prune(now);
-    // A record already past retention when written is not kept (it would be dropped at once).
-    if ((day + 1) * DAY_MS <= this.#cutoff()) return Promise.resolve();
-    let list = this.#days.get(day);
-    if (list === undefined) this.#days.set(day, (list = new DayColumns()));
-    list.push(r);
-    return Promise.resolve();
-  }
-
-  #prune(now: number): void {
-    this.#prunedAt = now;
-    const cutoff = now - this.#retentionMs;
-    for (const day of this.#days.keys()) if ((day + 1) * DAY_MS <= cutoff) this.#days.delete(day);
-  }
-
-  list(from: number, to: number): Promise<number[]> {
-    return Promise.resolve([...this.#days.keys()].filter((d) => d >= from && d <= to).sort((a, b) => a - b));
-  }
-
-  read(bucket: number, pos: string | undefined, max: number): Promise<{ entries: Entry[]; done: boolean }> {
-    const list = this.#days.get(bucket);
-    const length = list?.length ?? 0;
-    const start = pos === undefined ? 0 : Number(pos);
-    const end = Math.min(length, start + max);
-    const entries: Entry[] = [];
-    for (let i = start; i < end; i++) entries.push({ record: list!.get(i), pos: String(i + 1) });
-    return Promise.resolve({ entries, done: end >= length });
-  }
-
-  report(account: string | undefined, since: number): Promise<UsageReport> {
-    return reportOf(this, account, since, this.#cutoff());
-  }
-
-  page(q: UsageQuery): Promise<UsagePage> {
-    return pageOf(this, q, this.#cutoff());
-  }
-
-  close(): Promise<void> { return Promise.resolve(); }
 }

@@ -11,7 +11,7 @@ import { sha256Hex } from '../../lib/auth/keys.js';
 import { Authenticator, CACHE_TTL_MS, REFRESH_AHEAD_MS, TOUCH_FLUSH_MS } from '../../lib/auth/authenticator.js';
 import { validateConfig } from '../../lib/config/load.js';
 import { StoreUnavailableError } from '../../lib/errors.js';
-import { MemoryStore } from '../../lib/store/memory.js';
+import { MemoryStore } from '../../lib/store/memory/store.js';
 import { defaultControls, type KeyWithAccount, type KnownKey, type Revocation, type Store } from '../../lib/store/types.js';
 import { DEMO_KEY, baseConfig } from '../helpers/gateway.js';
 

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
 import { csvField, csvRow, USAGE_COLUMNS } from '../../lib/cli-admin.js';
-import { MemoryStore } from '../../lib/store/memory.js';
+import { MemoryStore } from '../../lib/store/memory/store.js';
 import type { UsageRecord } from '../../lib/store/types.js';
 import { BIN } from '../helpers/child.js';
 import { DEMO_KEY, baseConfig, startGateway } from '../helpers/gateway.js';

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, parseConfig, validateConfig } from '../../lib/config/load.js';
 import { topologyOf } from '../../lib/store/index.js';
-import { hostPort } from '../../lib/store/redis-connect.js';
+import { hostPort } from '../../lib/store/redis/connect.js';
 import { BIN } from '../helpers/child.js';
 
 function problems(f: () => unknown): string[] {

@@ -1,10 +1,10 @@
-// The store's own Redis client (lib/store/redis-connect.ts) for tests that look at how it talks
+// The store's own Redis client (lib/store/redis/connect.ts) for tests that look at how it talks
 // to Redis: ready before the test goes on, its error events expected (tests cut its connection),
 // retired and closed at teardown; a plain client beside it to look at the server; and a count of
 // the writes its socket makes.
 
 import { Redis } from 'ioredis';
-import { connect, retire } from '../../lib/store/redis-connect.js';
+import { connect, retire } from '../../lib/store/redis/connect.js';
 
 export async function storeClient(t: any, url: string, name: string, commandTimeout = 3000): Promise<{ client: Redis; admin: Redis }> {
   const client = connect({ kind: 'url', url }, { connectionName: name, commandTimeout, connectTimeout: 2000 }) as Redis;

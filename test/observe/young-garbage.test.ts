@@ -136,7 +136,7 @@ t.test('POST /v1/chat/completions: a metered answer leaves its objects to die yo
 // Pipeline object with an own accessor, so a hidden class of its own in the old generation,
 // which kept the batch, its commands and their replies through young collections: about 26 KB
 // promoted per request, scavenges of 5-7 ms every ~100 ms at one connection. The store batches
-// its writes by corking the socket instead (lib/store/redis-connect.ts): about 3 KB.
+// its writes by corking the socket instead (lib/store/redis/connect.ts): about 3 KB.
 t.test('POST /v1/chat/completions with the Redis store: batched commands die young too', async (t) => {
   const redis = await startRedis();
   t.teardown(() => redis.stop());

@@ -6,7 +6,7 @@
 
 import t from 'tap';
 import fc from 'fast-check';
-import { MemoryMetering } from '../../lib/store/memory-metering.js';
+import { MemoryMetering } from '../../lib/store/memory/metering.js';
 import type { AccountRecord, HoldRequest, Quotas } from '../../lib/store/types.js';
 
 interface RefHold { account: string; rid: string; units: number; day: string; key: string | undefined; expires: number }

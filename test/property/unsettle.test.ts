@@ -7,8 +7,8 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { randomUUID } from 'node:crypto';
-import { MemoryStore } from '../../lib/store/memory.js';
-import { RedisStore } from '../../lib/store/redis.js';
+import { MemoryStore } from '../../lib/store/memory/store.js';
+import { RedisStore } from '../../lib/store/redis/store.js';
 import type { Settlement, Store } from '../../lib/store/types.js';
 import { startRedis } from '../helpers/redis.js';
 

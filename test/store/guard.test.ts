@@ -8,7 +8,7 @@ import t from 'tap';
 import { Redis } from 'ioredis';
 import { StoreUnavailableError } from '../../lib/errors.js';
 import { GuardedStore } from '../../lib/store/guard.js';
-import { RedisStore } from '../../lib/store/redis.js';
+import { RedisStore } from '../../lib/store/redis/store.js';
 import { notApplied, RetryQueue } from '../../lib/store/retry.js';
 import type { Quotas } from '../../lib/store/types.js';
 import { startRedis } from '../helpers/redis.js';

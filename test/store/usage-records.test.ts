@@ -8,11 +8,12 @@ import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { MemoryStore } from '../../lib/store/memory.js';
-import { RedisStore } from '../../lib/store/redis.js';
+import { MemoryStore } from '../../lib/store/memory/store.js';
+import { RedisStore } from '../../lib/store/redis/store.js';
 import type { Store, UsagePage, UsageQuery, UsageRecord } from '../../lib/store/types.js';
-import { DAY_MS, MemoryUsageLog, SCAN_CAP } from '../../lib/store/usage-records.js';
-import { FileUsageLog, LEGACY_USAGE_FILE, USAGE_DIR } from '../../lib/store/usage-files.js';
+import { DAY_MS, SCAN_CAP } from '../../lib/store/usage-records.js';
+import { MemoryUsageLog } from '../../lib/store/memory/usage-columns.js';
+import { FileUsageLog, LEGACY_USAGE_FILE, USAGE_DIR } from '../../lib/store/memory/usage-files.js';
 import { startRedis } from '../helpers/redis.js';
 
 const dirs: string[] = [];

@@ -1,0 +1,92 @@
+// The memory store's journal entries and snapshot state (./store.ts), and their parsing:
+// whatever is read back from disk is checked before it is applied.
+
+import { toSettleEntry, toUnsettleEntry, type SettleEntry, type UnsettleEntry } from './metering.js';
+import { defaultControls, int, isRecord, str, toControls } from '../rules.js';
+import type { KeyControls, KeyRecord, AccountRecord } from '../types.js';
+
+/** One change, as journaled and as replayed. */
+export type Entry =
+  | { op: 'account'; id: string; plan: string; balance_units: number; created_at: number }
+  | { op: 'credit'; account: string; units: number; ik: string }
+  | { op: 'key'; id: string; account: string; digest: string; created_at: number; last4?: string | null; controls?: KeyControls }
+  | { op: 'revoke'; id: string; at: number }
+  | { op: 'keyupdate'; id: string; controls: KeyControls }
+  | { op: 'rotate'; id: string; digest: string; last4: string; until: number }
+  | { op: 'used'; uses: [string, number][] }
+  | { op: 'session'; sid: string }
+  | SettleEntry
+  | UnsettleEntry;
+
+export interface SnapshotState {
+  accounts: AccountRecord[];
+  keys: KeyRecord[];
+  sessions: string[];
+  /** Used idempotency keys per account. */
+  credits: Record<string, string[]>;
+  /** A MeteringSnapshot, checked by MemoryMetering.restore(); absent in snapshots from before metering. */
+  metering?: unknown;
+}
+
+export function toEntry(v: Record<string, unknown>): Entry | undefined {
+  switch (v.op) {
+    case 'account':
+      return str(v.id) && str(v.plan) && int(v.balance_units) && int(v.created_at)
+        ? { op: 'account', id: v.id, plan: v.plan, balance_units: v.balance_units, created_at: v.created_at } : undefined;
+    case 'credit':
+      return str(v.account) && int(v.units) && str(v.ik) ? { op: 'credit', account: v.account, units: v.units, ik: v.ik } : undefined;
+    case 'key': {
+      if (!(str(v.id) && str(v.account) && str(v.digest) && int(v.created_at))) return undefined;
+      const controls = v.controls === undefined ? undefined : toControls(v.controls);
+      if (controls === null || !(v.last4 === undefined || v.last4 === null || str(v.last4))) return undefined;
+      return { op: 'key', id: v.id, account: v.account, digest: v.digest, created_at: v.created_at, last4: (v.last4 as string | null | undefined) ?? null, ...(controls === undefined ? {} : { controls }) };
+    }
+    case 'keyupdate': {
+      const controls = toControls(v.controls);
+      return str(v.id) && controls !== null ? { op: 'keyupdate', id: v.id, controls } : undefined;
+    }
+    case 'rotate':
+      return str(v.id) && str(v.digest) && str(v.last4) && int(v.until) ? { op: 'rotate', id: v.id, digest: v.digest, last4: v.last4, until: v.until } : undefined;
+    case 'used':
+      return Array.isArray(v.uses) && v.uses.every((u) => Array.isArray(u) && u.length === 2 && str(u[0]) && int(u[1]))
+        ? { op: 'used', uses: v.uses as [string, number][] } : undefined;
+    case 'revoke':
+      return str(v.id) && int(v.at) ? { op: 'revoke', id: v.id, at: v.at } : undefined;
+    case 'session':
+      return str(v.sid) ? { op: 'session', sid: v.sid } : undefined;
+    case 'settle':
+      return toSettleEntry(v);
+    case 'unsettle':
+      return toUnsettleEntry(v);
+    default:
+      return undefined;
+  }
+}
+
+export function toSnapshotState(v: unknown): SnapshotState {
+  const bad = (): never => { throw new Error('store snapshot: unexpected state'); };
+  const list = (x: unknown): Record<string, unknown>[] =>
+    Array.isArray(x) && x.every(isRecord) ? x : bad();
+  if (!isRecord(v) || !isRecord(v.credits)) return bad();
+  const credits: Record<string, string[]> = {};
+  for (const [id, used] of Object.entries(v.credits)) credits[id] = Array.isArray(used) && used.every(str) ? used : bad();
+  const sessions = Array.isArray(v.sessions) && v.sessions.every(str) ? v.sessions : bad();
+  const accounts = list(v.accounts).map((a): AccountRecord =>
+    str(a.id) && str(a.plan) && int(a.balance_units) && int(a.created_at)
+      ? { id: a.id, plan: a.plan, balance_units: a.balance_units, created_at: a.created_at } : bad());
+  const keys = list(v.keys).map((k): KeyRecord => {
+    if (!(str(k.id) && str(k.account) && str(k.digest) && int(k.created_at) && (k.revoked_at === null || int(k.revoked_at)))) return bad();
+    // Snapshots from before per-key controls hold only the fields above.
+    const controls = k.controls === undefined ? defaultControls() : toControls(k.controls) ?? bad();
+    const prev = k.previous;
+    const previous = prev === undefined || prev === null ? null
+      : isRecord(prev) && str(prev.digest) && int(prev.until) ? { digest: prev.digest, until: prev.until } : bad();
+    const sp = k.spent;
+    const spent = sp === undefined ? { period: 'n', units: 0 } : isRecord(sp) && str(sp.period) && int(sp.units) ? { period: sp.period, units: sp.units } : bad();
+    const last4 = k.last4 === undefined || k.last4 === null ? null : str(k.last4) ? k.last4 : bad();
+    const used = k.last_used_at === undefined || k.last_used_at === null ? null : int(k.last_used_at) ? k.last_used_at : bad();
+    return { id: k.id, account: k.account, digest: k.digest, created_at: k.created_at, revoked_at: k.revoked_at, last4, controls, previous, last_used_at: used, spent };
+  });
+  // The metering part is checked when it is restored (MemoryMetering.restore).
+  return { accounts, keys, sessions, credits, metering: v.metering };
+}

@@ -1,0 +1,175 @@
+// One UTC day of usage records held in memory column by column (the memory store without a
+// path keeps every record for usage.retention_days, 90 by default, in its heap). As objects, a
+// record cost about 600 bytes of heap, all of it traced by every major GC; here it costs under
+// 200: its eight numbers in a Float64Array, its seven repeated strings (account, key, model,
+// provider, target, route, usage source) as indices into the day's table of distinct values,
+// and its request id, made flat, as the one string of its own. Records are rebuilt as objects
+// only when read (admin queries), with the contract's fields in their order, as the other
+// stores return them: a record reads back exactly as written (numbers are kept as float64, so
+// every safe integer and every duration is exact); fields outside the contract are not kept.
+// MemoryUsageLog, at the end, is that store's usage log: one DayColumns per UTC day (the
+// bucket layout and the queries are in ../usage-records.ts).
+
+import { flattened } from '../../strings.js';
+import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import { DAY_MS, PRUNE_EVERY_MS, pageOf, reportOf, retentionMs, type Buckets, type Entry, type UsageLog } from '../usage-records.js';
+
+const SOURCES: readonly UsageRecord['usage_source'][] = ['upstream', 'counted', 'none'];
+
+/** Numbers per record, in this order; ttft_ms null is NaN. */
+const NUMS = 8;
+/** Strings per record held as table indices, in this order; null (key_id, target) is 0. */
+const REFS = 6;
+const FIRST_CAPACITY = 256;
+
+export class DayColumns {
+  #length = 0;
+  #ids: string[] = [];
+  #nums = new Float64Array(FIRST_CAPACITY * NUMS);
+  #refs = new Uint32Array(FIRST_CAPACITY * REFS);
+  #sources = new Uint8Array(FIRST_CAPACITY);
+  /** Index 0 stands for null; each distinct string of the day is stored once. */
+  readonly #table: string[] = [''];
+  readonly #index = new Map<string, number>();
+
+  get length(): number {
+    return this.#length;
+  }
+
+  /** Appends `r` (a record validateUsageRecord accepts). */
+  push(r: UsageRecord): void {
+    const source = SOURCES.indexOf(r.usage_source);
+    if (source < 0) throw new TypeError('a usage record needs a usage_source');
+    const i = this.#length;
+    if (i === this.#sources.length) this.#grow();
+    this.#ids.push(flattened(r.request_id));
+    const n = i * NUMS;
+    const nums = this.#nums;
+    nums[n] = r.at;
+    nums[n + 1] = r.status;
+    nums[n + 2] = r.prompt_tokens;
+    nums[n + 3] = r.cached_tokens;
+    nums[n + 4] = r.completion_tokens;
+    nums[n + 5] = r.units;
+    nums[n + 6] = r.duration_ms;
+    nums[n + 7] = r.ttft_ms ?? Number.NaN;
+    const s = i * REFS;
+    const refs = this.#refs;
+    refs[s] = this.#ref(r.account);
+    refs[s + 1] = r.key_id === null ? 0 : this.#ref(r.key_id);
+    refs[s + 2] = this.#ref(r.model);
+    refs[s + 3] = this.#ref(r.provider);
+    refs[s + 4] = r.target === null ? 0 : this.#ref(r.target);
+    refs[s + 5] = this.#ref(r.route);
+    this.#sources[i] = source;
+    this.#length = i + 1;
+  }
+
+  /** Record `i` (0 <= i < length), rebuilt. */
+  get(i: number): UsageRecord {
+    const n = i * NUMS;
+    const nums = this.#nums;
+    const s = i * REFS;
+    const refs = this.#refs;
+    const table = this.#table;
+    const ttft = nums[n + 7]!;
+    return {
+      request_id: this.#ids[i]!,
+      at: nums[n]!,
+      account: table[refs[s]!]!,
+      key_id: refs[s + 1] === 0 ? null : table[refs[s + 1]!]!,
+      model: table[refs[s + 2]!]!,
+      provider: table[refs[s + 3]!]!,
+      target: refs[s + 4] === 0 ? null : table[refs[s + 4]!]!,
+      route: table[refs[s + 5]!]!,
+      status: nums[n + 1]!,
+      prompt_tokens: nums[n + 2]!,
+      cached_tokens: nums[n + 3]!,
+      completion_tokens: nums[n + 4]!,
+      units: nums[n + 5]!,
+      usage_source: SOURCES[this.#sources[i]!]!,
+      duration_ms: nums[n + 6]!,
+      ttft_ms: Number.isNaN(ttft) ? null : ttft,
+    };
+  }
+
+  #ref(text: string): number {
+    let i = this.#index.get(text);
+    if (i === undefined) {
+      i = this.#table.push(text) - 1;
+      this.#index.set(text, i);
+    }
+    return i;
+  }
+
+  #grow(): void {
+    const capacity = this.#sources.length * 2;
+    const nums = new Float64Array(capacity * NUMS);
+    nums.set(this.#nums);
+    this.#nums = nums;
+    const refs = new Uint32Array(capacity * REFS);
+    refs.set(this.#refs);
+    this.#refs = refs;
+    const sources = new Uint8Array(capacity);
+    sources.set(this.#sources);
+    this.#sources = sources;
+  }
+}
+
+/** Records in memory, columns per UTC day; days past retention are dropped whole. */
+export class MemoryUsageLog implements UsageLog, Buckets {
+  readonly bucketMs = DAY_MS;
+  readonly #days = new Map<number, DayColumns>();
+  readonly #retentionMs: number;
+  readonly #now: () => number;
+  #prunedAt = 0;
+
+  constructor(retentionDays?: number, now: () => number = Date.now) {
+    this.#retentionMs = retentionMs(retentionDays);
+    this.#now = now;
+  }
+
+  #cutoff(): number { return this.#now() - this.#retentionMs; }
+
+  record(r: UsageRecord): Promise<void> {
+    const day = Math.floor(r.at / DAY_MS);
+    const now = this.#now();
+    if (now - this.#prunedAt >= PRUNE_EVERY_MS || !this.#days.has(day)) this.#prune(now);
+    // A record already past retention when written is not kept (it would be dropped at once).
+    if ((day + 1) * DAY_MS <= this.#cutoff()) return Promise.resolve();
+    let list = this.#days.get(day);
+    if (list === undefined) this.#days.set(day, (list = new DayColumns()));
+    list.push(r);
+    return Promise.resolve();
+  }
+
+  #prune(now: number): void {
+    this.#prunedAt = now;
+    const cutoff = now - this.#retentionMs;
+    for (const day of this.#days.keys()) if ((day + 1) * DAY_MS <= cutoff) this.#days.delete(day);
+  }
+
+  list(from: number, to: number): Promise<number[]> {
+    return Promise.resolve([...this.#days.keys()].filter((d) => d >= from && d <= to).sort((a, b) => a - b));
+  }
+
+  read(bucket: number, pos: string | undefined, max: number): Promise<{ entries: Entry[]; done: boolean }> {
+    const list = this.#days.get(bucket);
+    const length = list?.length ?? 0;
+    const start = pos === undefined ? 0 : Number(pos);
+    const end = Math.min(length, start + max);
+    const entries: Entry[] = [];
+    for (let i = start; i < end; i++) entries.push({ record: list!.get(i), pos: String(i + 1) });
+    return Promise.resolve({ entries, done: end >= length });
+  }
+
+  report(account: string | undefined, since: number): Promise<UsageReport> {
+    return reportOf(this, account, since, this.#cutoff());
+  }
+
+  page(q: UsageQuery): Promise<UsagePage> {
+    return pageOf(this, q, this.#cutoff());
+  }
+
+  close(): Promise<void> { return Promise.resolve(); }
+}

@@ -1,0 +1,282 @@
+// The memory store's usage records on disk: one append-only JSON-lines file per UTC day of
+// the records' time (the bucket layout and the queries are in ../usage-records.ts).
+
+import { createReadStream } from 'node:fs';
+import { mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { makeDirs } from './make-dirs.js';
+import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import { DAY_MS, PRUNE_EVERY_MS, pageOf, parseRecord, reportOf, retentionMs, type Buckets, type Entry, type UsageLog } from '../usage-records.js';
+
+/** The folder of the day files, under the store's path. */
+export const USAGE_DIR = 'usage';
+/** The single file of earlier versions, migrated into day files on open. */
+export const LEGACY_USAGE_FILE = 'usage.jsonl';
+
+const DAY_FILE = /^(\d{4}-\d{2}-\d{2})\.jsonl$/;
+
+function dayName(day: number): string {
+  return `${new Date(day * DAY_MS).toISOString().slice(0, 10)}.jsonl`;
+}
+
+/**
+ * Records in `<dir>/usage/YYYY-MM-DD.jsonl`, one JSON line each, the day of the record's time.
+ * Appends are written in call order, concurrent ones grouped into one write per file; record()
+ * resolves once its line is written to the kernel (a kill -9 loses nothing acknowledged). Files
+ * are fdatasync'ed every `fsyncMs` and on close, so a power loss takes at most that much
+ * (with fsyncMs 0, before record() resolves). A torn last line left by a crash is closed off
+ * with a newline when its file is next opened for appending and skipped when read. A day's
+ * file is deleted once the whole day is past retention; nothing else ever shortens or rewrites
+ * a file, so a byte offset is a stable cursor.
+ */
+export class FileUsageLog implements UsageLog, Buckets {
+  readonly bucketMs = DAY_MS;
+  readonly #dir: string;
+  readonly #retentionMs: number;
+  readonly #now: () => number;
+  /** Days that have a file. */
+  readonly #days = new Set<number>();
+  /** Append handles of recently written days, and whether each has unsynced writes. */
+  readonly #handles = new Map<number, { fh: FileHandle; dirty: boolean }>();
+  /** Lines waiting for the next write, and the promise of that write. */
+  #pending: Array<[number, string]> | null = null;
+  #pendingDone: Promise<void> = Promise.resolve();
+  /** Tail of the serialized writes (and prunes). */
+  #io: Promise<void> = Promise.resolve();
+  #prunedAt = 0;
+  #closed = false;
+  readonly #syncTimer: NodeJS.Timeout | undefined;
+
+  private constructor(dir: string, retentionDays: number | undefined, fsyncMs: number, now: () => number) {
+    this.#dir = dir;
+    this.#retentionMs = retentionMs(retentionDays);
+    this.#now = now;
+    if (fsyncMs > 0) {
+      this.#syncTimer = setInterval(() => { void this.#sync().catch(() => undefined); }, fsyncMs);
+      this.#syncTimer.unref();
+    }
+  }
+
+  /** Opens the day files under `<storeDir>/usage`, migrating an earlier version's usage.jsonl. */
+  static async open(storeDir: string, opts: { retentionDays?: number; fsyncMs?: number; now?: () => number } = {}): Promise<FileUsageLog> {
+    const dir = join(storeDir, USAGE_DIR);
+    await migrateLegacy(storeDir, dir);
+    await makeDirs(dir);
+    const log = new FileUsageLog(dir, opts.retentionDays, opts.fsyncMs ?? 1000, opts.now ?? Date.now);
+    for (const name of await readdir(dir)) {
+      const m = DAY_FILE.exec(name);
+      if (m !== null) log.#days.add(Math.floor(Date.parse(`${m[1]}T00:00:00Z`) / DAY_MS));
+    }
+    await log.#prune(log.#now());
+    return log;
+  }
+
+  #cutoff(): number { return this.#now() - this.#retentionMs; }
+
+  record(r: UsageRecord): Promise<void> {
+    if (this.#closed) return Promise.reject(new Error('store closed'));
+    const day = Math.floor(r.at / DAY_MS);
+    if ((day + 1) * DAY_MS <= this.#cutoff()) return Promise.resolve(); // past retention already
+    const line = `${JSON.stringify(r)}\n`;
+    if (this.#pending === null) {
+      const lines: Array<[number, string]> = [];
+      this.#pending = lines;
+      this.#pendingDone = this.#io.then(() => this.#write(lines));
+      // A failed write rejects its own records only; later ones are tried again.
+      this.#io = this.#pendingDone.catch(() => undefined);
+    }
+    this.#pending.push([day, line]);
+    return this.#pendingDone;
+  }
+
+  async #write(lines: Array<[number, string]>): Promise<void> {
+    if (this.#pending === lines) this.#pending = null;
+    const now = this.#now();
+    if (now - this.#prunedAt >= PRUNE_EVERY_MS) await this.#prune(now);
+    const byDay = new Map<number, string[]>();
+    for (const [day, line] of lines) {
+      let l = byDay.get(day);
+      if (l === undefined) byDay.set(day, (l = []));
+      l.push(line);
+    }
+    for (const [day, dayLines] of byDay) {
+      const h = await this.#handle(day);
+      const buf = Buffer.from(dayLines.join(''));
+      let off = 0;
+      while (off < buf.length) off += (await h.fh.write(buf, off, buf.length - off)).bytesWritten;
+      h.dirty = true;
+      // store.fsync_ms: 0 syncs before acknowledging, as the journal does.
+      if (this.#syncTimer === undefined) {
+        h.dirty = false;
+        await h.fh.datasync();
+      }
+    }
+  }
+
+  /** The append handle of `day`, opened (and a torn last line closed off) when first needed. */
+  async #handle(day: number): Promise<{ fh: FileHandle; dirty: boolean }> {
+    let h = this.#handles.get(day);
+    if (h !== undefined) return h;
+    const fh = await open(join(this.#dir, dayName(day)), 'a+');
+    try {
+      const { size } = await fh.stat();
+      if (size > 0) {
+        const last = Buffer.alloc(1);
+        await fh.read(last, 0, 1, size - 1);
+        if (last[0] !== 0x0a) await fh.write('\n');
+      }
+    } catch (e) {
+      await fh.close();
+      throw e;
+    }
+    h = { fh, dirty: true };
+    this.#handles.set(day, h);
+    this.#days.add(day);
+    // Writes go to today (and a late record to yesterday): older handles are closed.
+    if (this.#handles.size > 3) {
+      const oldest = Math.min(...this.#handles.keys());
+      const o = this.#handles.get(oldest)!;
+      this.#handles.delete(oldest);
+      await closeHandle(o);
+    }
+    return h;
+  }
+
+  /** Deletes the files of days wholly past retention. */
+  async #prune(now: number): Promise<void> {
+    this.#prunedAt = now;
+    const cutoff = now - this.#retentionMs;
+    for (const day of [...this.#days]) {
+      if ((day + 1) * DAY_MS > cutoff) continue;
+      const h = this.#handles.get(day);
+      if (h !== undefined) {
+        this.#handles.delete(day);
+        await h.fh.close();
+      }
+      await rm(join(this.#dir, dayName(day)), { force: true });
+      this.#days.delete(day);
+    }
+  }
+
+  async #sync(): Promise<void> {
+    for (const h of this.#handles.values()) {
+      if (!h.dirty) continue;
+      h.dirty = false;
+      await h.fh.datasync();
+    }
+  }
+
+  async list(from: number, to: number): Promise<number[]> {
+    await this.#io; // every record acknowledged so far is in its file
+    return [...this.#days].filter((d) => d >= from && d <= to).sort((a, b) => a - b);
+  }
+
+  async read(bucket: number, pos: string | undefined, max: number): Promise<{ entries: Entry[]; done: boolean }> {
+    let fh: FileHandle;
+    try {
+      fh = await open(join(this.#dir, dayName(bucket)), 'r');
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { entries: [], done: true };
+      throw e;
+    }
+    try {
+      const start = pos === undefined ? 0 : Number(pos);
+      const { size } = await fh.stat();
+      const entries: Entry[] = [];
+      let offset = start;
+      let chunk = 256 * 1024;
+      while (entries.length < max && offset < size) {
+        const buf = Buffer.alloc(Math.min(chunk, size - offset));
+        const { bytesRead } = await fh.read(buf, 0, buf.length, offset);
+        let lineStart = 0;
+        for (let i = 0; i < bytesRead && entries.length < max; i++) {
+          if (buf[i] !== 0x0a) continue;
+          const line = buf.toString('utf8', lineStart, i);
+          lineStart = i + 1;
+          entries.push({ record: line === '' ? undefined : parseRecord(line), pos: String(offset + lineStart) });
+        }
+        if (lineStart === 0) {
+          // No whole line in the chunk: a line longer than it, or a line still being written.
+          if (offset + bytesRead >= size) break;
+          chunk *= 2;
+          continue;
+        }
+        offset += lineStart;
+      }
+      return { entries, done: entries.length < max };
+    } finally {
+      await fh.close();
+    }
+  }
+
+  report(account: string | undefined, since: number): Promise<UsageReport> {
+    return reportOf(this, account, since, this.#cutoff());
+  }
+
+  page(q: UsageQuery): Promise<UsagePage> {
+    return pageOf(this, q, this.#cutoff());
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#syncTimer !== undefined) clearInterval(this.#syncTimer);
+    await this.#io;
+    const handles = [...this.#handles.values()];
+    this.#handles.clear();
+    for (const h of handles) await closeHandle(h);
+  }
+}
+
+async function closeHandle(h: { fh: FileHandle; dirty: boolean }): Promise<void> {
+  try {
+    if (h.dirty) await h.fh.datasync();
+  } finally {
+    await h.fh.close();
+  }
+}
+
+/**
+ * An earlier version kept every record in `<storeDir>/usage.jsonl`. Its lines are copied into
+ * day files in a fresh folder, which is renamed into place once complete (a crash midway leaves
+ * the old file, and the copy starts over), then the old file is removed.
+ */
+async function migrateLegacy(storeDir: string, dir: string): Promise<void> {
+  const legacy = join(storeDir, LEGACY_USAGE_FILE);
+  if (!(await exists(legacy))) return;
+  if (await exists(dir)) {
+    await unlink(legacy); // copied before a crash kept the old file from being removed
+    return;
+  }
+  const tmp = `${dir}.migrating`;
+  await rm(tmp, { recursive: true, force: true });
+  await mkdir(tmp);
+  const files = new Map<number, FileHandle>();
+  try {
+    const lines = createInterface({ input: createReadStream(legacy, { encoding: 'utf8' }), crlfDelay: Infinity });
+    for await (const line of lines) {
+      const r = line === '' ? undefined : parseRecord(line);
+      if (r === undefined) continue;
+      const day = Math.floor(r.at / DAY_MS);
+      let fh = files.get(day);
+      if (fh === undefined) files.set(day, (fh = await open(join(tmp, dayName(day)), 'a')));
+      await fh.write(`${JSON.stringify(r)}\n`);
+    }
+    for (const fh of files.values()) await fh.datasync();
+  } finally {
+    for (const fh of files.values()) await fh.close();
+  }
+  await rename(tmp, dir);
+  await unlink(legacy);
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw e;
+  }
+}

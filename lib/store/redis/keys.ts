@@ -1,0 +1,426 @@
+// Accounts, keys and sessions in Redis (the key layout is in ./store.ts's header; the Lua is in
+// ./scripts.ts): every call of the Store interface about them, for RedisStore (./store.ts).
+//
+// Two operations span two tags and run as atomic steps in a safe order:
+// - createKey: (1) EXISTS P{acct:ID}. Accounts are never deleted, so once it exists it stays.
+//   (2) claim the index P{keyid:ID} -> DIGEST (set if absent). (3) create the record
+//   P{key:DIGEST} if absent. The index is written before the record, so a usable key is always
+//   revocable by id; a crash between (2) and (3) leaves an index that points at no record,
+//   which revokeKey treats as unknown and a retry (or the next seed) completes. If the record
+//   turns out to belong to another id, the index just claimed is removed again.
+// - revokeKey: (1) GET P{keyid:ID}. An index is removed only while its digest's record carries
+//   another id, so one that names a record of this id stays; and (2) the revoke script checks
+//   that the record carries this id before it sets revoked_at (only if unset) and publishes.
+// - createAccount: (1) SADD the id to P{plan:NAME}, (2) create P{acct:ID} if absent. An account
+//   is always in its plan's index; an id there whose account is on another plan (a seed of an
+//   existing account) is removed when accountsOnPlans meets it, one whose account does not
+//   exist (yet: a creation in progress, or a crash between the steps) is skipped.
+// Idempotency keys are kept for good (the set grows with the account's credits).
+//
+// Keys: a key's record lives in its account's hash (the key layout in ./store.ts); P{key:DIGEST}
+// only leads a digest to its id and account. createKey writes the account-side hash BEFORE the digest record, so a key
+// is never usable without its controls. A digest record with no account-side hash is a key from
+// before per-key controls: it has none. A rotation adds the new digest's record, then moves
+// digest -> pd in the account-side hash (one script), then points P{keyid:ID} at the new digest.
+// Whether a digest is valid is decided by the account-side hash alone (its digest, or pd before
+// pu), and revocation sets ra there before the digest record's revoked_at.
+//
+// Changes of controls (PATCH): each member a PATCH names is a field of its own (c:name,
+// c:limits.max_concurrent, ...; the budget is bu/bp), written by one script that first checks
+// the key is live (a digest, no ra): the merge happens in Redis, so two PATCHes racing from any
+// instances both land, member by member, as if one ran after the other, and neither touches
+// what a rotation or a revocation wrote. A reader takes `c`, then the c:MEMBER fields over it
+// (see storedControls). No JSON is decoded in Lua: its cjson keeps 14 digits of a number.
+// A record of members patched this way (a team's, later) takes the same fields and helpers.
+
+import { keyIdOf } from '../../auth/keys.js';
+import type { AccountConfig } from '../../config/types.js';
+import type { RedisClient } from './connect.js';
+import type { RedisRevocations } from './revocations.js';
+import { SCRIPTS, type Scripts } from './scripts.js';
+import type { ReplicaWait } from './wait.js';
+import { defaultControls, requireId, seededKeys, toControls } from '../rules.js';
+import type { AccountRecord, CreditResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey } from '../types.js';
+
+/** The account, key and session calls of one RedisStore, on its command connection. */
+export class RedisKeys {
+  readonly prefix: string;
+  readonly #redis: RedisClient & Scripts;
+  /** Waited writes (store.wait_replicas > 0), on connections of their own; else null. */
+  readonly #wait: ReplicaWait | null;
+  readonly #revocations: RedisRevocations;
+
+  constructor(redis: RedisClient & Scripts, prefix: string, wait: ReplicaWait | null, revocations: RedisRevocations) {
+    this.#redis = redis;
+    this.prefix = prefix;
+    this.#wait = wait;
+    this.#revocations = revocations;
+  }
+
+  async createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean> {
+    requireId('account id', account.id);
+    requireId('plan', account.plan);
+    const balance = integer(account.balance_units, 'balance_units');
+    if (account.balance_units < 0) throw new RangeError('balance_units must not be negative');
+    // The plan index first: an account that exists is always found in it (see the header).
+    await this.#redis.sadd(this.#plan(account.plan), account.id);
+    const r = await this.#redis.tgCreateAccount(this.#acct(account.id), account.id, account.plan, balance, String(Date.now()));
+    return r === 1;
+  }
+
+  async getAccount(id: string): Promise<AccountRecord | undefined> {
+    return accountRecord(await this.#redis.hgetall(this.#acct(id)));
+  }
+
+  async addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined> {
+    requireId('idempotency key', idempotencyKey);
+    const acct = this.#acct(accountId);
+    const keys = [acct, `${acct}:credits`];
+    const args = [integer(units, 'units'), idempotencyKey];
+    const r = this.#wait !== null
+      ? await this.#wait.eval(SCRIPTS.tgAddCredits.lua, keys, args)
+      : await this.#redis.tgAddCredits(keys[0]!, keys[1]!, args[0]!, args[1]!);
+    if (r === null) return undefined;
+    const [applied, balance] = tuple(r, 2);
+    const result: CreditResult = { applied: applied === 1, balance_units: Number(balance) };
+    if (applied === -1) result.refused = 'below_zero';
+    if (applied === -2) result.refused = 'above_max';
+    return result;
+  }
+
+  async accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>> {
+    const found = new Map<string, string>();
+    for (const plan of new Set(plans)) {
+      const id = await this.#accountOnPlan(plan);
+      if (id !== undefined) found.set(plan, id);
+    }
+    return found;
+  }
+
+  /** The first id in the plan's index whose account is on that plan; drops ids of other plans. */
+  async #accountOnPlan(plan: string): Promise<string | undefined> {
+    const index = this.#plan(plan);
+    let cursor = '0';
+    do {
+      const [next, ids] = await this.#redis.sscan(index, cursor, 'COUNT', 100);
+      cursor = next;
+      for (const id of ids) {
+        const actual = await this.#redis.hget(this.#acct(id), 'plan');
+        if (actual === plan) return id;
+        // Accounts never change plan, so an id on another plan never belongs here.
+        if (actual !== null) await this.#redis.srem(index, id);
+      }
+    } while (cursor !== '0');
+    return undefined;
+  }
+
+  async createKey(key: NewKey): Promise<boolean> {
+    requireId('key id', key.id);
+    requireId('account id', key.account);
+    if (typeof key.digest !== 'string' || !DIGEST.test(key.digest)) throw new TypeError('digest must be 64 lowercase hex digits');
+    // Four atomic steps in this order; see the header for why the order is safe.
+    if ((await this.#redis.exists(this.#acct(key.account))) !== 1) return false;
+    const index = this.#keyId(key.id);
+    const claimed = await this.#redis.tgClaimKeyId(index, key.digest);
+    if (claimed === -1) return false;
+    const now = String(Date.now());
+    if (claimed === 1) {
+      // Only the request that claimed the id writes its controls (a seed repeating an existing
+      // key never touches them).
+      await this.#initKey(key.id, key.account, key.digest, now, key.last4 ?? null, key.controls ?? defaultControls());
+    } else {
+      // The id was this digest's already: a key from before per-key controls gets its hash.
+      const h = await this.#redis.hgetall(this.#key(key.digest));
+      if (h.account === key.account) await this.#initKey(key.id, key.account, key.digest, h.created_at ?? now, key.last4 ?? null, defaultControls());
+    }
+    const created = await this.#redis.tgCreateKey(this.#key(key.digest), key.id, key.account, key.digest, now);
+    if (created === -1 && claimed === 1) await this.#redis.tgReleaseKeyId(index, key.digest);
+    return created === 1;
+  }
+
+  #initKey(id: string, account: string, digest: string, createdAt: string, last4: string | null, c: KeyControls): Promise<unknown> {
+    const acct = this.#acct(account);
+    return this.#redis.tgKeyInit(`${acct}:key:${id}`, `${acct}:keys`, id, account, digest, createdAt, last4 ?? '',
+      controlsJson(c), c.budget === null ? '' : integer(c.budget.units, 'budget.units'), c.budget?.period ?? '');
+  }
+
+  async keyByDigest(digest: string): Promise<KeyRecord | undefined> {
+    const h = await this.#redis.hgetall(this.#key(digest));
+    if (h.id === undefined || h.account === undefined) return undefined;
+    return indexedKey(digest, h, await this.#redis.hgetall(`${this.#acct(h.account)}:key:${h.id}`));
+  }
+
+  async keyWithAccount(digest: string, known?: KnownKey): Promise<KeyWithAccount | undefined> {
+    let h: Record<string, string>;
+    if (known !== undefined) {
+      // Sent together: the index and the key's hash (which alone decides whether the digest
+      // is valid) are read in either order, as on a cluster, where they are on two nodes.
+      const acct = this.#acct(known.account);
+      const [index, both] = await Promise.all([
+        this.#redis.hgetall(this.#key(digest)),
+        this.#redis.tgKeyAndAccount(`${acct}:key:${known.id}`, acct) as Promise<[string[], string[]]>,
+      ]);
+      if (index.id === known.id && index.account === known.account) {
+        return { key: indexedKey(digest, index, hashOf(both[0])), account: accountRecord(hashOf(both[1])) };
+      }
+      h = index;
+    } else {
+      h = await this.#redis.hgetall(this.#key(digest));
+    }
+    if (h.id === undefined || h.account === undefined) return undefined;
+    const acct = this.#acct(h.account);
+    const [k, a] = await this.#redis.tgKeyAndAccount(`${acct}:key:${h.id}`, acct) as [string[], string[]];
+    return { key: indexedKey(digest, h, hashOf(k)), account: accountRecord(hashOf(a)) };
+  }
+
+  async getKey(id: string): Promise<KeyRecord | undefined> {
+    const digest = await this.#redis.get(this.#keyId(id));
+    if (digest === null) return undefined;
+    const k = await this.keyByDigest(digest);
+    return k?.id === id ? k : undefined;
+  }
+
+  async listKeys(account: string): Promise<KeyRecord[] | undefined> {
+    const acct = this.#acct(account);
+    if ((await this.#redis.exists(acct)) !== 1) return undefined;
+    const ids = await this.#redis.smembers(`${acct}:keys`);
+    const hashes = await Promise.all(ids.map((id) => this.#redis.hgetall(`${acct}:key:${id}`)));
+    const keys: KeyRecord[] = [];
+    ids.forEach((id, i) => {
+      const h = hashes[i]!;
+      if (h.account !== undefined && h.ra === undefined) keys.push(keyRecord(id, h, undefined));
+    });
+    return keys.sort((a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : 1));
+  }
+
+  /**
+   * The key's account-side hash exists (a key from before per-key controls gets one now); false
+   * when the key turns out revoked. Until it has the hash, such a key's revocation is on its
+   * digest record only: one that ran after `k` was read would be missing from the new hash (the
+   * key listed, patched, rotated to a working plaintext), so its time is copied over. A
+   * revocation still under way finishes the copy itself (revokeKey).
+   */
+  async #ensureKey(k: KeyRecord): Promise<boolean> {
+    if ((await this.#initKey(k.id, k.account, k.digest, String(k.created_at), k.last4, k.controls)) !== 1) return true;
+    const revokedAt = await this.#redis.hget(this.#key(k.digest), 'revoked_at');
+    if (revokedAt === null) return true;
+    await this.#redis.tgKeyRevoke(`${this.#acct(k.account)}:key:${k.id}`, revokedAt);
+    return false;
+  }
+
+  /**
+   * One script merges the patch into the stored controls (never a read here and a write of the
+   * whole controls there, which lost one of two racing PATCHes): see "Changes of controls".
+   */
+  async updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> {
+    const { set, del } = patchFields(patch);
+    const k = await this.getKey(id);
+    if (k === undefined || k.revoked_at !== null || !(await this.#ensureKey(k))) return undefined;
+    const reply = await this.#redis.tgKeyPatch(`${this.#acct(k.account)}:key:${id}`, this.#revocations.channel, this.#revocations.instance, String(set.length / 2), ...set, ...del);
+    if (reply === null) return undefined;
+    const updated = keyRecord(id, hashOf(reply as string[]), undefined);
+    this.#revocations.emit({ kind: 'key-changed', digest: updated.digest });
+    if (updated.previous !== null) this.#revocations.emit({ kind: 'key-changed', digest: updated.previous.digest });
+    return updated;
+  }
+
+  async rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
+    if (typeof digest !== 'string' || !DIGEST.test(digest)) throw new TypeError('digest must be 64 lowercase hex digits');
+    const k = await this.getKey(id);
+    if (k === undefined || k.revoked_at !== null || !(await this.#ensureKey(k))) return undefined;
+    // The new digest's record first: until the account-side hash names it, it is not valid.
+    const created = await this.#redis.tgCreateKey(this.#key(digest), id, k.account, digest, String(Date.now()));
+    if (created !== 1) return undefined;
+    const previous = k.previous?.digest;
+    const r = await this.#redis.tgKeyRotate(`${this.#acct(k.account)}:key:${id}`, digest, last4, integer(previousUntil, 'previousUntil'),
+      this.#revocations.channel, this.#revocations.message({ kind: 'key-changed', digest: k.digest }),
+      previous === undefined ? '' : this.#revocations.message({ kind: 'key-changed', digest: previous }));
+    if (r === 0 || r === null) return undefined;
+    this.#revocations.emit({ kind: 'key-changed', digest: k.digest });
+    if (previous !== undefined) this.#revocations.emit({ kind: 'key-changed', digest: previous });
+    await this.#redis.set(this.#keyId(id), digest);
+    const [, , dropped] = tuple(r, 3);
+    if (typeof dropped === 'string' && dropped !== '') await this.#redis.del(this.#key(dropped));
+    return { ...k, digest, last4, previous: { digest: k.digest, until: previousUntil } };
+  }
+
+  /** The hold script records the key's last use (see tgHold in metering.ts). */
+  readonly holdRecordsKeyUse = true;
+
+  async touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void> {
+    await Promise.all(uses.map((u) => this.#redis.tgKeyTouch(`${this.#acct(u.account)}:key:${u.id}`, integer(u.at, 'at'))));
+  }
+
+  async revokeKey(id: string): Promise<KeyRecord | undefined> {
+    const digest = await this.#redis.get(this.#keyId(id));
+    if (digest === null) return undefined;
+    const before = await this.keyByDigest(digest);
+    if (before === undefined || before.id !== id) return undefined;
+    // The account-side hash first: it alone decides whether a digest is valid. With
+    // wait_replicas, both writes are confirmed by the replicas before the answer.
+    const keyRecord = `${this.#acct(before.account)}:key:${id}`;
+    const now = String(Date.now());
+    const at = this.#wait !== null
+      ? await this.#wait.eval(SCRIPTS.tgKeyRevoke.lua, [keyRecord], [now])
+      : await this.#redis.tgKeyRevoke(keyRecord, now);
+    const args = [id, String(Date.now()), this.#revocations.channel, this.#revocations.message({ kind: 'key', digest })] as const;
+    const r = this.#wait !== null
+      ? await this.#wait.eval(SCRIPTS.tgRevokeKey.lua, [this.#key(digest)], [...args])
+      : await this.#redis.tgRevokeKey(this.#key(digest), ...args);
+    if (r === null) return undefined;
+    if (at === null || at === undefined) {
+      // No account-side hash at first (a key from before per-key controls): a PATCH or rotation
+      // may have created one since, without the revocation (see #ensureKey). It stands there too.
+      const [, , , , , revokedAt] = tuple(r, 6);
+      if (this.#wait !== null) await this.#wait.eval(SCRIPTS.tgKeyRevoke.lua, [keyRecord], [String(revokedAt)]);
+      else await this.#redis.tgKeyRevoke(keyRecord, String(revokedAt));
+    }
+    const [newly, , , , , revoked] = tuple(r, 6);
+    if (newly === 1) this.#revocations.emit({ kind: 'key', digest });
+    const previous = before.previous?.digest;
+    if (previous !== undefined && newly === 1) {
+      await this.#redis.publish(this.#revocations.channel, this.#revocations.message({ kind: 'key', digest: previous }));
+      this.#revocations.emit({ kind: 'key', digest: previous });
+    }
+    return { ...before, revoked_at: at === null || at === undefined ? Number(revoked) : Number(at) };
+  }
+
+  async revokeSession(sid: string): Promise<void> {
+    requireId('session id', sid);
+    const args = [String(Date.now()), this.#revocations.channel, this.#revocations.message({ kind: 'session', sid })] as const;
+    const r = this.#wait !== null
+      ? await this.#wait.eval(SCRIPTS.tgRevokeSession.lua, [this.#sess(sid)], [...args])
+      : await this.#redis.tgRevokeSession(this.#sess(sid), ...args);
+    if (r === 1) this.#revocations.emit({ kind: 'session', sid });
+  }
+
+  async isSessionRevoked(sid: string): Promise<boolean> {
+    return (await this.#redis.exists(this.#sess(sid))) === 1;
+  }
+
+  async seed(accounts: readonly AccountConfig[]): Promise<void> {
+    // Create-if-absent all the way down: existing accounts and keys are never changed.
+    for (const a of accounts) {
+      await this.createAccount({ id: a.id, plan: a.plan, balance_units: a.wallet_units });
+      await Promise.all(seededKeys(a).map((key) => this.createKey({ id: keyIdOf(key.digest), account: a.id, ...key })));
+    }
+  }
+
+  #acct(id: string): string { return `${this.prefix}{acct:${id}}`; }
+  #key(digest: string): string { return `${this.prefix}{key:${digest}}`; }
+  #keyId(id: string): string { return `${this.prefix}{keyid:${id}}`; }
+  #sess(sid: string): string { return `${this.prefix}{sess:${sid}}`; }
+  #plan(name: string): string { return `${this.prefix}{plan:${name}}`; }
+}
+
+const DIGEST = /^[0-9a-f]{64}$/;
+
+function integer(n: number, what: string): string {
+  if (!Number.isSafeInteger(n)) throw new RangeError(`${what} must be a safe integer`);
+  return String(n);
+}
+
+function tuple(reply: unknown, length: number): unknown[] {
+  if (!Array.isArray(reply) || reply.length !== length) throw new Error(`unexpected reply from Redis: ${JSON.stringify(reply)}`);
+  return reply;
+}
+
+/** The controls but the budget (which the scripts keep in bu/bp), as stored in `c`. */
+function controlsJson(c: KeyControls): string {
+  const { budget: _budget, ...rest } = c;
+  return JSON.stringify(rest);
+}
+
+/** The field a patched member is kept in: c:name, c:limits.max_concurrent (see the header). */
+const MEMBER = 'c:';
+
+/**
+ * A patch as the fields tgKeyPatch sets (field, JSON value, ...) and deletes: each member it
+ * names, null included (a null field overrides what `c` holds), each limit on its own, and
+ * the budget as bu/bp (deleted when null).
+ */
+export function patchFields(patch: KeyPatch): { set: string[]; del: string[] } {
+  const set: string[] = [];
+  const del: string[] = [];
+  for (const [member, value] of Object.entries(patch)) {
+    if (value === undefined) continue;
+    if (member === 'budget') {
+      const b = value as KeyControls['budget'];
+      if (b === null) del.push('bu', 'bp');
+      else set.push('bu', integer(b.units, 'budget.units'), 'bp', b.period ?? '');
+    } else if (member === 'limits') {
+      for (const [name, limit] of Object.entries(value as Partial<KeyControls['limits']>)) {
+        if (limit !== undefined) set.push(`${MEMBER}limits.${name}`, JSON.stringify(limit));
+      }
+    } else {
+      set.push(`${MEMBER}${member}`, JSON.stringify(value));
+    }
+  }
+  return { set, del };
+}
+
+/**
+ * The controls (but the budget) a key's hash holds: `c` as created, with the c:MEMBER fields
+ * of later PATCHes over it. Throws on a field that is not JSON.
+ */
+function storedControls(k: Record<string, string>): Record<string, unknown> {
+  const c = JSON.parse(k.c ?? '') as Record<string, unknown>;
+  if (typeof c !== 'object' || c === null) throw new TypeError('stored controls are not an object');
+  const limits: Record<string, unknown> = { ...(c.limits as object) };
+  for (const field of Object.keys(k)) {
+    if (!field.startsWith(MEMBER)) continue;
+    const member = field.slice(MEMBER.length);
+    const value: unknown = JSON.parse(k[field]!);
+    if (LIMIT_MEMBERS.has(member)) limits[member.slice(7)] = value;
+    else if (KEY_MEMBERS.has(member)) c[member] = value;
+  }
+  return { ...c, limits };
+}
+
+const KEY_MEMBERS: ReadonlySet<string> = new Set(['name', 'models', 'expires_at', 'allowed_ips', 'metadata']);
+const LIMIT_MEMBERS: ReadonlySet<string> = new Set(['limits.requests_per_minute', 'limits.tokens_per_minute', 'limits.max_concurrent']);
+
+/** A key's record from its account-side hash; `revokedAt` from its digest record, if known. */
+function keyRecord(id: string, k: Record<string, string>, revokedAt: string | undefined): KeyRecord {
+  let parsed: unknown;
+  try { parsed = storedControls(k); } catch { parsed = undefined; }
+  const bu = k.bu === undefined ? null : Number(k.bu);
+  const period = k.bp === 'day' || k.bp === 'week' || k.bp === 'month' ? k.bp : null;
+  // Unreadable controls would be a key without restrictions: refuse it rather than serve it so.
+  const controls = toControls({ ...(parsed as object), budget: bu === null ? null : { units: bu, period } });
+  const ra = k.ra ?? revokedAt;
+  return {
+    id, account: k.account!, digest: k.digest!, created_at: Number(k.created_at),
+    revoked_at: ra === undefined ? (controls === null ? 0 : null) : Number(ra),
+    last4: k.last4 === undefined || k.last4 === '' ? null : k.last4,
+    controls: controls ?? defaultControls(),
+    previous: k.pd === undefined ? null : { digest: k.pd, until: Number(k.pu) },
+    last_used_at: k.lu === undefined ? null : Number(k.lu),
+    spent: { period: k.sp ?? 'n', units: Number(k.su ?? '0') },
+  };
+}
+
+/** The key a digest's index entry `h` names, from the key's own hash `k`. */
+function indexedKey(digest: string, h: Record<string, string>, k: Record<string, string>): KeyRecord {
+  if (k.account === undefined) {
+    // A key from before per-key controls: it has none.
+    return {
+      id: h.id!, account: h.account!, digest: h.digest ?? digest, created_at: Number(h.created_at),
+      revoked_at: h.revoked_at === undefined ? null : Number(h.revoked_at), last4: null, controls: defaultControls(),
+      previous: null, last_used_at: null, spent: { period: 'n', units: 0 },
+    };
+  }
+  return keyRecord(h.id!, k, h.revoked_at);
+}
+
+function accountRecord(h: Record<string, string>): AccountRecord | undefined {
+  if (h.id === undefined) return undefined;
+  return { id: h.id, plan: h.plan ?? '', balance_units: Number(h.balance_units), created_at: Number(h.created_at) };
+}
+
+/** An HGETALL's reply inside a script (fields and values in turn) as ioredis's hgetall gives it. */
+function hashOf(flat: readonly string[]): Record<string, string> {
+  const h: Record<string, string> = Object.create(null);
+  for (let i = 0; i + 1 < flat.length; i += 2) h[flat[i]!] = flat[i + 1]!;
+  return h;
+}

@@ -1,0 +1,532 @@
+// Metering for the Redis store: holds, settlements and usage windows (usage records:
+// ./records.ts).
+//
+// Key layout (P = the store's prefix; ID = the account id):
+//   P{acct:ID}:holds            hash  requestId -> "units:expiresAtMs[:keyId]" (open holds), and
+//                                     their sums: '#u' units, '#n' count, '#k:<keyId>' units by
+//                                     key, '#e' at or before the earliest expiry (OPEN_HOLDS);
+//                                     expired holds are purged by the first hold/settle after
+//                                     '#e'; the key expires a minute after its longest hold would
+//   P{acct:ID}:settled          hash  requestId -> units charged by its settlement, or 'x' once it
+//                                     was undone (tgUnsettle: refunded, or fenced before it landed)
+//   P{acct:ID}:settled:at       zset  requestId scored by settle time (ms); entries older than
+//                                     an hour are pruned (at most 100 per settle) from both keys,
+//                                     and both expire 2 h after the account's last settlement
+//   P{acct:ID}:usage:D:<day>    hash  requests, tokens, units of a UTC day ('YYYY-MM-DD'); 40 days
+//   P{acct:ID}:usage:M:<month>  hash  the same for a UTC month ('YYYY-MM'); 400 days
+//
+// Atomicity: hold and settle are one Lua script each, over keys of the account's hash tag only
+// (like every other script of the store, so they run on a cluster too). A hold reads the sums of
+// the open holds (purging expired ones once one may have expired), checks the balance and the
+// quotas and adds the hold in one step, so concurrent holds from any number of instances can
+// never together exceed the balance. A settle checks whether
+// the request id was settled, debits, drops the hold, adds to both windows and remembers the id
+// in one step, so it applies exactly once (within the hour the id is remembered).
+//
+// Time: scripts never read the Redis clock; callers pass Date.now(). Instances whose clocks
+// disagree by more than a hold's TTL see each other's holds expire early or late. Numbers go
+// into Redis only as strings the caller produced or as integers Redis computed (HINCRBY), never
+// through Lua's number formatting, so every safe integer keeps its digits.
+//
+// Durability: a settlement is acknowledged once the Redis server has applied it; surviving a
+// Redis crash then depends on the server's persistence (appendonly yes, appendfsync always for
+// no loss at all).
+
+import type { RedisClient } from './connect.js';
+import type { ReplicaWait } from './wait.js';
+import { requireId, requireRequestId } from '../rules.js';
+import type { BudgetPeriod, HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UnsettleResult, UsageTotals } from '../types.js';
+
+type Reply = Promise<unknown>;
+
+/** The metering scripts, registered by RedisStore with defineCommand. */
+export interface MeteringScripts {
+  tgHold(acct: string, holds: string, day: string, month: string, key: string,
+    requestId: string, units: string, expiresAt: string, now: string, rpd: string, tpd: string, upm: string, keepMs: string,
+    keyId: string, dpid: string, wpid: string, mpid: string): Reply;
+  tgSettle(acct: string, holds: string, settled: string, settledAt: string, day: string, month: string, key: string,
+    requestId: string, units: string, tokens: string, now: string, settledWindowMs: string, settledTtlMs: string,
+    keyId: string, dpid: string, wpid: string, mpid: string): Reply;
+  tgUnsettle(acct: string, settled: string, settledAt: string, day: string, month: string, key: string,
+    requestId: string, tokens: string, settledTtlMs: string, keyId: string, dpid: string, wpid: string, mpid: string): Reply;
+  tgAccountUsage(holds: string, day: string, month: string, now: string): Reply;
+  tgRelease(holds: string, requestId: string): Reply;
+}
+
+/**
+ * The holds hash maps each open hold's request id to "units:expires[:key id]", and keeps beside
+ * them, in reserved fields (request ids never begin with '#'), the sums over the holds it holds:
+ * '#u' their units, '#n' their number, '#k:<key id>' the units held with each developer key, and
+ * '#e' a time at or before every hold's expiry. Every script that adds or removes a hold
+ * updates them (HINCRBY: integers Redis computes, no digit lost). While now < '#e' no hold has
+ * expired, and the sums are the open holds': a hold or a settle costs the same however many
+ * holds the account has open. Once now reaches '#e' (or on a hash written before the sums) the
+ * hash is read whole, its expired holds dropped and the sums made again (rebuild): about once
+ * per hold lifetime, not twice per request. The sums are written before any deletion, so the
+ * hash never empties: on a cluster, while the slot migrates, a script that touches a key it
+ * emptied (deleted) fails right there, with its earlier writes applied. Every key a script
+ * touches exists when it starts (Redis answers TRYAGAIN or ASK otherwise).
+ * holdsOf returns the units held, the number of holds, the units held with keyId, '#e', and
+ * whether there is no hash at all (then it writes nothing: a settle makes no key).
+ * dropHold removes one hold, whose value is v, and its part of the sums (unsum). A hold of 0
+ * units adds nothing to the units' sums (Redis takes no '-0').
+ */
+const OPEN_HOLDS = `
+local NEVER = '9007199254740991'
+-- Units and expiry as this store writes them (a safe integer's decimal digits, no leading zero):
+-- anything else is unreadable, and never reaches HINCRBY.
+local function canonical(d)
+  return d ~= nil and #d <= 16 and (d == '0' or string.sub(d, 1, 1) ~= '0')
+end
+local function parseHold(v)
+  local u, e, k = string.match(v, '^(%d+):(%d+):?(.*)$')
+  if not canonical(u) or not canonical(e) then return nil end
+  return u, e, k
+end
+local function hdelAll(key, fields)
+  for i = 1, #fields, 1000 do
+    redis.call('HDEL', key, unpack(fields, i, math.min(i + 999, #fields)))
+  end
+end
+local function rebuild(key, now)
+  local h = redis.call('HGETALL', key)
+  if #h == 0 then return end
+  local drop, sums, earliest = {}, {}, nil
+  -- '#e' 0 until the sums are whole: a rebuild cut short is made again, never trusted.
+  redis.call('HSET', key, '#u', '0', '#n', '0', '#e', '0')
+  for i = 1, #h, 2 do
+    if string.sub(h[i], 1, 3) == '#k:' then sums[#sums + 1] = h[i] end
+  end
+  hdelAll(key, sums)
+  for i = 1, #h, 2 do
+    local f = h[i]
+    if string.sub(f, 1, 1) ~= '#' then
+      local u, e, k = parseHold(h[i + 1])
+      if u == nil or tonumber(e) <= now then
+        drop[#drop + 1] = f
+      else
+        redis.call('HINCRBY', key, '#n', '1')
+        if u ~= '0' then
+          redis.call('HINCRBY', key, '#u', u)
+          if k ~= '' then redis.call('HINCRBY', key, '#k:' .. k, u) end
+        end
+        if earliest == nil or tonumber(e) < tonumber(earliest) then earliest = e end
+      end
+    end
+  end
+  redis.call('HSET', key, '#e', earliest or NEVER)
+  hdelAll(key, drop)
+end
+local function holdsOf(key, now, keyId)
+  local s = redis.call('HMGET', key, '#u', '#n', '#e', '#k:' .. keyId)
+  if s[1] == false or s[2] == false or s[3] == false or now >= tonumber(s[3]) then
+    rebuild(key, now)
+    s = redis.call('HMGET', key, '#u', '#n', '#e', '#k:' .. keyId)
+    -- No hash (no hold, or its key expired): nothing held, and nothing written.
+    if s[3] == false then return 0, 0, 0, NEVER, true end
+  end
+  local keyHeld = 0
+  if keyId ~= '' and s[4] ~= false then keyHeld = tonumber(s[4]) end
+  return tonumber(s[1]), tonumber(s[2]), keyHeld, s[3], false
+end
+local function unsum(key, u, k)
+  redis.call('HINCRBY', key, '#n', '-1')
+  if u == '0' then return end
+  redis.call('HINCRBY', key, '#u', '-' .. u)
+  if k ~= '' and redis.call('HINCRBY', key, '#k:' .. k, '-' .. u) == 0 then redis.call('HDEL', key, '#k:' .. k) end
+end
+-- Takes the hold whose value is v out of the sums; an unreadable one was never in them, but has
+-- the sums made again (its value is not this store's writing).
+local function forget(key, v)
+  local u, _, k = parseHold(v)
+  if u == nil then redis.call('HSET', key, '#e', '0') else unsum(key, u, k) end
+end
+local function dropHold(key, id, v)
+  forget(key, v)
+  redis.call('HDEL', key, id)
+end
+-- The budget state of a key hash: {units or false, period or false, spent in pid, pid, exists}.
+local function budgetOf(key, dpid, wpid, mpid)
+  local b = redis.call('HMGET', key, 'bu', 'bp', 'sp', 'su', 'account')
+  local pid = 'n'
+  if b[2] == 'day' then pid = dpid elseif b[2] == 'week' then pid = wpid elseif b[2] == 'month' then pid = mpid end
+  local spent = 0
+  if b[3] == pid then spent = tonumber(b[4] or '0') end
+  return b[1], b[2], spent, pid, b[5] ~= false, b[3]
+end
+`;
+
+export const METERING_SCRIPTS: Record<keyof MeteringScripts, { keys: number; lua: string }> = {
+  // nil: no account; {1, '', available after} or {0, code, available[, budget left, period]}. A
+  // hold of the same request id that is still open is replaced (it counts neither against the
+  // balance nor the quota). Quota arguments are '' for unlimited. Order as in the memory store:
+  // quotas, then the key's budget, then credits. Expired holds are dropped either way (see
+  // OPEN_HOLDS).
+  tgHold: { keys: 5, lua: `${OPEN_HOLDS}
+local bal = redis.call('HGET', KEYS[1], 'balance_units')
+if bal == false then return false end
+local units = tonumber(ARGV[2])
+local held, open, keyHeld, earliest, fresh = holdsOf(KEYS[2], tonumber(ARGV[4]), ARGV[9])
+local prev = redis.call('HGET', KEYS[2], ARGV[1])
+local pu, pk
+if prev ~= false then
+  local _
+  pu, _, pk = parseHold(prev)
+  if pu ~= nil then
+    held = held - tonumber(pu)
+    open = open - 1
+    if ARGV[9] ~= '' and pk == ARGV[9] then keyHeld = keyHeld - tonumber(pu) end
+  end
+end
+local available = tonumber(bal) - held
+local function used(key, field) return tonumber(redis.call('HGET', key, field) or '0') end
+local refused, remaining, period
+if ARGV[5] ~= '' and used(KEYS[3], 'requests') + open >= tonumber(ARGV[5]) then refused = 'requests_per_day'
+elseif ARGV[6] ~= '' and used(KEYS[3], 'tokens') >= tonumber(ARGV[6]) then refused = 'tokens_per_day'
+elseif ARGV[7] ~= '' and used(KEYS[4], 'units') >= tonumber(ARGV[7]) then refused = 'units_per_month' end
+if refused == nil and ARGV[9] ~= '' then
+  local bu, bp, spent = budgetOf(KEYS[5], ARGV[10], ARGV[11], ARGV[12])
+  if bu ~= false then
+    remaining = tonumber(bu) - spent - keyHeld
+    if remaining < units then
+      if remaining < 0 then remaining = 0 end
+      refused, period = 'budget_exceeded', bp or ''
+    end
+  end
+end
+if refused == nil and available < units then refused = 'insufficient_credits' end
+if refused then
+  if refused == 'budget_exceeded' then return {0, refused, available, remaining, period} end
+  return {0, refused, available}
+end
+if prev ~= false then forget(KEYS[2], prev) end
+local tag = ''
+if ARGV[9] ~= '' then tag = ':' .. ARGV[9] end
+if fresh then redis.call('HSET', KEYS[2], '#u', '0', '#n', '0', '#e', NEVER) end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. tag)
+redis.call('HINCRBY', KEYS[2], '#n', '1')
+if ARGV[2] ~= '0' then
+  redis.call('HINCRBY', KEYS[2], '#u', ARGV[2])
+  if ARGV[9] ~= '' then redis.call('HINCRBY', KEYS[2], '#k:' .. ARGV[9], ARGV[2]) end
+end
+if tonumber(ARGV[3]) < tonumber(earliest) then redis.call('HSET', KEYS[2], '#e', ARGV[3]) end
+-- The key outlives its longest hold by a minute: always set (never shortened), so that a hold
+-- costs the same commands whatever the key's state.
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl > tonumber(ARGV[8]) then redis.call('PEXPIRE', KEYS[2], string.format('%d', ttl)) else redis.call('PEXPIRE', KEYS[2], ARGV[8]) end
+-- The key's last use, as tgKeyTouch records it (a later time only ever wins; a key with no
+-- hash of its own, from before per-key controls, gets none; an unreadable time is replaced,
+-- never an error after the hold is written): a held request needs no touch.
+if ARGV[9] ~= '' then
+  local lu = redis.call('HMGET', KEYS[5], 'account', 'lu')
+  local was = tonumber(lu[2] or '')
+  if lu[1] ~= false and (was == nil or was < tonumber(ARGV[4])) then redis.call('HSET', KEYS[5], 'lu', ARGV[4]) end
+end
+return {1, '', available - units}` },
+
+  // nil: no account; {applied, charged, balance, available}. The charge is min(units, balance),
+  // and nothing when the balance is not positive; it is kept as a string Redis or the caller
+  // wrote, so no digit is lost. A repeat (applied 0) writes nothing but the holds' upkeep (see
+  // OPEN_HOLDS). With a key (ARGV[7]), the charge is also capped at what its budget has left in
+  // the period of the hold, and added to the key's spend in the same step (see addSpend in
+  // ../rules.ts). Deletions come last: the request's hold, then settled ids past an hour (never
+  // this one, just added), at most 100 per settlement (expired holds are dropped first, when
+  // the sums are made again: OPEN_HOLDS). The settled index is scored by Redis's own clock
+  // (TIME), not the gateway's: a gateway whose clock runs ahead must not prune the ids other
+  // instances just settled (ARGV[5] is the window, in ms).
+  tgSettle: { keys: 7, lua: `${OPEN_HOLDS}
+local bal = redis.call('HGET', KEYS[1], 'balance_units')
+if bal == false then return false end
+local charged = redis.call('HGET', KEYS[3], ARGV[1])
+-- Undone (tgUnsettle): a settlement arriving after that applies nothing, and debited nothing.
+if charged == 'x' then charged = '0' end
+local applied = 0
+if charged == false then applied = 1 end
+local held = holdsOf(KEYS[2], tonumber(ARGV[4]), '')
+local own = false
+if applied == 1 then own = redis.call('HGET', KEYS[2], ARGV[1]) end
+if own ~= false then
+  local ou = parseHold(own)
+  if ou ~= nil then held = held - tonumber(ou) end
+end
+if applied == 1 then
+  local b, u, ustr = tonumber(bal), tonumber(ARGV[2]), ARGV[2]
+  local bu, bp, spent, pid, exists, sp = false, false, 0, nil, false, false
+  if ARGV[7] ~= '' then
+    bu, bp, spent, pid, exists, sp = budgetOf(KEYS[7], ARGV[8], ARGV[9], ARGV[10])
+    if bu ~= false then
+      local left = tonumber(bu) - spent
+      if left < 0 then left = 0 end
+      if left < u then
+        u = left
+        ustr = string.format('%d', left)
+      end
+    end
+  end
+  if b <= 0 or u == 0 then
+    charged = '0'
+  elseif b <= u then
+    charged = bal
+    bal = '0'
+    redis.call('HSET', KEYS[1], 'balance_units', '0')
+  else
+    charged = ustr
+    bal = redis.call('HINCRBY', KEYS[1], 'balance_units', '-' .. ustr)
+  end
+  if exists then
+    if sp == pid then
+      redis.call('HINCRBY', KEYS[7], 'su', charged)
+    elseif not (sp ~= false and string.sub(sp, 1, 1) == string.sub(pid, 1, 1) and sp > pid) then
+      redis.call('HSET', KEYS[7], 'sp', pid, 'su', charged)
+    end
+  end
+  for _, key in ipairs({KEYS[5], KEYS[6]}) do
+    redis.call('HINCRBY', key, 'requests', '1')
+    redis.call('HINCRBY', key, 'tokens', ARGV[3])
+    redis.call('HINCRBY', key, 'units', charged)
+  end
+  redis.call('EXPIRE', KEYS[5], '3456000')
+  redis.call('EXPIRE', KEYS[6], '34560000')
+  local clock = redis.call('TIME')
+  local serverMs = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  redis.call('HSET', KEYS[3], ARGV[1], charged)
+  redis.call('ZADD', KEYS[4], serverMs, ARGV[1])
+  redis.call('PEXPIRE', KEYS[3], ARGV[6])
+  redis.call('PEXPIRE', KEYS[4], ARGV[6])
+  if own ~= false then dropHold(KEYS[2], ARGV[1], own) end
+  local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. (serverMs - tonumber(ARGV[5])), 'LIMIT', '0', '100')
+  if #old > 0 then
+    redis.call('HDEL', KEYS[3], unpack(old))
+    redis.call('ZREM', KEYS[4], unpack(old))
+  end
+end
+return {applied, tonumber(charged), tonumber(bal), tonumber(bal) - held}` },
+
+  // nil: no account; {outcome, refunded}: 2 the settlement had landed and is given back
+  // (balance, both windows, the key's spend when still in the same period), 1 it had not and
+  // is fenced, 0 undone before. Either way the id's settled entry becomes 'x', so a
+  // settlement that still arrives (one a stalled Redis runs late, or one sent on a connection
+  // lost since) applies nothing: tgSettle reads 'x' as settled with 0. A fence is indexed and
+  // aged like a settlement (ARGV[3]: the keys' TTL). Holds are left to tgRelease. Nothing is
+  // added or taken at 0 (Redis takes no '-0').
+  tgUnsettle: { keys: 6, lua: `${OPEN_HOLDS}
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local charged = redis.call('HGET', KEYS[2], ARGV[1])
+if charged == 'x' then return {0, 0} end
+if charged == false then
+  local clock = redis.call('TIME')
+  redis.call('HSET', KEYS[2], ARGV[1], 'x')
+  redis.call('ZADD', KEYS[3], tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000), ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+  return {1, 0}
+end
+if charged ~= '0' then redis.call('HINCRBY', KEYS[1], 'balance_units', charged) end
+for _, key in ipairs({KEYS[4], KEYS[5]}) do
+  redis.call('HINCRBY', key, 'requests', '-1')
+  if ARGV[2] ~= '0' then redis.call('HINCRBY', key, 'tokens', '-' .. ARGV[2]) end
+  if charged ~= '0' then redis.call('HINCRBY', key, 'units', '-' .. charged) end
+end
+if ARGV[4] ~= '' and charged ~= '0' then
+  local _, _, _, pid, exists, sp = budgetOf(KEYS[6], ARGV[5], ARGV[6], ARGV[7])
+  if exists and sp == pid then redis.call('HINCRBY', KEYS[6], 'su', '-' .. charged) end
+end
+redis.call('HSET', KEYS[2], ARGV[1], 'x')
+return {2, tonumber(charged)}` },
+
+  // 1 when the request's hold was there (and is dropped), else 0. Always a write, even with no
+  // hold to drop: on a replica (a demoted primary a connection still reaches mid-failover) the
+  // script must fail with READONLY, so that the release is retried on the primary, and never
+  // answer 0 from a replica's copy that does not have the hold yet.
+  tgRelease: { keys: 1, lua: `${OPEN_HOLDS}
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v == false then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 0
+end
+if redis.call('HEXISTS', KEYS[1], '#e') == 1 then
+  dropHold(KEYS[1], ARGV[1], v)
+else
+  redis.call('HDEL', KEYS[1], ARGV[1]) -- a hash written before the sums: summed when next read
+end
+return 1` },
+
+  // {held, day requests, tokens, units, month requests, tokens, units}; reads only.
+  tgAccountUsage: { keys: 3, lua: `${OPEN_HOLDS}
+local held = 0
+local s = redis.call('HMGET', KEYS[1], '#u', '#e')
+if s[1] ~= false and s[2] ~= false and tonumber(ARGV[1]) < tonumber(s[2]) then
+  held = tonumber(s[1])
+else
+  local h = redis.call('HGETALL', KEYS[1])
+  for i = 1, #h, 2 do
+    if string.sub(h[i], 1, 1) ~= '#' then
+      local u, e = parseHold(h[i + 1])
+      if u ~= nil and tonumber(e) > tonumber(ARGV[1]) then held = held + tonumber(u) end
+    end
+  end
+end
+local d = redis.call('HMGET', KEYS[2], 'requests', 'tokens', 'units')
+local m = redis.call('HMGET', KEYS[3], 'requests', 'tokens', 'units')
+local r = {held}
+for i = 1, 3 do r[i + 1] = tonumber(d[i] or '0') end
+for i = 1, 3 do r[i + 4] = tonumber(m[i] or '0') end
+return r` },
+};
+
+/**
+ * Settled request ids are remembered this long: a repeated settle within it changes nothing.
+ * A settle is repeated only by the request that made it, right after its first attempt failed
+ * (a store fault, a timeout whose write may still land, a Cluster redirect): within seconds,
+ * bounded by store.timeout_ms. An hour is ample, and what it costs is per request: at 1,000
+ * requests a second, 3.6 million ids (in Redis, or in the memory store's heap) where 48 hours
+ * kept 173 million.
+ */
+export const SETTLED_KEEP_MS = 3_600_000;
+/** Holds keys outlive their longest hold by this much (they are purged by time, not by expiry). */
+const HOLDS_GRACE_MS = 60_000;
+
+const QUOTA_CODES: readonly string[] = ['requests_per_day', 'tokens_per_day', 'units_per_month'] satisfies QuotaCode[];
+
+export class RedisMetering {
+  readonly #redis: RedisClient & MeteringScripts;
+  /** Settlements wait for replicas through it (store.wait_replicas); null: they do not. */
+  readonly #wait: ReplicaWait | null;
+  readonly #prefix: string;
+
+  constructor(redis: RedisClient & MeteringScripts, prefix: string, wait: ReplicaWait | null = null) {
+    this.#redis = redis;
+    this.#wait = wait;
+    this.#prefix = prefix;
+  }
+
+  async hold(h: HoldRequest): Promise<HoldResult | undefined> {
+    requireId('account id', h.account);
+    requireRequestId(h.requestId);
+    const units = count(h.units, 'units');
+    const ttl = Number(count(h.ttlMs, 'ttlMs'));
+    const [day, month] = windowsOf(h.day, h.month);
+    const now = Date.now();
+    const acct = this.#acct(h.account);
+    const k = keyArgs(h.key);
+    const r = await this.#redis.tgHold(acct, `${acct}:holds`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, keyHash(acct, k[0]),
+      h.requestId, units, String(now + ttl), String(now),
+      quota(h.quotas.requests_per_day, 'requests_per_day'), quota(h.quotas.tokens_per_day, 'tokens_per_day'),
+      quota(h.quotas.units_per_month, 'units_per_month'), String(ttl + HOLDS_GRACE_MS), ...k);
+    if (r === null) return undefined;
+    if (Array.isArray(r) && r[1] === 'budget_exceeded') {
+      const [, , available, remaining, period] = tuple(r, 5);
+      return {
+        ok: false, code: 'budget_exceeded', available_units: Number(available), budget_remaining_units: Number(remaining),
+        budget_period: period === '' ? null : period as BudgetPeriod,
+      };
+    }
+    const [ok, code, available] = tuple(r, 3);
+    const available_units = Number(available);
+    if (ok === 1) return { ok: true, available_units };
+    if (code === 'insufficient_credits') return { ok: false, code, available_units };
+    if (typeof code === 'string' && QUOTA_CODES.includes(code)) {
+      return { ok: false, code: 'quota_exceeded', quota_code: code as QuotaCode, available_units };
+    }
+    throw new Error(`unexpected reply from Redis: ${JSON.stringify(r)}`);
+  }
+
+  async settle(s: Settlement): Promise<SettleResult | undefined> {
+    requireId('account id', s.account);
+    requireRequestId(s.requestId);
+    const units = count(s.units, 'units');
+    count(s.promptTokens, 'promptTokens');
+    count(s.completionTokens, 'completionTokens');
+    const tokens = count(s.promptTokens + s.completionTokens, 'promptTokens + completionTokens');
+    const [day, month] = windowsOf(s.day, s.month);
+    const now = Date.now();
+    const acct = this.#acct(s.account);
+    const k = keyArgs(s.key);
+    const keys = [acct, `${acct}:holds`, `${acct}:settled`, `${acct}:settled:at`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, keyHash(acct, k[0])] as const;
+    const args = [s.requestId, units, tokens, String(now), String(SETTLED_KEEP_MS), String(SETTLED_KEEP_MS + 3600_000), ...k] as const;
+    const r = this.#wait !== null
+      ? await this.#wait.eval(METERING_SCRIPTS.tgSettle.lua, [...keys], [...args])
+      : await this.#redis.tgSettle(...keys, ...args);
+    if (r === null) return undefined;
+    const [applied, charged, balance, available] = tuple(r, 4);
+    return { applied: applied === 1, charged_units: Number(charged), balance_units: Number(balance), available_units: Number(available) };
+  }
+
+  async unsettle(s: Settlement): Promise<UnsettleResult | undefined> {
+    requireId('account id', s.account);
+    requireRequestId(s.requestId);
+    count(s.units, 'units');
+    const tokens = count(s.promptTokens + s.completionTokens, 'promptTokens + completionTokens');
+    const [day, month] = windowsOf(s.day, s.month);
+    const acct = this.#acct(s.account);
+    const k = keyArgs(s.key);
+    const keys = [acct, `${acct}:settled`, `${acct}:settled:at`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, keyHash(acct, k[0])] as const;
+    // Not waited for (store.wait_replicas), like holds and releases: an undo is never reported
+    // to a client, and one no replica confirms must not stay queued for good (store/retry.ts).
+    const r = await this.#redis.tgUnsettle(...keys, s.requestId, tokens, String(SETTLED_KEEP_MS + 3600_000), ...k);
+    if (r === null) return undefined;
+    const [outcome, refunded] = tuple(r, 2);
+    return { outcome: outcome === 2 ? 'refunded' : outcome === 1 ? 'fenced' : 'repeat', refunded_units: Number(refunded) };
+  }
+
+  async release(account: string, requestId: string): Promise<void> {
+    requireId('account id', account);
+    requireRequestId(requestId);
+    await this.#redis.tgRelease(`${this.#acct(account)}:holds`, requestId);
+  }
+
+  async accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }> {
+    requireId('account id', account);
+    const [d, m] = windowsOf(day, month);
+    const acct = this.#acct(account);
+    const r = await this.#redis.tgAccountUsage(`${acct}:holds`, `${acct}:usage:D:${d}`, `${acct}:usage:M:${m}`, String(Date.now()));
+    const n = tuple(r, 7).map(Number);
+    return {
+      held_units: n[0] ?? 0,
+      day: { requests: n[1] ?? 0, tokens: n[2] ?? 0, units: n[3] ?? 0 },
+      month: { requests: n[4] ?? 0, tokens: n[5] ?? 0, units: n[6] ?? 0 },
+    };
+  }
+
+  #acct(id: string): string { return `${this.#prefix}{acct:${id}}`; }
+}
+
+const DAY = /^\d{4}-\d{2}-\d{2}$/;
+const MONTH = /^\d{4}-\d{2}$/;
+
+function windowsOf(day: string, month: string): [string, string] {
+  if (typeof day !== 'string' || !DAY.test(day)) throw new TypeError("day must be 'YYYY-MM-DD'");
+  if (typeof month !== 'string' || !MONTH.test(month)) throw new TypeError("month must be 'YYYY-MM'");
+  return [day, month];
+}
+
+/** A non-negative safe integer, as the decimal string Redis gets. */
+function count(n: number, what: string): string {
+  if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`${what} must be a non-negative safe integer`);
+  return String(n);
+}
+
+function quota(n: number | null, what: string): string {
+  return n === null ? '' : count(n, `quotas.${what}`);
+}
+
+/** A request's key id and budget periods as script arguments; '' for none. */
+/**
+ * The key's hash for a script, or with no key the account's own hash (which exists): a script
+ * names only keys that exist, since on a cluster a slot in migration answers TRYAGAIN to a
+ * script over keys of which some are missing. The script reads it only with a key id.
+ */
+function keyHash(acct: string, keyId: string): string {
+  return keyId === '' ? acct : `${acct}:key:${keyId}`;
+}
+
+function keyArgs(key: HoldRequest['key']): [string, string, string, string] {
+  if (key === undefined) return ['', '', '', ''];
+  requireId('key id', key.id);
+  return [key.id, key.periods.day, key.periods.week, key.periods.month];
+}
+
+function tuple(reply: unknown, length: number): unknown[] {
+  if (!Array.isArray(reply) || reply.length !== length) throw new Error(`unexpected reply from Redis: ${JSON.stringify(reply)}`);
+  return reply;
+}

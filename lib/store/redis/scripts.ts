@@ -1,0 +1,130 @@
+// The Lua scripts of the Redis store's accounts, keys and sessions (./keys.ts runs them),
+// registered on the command connection by ./store.ts with those of metering (./metering.ts) and
+// of usage records (./records.ts), which stay beside their callers. Every script follows the
+// rules in ./store.ts's header (one hash tag each; deletions only as a key's last access).
+
+import type { MeteringScripts } from './metering.js';
+import type { UsageScripts } from './records.js';
+
+export type Reply = Promise<unknown>;
+
+/** The Lua scripts, registered with defineCommand (EVALSHA, falling back to EVAL). */
+export interface Scripts extends MeteringScripts, UsageScripts {
+  tgCreateAccount(acct: string, id: string, plan: string, balance: string, now: string): Reply;
+  tgAddCredits(acct: string, credits: string, units: string, idempotencyKey: string): Reply;
+  tgClaimKeyId(index: string, digest: string): Reply;
+  tgReleaseKeyId(index: string, digest: string): Reply;
+  tgCreateKey(record: string, id: string, account: string, digest: string, now: string): Reply;
+  tgRevokeKey(record: string, id: string, now: string, channel: string, message: string): Reply;
+  tgRevokeSession(session: string, now: string, channel: string, message: string): Reply;
+  tgKeyInit(hash: string, set: string, id: string, account: string, digest: string, createdAt: string, last4: string, controls: string, bu: string, bp: string): Reply;
+  tgKeyPatch(hash: string, channel: string, instance: string, pairs: string, ...fields: string[]): Reply;
+  tgKeyRotate(hash: string, digest: string, last4: string, until: string, channel: string, m1: string, m2: string): Reply;
+  tgKeyRevoke(hash: string, now: string): Reply;
+  tgKeyTouch(hash: string, at: string): Reply;
+  tgKeyAndAccount(hash: string, acct: string): Reply;
+}
+
+export const SCRIPTS: Record<Exclude<keyof Scripts, keyof MeteringScripts | keyof UsageScripts>, { keys: number; lua: string }> = {
+  // 1 created, 0 exists (unchanged).
+  tgCreateAccount: { keys: 1, lua: `
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'id', ARGV[1], 'plan', ARGV[2], 'balance_units', ARGV[3], 'created_at', ARGV[4])
+return 1` },
+  // nil: no account; {applied, balance}: 1 applied, 0 key used before, -1 refused (below 0),
+  // -2 refused (above 2^53-1); a refusal changes nothing and leaves the key unused (the rule
+  // of creditRefusal in ../rules.ts). Balance and units are at most 2^53-1 in size, so the Lua
+  // doubles are exact, and a sum that rounds can only round to above the limit, never below.
+  // HINCRBY runs before SADD: if it fails, nothing changed. (The balance goes back as Redis
+  // gave it, text or an integer reply: Lua's tostring keeps only 14 digits.)
+  tgAddCredits: { keys: 2, lua: `
+local current = redis.call('HGET', KEYS[1], 'balance_units')
+if current == false then return false end
+if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then return {0, current} end
+local balance, units = tonumber(current), tonumber(ARGV[1])
+if units < 0 and balance + units < 0 then return {-1, current} end
+if units > 0 and balance + units > 9007199254740991 then return {-2, current} end
+local after = redis.call('HINCRBY', KEYS[1], 'balance_units', ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[2])
+return {1, after}` },
+  // 1 claimed, 0 already this digest's, -1 taken by another digest.
+  tgClaimKeyId: { keys: 1, lua: `
+local cur = redis.call('GET', KEYS[1])
+if cur == false then redis.call('SET', KEYS[1], ARGV[1]) return 1 end
+if cur == ARGV[1] then return 0 end
+return -1` },
+  tgReleaseKeyId: { keys: 1, lua: `
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
+return 0` },
+  // 1 created, 0 exists with this id, -1 exists with another id.
+  tgCreateKey: { keys: 1, lua: `
+local cur = redis.call('HGET', KEYS[1], 'id')
+if cur == false then
+  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'account', ARGV[2], 'digest', ARGV[3], 'created_at', ARGV[4])
+  return 1
+end
+if cur == ARGV[1] then return 0 end
+return -1` },
+  // nil: unknown (or another id's record); {newly, id, account, digest, created_at, revoked_at}.
+  tgRevokeKey: { keys: 1, lua: `
+local r = redis.call('HMGET', KEYS[1], 'id', 'account', 'digest', 'created_at', 'revoked_at')
+if r[1] ~= ARGV[1] then return false end
+local newly = 0
+if r[5] == false then
+  redis.call('HSET', KEYS[1], 'revoked_at', ARGV[2])
+  redis.call('PUBLISH', ARGV[3], ARGV[4])
+  r[5] = ARGV[2]
+  newly = 1
+end
+return {newly, r[1], r[2], r[3], r[4], r[5]}` },
+  // A key's hash and its account's (one slot), read at once: {fields, values, ...} twice.
+  tgKeyAndAccount: { keys: 2, lua: `return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}` },
+  // 1 created, 0 exists (unchanged). Adds the id to the account's key set either way.
+  tgKeyInit: { keys: 2, lua: `
+redis.call('SADD', KEYS[2], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'account', ARGV[2], 'digest', ARGV[3], 'created_at', ARGV[4], 'last4', ARGV[5], 'c', ARGV[6], 'sp', 'n', 'su', '0')
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'bu', ARGV[7], 'bp', ARGV[8]) end
+return 1` },
+  // A PATCH, merged here (see "Changes of controls" above): ARGV[3] field/value pairs to set
+  // (ARGV[4..]), then fields to delete. Announced for the digest and the rotated-out one the
+  // hash names now (a rotation may have run since the caller read the key). The hash after the
+  // change (HGETALL), or nil when unknown or revoked.
+  tgKeyPatch: { keys: 1, lua: `
+local r = redis.call('HMGET', KEYS[1], 'digest', 'ra', 'pd')
+if r[1] == false or r[2] ~= false then return false end
+local last = 3 + 2 * tonumber(ARGV[3])
+if last > 3 then redis.call('HSET', KEYS[1], unpack(ARGV, 4, last)) end
+if #ARGV > last then redis.call('HDEL', KEYS[1], unpack(ARGV, last + 1)) end
+redis.call('PUBLISH', ARGV[1], cjson.encode({ from = ARGV[2], r = { kind = 'key-changed', digest = r[1] } }))
+if r[3] then redis.call('PUBLISH', ARGV[1], cjson.encode({ from = ARGV[2], r = { kind = 'key-changed', digest = r[3] } })) end
+return redis.call('HGETALL', KEYS[1])` },
+  // {1, digest rotated out, previous digest dropped or ''}, or 0 when unknown or revoked.
+  tgKeyRotate: { keys: 1, lua: `
+local r = redis.call('HMGET', KEYS[1], 'digest', 'ra', 'pd')
+if r[1] == false or r[2] ~= false then return 0 end
+redis.call('HSET', KEYS[1], 'pd', r[1], 'pu', ARGV[3], 'digest', ARGV[1], 'last4', ARGV[2])
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[6]) end
+return {1, r[1], r[3] or ''}` },
+  // The revocation time (the first one stands), or false for no such hash.
+  tgKeyRevoke: { keys: 1, lua: `
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local at = redis.call('HGET', KEYS[1], 'ra')
+if at then return at end
+redis.call('HSET', KEYS[1], 'ra', ARGV[1])
+return ARGV[1]` },
+  tgKeyTouch: { keys: 1, lua: `
+local lu = redis.call('HMGET', KEYS[1], 'account', 'lu')
+if lu[1] == false then return 0 end
+local was = tonumber(lu[2] or '')
+if was == nil or was < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'lu', ARGV[1]) end
+return 1` },
+  // 1 newly revoked, 0 already.
+  tgRevokeSession: { keys: 1, lua: `
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  return 1
+end
+return 0` },
+};

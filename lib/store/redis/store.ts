@@ -1,0 +1,277 @@
+// The shared store: accounts, keys and revocations in Redis, so every gateway instance sees
+// the same balances and revocations.
+//
+// Key layout (P = the configured prefix, default "tollgate:"; nothing outside it is touched):
+//   P{acct:ID}            hash   id, plan, balance_units, created_at
+//   P{acct:ID}:credits    set    idempotency keys of credits applied to that account
+//   P{key:DIGEST}         hash   id, account, digest, created_at[, revoked_at]
+//   P{keyid:ID}           string the digest of key ID (revocation is by id, lookup by digest)
+//   P{sess:SID}           string revocation time of session SID
+//   P{plan:NAME}          set    ids of accounts created on plan NAME (see accountsOnPlans)
+//   P{acct:A}:key:ID      hash   key ID's controls and state, in its account's slot so the
+//                                metering scripts read and charge its budget atomically with the
+//                                wallet: account, digest (current), created_at, last4, c (the
+//                                controls but the budget, JSON, as created), c:MEMBER (a control
+//                                a PATCH set since, JSON; see "Changes of controls" in ./keys.ts),
+//                                bu/bp (budget units/period), sp/su (spend: period id, units), pd/pu
+//                                (digest a rotation replaced, valid until), lu (last used), ra
+//                                (revoked at)
+//   P{acct:A}:keys        set    ids of A's keys (for listing)
+//   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>} (./revocations.ts)
+//   metering (holds, settlements, usage windows): see metering.ts
+//   usage records (P{usage:HOUR}, P{usage:index}): see records.ts
+//   stored responses (P{resp:ACCOUNT}:...): see responses.ts
+//
+// Atomicity and Redis Cluster: every mutation is one Lua script, and every script touches keys
+// of one `{...}` hash tag only, so the same scripts work on a cluster. A script's keys all begin
+// with the same string up to and including the tag's closing brace (`P{acct:ID}` and
+// `P{acct:ID}:credits`), so they hash alike whatever the prefix or the ID contain. While a
+// cluster slot migrates, a script runs only if every key it names exists on the node, and fails
+// mid-way (its earlier writes applied) if it touches a key it emptied itself: scripts therefore
+// delete fields and keys only as their last access to that key (see metering.ts).
+//
+// The calls are split by what they touch: accounts, keys and sessions ./keys.ts (their Lua:
+// ./scripts.ts), revocation announcements ./revocations.ts, metering ./metering.ts, usage records
+// ./records.ts, stored responses ./responses.ts. This file opens the connections, registers the
+// scripts and hands each call to its part.
+//
+// Topologies (./connect.ts): one server, a Sentinel-managed primary, or a Cluster; the
+// same scripts and keys on each. With waitReplicas (store.wait_replicas), settlements, credits
+// and revocations are reported only once that many replicas have them (./wait.ts).
+//
+// Failure: every command is bounded by `commandTimeoutMs` (store.timeout_ms), and fails at once
+// while the connection is down, before the first connect too: there is no offline queue, so a
+// command the caller has seen fail is never sent later (a queued hold would otherwise land after
+// its request got a 503 and lock credits for its TTL). ioredis reconnects by itself, with
+// backoff, and the scripts are sent again (EVAL) on each new connection, so the store recovers
+// without help. A store created while Redis is down is usable at once: its calls fail fast
+// until Redis answers (`ready()` waits for that).
+// A rejected command may still have been applied; retrying is safe (no script applies anything
+// twice), though the retry may then answer "already there" (false, applied: false).
+
+import type { AccountConfig } from '../../config/types.js';
+import { connect, retire, type RedisClient, type RedisTopology } from './connect.js';
+import { RedisKeys } from './keys.js';
+import { METERING_SCRIPTS, RedisMetering } from './metering.js';
+import { ReplicaWait } from './wait.js';
+import { RedisResponses } from './responses.js';
+import { RedisRevocations } from './revocations.js';
+import type { ResponseChain } from '../response-chains.js';
+import { RedisUsage, USAGE_SCRIPTS } from './records.js';
+import { SCRIPTS, type Scripts } from './scripts.js';
+import type {
+  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation,
+  SettleResult, Settlement, Store, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
+} from '../types.js';
+
+export interface RedisStoreOptions {
+  /** One Redis; ignored when `topology` is given. */
+  url?: string;
+  /** Where Redis is: one server, Sentinel or Cluster (./connect.ts). */
+  topology?: RedisTopology;
+  /** Replicas that must acknowledge each settlement, credit and revocation (WAIT); default 0. */
+  waitReplicas?: number;
+  /** How long that WAIT may take, in ms; below commandTimeoutMs (default: half of it). */
+  waitTimeoutMs?: number;
+  /** Prepended to every key and to the channel; default "tollgate:". */
+  prefix?: string;
+  /** Upper bound on each command, in ms; default 1000. */
+  commandTimeoutMs?: number;
+  /** Connection errors (ioredis emits them while reconnecting); ignored by default. */
+  onError?: (err: Error) => void;
+  /** Usage records are kept this many days after their time; default 90. */
+  usageRetentionDays?: number;
+}
+
+export class RedisStore implements Store {
+  readonly prefix: string;
+  readonly #redis: RedisClient & Scripts;
+  /** Waited writes (store.wait_replicas > 0), on connections of their own; else null. */
+  readonly #wait: ReplicaWait | null;
+  /** The revocation channel, its subscriber connection and this instance's listeners. */
+  readonly #revocations: RedisRevocations;
+  readonly #timeout: number;
+  readonly #keys: RedisKeys;
+  readonly #metering: RedisMetering;
+  readonly #responses: RedisResponses;
+  readonly #usage: RedisUsage;
+  /** Rejects on close(), so ready() cannot wait on a connection that will never come. */
+  readonly #closing: Promise<never>;
+  #markClosed: (err: Error) => void = () => {};
+  #closed = false;
+
+  constructor(options: RedisStoreOptions) {
+    this.prefix = options.prefix ?? 'tollgate:';
+    const timeout = options.commandTimeoutMs ?? 1000;
+    this.#timeout = timeout;
+    this.#closing = new Promise<never>((_, reject) => { this.#markClosed = reject; });
+    this.#closing.catch(() => {});
+    const onError = options.onError ?? (() => {});
+    const topology: RedisTopology = options.topology ?? { kind: 'url', url: options.url ?? 'redis://127.0.0.1:6379' };
+    const connectTimeout = Math.max(2 * timeout, 2000);
+    const waitReplicas = options.waitReplicas ?? 0;
+    if (!Number.isSafeInteger(waitReplicas) || waitReplicas < 0) throw new RangeError('waitReplicas must be a non-negative integer');
+    // Commands never queue: they fail at once while the connection is down, and are never
+    // resent after a reconnect (the caller has seen them fail).
+    const redis = connect(topology, { connectionName: 'tollgate', commandTimeout: timeout, connectTimeout });
+    redis.on('error', onError);
+    for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS)]) {
+      redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
+    }
+    this.#redis = redis as RedisClient & Scripts;
+    if (waitReplicas > 0) {
+      const waitMs = options.waitTimeoutMs ?? Math.max(1, Math.floor(timeout / 2));
+      const durable = Array.from({ length: WAIT_CONNECTIONS }, () => {
+        const c = connect(topology, { connectionName: 'tollgate-wait', commandTimeout: timeout, connectTimeout });
+        c.on('error', onError);
+        return c;
+      });
+      this.#wait = new ReplicaWait(durable, waitReplicas, waitMs, timeout);
+    } else {
+      this.#wait = null;
+    }
+    this.#metering = new RedisMetering(this.#redis, this.prefix, this.#wait);
+    this.#usage = new RedisUsage(this.#redis, this.prefix, options.usageRetentionDays);
+    this.#responses = new RedisResponses(this.#redis, this.prefix);
+    this.#revocations = new RedisRevocations(this.prefix, topology, connectTimeout, onError);
+    this.#keys = new RedisKeys(this.#redis, this.prefix, this.#wait, this.#revocations);
+  }
+
+  /** The command connection, for other shared state of the same deployment (rate limits). */
+  get client(): RedisClient {
+    return this.#redis;
+  }
+
+  /**
+   * Opens a store and waits until it is connected and hears other instances' revocations;
+   * rejects (and closes it) when that takes longer than the connect timeout.
+   */
+  static async open(options: RedisStoreOptions): Promise<RedisStore> {
+    const store = new RedisStore(options);
+    try {
+      await store.ready(Math.max(2 * store.#timeout, 2000));
+    } catch (err) {
+      await store.close();
+      throw err;
+    }
+    return store;
+  }
+
+  /**
+   * Resolves once subscribed to revocations and the command connection answers. Waits for a
+   * Redis that is down to come back, for at most `ms` when given; rejects on close().
+   */
+  async ready(ms?: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const undo: Array<() => void> = [];
+    const ends: Array<Promise<never>> = [this.#closing];
+    if (ms !== undefined) {
+      ends.push(new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`Redis did not answer within ${ms} ms`)), ms);
+      }));
+    }
+    const connected = async (client: RedisClient) => {
+      if (client.status === 'ready') return;
+      await Promise.race([new Promise<void>((resolve) => { undo.push(() => client.off('ready', resolve)); client.once('ready', resolve); }), ...ends]);
+    };
+    try {
+      await Promise.race([this.#revocations.subscribed(), ...ends]);
+      await connected(this.#redis);
+      await this.ping();
+      for (const c of this.#wait?.clients ?? []) {
+        await connected(c);
+        await c.ping();
+      }
+    } finally {
+      clearTimeout(timer);
+      for (const u of undo) u();
+    }
+  }
+
+  // Accounts, keys and sessions: see keys.ts.
+  createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean> { return this.#keys.createAccount(account); }
+  getAccount(id: string): Promise<AccountRecord | undefined> { return this.#keys.getAccount(id); }
+  addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined> {
+    return this.#keys.addCredits(accountId, units, idempotencyKey);
+  }
+  accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>> { return this.#keys.accountsOnPlans(plans); }
+  createKey(key: NewKey): Promise<boolean> { return this.#keys.createKey(key); }
+  keyByDigest(digest: string): Promise<KeyRecord | undefined> { return this.#keys.keyByDigest(digest); }
+  keyWithAccount(digest: string, known?: KnownKey): Promise<KeyWithAccount | undefined> { return this.#keys.keyWithAccount(digest, known); }
+  getKey(id: string): Promise<KeyRecord | undefined> { return this.#keys.getKey(id); }
+  listKeys(account: string): Promise<KeyRecord[] | undefined> { return this.#keys.listKeys(account); }
+  updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> { return this.#keys.updateKey(id, patch); }
+  rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
+    return this.#keys.rotateKey(id, digest, last4, previousUntil);
+  }
+
+  /** The hold script records the key's last use (see tgHold in metering.ts). */
+  readonly holdRecordsKeyUse = true;
+
+  touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void> { return this.#keys.touchKeys(uses); }
+  revokeKey(id: string): Promise<KeyRecord | undefined> { return this.#keys.revokeKey(id); }
+  revokeSession(sid: string): Promise<void> { return this.#keys.revokeSession(sid); }
+  isSessionRevoked(sid: string): Promise<boolean> { return this.#keys.isSessionRevoked(sid); }
+  seed(accounts: readonly AccountConfig[]): Promise<void> { return this.#keys.seed(accounts); }
+
+  // Metering: one script per call, all keys in the account's slot (see metering.ts).
+  hold(h: HoldRequest): Promise<HoldResult | undefined> { return this.#metering.hold(h); }
+  settle(s: Settlement): Promise<SettleResult | undefined> { return this.#metering.settle(s); }
+  unsettle(s: Settlement): Promise<UnsettleResult | undefined> { return this.#metering.unsettle(s); }
+  release(account: string, requestId: string): Promise<void> { return this.#metering.release(account, requestId); }
+  accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }> {
+    return this.#metering.accountUsage(account, day, month);
+  }
+  recordUsage(r: UsageRecord, writeId?: string): Promise<void> { return this.#usage.record(r, writeId); }
+  usageReport(account: string | undefined, since: number): Promise<UsageReport> { return this.#usage.report(account, since); }
+  usageRecords(q: UsageQuery): Promise<UsagePage> { return this.#usage.page(q); }
+  putResponse(account: string, id: string, value: string, parent: string | null, ttlMs: number): Promise<void> {
+    return this.#responses.put(account, id, value, parent, ttlMs);
+  }
+  getResponse(account: string, id: string): Promise<string | undefined> { return this.#responses.get(account, id); }
+  responseChain(account: string, id: string, maxDepth: number): Promise<ResponseChain | undefined> { return this.#responses.chain(account, id, maxDepth); }
+  responseBytes(account: string): Promise<number> { return this.#responses.bytes(account); }
+  deleteResponse(account: string, id: string): Promise<boolean> { return this.#responses.delete(account, id); }
+
+  onRevoke(listener: (r: Revocation) => void): () => void {
+    return this.#revocations.listen(listener);
+  }
+
+  async ping(): Promise<void> {
+    await this.#redis.ping();
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#revocations.clear();
+    this.#markClosed(new Error('the store is closed'));
+    await Promise.all([
+      quit(this.#redis, this.#timeout), quit(this.#revocations.sub, this.#timeout),
+      ...(this.#wait?.clients ?? []).map((c) => quit(c, this.#timeout)),
+    ]);
+  }
+}
+
+/** QUIT, or drop the connection when it is down or Redis does not answer in time. */
+async function quit(redis: RedisClient, ms: number): Promise<void> {
+  retire(redis);
+  if (redis.status === 'ready') {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error('QUIT timed out')), ms); });
+    try {
+      await Promise.race([redis.quit(), late]);
+      // QUIT leaves a Sentinel client's failover detector (its sentinel connections) running.
+      redis.disconnect();
+      return;
+    } catch {
+      // fall through
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+  redis.disconnect();
+}
+
+/** Connections for waited writes (store.wait_replicas): each WAIT blocks its own until confirmed. */
+const WAIT_CONNECTIONS = 4;
