@@ -8,7 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { configWarnings } from './config/cross-check.js';
 import { validateConfig } from './config/load.js';
-import { checkRemovedPlans } from './config/removed-plans.js';
+import { checkRemovedPlans } from './store/removed-plans.js';
 import type { Config } from './config/types.js';
 import { GatewayError, clip, toGatewayError } from './errors.js';
 import { requestIdFor } from './http/request-id.js';

@@ -7,7 +7,8 @@
 
 import { createHash, randomInt, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { bearer, keyIdOf, sha256Hex } from '../auth/keys.js';
+import { bearer } from '../auth/bearer.js';
+import { keyIdOf, sha256Hex } from '../store/digest.js';
 import type { Config } from '../config/types.js';
 import { GatewayError, MAX_ECHO, clip } from '../errors.js';
 import { isJsonContentType, readBody } from '../http/body.js';

@@ -7,7 +7,7 @@
 // ../auth/controls.ts.
 
 import type { AccountConfig } from '../config/types.js';
-import { sha256Hex } from '../auth/keys.js';
+import { sha256Hex } from './digest.js';
 
 // ---- ids ---------------------------------------------------------------------------------
 

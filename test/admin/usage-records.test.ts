@@ -10,7 +10,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { keyIdOf, sha256Hex } from '../../lib/auth/keys.js';
+import { keyIdOf, sha256Hex } from '../../lib/store/digest.js';
 import { DEMO_KEY, PRO_KEY, baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { startRedis } from '../helpers/redis.js';
 import { schemas } from '../helpers/schemas.js';

@@ -7,7 +7,7 @@
 import t from 'tap';
 import type { IncomingMessage } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { sha256Hex } from '../../lib/auth/keys.js';
+import { sha256Hex } from '../../lib/store/digest.js';
 import { Authenticator, CACHE_TTL_MS, REFRESH_AHEAD_MS, TOUCH_FLUSH_MS } from '../../lib/auth/authenticator.js';
 import { validateConfig } from '../../lib/config/load.js';
 import { StoreUnavailableError } from '../../lib/errors.js';

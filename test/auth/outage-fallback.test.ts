@@ -6,7 +6,7 @@
 
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { keyIdOf, sha256Hex } from '../../lib/auth/keys.js';
+import { keyIdOf, sha256Hex } from '../../lib/store/digest.js';
 import { DEMO_KEY, PRO_KEY, authHeaders, baseConfig, postChat, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { startRedis } from '../helpers/redis.js';
 

@@ -8,7 +8,7 @@
 // whether reopen() is offered.
 
 import { setTimeout as sleep } from 'node:timers/promises';
-import { keyIdOf, sha256Hex } from '../../lib/auth/keys.js';
+import { keyIdOf, sha256Hex } from '../../lib/store/digest.js';
 import type { Revocation, Store } from '../../lib/store/types.js';
 
 export interface OpenedStore { store: Store; reopen?: () => Promise<Store> }

@@ -4,7 +4,7 @@
 // in as the gateway computes them, so a period boundary is tested by passing the next period.
 // Same factory contract as contract.ts.
 
-import { keyIdOf, sha256Hex } from '../../lib/auth/keys.js';
+import { keyIdOf, sha256Hex } from '../../lib/store/digest.js';
 import { defaultControls, type BudgetPeriods, type HoldRequest, type KeyControls, type Quotas, type Revocation, type Store } from '../../lib/store/types.js';
 
 export interface OpenedStore { store: Store; reopen?: () => Promise<Store> }

@@ -14,7 +14,7 @@
 // their own day files, <path>/usage/YYYY-MM-DD.jsonl, or to columns per day in memory, kept
 // for the retention (../usage-records.ts, ./usage-files.ts, ./usage-columns.ts).
 
-import { keyIdOf } from '../../auth/keys.js';
+import { keyIdOf } from '../digest.js';
 import type { AccountConfig } from '../../config/types.js';
 import { Journal } from './journal.js';
 import { MemoryMetering, validateHold, validateSettlement, type UnsettleEntry } from './metering.js';

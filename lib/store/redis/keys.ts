@@ -33,7 +33,7 @@
 // (see storedControls). No JSON is decoded in Lua: its cjson keeps 14 digits of a number.
 // A record of members patched this way (a team's, later) takes the same fields and helpers.
 
-import { keyIdOf } from '../../auth/keys.js';
+import { keyIdOf } from '../digest.js';
 import type { AccountConfig } from '../../config/types.js';
 import type { RedisClient } from './connect.js';
 import type { RedisRevocations } from './revocations.js';

@@ -207,7 +207,7 @@ t.test('a listener that throws does not stop the others', async (t) => {
 });
 
 t.test('files written before per-key controls load as keys without controls', async (t) => {
-  const { sha256Hex, keyIdOf } = await import('../../../lib/auth/keys.js');
+  const { sha256Hex, keyIdOf } = await import('../../../lib/store/digest.js');
   const { defaultControls } = await import('../../../lib/store/types.js');
   const path = await tempDir();
   const d1 = sha256Hex('tg_old_snapshot');

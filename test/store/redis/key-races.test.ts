@@ -9,7 +9,7 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { keyIdOf, sha256Hex } from '../../../lib/auth/keys.js';
+import { keyIdOf, sha256Hex } from '../../../lib/store/digest.js';
 import { RedisStore } from '../../../lib/store/redis/store.js';
 import { startRedis } from '../../helpers/redis.js';
 

@@ -12,7 +12,7 @@ import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { DEMO_KEY, authHeaders, baseConfig, postChat, startGateway } from '../../helpers/gateway.js';
-import { keyIdOf, sha256Hex } from '../../../lib/auth/keys.js';
+import { keyIdOf, sha256Hex } from '../../../lib/store/digest.js';
 import { startRedis } from '../../helpers/redis.js';
 import { readsAt } from '../../helpers/store-client.js';
 import { CACHE_TTL_MS, REFRESH_AHEAD_MS, TOUCH_FLUSH_MS } from '../../../lib/auth/authenticator.js';

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import fc from 'fast-check';
-import { keyIdOf, sha256Hex } from '../../../lib/auth/keys.js';
+import { keyIdOf, sha256Hex } from '../../../lib/store/digest.js';
 import { RedisStore } from '../../../lib/store/redis/store.js';
 import { SETTLED_KEEP_MS } from '../../../lib/store/redis/metering.js';
 import type { Revocation, UsageRecord } from '../../../lib/store/types.js';

@@ -2,9 +2,9 @@
 // accounts would fail (CONTRACT section 10). The store is asked only when plans are removed; a
 // store that cannot answer then rejects the reload, since nothing proves it safe.
 
-import type { Store } from '../store/types.js';
-import { ConfigError } from './load.js';
-import type { Config } from './types.js';
+import type { Store } from './types.js';
+import { ConfigError } from '../config/load.js';
+import type { Config } from '../config/types.js';
 
 /** Throws ConfigError (the reload is rejected) when `next` drops a plan a stored account is on. */
 export async function checkRemovedPlans(old: Config | undefined, next: Config, store: Promise<Store>): Promise<void> {
