@@ -1,12 +1,15 @@
 // The internal answer and chunks -> Anthropic Messages answers and named SSE events. A stream is
 // rebuilt block by block (text, thinking, tool_use with its arguments as input_json_delta), as
 // Anthropic would have sent it; the closing message_delta and message_stop wait for close(),
-// which the pipeline calls only once the debit is durable.
+// which the pipeline calls only once the debit is durable. On the native path the upstream's own
+// events ({event, data}) are framed as they came, their closing ones held the same way.
 
 import { randomUUID } from 'node:crypto';
 import type { ChatRequest, ChunkChoice, FinishReason, Usage } from '../../schema/chat.js';
 import type { GatewayError } from '../../errors.js';
 import type { Answer, Renderer } from '../types.js';
+import type { NativeEvent } from '../../providers/types.js';
+import { eventFrame } from '../../sse/writer.js';
 import { errorJson } from './errors.js';
 
 type StopReason = 'end_turn' | 'max_tokens' | 'stop_sequence' | 'tool_use';
@@ -47,9 +50,7 @@ function toolInput(args: string): unknown {
   }
 }
 
-export function event(name: string, json: string): string {
-  return `event: ${name}\ndata: ${json}\n\n`;
-}
+const event = eventFrame;
 
 type BlockKind = 'text' | 'thinking' | 'tool';
 
@@ -64,7 +65,7 @@ export class MessagesRenderer implements Renderer {
   readonly #tools = new Map<number, number>();
   #finish: FinishReason | null = null;
   #stopSequence: string | undefined;
-  /** The upstream's own closing events (native path), held until close(): after the debit. */
+  /** The upstream's own closing events (native path), framed, held until close(): after the debit. */
   #nativeEnd: string | undefined;
 
   constructor(_request: ChatRequest, model: string, prompt: number) {
@@ -120,14 +121,15 @@ export class MessagesRenderer implements Renderer {
     return '';
   }
 
-  chunk(choices: readonly ChunkChoice[], native?: string): string {
+  chunk(choices: readonly ChunkChoice[], native?: NativeEvent): string {
     if (native !== undefined) {
-      if (native.startsWith('event: message_delta') || native.startsWith('event: message_stop')) {
-        this.#nativeEnd = (this.#nativeEnd ?? '') + native;
+      const frame = event(native.event, native.data);
+      if (native.event === 'message_delta' || native.event === 'message_stop') {
+        this.#nativeEnd = (this.#nativeEnd ?? '') + frame;
         return '';
       }
       this.#started = true;
-      return native;
+      return frame;
     }
     let out = this.#start();
     for (const c of choices) {
