@@ -10,16 +10,14 @@ import { isObj, parseJson, type Obj } from '../shared.js';
 import type { NativeEvent, ProviderCall, StreamPart } from '../types.js';
 import type { StreamTranslator } from './translate.js';
 import { merged } from '../../objects.js';
+import { MESSAGES_DIALECT, USAGE_COUNTS } from '../../schema/anthropic.js';
 
 /** The dialect whose requests this provider's upstream takes as they are. */
-export const NATIVE_DIALECT = 'messages';
+export const NATIVE_DIALECT = MESSAGES_DIALECT;
 
 export function isNative(call: ProviderCall): boolean {
   return call.request.native?.dialect === NATIVE_DIALECT;
 }
-
-/** The usage counts every Messages answer carries (CONTRACT sections 6 and 11). */
-const USAGE_COUNTS = ['input_tokens', 'output_tokens', 'cache_read_input_tokens', 'cache_creation_input_tokens'] as const;
 
 /**
  * An upstream usage object with all four counts: each as the upstream gave it, else what the
