@@ -9,6 +9,7 @@ import type { ChatRequest, ChunkChoice, CompletionChoice, Usage } from '../schem
 import type { GatewayError } from '../errors.js';
 import type { Config } from '../config/types.js';
 import type { Store } from '../store/types.js';
+import type { NativeEvent } from '../providers/types.js';
 
 /** What a dialect may use once the caller is known (stored conversations, per account). */
 export interface DialectEnv {
@@ -33,10 +34,10 @@ export interface Renderer {
   open(): string;
   /**
    * SSE frames for one upstream chunk's choices; may be ''. `native`: the upstream's own event
-   * in this dialect (model rewritten), when the upstream speaks it natively. `chatJson`: the
-   * choices as JSON, when the provider had it (ChoicesPart).
+   * in this dialect (model rewritten, not yet framed), when the upstream speaks it natively.
+   * `chatJson`: the choices as JSON, when the provider had it (ChoicesPart).
    */
-  chunk(choices: readonly ChunkChoice[], native?: string, chatJson?: string): string;
+  chunk(choices: readonly ChunkChoice[], native?: NativeEvent, chatJson?: string): string;
   /** SSE frames that end a whole answer, with its final usage. */
   close(usage: Usage): string;
   /** SSE frames telling of an error after the first byte; the stream then ends. */

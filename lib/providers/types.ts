@@ -58,11 +58,21 @@ export interface CompletionResult {
   native?: string;
 }
 
+/**
+ * One of the upstream's own stream events, in the client's dialect, as the SSE parser read it:
+ * its name (never undefined: an unnamed event is named by its body's type) and its data (lines
+ * joined by newlines). Not framed: the client's dialect frames it (sse/writer's eventFrame).
+ */
+export interface NativeEvent {
+  event: string;
+  data: string;
+}
+
 export interface ChoicesPart {
   kind: 'choices';
   choices: ChunkChoice[];
   /** The upstream's own event in the client's dialect, when the call went natively. */
-  native?: string;
+  native?: NativeEvent;
   /**
    * `choices` as JSON.stringify writes them, when the provider had them without building them
    * (a chunk of text read by pattern): the chat dialect sends it as is. Whoever changes

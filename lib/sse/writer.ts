@@ -1,5 +1,6 @@
 // Writes an event stream to a client with backpressure: a write that the socket cannot take
-// waits for 'drain' (or for the client to go).
+// waits for 'drain' (or for the client to go). Every frame a client gets is built here
+// (dataFrame, eventFrame and the constants): no dialect or provider frames SSE by hand.
 
 import type { ServerResponse } from 'node:http';
 import { onAbort, type AbortSource } from '../upstream/abort.js';
@@ -15,6 +16,15 @@ export const KEEPALIVE_FRAME = ': keep-alive\n\n';
 
 export function dataFrame(json: string): string {
   return `data: ${json}\n\n`;
+}
+
+/**
+ * A named event: `event: name`, then the data. A data string holding newlines (an upstream's
+ * multi-line data field, as the parser joined it) gets one `data:` line per line, so a client's
+ * parser reads back the same string.
+ */
+export function eventFrame(name: string, data: string): string {
+  return `event: ${name}\ndata: ${data.includes('\n') ? data.replace(/\n/g, '\ndata: ') : data}\n\n`;
 }
 
 const uncork = (res: ServerResponse) => res.uncork();

@@ -9,6 +9,7 @@ import { validateChatRequest } from '../../schema/validate.js';
 import { envelope, type GatewayError } from '../../errors.js';
 import { DONE_FRAME, dataFrame } from '../../sse/writer.js';
 import type { Answer, Dialect, Renderer } from '../types.js';
+import type { NativeEvent } from '../../providers/types.js';
 
 /**
  * The usage object of chat completions: the three counts, and the upstream's breakdown where it
@@ -74,7 +75,7 @@ class ChatRenderer implements Renderer {
     return '';
   }
 
-  chunk(choices: readonly ChunkChoice[], _native?: string, chatJson?: string): string {
+  chunk(choices: readonly ChunkChoice[], _native?: NativeEvent, chatJson?: string): string {
     // Without include_usage chunks have no usage member; with it, null until the last.
     return dataFrame(this.#chunkHead() + (chatJson ?? JSON.stringify(chatChoices(choices))) + (this.#includeUsage ? ',"usage":null}' : '}'));
   }

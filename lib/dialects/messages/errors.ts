@@ -2,8 +2,9 @@
 // type for that status (what its SDKs read), and our stable code and param added.
 
 import type { GatewayError } from '../../errors.js';
+import type { ErrorType } from '../../schema/anthropic.js';
 
-function anthropicType(status: number): string {
+function anthropicType(status: number): ErrorType {
   switch (status) {
     case 401: return 'authentication_error';
     case 402: return 'billing_error';

@@ -8,6 +8,7 @@ import type { Dialect } from '../types.js';
 import { errorJson } from './errors.js';
 import { parseMessages } from './parse.js';
 import { MessagesRenderer } from './render.js';
+import { MESSAGES_DIALECT } from '../../schema/anthropic.js';
 
 /** x-api-key as Anthropic's SDKs send it, else the Authorization header as any client does. */
 function credential(req: IncomingMessage): string | undefined {
@@ -17,14 +18,14 @@ function credential(req: IncomingMessage): string | undefined {
 }
 
 export const messagesDialect: Dialect = {
-  name: 'messages',
+  name: MESSAGES_DIALECT,
   credential,
   parse: (body, req) => {
     const request = parseMessages(body);
     // Kept for an upstream that speaks Messages itself: the body as the client sent it.
     const beta = req.headers['anthropic-beta'];
     const headers: Record<string, string> = typeof beta === 'string' ? { 'anthropic-beta': beta } : {};
-    request.native = { dialect: 'messages', body: body as Record<string, unknown>, headers };
+    request.native = { dialect: MESSAGES_DIALECT, body: body as Record<string, unknown>, headers };
     return request;
   },
   renderer: (request, model, prompt) => new MessagesRenderer(request, model, prompt),

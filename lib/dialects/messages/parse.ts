@@ -7,6 +7,7 @@ import type { ChatMessage, ChatRequest, ContentPart, ToolCall } from '../../sche
 import { isValidImageUrl } from '../../schema/validate.js';
 import { badValue, missing, unsupported, wrongType } from '../../schema/params.js';
 import { GatewayError } from '../../errors.js';
+import { ASSISTANT_BLOCK_TYPES, TOOL_CHOICE_TYPES, USER_BLOCK_TYPES } from '../../schema/anthropic.js';
 
 type Obj = Record<string, unknown>;
 
@@ -33,10 +34,6 @@ function num(o: Obj, key: string, min: number, max: number, integer: boolean): n
   }
   return v;
 }
-
-const USER_BLOCKS = ['text', 'image', 'tool_result'] as const;
-const ASSISTANT_BLOCKS = ['text', 'tool_use', 'thinking', 'redacted_thinking'] as const;
-const TOOL_CHOICES = ['auto', 'any', 'tool', 'none'] as const;
 
 function imagePart(block: Obj, path: string): ContentPart {
   const source = block.source;
@@ -98,7 +95,7 @@ function userTurn(content: unknown[], path: string, acc: Acc): void {
         parts.push(...images);
         break;
       }
-      default: throw unsupported(`${p}.type`, b.type, USER_BLOCKS);
+      default: throw unsupported(`${p}.type`, b.type, USER_BLOCK_TYPES);
     }
   });
   if (parts.length > 0) acc.messages.push({ role: 'user', content: parts });
@@ -120,7 +117,7 @@ function assistantTurn(content: unknown[], path: string, acc: Acc): void {
         break;
       }
       case 'thinking': case 'redacted_thinking': break; // the upstream's own; not resent
-      default: throw unsupported(`${p}.type`, b.type, ASSISTANT_BLOCKS);
+      default: throw unsupported(`${p}.type`, b.type, ASSISTANT_BLOCK_TYPES);
     }
   });
   const m: ChatMessage = { role: 'assistant', content: texts.length > 0 ? texts.join('') : null };
@@ -165,7 +162,7 @@ function toolChoice(v: unknown, out: Obj): void {
     case 'any': out.tool_choice = 'required'; break;
     case 'none': out.tool_choice = 'none'; break;
     case 'tool': out.tool_choice = { type: 'function', function: { name: str(v, 'name', 'tool_choice.name')! } }; break;
-    default: throw unsupported('tool_choice.type', v.type, TOOL_CHOICES);
+    default: throw unsupported('tool_choice.type', v.type, TOOL_CHOICE_TYPES);
   }
   if (v.disable_parallel_tool_use === true) out.parallel_tool_calls = false;
 }

@@ -1,15 +1,21 @@
 // The internal answer and chunks -> Anthropic Messages answers and named SSE events. A stream is
 // rebuilt block by block (text, thinking, tool_use with its arguments as input_json_delta), as
 // Anthropic would have sent it; the closing message_delta and message_stop wait for close(),
-// which the pipeline calls only once the debit is durable.
+// which the pipeline calls only once the debit is durable. On the native path the upstream's own
+// events ({event, data}) are framed as they came, their closing ones held the same way.
 
 import { randomUUID } from 'node:crypto';
 import type { ChatRequest, ChunkChoice, FinishReason, Usage } from '../../schema/chat.js';
 import type { GatewayError } from '../../errors.js';
 import type { Answer, Renderer } from '../types.js';
+import type { NativeEvent } from '../../providers/types.js';
+import { eventFrame } from '../../sse/writer.js';
+import {
+  STOP_REASON_OF,
+  type AnthropicUsage, type BlockDelta, type ContentBlock, type ContentBlockDeltaEvent, type ContentBlockStartEvent,
+  type Message, type MessageDeltaEvent, type MessageStartEvent, type StopReason, type StreamEventType,
+} from '../../schema/anthropic.js';
 import { errorJson } from './errors.js';
-
-type StopReason = 'end_turn' | 'max_tokens' | 'stop_sequence' | 'tool_use';
 
 /**
  * A stop caused by one of the client's stop_sequences is `stop_sequence` when the upstream said
@@ -17,11 +23,8 @@ type StopReason = 'end_turn' | 'max_tokens' | 'stop_sequence' | 'tool_use';
  * upstream that only says "stop" cannot be told apart from a natural end, so that is end_turn.
  */
 function stopReason(f: FinishReason | null | undefined, stopSequence: string | undefined): StopReason {
-  switch (f) {
-    case 'length': return 'max_tokens';
-    case 'tool_calls': return 'tool_use';
-    default: return stopSequence !== undefined ? 'stop_sequence' : 'end_turn';
-  }
+  const reason = f === null || f === undefined || !Object.hasOwn(STOP_REASON_OF, f) ? 'end_turn' : STOP_REASON_OF[f];
+  return reason === 'end_turn' && stopSequence !== undefined ? 'stop_sequence' : reason;
 }
 
 export function messageId(): string {
@@ -32,24 +35,23 @@ export function messageId(): string {
  * Anthropic's usage: input_tokens excludes the tokens read from and written to the cache, which
  * it reports apart (our prompt_tokens counts all three).
  */
-export function usageJson(u: Usage): Record<string, number> {
+export function usageJson(u: Usage): AnthropicUsage {
   const reads = u.cached_tokens ?? 0;
   const writes = u.cache_write_tokens ?? 0;
   return { input_tokens: u.prompt_tokens - reads - writes, output_tokens: u.completion_tokens, cache_read_input_tokens: reads, cache_creation_input_tokens: writes };
 }
 
-function toolInput(args: string): unknown {
+function toolInput(args: string): Record<string, unknown> {
   try {
     const v: unknown = JSON.parse(args);
-    return v !== null && typeof v === 'object' && !Array.isArray(v) ? v : {};
+    return v !== null && typeof v === 'object' && !Array.isArray(v) ? v as Record<string, unknown> : {};
   } catch {
     return {};
   }
 }
 
-export function event(name: string, json: string): string {
-  return `event: ${name}\ndata: ${json}\n\n`;
-}
+/** A named event of the Messages stream (its names checked against the wire schema). */
+const event: (name: StreamEventType, json: string) => string = eventFrame;
 
 type BlockKind = 'text' | 'thinking' | 'tool';
 
@@ -64,7 +66,7 @@ export class MessagesRenderer implements Renderer {
   readonly #tools = new Map<number, number>();
   #finish: FinishReason | null = null;
   #stopSequence: string | undefined;
-  /** The upstream's own closing events (native path), held until close(): after the debit. */
+  /** The upstream's own closing events (native path), framed, held until close(): after the debit. */
   #nativeEnd: string | undefined;
 
   constructor(_request: ChatRequest, model: string, prompt: number) {
@@ -75,33 +77,34 @@ export class MessagesRenderer implements Renderer {
   complete(answer: Answer): string {
     if (answer.native !== undefined) return answer.native;
     const choice = answer.choices[0];
-    const content: unknown[] = [];
+    const content: ContentBlock[] = [];
     const m = choice?.message;
     if (m?.reasoning_content !== undefined && m.reasoning_content !== '') content.push({ type: 'thinking', thinking: m.reasoning_content, signature: '' });
     if (m?.content !== undefined && m.content !== null && m.content !== '') content.push({ type: 'text', text: m.content });
     for (const c of m?.tool_calls ?? []) content.push({ type: 'tool_use', id: c.id, name: c.function.name, input: toolInput(c.function.arguments) });
-    return JSON.stringify({
+    const message: Message = {
       id: messageId(), type: 'message', role: 'assistant', model: this.#model, content,
       stop_reason: stopReason(choice?.finish_reason, choice?.stop_sequence), stop_sequence: choice?.stop_sequence ?? null, usage: usageJson(answer.usage),
-    });
+    };
+    return JSON.stringify(message);
   }
 
   #start(): string {
     if (this.#started) return '';
     this.#started = true;
-    const message = {
+    const message: Message = {
       id: messageId(), type: 'message', role: 'assistant', model: this.#model, content: [], stop_reason: null, stop_sequence: null,
       usage: { input_tokens: this.#prompt, output_tokens: 0, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 },
     };
-    return event('message_start', JSON.stringify({ type: 'message_start', message })) + event('ping', '{"type":"ping"}');
+    return event('message_start', JSON.stringify({ type: 'message_start', message } satisfies MessageStartEvent)) + event('ping', '{"type":"ping"}');
   }
 
   /** Closes the open block, if any, and opens a new one of `kind`. */
-  #open(kind: BlockKind, block: unknown): string {
+  #open(kind: BlockKind, block: ContentBlock): string {
     const out = this.#stop();
     this.#index++;
     this.#kind = kind;
-    return out + event('content_block_start', JSON.stringify({ type: 'content_block_start', index: this.#index, content_block: block }));
+    return out + event('content_block_start', JSON.stringify({ type: 'content_block_start', index: this.#index, content_block: block } satisfies ContentBlockStartEvent));
   }
 
   #stop(): string {
@@ -110,8 +113,8 @@ export class MessagesRenderer implements Renderer {
     return event('content_block_stop', `{"type":"content_block_stop","index":${this.#index}}`);
   }
 
-  #delta(index: number, delta: unknown): string {
-    return event('content_block_delta', JSON.stringify({ type: 'content_block_delta', index, delta }));
+  #delta(index: number, delta: BlockDelta): string {
+    return event('content_block_delta', JSON.stringify({ type: 'content_block_delta', index, delta } satisfies ContentBlockDeltaEvent));
   }
 
   open(): string {
@@ -120,14 +123,15 @@ export class MessagesRenderer implements Renderer {
     return '';
   }
 
-  chunk(choices: readonly ChunkChoice[], native?: string): string {
+  chunk(choices: readonly ChunkChoice[], native?: NativeEvent): string {
     if (native !== undefined) {
-      if (native.startsWith('event: message_delta') || native.startsWith('event: message_stop')) {
-        this.#nativeEnd = (this.#nativeEnd ?? '') + native;
+      const frame = eventFrame(native.event, native.data); // any name the upstream sent, newer ones too
+      if (native.event === 'message_delta' || native.event === 'message_stop') {
+        this.#nativeEnd = (this.#nativeEnd ?? '') + frame;
         return '';
       }
       this.#started = true;
-      return native;
+      return frame;
     }
     let out = this.#start();
     for (const c of choices) {
@@ -163,7 +167,7 @@ export class MessagesRenderer implements Renderer {
     if (this.#nativeEnd !== undefined) return this.#nativeEnd;
     const delta = { stop_reason: stopReason(this.#finish, this.#stopSequence), stop_sequence: this.#stopSequence ?? null };
     return this.#start() + this.#stop() +
-      event('message_delta', JSON.stringify({ type: 'message_delta', delta, usage: usageJson(usage) })) +
+      event('message_delta', JSON.stringify({ type: 'message_delta', delta, usage: usageJson(usage) } satisfies MessageDeltaEvent)) +
       event('message_stop', '{"type":"message_stop"}');
   }
 

@@ -8,6 +8,7 @@ import type { ChatMessage, ChunkChoice, FinishReason, ToolCall, Usage } from '..
 import type { GatewayError } from '../../errors.js';
 import type { Answer, Renderer } from '../types.js';
 import { merged } from '../../objects.js';
+import { eventFrame } from '../../sse/writer.js';
 
 export function newId(prefix: string): string {
   return `${prefix}_${randomBytes(24).toString('hex')}`;
@@ -127,7 +128,7 @@ export class ResponsesRenderer implements Renderer {
   }
 
   #event(type: string, fields: Record<string, unknown>): string {
-    return `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: this.#seq++, ...fields })}\n\n`;
+    return eventFrame(type, JSON.stringify({ type, sequence_number: this.#seq++, ...fields }));
   }
 
   open(): string {
@@ -228,7 +229,7 @@ export class ResponsesRenderer implements Renderer {
       out += this.#closeOpen(s.status);
     }
     const body = this.#whole(this.#items, this.#finish, usage);
-    return out + `event: response.${s.status}\ndata: {"type":"response.${s.status}","sequence_number":${this.#seq++},"response":${body}}\n\n`;
+    return out + eventFrame(`response.${s.status}`, `{"type":"response.${s.status}","sequence_number":${this.#seq++},"response":${body}}`);
   }
 
   fail(err: GatewayError, _requestId: string): string {

@@ -1,24 +1,23 @@
 // The native path: a client speaking Anthropic Messages to an Anthropic upstream. Events are
 // still translated (for commit, metering and a client that leaves), and each carries the
-// upstream's own event, passed to the client as it came, with only message_start's model
-// rewritten to the catalog slug: no lossy round trip through the chat form.
+// upstream's own event ({event, data}, unframed: the messages dialect frames it), passed to the
+// client as it came, with only message_start's model rewritten to the catalog slug: no lossy
+// round trip through the chat form.
 
 import type { SseEvent } from '../../sse/parser.js';
 import type { StreamTranslator as Translator } from '../http-provider.js';
 import { isObj, parseJson, type Obj } from '../shared.js';
-import type { ProviderCall, StreamPart } from '../types.js';
+import type { NativeEvent, ProviderCall, StreamPart } from '../types.js';
 import type { StreamTranslator } from './translate.js';
 import { merged } from '../../objects.js';
+import { MESSAGES_DIALECT, USAGE_COUNTS } from '../../schema/anthropic.js';
 
 /** The dialect whose requests this provider's upstream takes as they are. */
-export const NATIVE_DIALECT = 'messages';
+export const NATIVE_DIALECT = MESSAGES_DIALECT;
 
 export function isNative(call: ProviderCall): boolean {
   return call.request.native?.dialect === NATIVE_DIALECT;
 }
-
-/** The usage counts every Messages answer carries (CONTRACT sections 6 and 11). */
-const USAGE_COUNTS = ['input_tokens', 'output_tokens', 'cache_read_input_tokens', 'cache_creation_input_tokens'] as const;
 
 /**
  * An upstream usage object with all four counts: each as the upstream gave it, else what the
@@ -68,8 +67,7 @@ export class NativeTranslator implements Translator {
       const body = parseJson(data);
       if (isObj(body)) data = JSON.stringify(merged<Obj>(body, { usage: completeUsage(body.usage, this.#inner.usageSeen) }));
     }
-    // A multi-line data field stays multi-line.
-    const native = `event: ${name}\ndata: ${data.includes('\n') ? data.replace(/\n/g, '\ndata: ') : data}\n\n`;
+    const native: NativeEvent = { event: name, data };
     const first = parts.findIndex((p) => p.kind === 'choices');
     if (first === -1) return [{ kind: 'choices', choices: [], native }, ...parts];
     const p = parts[first]!;

@@ -1,6 +1,7 @@
 // Our chat requests -> Anthropic Messages API requests, and its answers, events and errors
 // back -> ours. A streamed answer is rebuilt chunk for chunk as an OpenAI-compatible server
-// would have sent it, so clients cannot tell the two kinds of upstream apart.
+// would have sent it, so clients cannot tell the two kinds of upstream apart. The wire shapes and
+// the stop-reason map are schema/anthropic.ts, shared with the messages dialect.
 
 import type {
   ChatMessage, ChunkChoice, ChunkDelta, CompletionChoice, ContentPart, FinishReason, ToolCall, Usage,
@@ -9,9 +10,13 @@ import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
 import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, matchedStop, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
 import type { ProviderCall, StreamPart } from '../types.js';
+import {
+  FINISH_REASON_OF,
+  type ImageBlock, type MessageParam, type TextBlock, type MessagesRequest, type RequestBlock, type StopReason, type Tool, type ToolChoice,
+} from '../../schema/anthropic.js';
 
-type Block = Obj;
-interface Turn { role: 'user' | 'assistant'; content: string | Block[] }
+type Block = RequestBlock;
+type Turn = MessageParam;
 
 // ---- request ---------------------------------------------------------------------------
 
@@ -24,18 +29,18 @@ function textOf(content: ChatMessage['content']): string {
 
 const DATA_URL = /^data:(image\/[A-Za-z0-9.+-]+);base64,(.*)$/s;
 
-function partBlock(p: ContentPart): Block | undefined {
+function partBlock(p: ContentPart): TextBlock | ImageBlock | undefined {
   if (p.type === 'text') return p.text === '' ? undefined : { type: 'text', text: p.text };
   const url = p.image_url.url;
   const m = DATA_URL.exec(url);
-  if (m !== null) return { type: 'image', source: { type: 'base64', media_type: m[1], data: m[2] } };
+  if (m !== null) return { type: 'image', source: { type: 'base64', media_type: m[1]!, data: m[2]! } };
   return { type: 'image', source: { type: 'url', url } };
 }
 
 function contentOf(content: ChatMessage['content']): string | Block[] | undefined {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return undefined;
-  return content.map(partBlock).filter((b): b is Block => b !== undefined);
+  return content.map(partBlock).filter((b): b is TextBlock | ImageBlock => b !== undefined);
 }
 
 function toolInput(args: string): Obj {
@@ -93,22 +98,22 @@ function conversation(messages: readonly ChatMessage[]): { system: string; turns
   return { system: system.join('\n\n'), turns };
 }
 
-function tools(v: unknown): Block[] {
+function tools(v: unknown): Tool[] {
   if (!Array.isArray(v)) return [];
-  const out: Block[] = [];
+  const out: Tool[] = [];
   for (const t of v) {
-    if (!isObj(t) || t.type !== 'function' || !isObj(t.function) || typeof t.function.name !== 'string') continue;
-    const f = t.function;
-    const tool: Block = { name: f.name };
-    if (typeof f.description === 'string') tool.description = f.description;
-    tool.input_schema = isObj(f.parameters) ? f.parameters : { type: 'object', properties: {} };
-    out.push(tool);
+    if (!isObj(t) || t.type !== 'function' || !isObj(t.function)) continue;
+    const { name, description, parameters } = t.function;
+    if (typeof name !== 'string') continue;
+    const schema = isObj(parameters) ? parameters : { type: 'object', properties: {} };
+    // name, description, input_schema: in that order on the wire.
+    out.push(typeof description === 'string' ? { name, description, input_schema: schema } : { name, input_schema: schema });
   }
   return out;
 }
 
-function toolChoice(v: unknown, parallel: unknown): Block | undefined {
-  let choice: Block | undefined;
+function toolChoice(v: unknown, parallel: unknown): ToolChoice | undefined {
+  let choice: ToolChoice | undefined;
   if (v === 'auto') choice = { type: 'auto' };
   else if (v === 'required') choice = { type: 'any' };
   else if (v === 'none') choice = { type: 'none' };
@@ -127,14 +132,17 @@ function stopSequences(v: unknown): string[] | undefined {
   return list.length > 0 ? list : undefined;
 }
 
-/** The body of POST /v1/messages. */
-export function buildRequest(call: ProviderCall, stream: boolean, forwardParams: readonly string[] = []): Obj {
+/** The body of POST /v1/messages, with the operator's forward_params added. */
+export function buildRequest(call: ProviderCall, stream: boolean, forwardParams: readonly string[] = []): MessagesRequest & Obj {
   const request = call.request;
   const src = request.body;
   const { system, turns } = conversation(request.messages);
-  const out: Obj = { model: call.upstreamModel, max_tokens: request.maxOutputTokens ?? call.model.max_output_tokens };
-  if (system !== '') out.system = system;
-  out.messages = turns;
+  const model = call.upstreamModel;
+  const maxTokens = request.maxOutputTokens ?? call.model.max_output_tokens;
+  // model, max_tokens, system, messages: in that order on the wire.
+  const out: MessagesRequest & Obj = system !== ''
+    ? { model, max_tokens: maxTokens, system, messages: turns }
+    : { model, max_tokens: maxTokens, messages: turns };
   const stop = stopSequences(src.stop);
   if (stop !== undefined) out.stop_sequences = stop;
   if (typeof src.temperature === 'number') out.temperature = src.temperature;
@@ -158,12 +166,8 @@ export function buildRequest(call: ProviderCall, stream: boolean, forwardParams:
 // ---- answers -----------------------------------------------------------------------------
 
 export function finishReason(v: unknown): FinishReason {
-  switch (v) {
-    case 'max_tokens': case 'model_context_window_exceeded': return 'length';
-    case 'tool_use': return 'tool_calls';
-    case 'refusal': return 'content_filter';
-    default: return 'stop'; // end_turn, stop_sequence, pause_turn and any newer reason
-  }
+  // Any newer reason than the schema knows is a stop.
+  return typeof v === 'string' && Object.hasOwn(FINISH_REASON_OF, v) ? FINISH_REASON_OF[v as StopReason] : 'stop';
 }
 
 /**
