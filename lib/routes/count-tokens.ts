@@ -13,6 +13,7 @@ import type { GatewayState } from '../state.js';
 import { messagesDialect } from '../dialects/messages/index.js';
 import { authenticateMetered } from '../pipeline/admit.js';
 import type { NativeRequest } from '../schema/chat.js';
+import { MESSAGES_DIALECT } from '../schema/anthropic.js';
 import type { ModelConfig } from '../config/types.js';
 import { parseMessages } from '../dialects/messages/parse.js';
 
@@ -36,7 +37,7 @@ export async function serveCountTokens(state: GatewayState, ctx: RequestContext,
   ctx.principal = await authenticateMetered(state, messagesDialect.credential(req), req);
   const body = await readJsonBody(req, state.config.server);
   const request = parseMessages(body, true);
-  const native = { dialect: 'messages', body: body as Record<string, unknown>, headers: betaHeader(req) };
+  const native = { dialect: MESSAGES_DIALECT, body: body as Record<string, unknown>, headers: betaHeader(req) };
   const model = state.catalog.resolve(request.model, ctx.principal.plan, request.imageCount > 0, undefined, ctx.principal.key);
   ctx.model = model.id;
   const grant = await state.limits.admit(ctx.principal, 0);
