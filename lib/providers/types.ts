@@ -114,6 +114,11 @@ export interface Provider {
   readonly fleet: Fleet;
   /** Starts background work: health checks and metrics scraping of the replicas. */
   start?(): void;
+  /**
+   * Optional: why this provider cannot answer `request` at all (Anthropic: a plain-text
+   * completion), or undefined when it can. Absent: it answers every generation.
+   */
+  refuses?(request: ChatRequest): string | undefined;
   /** One answer; throws GatewayError on any failure. */
   complete(call: ProviderCall): Promise<CompletionResult>;
   /**
