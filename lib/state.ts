@@ -24,7 +24,7 @@ import type { StoreHandle } from './store/index.js';
 import type { Store } from './store/types.js';
 import { countUpTo, promptParts } from './tokens/count.js';
 import { UpstreamTokens } from './tokens/upstream.js';
-import type { ChatRequest } from './schema/chat.js';
+import type { ChatRequest, PlainPrompts } from './schema/chat.js';
 import type { Circuit, Health } from './upstream/health.js';
 import { Fleet, type FleetView, type Replicas } from './upstream/balance/index.js';
 
@@ -162,6 +162,24 @@ export class GatewayState {
       return countUpTo(model.tokenizer, texts, fixed, limit);
     }
     return remote.prompt(request.messages, model.upstream_model ?? model.id, model.image_tokens, limit);
+  }
+
+  /**
+   * Plain-text prompts' tokens (legacy completions), with the model's tokenizer and no chat
+   * framing: each prompt with the suffix, counted no further than `limit`. The total (held, and
+   * charged when the upstream reports no usage) and the longest (the context check: each prompt
+   * is answered on its own).
+   */
+  async plainTokens(prompts: PlainPrompts, model: ModelConfig, limit = Infinity): Promise<{ total: number; longest: number }> {
+    const suffix = prompts.suffix === '' ? 0 : await this.textTokens(prompts.suffix, model, limit);
+    let total = 0;
+    let longest = 0;
+    for (const text of prompts.texts) {
+      const n = suffix + await this.textTokens(text, model, limit - suffix);
+      total += n;
+      if (n > longest) longest = n;
+    }
+    return { total, longest };
   }
 
   /**

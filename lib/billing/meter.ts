@@ -202,7 +202,8 @@ export async function hold(
   store: Store, principal: Principal, requestId: string, model: ModelConfig, request: ChatRequest,
   promptTokens: number, ttlMs: number, open: OpenMode | null,
 ): Promise<Charge> {
-  const output = request.maxOutputTokens ?? model.max_output_tokens;
+  // Every answer asked for (completions' n per prompt) may run to the output limit.
+  const output = (request.maxOutputTokens ?? model.max_output_tokens) * (request.answers ?? 1);
   const units = cost(promptTokens, output, holdPrice(model.price));
   // A worst case above 2^53-1 is more than any balance holds; the store still runs its quota
   // checks (a quota refusal comes first) and reports the available balance for the 402.

@@ -75,7 +75,7 @@ export async function admitAndHold(
   const dropEarly = () => { void early?.then((r) => ('charge' in r ? r.charge.release() : undefined)).catch(() => undefined); };
   let grant: Grant;
   try {
-    grant = await state.limits.admit(principal, prompt + (request.maxOutputTokens ?? model.max_output_tokens));
+    grant = await state.limits.admit(principal, prompt + (request.maxOutputTokens ?? model.max_output_tokens) * (request.answers ?? 1));
   } catch (err) {
     dropEarly();
     throw err;

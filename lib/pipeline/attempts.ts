@@ -67,7 +67,9 @@ export class Attempts {
     this.#deadline = deadline;
     this.model = model;
     this.prompt = prompt;
-    this.#targets = state.targets(model);
+    const targets = state.targets(model);
+    // Fallback targets whose provider cannot answer this request at all are skipped.
+    this.#targets = targets.some((t) => t.provider.refuses?.(request) !== undefined) ? targets.filter((t) => t.provider.refuses?.(request) === undefined) : targets;
     this.#state = state;
     this.#metrics = metrics;
     this.#ctx = ctx;

@@ -1,11 +1,13 @@
 // Checks that need the chosen model or the operator's policy: images, content policy and
-// the context window. They run before anything is held or sent upstream.
+// the context window, and whether the model's provider can serve the request at all. They run
+// before anything is held or sent upstream.
 
 import type { ModelConfig } from '../config/types.js';
 import { GatewayError } from '../errors.js';
 import { countUpTo, imageCost, promptParts } from '../tokens/count.js';
 import type { TokenizerSpec } from '../config/types.js';
 import type { ChatMessage, ChatRequest } from '../schema/chat.js';
+import type { Target } from '../state.js';
 
 export function checkImages(req: ChatRequest, model: ModelConfig): void {
   if (req.imageCount === 0) return;
@@ -80,9 +82,19 @@ export function checkContext(req: ChatRequest, model: ModelConfig, prompt: numbe
     throw new GatewayError(
       'context_length_exceeded',
       `This model's maximum context length is ${model.context_window} tokens; the request has at least ${prompt} prompt tokens and asks for ${output} output tokens.`,
-      { param: 'messages' },
+      { param: req.prompts === undefined ? 'messages' : 'prompt' },
     );
   }
+}
+
+/**
+ * The model's own provider must be able to answer the request at all (an Anthropic upstream
+ * has no plain-text completions): else 400 before anything is held. Fallback targets that
+ * cannot are skipped (Attempts).
+ */
+export function checkProvider(targets: readonly Target[], req: ChatRequest, model: ModelConfig): void {
+  const why = targets[0]?.provider.refuses?.(req);
+  if (why !== undefined) throw new GatewayError('unsupported_value', `The model '${model.id}' cannot serve this request: ${why}.`, { param: 'model' });
 }
 
 /** A route serves one model type: chat models generate, embedding models embed. */

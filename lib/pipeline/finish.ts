@@ -15,11 +15,11 @@ import type { RequestContext } from './context.js';
 
 /** The route paths usage records and spans name (CONTRACT section 8). */
 const ROUTE_PATHS: Partial<Record<string, string>> = {
-  chat: '/v1/chat/completions', messages: '/v1/messages', responses: '/v1/responses', embeddings: '/v1/embeddings',
+  chat: '/v1/chat/completions', completions: '/v1/completions', messages: '/v1/messages', responses: '/v1/responses', embeddings: '/v1/embeddings',
   messages_count_tokens: '/v1/messages/count_tokens', models: '/v1/models', model: '/v1/models/{id}', response: '/v1/responses/{id}',
 };
 /** The GenAI operation of a route (gen_ai.operation.name); none for routes that generate nothing. */
-const OPERATIONS: Partial<Record<string, string>> = { chat: 'chat', messages: 'chat', responses: 'chat', embeddings: 'embeddings' };
+const OPERATIONS: Partial<Record<string, string>> = { chat: 'chat', completions: 'text_completion', messages: 'chat', responses: 'chat', embeddings: 'embeddings' };
 /** At most one store-fault log line per this many ms (the first of a run at once). */
 const STORE_FAULT_LOG_MS = 5000;
 

@@ -13,7 +13,7 @@ import type { GatewayState } from '../state.js';
 import { admitAndHold, authenticateMetered, settleAfter } from './admit.js';
 import { completeAnswer, streamAnswer } from './answer.js';
 import { Attempts } from './attempts.js';
-import { checkContext, checkImages, checkModelType, contextFit, promptRoom } from './checks.js';
+import { checkContext, checkImages, checkModelType, checkProvider, contextFit, promptRoom } from './checks.js';
 import type { RequestContext } from './context.js';
 
 export async function handleGeneration(
@@ -32,11 +32,22 @@ export async function handleGeneration(
   }, ctx.principal.key);
   ctx.model = model.id;
   checkModelType(model, 'chat');
+  checkProvider(state.targets(model), request, model);
   checkImages(request, model);
   state.policy.check(request.messages);
   // Counted no further than the model could take: a prompt past that is refused all the same.
-  const prompt = await state.promptTokens(request, model, promptRoom(request, model));
-  checkContext(request, model, prompt);
+  // Plain-text prompts are each answered on their own: the context check takes the longest,
+  // the hold all of them.
+  const room = promptRoom(request, model);
+  let prompt: number;
+  if (request.prompts === undefined) {
+    prompt = await state.promptTokens(request, model, room);
+    checkContext(request, model, prompt);
+  } else {
+    const counted = await state.plainTokens(request.prompts, model, room);
+    checkContext(request, model, counted.longest);
+    prompt = counted.total;
+  }
 
   const admitted = await admitAndHold(state, ctx, res, model, request, prompt);
   if (admitted === undefined) return;

@@ -97,6 +97,11 @@ export abstract class HttpProvider implements Provider {
     return this.headers;
   }
 
+  /** The path a call goes to: the shape's, unless a provider sends some calls elsewhere (a native dialect's own route). */
+  protected pathOf(_call: ProviderCall, ep: UpstreamEndpoint & { callPath: string }): string {
+    return ep.callPath;
+  }
+
   /** The pool of the replica the balancer picked for `call` (the first replica for calls outside it). */
   protected endpointOf(call: ProviderCall): UpstreamEndpoint & { callPath: string } {
     return (call.replica === undefined ? undefined : this.#endpoints.get(call.replica)) ?? this.#first;
@@ -106,7 +111,7 @@ export abstract class HttpProvider implements Provider {
     const ep = this.endpointOf(call);
     try {
       return await upstreamCall(ep.pool, {
-        method: 'POST', path: ep.callPath, headers: withCallHeaders(this.callHeaders(call), call), body: this.body(call, stream), signal: call.abort ?? call.signal,
+        method: 'POST', path: this.pathOf(call, ep), headers: withCallHeaders(this.callHeaders(call), call), body: this.body(call, stream), signal: call.abort ?? call.signal,
       });
     } catch (err) {
       throw transportError(err, call.signal, this.name);

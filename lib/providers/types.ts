@@ -60,11 +60,12 @@ export interface CompletionResult {
 
 /**
  * One of the upstream's own stream events, in the client's dialect, as the SSE parser read it:
- * its name (never undefined: an unnamed event is named by its body's type) and its data (lines
- * joined by newlines). Not framed: the client's dialect frames it (sse/writer's eventFrame).
+ * its name (Anthropic's are never unnamed: one is named by its body's type; undefined for the
+ * data-only events of OpenAI's formats) and its data (lines joined by newlines). Not framed: the
+ * client's dialect frames it (sse/writer).
  */
 export interface NativeEvent {
-  event: string;
+  event?: string;
   data: string;
 }
 
@@ -124,6 +125,11 @@ export interface Provider {
   readonly fleet: Fleet;
   /** Starts background work: health checks and metrics scraping of the replicas. */
   start?(): void;
+  /**
+   * Optional: why this provider cannot answer `request` at all (Anthropic: a plain-text
+   * completion), or undefined when it can. Absent: it answers every generation.
+   */
+  refuses?(request: ChatRequest): string | undefined;
   /** One answer; throws GatewayError on any failure. */
   complete(call: ProviderCall): Promise<CompletionResult>;
   /**

@@ -6,6 +6,7 @@
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { chatDialect } from '../dialects/chat/index.js';
+import { completionsDialect } from '../dialects/completions/index.js';
 import { messagesDialect } from '../dialects/messages/index.js';
 import { responsesDialect } from '../dialects/responses/index.js';
 import type { Dialect } from '../dialects/types.js';
@@ -20,10 +21,11 @@ import { serveEmbeddings } from './embeddings.js';
 import { serveModels } from './models.js';
 import { serveStoredResponse } from './stored-responses.js';
 
-export type V1Route = 'chat' | 'messages' | 'messages_count_tokens' | 'responses' | 'response' | 'embeddings' | 'models' | 'model' | 'unknown';
+export type V1Route = 'chat' | 'completions' | 'messages' | 'messages_count_tokens' | 'responses' | 'response' | 'embeddings' | 'models' | 'model' | 'unknown';
 
 export function v1Route(path: string): V1Route {
   if (path === '/v1/chat/completions') return 'chat';
+  if (path === '/v1/completions') return 'completions';
   if (path === '/v1/messages') return 'messages';
   if (path === '/v1/messages/count_tokens') return 'messages_count_tokens';
   if (path === '/v1/responses') return 'responses';
@@ -41,7 +43,7 @@ export function dialectOf(path: string): Dialect | undefined {
 }
 
 export const ALLOW: Record<V1Route, string> = {
-  chat: 'POST', messages: 'POST', messages_count_tokens: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST',
+  chat: 'POST', completions: 'POST', messages: 'POST', messages_count_tokens: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST',
   models: 'GET, HEAD', model: 'GET, HEAD', unknown: '',
 };
 
@@ -74,6 +76,9 @@ async function metered(state: GatewayState, metrics: Metrics, ctx: RequestContex
   if (route === 'chat') {
     ctx.dialect = chatDialect;
     await handleGeneration(chatDialect, state, metrics, ctx, req, res);
+  } else if (route === 'completions') {
+    ctx.dialect = completionsDialect;
+    await handleGeneration(completionsDialect, state, metrics, ctx, req, res);
   } else if (route === 'responses') {
     ctx.dialect = responsesDialect;
     await handleGeneration(responsesDialect, state, metrics, ctx, req, res);

@@ -35,6 +35,29 @@ export interface ChatRequest {
    * natively (no lossy round trip); others use the fields above.
    */
   native?: NativeRequest;
+  /**
+   * A plain-text request (legacy completions) rather than a conversation: each prompt is
+   * answered on its own (`messages` then holds them, and the suffix, as user turns for the
+   * content policy and prefix affinity, but they are counted as plain text, without the chat
+   * format's framing). Absent for conversations.
+   */
+  prompts?: PlainPrompts;
+  /**
+   * How many answers the request asks for (completions: n per prompt); the hold and the token
+   * limits take the output this many times. Absent: 1.
+   */
+  answers?: number;
+}
+
+/** Plain-text prompts, as legacy completions send them. */
+export interface PlainPrompts {
+  texts: string[];
+  /** Fill-in-the-middle: the text that follows the insertion ('' when none). */
+  suffix: string;
+  /** Answers per prompt (n). */
+  n: number;
+  /** The prompt is part of each answer's text (echo: true). */
+  echo: boolean;
 }
 
 export interface NativeRequest {

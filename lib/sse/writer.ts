@@ -19,12 +19,13 @@ export function dataFrame(json: string): string {
 }
 
 /**
- * A named event: `event: name`, then the data. A data string holding newlines (an upstream's
- * multi-line data field, as the parser joined it) gets one `data:` line per line, so a client's
- * parser reads back the same string.
+ * A named event: `event: name` (none when `name` is undefined), then the data. A data string
+ * holding newlines (an upstream's multi-line data field, as the parser joined it) gets one
+ * `data:` line per line, so a client's parser reads back the same string.
  */
-export function eventFrame(name: string, data: string): string {
-  return `event: ${name}\ndata: ${data.includes('\n') ? data.replace(/\n/g, '\ndata: ') : data}\n\n`;
+export function eventFrame(name: string | undefined, data: string): string {
+  const d = data.includes('\n') ? data.replace(/\n/g, '\ndata: ') : data;
+  return name === undefined ? `data: ${d}\n\n` : `event: ${name}\ndata: ${d}\n\n`;
 }
 
 const uncork = (res: ServerResponse) => res.uncork();

@@ -1,4 +1,5 @@
-// OpenAI's published schemas (copied from shared/openai-schemas) as ajv validators.
+// OpenAI's published schemas (copied from shared/openai-schemas; CreateCompletionResponse written
+// from OpenAI's OpenAPI description, see its x-tollgate-source) as ajv validators.
 
 import { readFileSync } from 'node:fs';
 import { Ajv2020 } from 'ajv/dist/2020.js';
@@ -22,4 +23,6 @@ export const schemas = {
   response: load('Response'),
   responseEvent: load('ResponseStreamEvent'),
   embeddings: load('CreateEmbeddingResponse'),
+  /** Hand-written from OpenAI's OpenAPI description (the shared schemas have none): answers and chunks. */
+  textCompletion: load('CreateCompletionResponse'),
 };

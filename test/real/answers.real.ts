@@ -274,3 +274,63 @@ t.test('tokenizer: upstream follows the server\'s /tokenize', async (t) => {
   const about = Number(/at least (\d+) prompt tokens/.exec(res.text)?.[1]);
   t.ok(about >= serverCount && about <= serverCount + 32, `estimate ${about} vs the server's ${serverCount}`);
 });
+
+// POST /v1/completions (CONTRACT section 14): llama.cpp serves OpenAI's legacy completions, and
+// the gateway sends the body natively to the server's own /v1/completions, so its answer is the
+// server's, text for text and usage for usage. llama.cpp's /v1/completions refuses `suffix`
+// ("Unsupported param: suffix"; its fill-in-the-middle is /infill, which the gateway does not
+// call): a suffix there is the server's 400, passed on as invalid_value, and costs nothing.
+const plainPrompt = {
+  model: 'tiny-qwen2', prompt: 'def add(a, b):\n    ', max_tokens: 16, temperature: 0, seed: 7, cache_prompt: false, ignore_eos: true,
+};
+
+t.test('/v1/completions is the server\'s own answer, plain and streamed, charged its usage', async (t) => {
+  const refRes = await post(llama.url, plainPrompt, { 'content-type': 'application/json' }, '/v1/completions');
+  t.equal(refRes.status, 200, `llama-server serves /v1/completions: ${refRes.text.slice(0, 300)}`);
+  if (refRes.status !== 200) return;
+  const ref = JSON.parse(refRes.text);
+  const before = await account(gw);
+  const res = await post(gw.url, plainPrompt, auth, '/v1/completions');
+  answered(t, res, 200);
+  const got = JSON.parse(res.text);
+  t.equal(got.object, 'text_completion');
+  t.equal(got.model, 'tiny-qwen2', 'the slug');
+  t.same(got.choices.map((c: any) => [c.index, c.text, c.finish_reason]), ref.choices.map((c: any) => [c.index, c.text, c.finish_reason]), 'the server\'s text');
+  t.ok(ref.choices[0].text.length > 0, 'the reference said something');
+  t.same(got.usage, usageOf(ref.usage), 'usage is the server\'s');
+  const after = await account(gw);
+  t.equal(before.balance_units - after.balance_units, cost(ref.usage.prompt_tokens, ref.usage.completion_tokens), 'charged the server\'s usage exactly');
+  t.equal(after.held_units, 0);
+
+  const stream = await post(gw.url, { ...plainPrompt, stream: true, stream_options: { include_usage: true } }, auth, '/v1/completions');
+  answered(t, stream, 200);
+  const evs = events(stream.text);
+  t.equal(evs.at(-1), '[DONE]');
+  const chunks = evs.filter((e: any) => e !== '[DONE]');
+  t.equal(chunks.filter((e: any) => e.choices.length > 0).map((e: any) => e.choices[0].text).join(''), ref.choices[0].text, 'streamed: the same text');
+  t.same(chunks.at(-1).choices, [], 'the usage chunk');
+  t.equal(chunks.at(-1).usage.completion_tokens, ref.usage.completion_tokens);
+
+  const client = new OpenAI({ apiKey: auth.authorization.slice(7), baseURL: `${gw.url}/v1`, maxRetries: 0 });
+  const sdk = await client.completions.create(plainPrompt as any);
+  t.equal(sdk.choices[0]!.text, ref.choices[0].text, 'through the openai SDK: the same text');
+});
+
+t.test('/v1/completions with a suffix: what llama.cpp says of it, passed on, nothing charged', async (t) => {
+  const body = { ...plainPrompt, suffix: '\n\nprint(add(1, 2))\n' };
+  const refRes = await post(llama.url, body, { 'content-type': 'application/json' }, '/v1/completions');
+  const before = await account(gw);
+  const res = await post(gw.url, body, auth, '/v1/completions');
+  if (refRes.status === 200) {
+    // A llama.cpp that learned suffix on /v1/completions: then it is its answer, as above.
+    answered(t, res, 200);
+    t.equal(JSON.parse(res.text).choices[0].text, JSON.parse(refRes.text).choices[0].text);
+    return;
+  }
+  t.match(refRes.text, /suffix/, `the server refuses suffix: ${refRes.text.slice(0, 200)}`);
+  answered(t, res, 400);
+  t.match(JSON.parse(res.text), { code: 'invalid_value', message: /suffix/ });
+  const after = await account(gw);
+  t.equal(after.balance_units, before.balance_units, 'nothing charged');
+  t.equal(after.held_units, 0);
+});

@@ -7,7 +7,7 @@ import type { ProviderConfig } from '../../config/types.js';
 import type { Fleet } from '../../upstream/balance/index.js';
 import { HttpProvider, type StreamTranslator as Translator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
-import type { NativeRequest } from '../../schema/chat.js';
+import type { ChatRequest, NativeRequest } from '../../schema/chat.js';
 import { readCapped } from '../../upstream/http.js';
 import type { ProviderCall } from '../types.js';
 import { isObj, parseJson } from '../shared.js';
@@ -27,6 +27,10 @@ export class AnthropicProvider extends HttpProvider {
     };
     if (config.api_key !== '') headers['x-api-key'] = config.api_key;
     super(name, config, { path: '/v1/messages', headers, unavailable: UNAVAILABLE }, fleet);
+  }
+
+  refuses(request: ChatRequest): string | undefined {
+    return request.prompts === undefined ? undefined : 'Anthropic serves no plain-text completions (POST /v1/completions); use a chat route';
   }
 
   // A client speaking Messages itself goes natively (native.ts): its body with the model

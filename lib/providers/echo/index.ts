@@ -1,13 +1,16 @@
 // The built-in `echo` provider: answers with the last user message, word by word when
-// streaming, with real token counts. The out-of-the-box upstream and an operator's smoke test.
+// streaming, with real token counts (plain-text completions: completions.ts). The out-of-the-box
+// upstream and an operator's smoke test.
 
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChatMessage, ChunkChoice, CompletionChoice, FinishReason, Usage } from '../../schema/chat.js';
 import type { ProviderConfig } from '../../config/types.js';
 import { GatewayError } from '../../errors.js';
-import { countUpTo, counter, promptParts } from '../../tokens/count.js';
+import { countUpTo, promptParts } from '../../tokens/count.js';
 import { Fleet } from '../../upstream/balance/index.js';
+import { plainAnswers, plainChoices, plainParts } from './completions.js';
+import { echoWords } from './words.js';
 import type { CompletionResult, EmbedInput, EmbedResult, Provider, ProviderCall, StreamPart, UpstreamStream } from '../types.js';
 
 function lastUserText(messages: readonly ChatMessage[]): string {
@@ -47,35 +50,10 @@ export function echoVector(model: string, input: string | number[], dimensions: 
 
 interface Answer { words: string[]; finish: FinishReason; usage: Usage }
 
-/**
- * The answer: the text's words with their leading whitespace (so that the deltas concatenate
- * back into the text; trailing whitespace dropped), as many as the output limit takes. Words
- * are found one at a time and no further than the limit: a long text costs what is answered,
- * not its length. A plain scan for runs of non-space: the backtracking /\s*\S+/g this replaced
- * took quadratic time on a long run of spaces (minutes for 600 KB).
- */
+/** The answer: the last user message's words (words.ts), with real token counts. */
 async function answer(call: ProviderCall): Promise<Answer> {
-  const count = counter(call.model.tokenizer);
   const text = lastUserText(call.request.messages) || '(no user message)';
-  const limit = call.request.maxOutputTokens ?? call.model.max_output_tokens;
-  const words: string[] = [];
-  let completion = 0;
-  let finish: FinishReason = 'stop';
-  const take = (w: string): boolean => {
-    const n = count(w);
-    if (completion + n > limit) { finish = 'length'; return false; }
-    words.push(w);
-    completion += n;
-    return true;
-  };
-  const word = /\S+/g;
-  let start = 0;
-  for (let m = word.exec(text); m !== null; m = word.exec(text)) {
-    const end = m.index + m[0].length;
-    if (!take(text.slice(start, end))) break;
-    start = end;
-  }
-  if (start === 0 && words.length === 0 && finish === 'stop') take(text);
+  const { words, finish, completion } = echoWords(text, call.model.tokenizer, call.request.maxOutputTokens ?? call.model.max_output_tokens);
   const { fixed, texts } = promptParts(call.request.messages, call.model.image_tokens);
   const prompt = await countUpTo(call.model.tokenizer, texts, fixed, Infinity);
   return { words, finish, usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion } };
@@ -94,6 +72,11 @@ export class EchoProvider implements Provider {
   }
 
   async complete(call: ProviderCall): Promise<CompletionResult> {
+    const prompts = call.request.prompts;
+    if (prompts !== undefined) {
+      const { answers, usage } = await plainAnswers(call, prompts);
+      return { choices: plainChoices(answers), usage, headers: {} };
+    }
     const a = await answer(call);
     const choice: CompletionChoice = {
       index: 0,
@@ -105,9 +88,22 @@ export class EchoProvider implements Provider {
   }
 
   async stream(call: ProviderCall): Promise<UpstreamStream> {
-    const a = await answer(call);
     const delay = this.config.chunk_delay_ms;
     const signal = call.signal;
+    const prompts = call.request.prompts;
+    if (prompts !== undefined) {
+      const { answers, usage } = await plainAnswers(call, prompts);
+      const pause = async (): Promise<void> => {
+        if (delay <= 0) return;
+        try {
+          await sleep(delay, undefined, { signal });
+        } catch {
+          throw new GatewayError('provider_timeout', 'The echo provider was stopped.');
+        }
+      };
+      return Object.assign(plainParts(answers, usage, pause), { headers: {} });
+    }
+    const a = await answer(call);
     async function* parts(): AsyncGenerator<StreamPart> {
       const first: ChunkChoice = { index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null };
       yield { kind: 'choices', choices: [first] };

@@ -1,17 +1,19 @@
 // The `openai` provider: any OpenAI-compatible server (vLLM, llama.cpp server, Ollama's /v1,
 // TGI's /v1, OpenAI itself). Requests keep the chat format; answers, chunks and errors are
-// normalized into ours (translate.ts) so nothing upstream-specific reaches a client.
+// normalized into ours (translate.ts) so nothing upstream-specific reaches a client. A client
+// speaking legacy completions goes natively to the upstream's /completions (completions.ts).
 
 import type { Dispatcher } from 'undici';
 import type { ProviderConfig } from '../../config/types.js';
 import type { Fleet } from '../../upstream/balance/index.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import { readCapped, transportError } from '../../upstream/http.js';
+import { readCapped, transportError, type UpstreamEndpoint } from '../../upstream/http.js';
 import { HttpProvider, type StreamTranslator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
 import { withCallHeaders, type DiscoveredModel, type EmbedInput, type EmbedResult, type ProviderCall, type StreamPart } from '../types.js';
 import { embedOpenAI } from './embed.js';
+import { completionsAnswer, completionsBody, CompletionsTranslator, isCompletions } from './completions.js';
 import { isLlamaCppProps, normalizeChunk, verboseStoppingWord, normalizeCompletion, parseLlamaCppContext, parseModelList, parseTokenizeCount, type TextChunkMemo } from './translate.js';
 import { hasStop } from '../shared.js';
 
@@ -98,7 +100,12 @@ export class OpenAIProvider extends HttpProvider {
     return this.config.stream_upstream === 'always' || this.#llamaCpp === true;
   }
 
+  protected override pathOf(call: ProviderCall, ep: UpstreamEndpoint & { callPath: string }): string {
+    return isCompletions(call) ? `${ep.basePath}/completions` : ep.callPath;
+  }
+
   protected body(call: ProviderCall, stream: boolean): string {
+    if (isCompletions(call)) return completionsBody(call, stream, this.config.stream_usage);
     const src = call.request.body;
     const out: Record<string, unknown> = { model: call.upstreamModel, messages: call.request.messages };
     for (const key of FORWARDED_FIELDS) {
@@ -122,12 +129,14 @@ export class OpenAIProvider extends HttpProvider {
   }
 
   protected completion(text: string, call: ProviderCall, status: number): ChoicesAndUsage {
+    if (isCompletions(call)) return completionsAnswer(text, call, this.name, status);
     const answer = normalizeCompletion(text, call, this.name, status);
     if (this.#llamaCpp === undefined) this.#llamaCpp = text.includes(LLAMA_CPP_MARK);
     return answer;
   }
 
   protected translator(call: ProviderCall, status: number): StreamTranslator {
+    if (isCompletions(call)) return new CompletionsTranslator(call, this.name, status);
     return new ChunkTranslator(call, this.name, status, this.#llamaCpp === undefined ? this.#learn : undefined);
   }
 

@@ -1,0 +1,119 @@
+// A legacy completions body (POST /v1/completions, CONTRACT section 14) -> the internal request:
+// its plain-text prompts (string or strings; token-id arrays are refused, see docs/dialects.md),
+// the suffix, n and echo as PlainPrompts, and the prompts and suffix also as user turns, so the
+// content policy and prefix affinity read them as any conversation's. The body itself goes on
+// as `native`: an OpenAI-compatible upstream gets it as sent, model rewritten.
+
+import { isObject } from '../../objects.js';
+import { badValue, missing, wrongType } from '../../schema/params.js';
+import type { ChatMessage, ChatRequest } from '../../schema/chat.js';
+
+/** The dialect's name, as `native.dialect` carries it to the providers. */
+export const COMPLETIONS = 'completions';
+
+/** OpenAI's default output limit for a completion that names none (made explicit upstream). */
+export const DEFAULT_MAX_TOKENS = 16;
+/** OpenAI's cap on n. */
+const MAX_N = 128;
+/**
+ * Answers (prompts x n) one request may ask for: each is held at the output limit, and the echo
+ * provider builds each; far past what a code-completion client sends.
+ */
+export const MAX_ANSWERS = 2048;
+
+function integer(body: Record<string, unknown>, key: string, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
+  const v = body[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number') throw wrongType(key, 'an integer');
+  if (!Number.isInteger(v) || v < min || v > max) {
+    throw badValue(key, max === Number.MAX_SAFE_INTEGER ? `must be an integer of at least ${min}` : `must be an integer from ${min} to ${max}`);
+  }
+  return v;
+}
+
+function number(body: Record<string, unknown>, key: string, min: number, max: number): void {
+  const v = body[key];
+  if (v === undefined || v === null) return;
+  if (typeof v !== 'number') throw wrongType(key, 'a number');
+  if (!Number.isFinite(v) || v < min || v > max) throw badValue(key, `must be a number from ${min} to ${max}`);
+}
+
+function boolean(body: Record<string, unknown>, key: string): boolean | undefined {
+  const v = body[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'boolean') throw wrongType(key, 'a boolean');
+  return v;
+}
+
+/** `prompt`: a string or a non-empty array of strings. */
+function prompts(v: unknown): string[] {
+  if (v === undefined || v === null) throw missing('prompt');
+  if (typeof v === 'string') return [v];
+  if (!Array.isArray(v)) throw wrongType('prompt', 'a string or an array of strings');
+  if (v.length === 0) throw badValue('prompt', 'must contain at least one prompt');
+  for (let i = 0; i < v.length; i++) {
+    // A token-id prompt ([1, 2, 3] or [[1, 2], [3]]) is refused here: the gateway could neither
+    // check its content nor count it with the model's tokenizer.
+    if (typeof v[i] !== 'string') throw wrongType(Array.isArray(v[i]) || typeof v[i] === 'number' ? 'prompt' : `prompt[${i}]`, 'a string or an array of strings (token ids are not accepted)');
+  }
+  return v as string[];
+}
+
+/** Validates the body of POST /v1/completions. */
+export function parseCompletions(body: unknown): ChatRequest {
+  if (!isObject(body)) throw wrongType('(body)', 'a JSON object');
+  if (body.model === undefined) throw missing('model');
+  if (typeof body.model !== 'string') throw wrongType('model', 'a string');
+  if (body.model === '') throw badValue('model', 'must not be empty');
+  const texts = prompts(body.prompt);
+  const suffix = body.suffix;
+  if (suffix !== undefined && suffix !== null && typeof suffix !== 'string') throw wrongType('suffix', 'a string');
+
+  const maxTokens = integer(body, 'max_tokens', 1);
+  number(body, 'temperature', 0, 2);
+  number(body, 'top_p', 0, 1);
+  number(body, 'presence_penalty', -2, 2);
+  number(body, 'frequency_penalty', -2, 2);
+  const n = integer(body, 'n', 1, MAX_N) ?? 1;
+  integer(body, 'best_of', 1, MAX_N);
+  integer(body, 'seed', Number.MIN_SAFE_INTEGER);
+  // Completions' logprobs is a count (of the likeliest tokens per position), not chat's boolean;
+  // OpenAI caps it at 5, model servers at their own limits (CONTRACT section 10): theirs to enforce.
+  integer(body, 'logprobs', 0);
+  const echo = boolean(body, 'echo') ?? false;
+  const stream = boolean(body, 'stream') ?? false;
+  const stop = body.stop;
+  if (stop !== undefined && stop !== null) {
+    if (Array.isArray(stop)) {
+      stop.forEach((s, i) => { if (typeof s !== 'string') throw wrongType(`stop[${i}]`, 'a string'); });
+    } else if (typeof stop !== 'string') {
+      throw wrongType('stop', 'a string or an array of strings');
+    }
+  }
+  if (body.logit_bias !== undefined && body.logit_bias !== null && !isObject(body.logit_bias)) throw wrongType('logit_bias', 'an object');
+  if (body.user !== undefined && body.user !== null && typeof body.user !== 'string') throw wrongType('user', 'a string');
+  let includeUsage = false;
+  const so = body.stream_options;
+  if (so !== undefined && so !== null) {
+    if (!isObject(so)) throw wrongType('stream_options', 'an object');
+    const iu = so.include_usage;
+    if (iu !== undefined && iu !== null && typeof iu !== 'boolean') throw wrongType('stream_options.include_usage', 'a boolean');
+    includeUsage = iu === true;
+  }
+  if (texts.length * n > MAX_ANSWERS) throw badValue('n', `the prompts times n must be at most ${MAX_ANSWERS}`);
+
+  const messages: ChatMessage[] = texts.map((content) => ({ role: 'user', content }));
+  if (typeof suffix === 'string' && suffix !== '') messages.push({ role: 'user', content: suffix });
+  return {
+    model: body.model,
+    messages,
+    stream,
+    includeUsage: stream && includeUsage,
+    maxOutputTokens: maxTokens ?? DEFAULT_MAX_TOKENS,
+    imageCount: 0,
+    body,
+    native: { dialect: COMPLETIONS, body, headers: {} },
+    prompts: { texts, suffix: typeof suffix === 'string' ? suffix : '', n, echo },
+    answers: texts.length * n,
+  };
+}
