@@ -1,8 +1,8 @@
 // The /v1 route table: which paths exist, the methods each takes, the dialect whose error shape
 // a path's answers take, and which handler serves it. Metered routes (generations, embeddings,
-// token counts) count toward requests_per_minute, and one refused for its content spends a
-// request all the same (pipeline/admit.ts refusalSpends); model lists and stored responses do
-// not.
+// rerank and score, token counts) count toward requests_per_minute, and one refused for its
+// content spends a request all the same (pipeline/admit.ts refusalSpends); model lists and
+// stored responses do not.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { chatDialect } from '../dialects/chat/index.js';
@@ -18,9 +18,12 @@ import type { GatewayState } from '../state.js';
 import { serveCountTokens } from './count-tokens.js';
 import { serveEmbeddings } from './embeddings.js';
 import { serveModels } from './models.js';
+import { serveRerank } from './rerank.js';
 import { serveStoredResponse } from './stored-responses.js';
 
-export type V1Route = 'chat' | 'messages' | 'messages_count_tokens' | 'responses' | 'response' | 'embeddings' | 'models' | 'model' | 'unknown';
+export type V1Route =
+  | 'chat' | 'messages' | 'messages_count_tokens' | 'responses' | 'response' | 'embeddings' | 'rerank' | 'score'
+  | 'models' | 'model' | 'unknown';
 
 export function v1Route(path: string): V1Route {
   if (path === '/v1/chat/completions') return 'chat';
@@ -28,6 +31,8 @@ export function v1Route(path: string): V1Route {
   if (path === '/v1/messages/count_tokens') return 'messages_count_tokens';
   if (path === '/v1/responses') return 'responses';
   if (path === '/v1/embeddings') return 'embeddings';
+  if (path === '/v1/rerank') return 'rerank';
+  if (path === '/v1/score') return 'score';
   if (path.startsWith('/v1/responses/') && path.length > 14 && path.indexOf('/', 14) === -1) return 'response';
   if (path === '/v1/models') return 'models';
   if (path.startsWith('/v1/models/') && path.length > 11) return 'model';
@@ -42,6 +47,7 @@ export function dialectOf(path: string): Dialect | undefined {
 
 export const ALLOW: Record<V1Route, string> = {
   chat: 'POST', messages: 'POST', messages_count_tokens: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST',
+  rerank: 'POST', score: 'POST',
   models: 'GET, HEAD', model: 'GET, HEAD', unknown: '',
 };
 
@@ -68,7 +74,7 @@ export async function serveV1(state: GatewayState, metrics: Metrics, ctx: Reques
   }
 }
 
-/** The routes that count toward requests_per_minute (generations, embeddings, token counts). */
+/** The routes that count toward requests_per_minute (generations, embeddings, rerank, score, token counts). */
 async function metered(state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const route = ctx.route;
   if (route === 'chat') {
@@ -78,6 +84,7 @@ async function metered(state: GatewayState, metrics: Metrics, ctx: RequestContex
     ctx.dialect = responsesDialect;
     await handleGeneration(responsesDialect, state, metrics, ctx, req, res);
   } else if (route === 'embeddings') await serveEmbeddings(state, metrics, ctx, req, res);
+  else if (route === 'rerank' || route === 'score') await serveRerank(route, state, metrics, ctx, req, res);
   else if (route === 'messages') await handleGeneration(messagesDialect, state, metrics, ctx, req, res);
   else await serveCountTokens(state, ctx, req, res);
 }

@@ -1,5 +1,6 @@
 // The built-in `echo` provider: answers with the last user message, word by word when
-// streaming, with real token counts. The out-of-the-box upstream and an operator's smoke test.
+// streaming, with real token counts; embeds and scores deterministically. The out-of-the-box
+// upstream and an operator's smoke test.
 
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -8,7 +9,7 @@ import type { ProviderConfig } from '../../config/types.js';
 import { GatewayError } from '../../errors.js';
 import { countUpTo, counter, promptParts } from '../../tokens/count.js';
 import { Fleet } from '../../upstream/balance/index.js';
-import type { CompletionResult, EmbedInput, EmbedResult, Provider, ProviderCall, StreamPart, UpstreamStream } from '../types.js';
+import type { CompletionResult, EmbedInput, EmbedResult, Provider, ProviderCall, RerankInput, RerankResult, StreamPart, UpstreamStream } from '../types.js';
 
 function lastUserText(messages: readonly ChatMessage[]): string {
   for (let i = messages.length - 1; i >= 0; i--) {
@@ -43,6 +44,17 @@ export function echoVector(model: string, input: string | number[], dimensions: 
   const scale = norm === 0 ? 0 : 1 / Math.sqrt(norm);
   for (let i = 0; i < dimensions; i++) v[i] = v[i]! * scale;
   return v;
+}
+
+/** Shared words over all words of two texts (0 when neither has any): a deterministic relevance. */
+export function overlap(a: string, b: string): number {
+  const words = (t: string) => new Set(t.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []);
+  const x = words(a);
+  const y = words(b);
+  let shared = 0;
+  for (const w of x) if (y.has(w)) shared++;
+  const all = x.size + y.size - shared;
+  return all === 0 ? 0 : shared / all;
 }
 
 interface Answer { words: string[]; finish: FinishReason; usage: Usage }
@@ -132,6 +144,23 @@ export class EchoProvider implements Provider {
     for (const x of e.input) tokens += typeof x === 'string' ? await countUpTo(call.model.tokenizer, [x], 0, Infinity) : x.length;
     const dims = e.dimensions ?? ECHO_DIMENSIONS;
     return { vectors: e.input.map((x) => echoVector(call.upstreamModel, x, dims)), promptTokens: tokens, headers: {} };
+  }
+
+  /**
+   * Scores each pair by the overlap of its words (Jaccard: shared / all, lowercased), so that a
+   * document sharing the query's words ranks first; tokens as the gateway counts them.
+   */
+  async rerank(call: ProviderCall, r: RerankInput): Promise<RerankResult> {
+    const counts = new Map<string, number>();
+    let tokens = 0;
+    for (const pair of r.pairs) {
+      for (const x of pair) {
+        let n = counts.get(x);
+        if (n === undefined) counts.set(x, n = await countUpTo(call.model.tokenizer, [x], 0, Infinity));
+        tokens += n;
+      }
+    }
+    return { scores: r.pairs.map(([a, b], index) => ({ index, score: overlap(a, b) })), totalTokens: tokens, headers: {} };
   }
 
   async close(): Promise<void> {}
