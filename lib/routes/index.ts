@@ -1,7 +1,7 @@
 // The /v1 route table: which paths exist, the methods each takes, the dialect whose error shape
 // a path's answers take, and which handler serves it. Metered routes (generations, embeddings,
-// rerank and score, token counts) count toward requests_per_minute, and one refused for its
-// content spends a request all the same (pipeline/admit.ts refusalSpends); model lists and
+// rerank and score, audio, token counts) count toward requests_per_minute, and one refused for
+// its content spends a request all the same (pipeline/admit.ts refusalSpends); model lists and
 // stored responses do not.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -15,6 +15,7 @@ import { refusalSpends } from '../pipeline/admit.js';
 import type { RequestContext } from '../pipeline/context.js';
 import { handleGeneration } from '../pipeline/generate.js';
 import type { GatewayState } from '../state.js';
+import { serveAudio } from './audio.js';
 import { serveCountTokens } from './count-tokens.js';
 import { serveEmbeddings } from './embeddings.js';
 import { serveModels } from './models.js';
@@ -23,7 +24,7 @@ import { serveStoredResponse } from './stored-responses.js';
 
 export type V1Route =
   | 'chat' | 'messages' | 'messages_count_tokens' | 'responses' | 'response' | 'embeddings' | 'rerank' | 'score'
-  | 'models' | 'model' | 'unknown';
+  | 'audio_transcriptions' | 'audio_translations' | 'models' | 'model' | 'unknown';
 
 export function v1Route(path: string): V1Route {
   if (path === '/v1/chat/completions') return 'chat';
@@ -33,6 +34,8 @@ export function v1Route(path: string): V1Route {
   if (path === '/v1/embeddings') return 'embeddings';
   if (path === '/v1/rerank') return 'rerank';
   if (path === '/v1/score') return 'score';
+  if (path === '/v1/audio/transcriptions') return 'audio_transcriptions';
+  if (path === '/v1/audio/translations') return 'audio_translations';
   if (path.startsWith('/v1/responses/') && path.length > 14 && path.indexOf('/', 14) === -1) return 'response';
   if (path === '/v1/models') return 'models';
   if (path.startsWith('/v1/models/') && path.length > 11) return 'model';
@@ -47,7 +50,7 @@ export function dialectOf(path: string): Dialect | undefined {
 
 export const ALLOW: Record<V1Route, string> = {
   chat: 'POST', messages: 'POST', messages_count_tokens: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST',
-  rerank: 'POST', score: 'POST',
+  rerank: 'POST', score: 'POST', audio_transcriptions: 'POST', audio_translations: 'POST',
   models: 'GET, HEAD', model: 'GET, HEAD', unknown: '',
 };
 
@@ -74,7 +77,7 @@ export async function serveV1(state: GatewayState, metrics: Metrics, ctx: Reques
   }
 }
 
-/** The routes that count toward requests_per_minute (generations, embeddings, rerank, score, token counts). */
+/** The routes that count toward requests_per_minute (generations, embeddings, rerank, score, audio, token counts). */
 async function metered(state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const route = ctx.route;
   if (route === 'chat') {
@@ -85,6 +88,8 @@ async function metered(state: GatewayState, metrics: Metrics, ctx: RequestContex
     await handleGeneration(responsesDialect, state, metrics, ctx, req, res);
   } else if (route === 'embeddings') await serveEmbeddings(state, metrics, ctx, req, res);
   else if (route === 'rerank' || route === 'score') await serveRerank(route, state, metrics, ctx, req, res);
+  else if (route === 'audio_transcriptions') await serveAudio('transcriptions', state, metrics, ctx, req, res);
+  else if (route === 'audio_translations') await serveAudio('translations', state, metrics, ctx, req, res);
   else if (route === 'messages') await handleGeneration(messagesDialect, state, metrics, ctx, req, res);
   else await serveCountTokens(state, ctx, req, res);
 }

@@ -1,6 +1,6 @@
 // The built-in `echo` provider: answers with the last user message, word by word when
-// streaming, with real token counts; embeds and scores deterministically. The out-of-the-box
-// upstream and an operator's smoke test.
+// streaming, with real token counts; embeds, scores and transcribes deterministically. The
+// out-of-the-box upstream and an operator's smoke test.
 
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -9,7 +9,8 @@ import type { ProviderConfig } from '../../config/types.js';
 import { GatewayError } from '../../errors.js';
 import { countUpTo, counter, promptParts } from '../../tokens/count.js';
 import { Fleet } from '../../upstream/balance/index.js';
-import type { CompletionResult, EmbedInput, EmbedResult, Provider, ProviderCall, RerankInput, RerankResult, StreamPart, UpstreamStream } from '../types.js';
+import { echoTranscript } from './transcript.js';
+import type { CompletionResult, EmbedInput, EmbedResult, Provider, ProviderCall, RerankInput, RerankResult, StreamPart, TranscribeInput, TranscribeResult, UpstreamStream } from '../types.js';
 
 function lastUserText(messages: readonly ChatMessage[]): string {
   for (let i = messages.length - 1; i >= 0; i--) {
@@ -161,6 +162,11 @@ export class EchoProvider implements Provider {
       }
     }
     return { scores: r.pairs.map(([a, b], index) => ({ index, score: overlap(a, b) })), totalTokens: tokens, headers: {} };
+  }
+
+  /** A transcript in the format asked for: the form's prompt, else the audio's length (./transcript.ts). */
+  async transcribe(_call: ProviderCall, a: TranscribeInput): Promise<TranscribeResult> {
+    return echoTranscript(a);
   }
 
   async close(): Promise<void> {}

@@ -10,9 +10,10 @@ import type { SseEvent } from '../../sse/parser.js';
 import { readCapped, transportError } from '../../upstream/http.js';
 import { HttpProvider, type StreamTranslator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
-import { withCallHeaders, type DiscoveredModel, type EmbedInput, type EmbedResult, type ProviderCall, type RerankInput, type RerankResult, type StreamPart } from '../types.js';
+import { withCallHeaders, type DiscoveredModel, type EmbedInput, type EmbedResult, type ProviderCall, type RerankInput, type RerankResult, type TranscribeInput, type TranscribeResult, type StreamPart } from '../types.js';
 import { embedOpenAI } from './embed.js';
 import { rerankOpenAI } from './rerank.js';
+import { transcribeOpenAI } from './audio.js';
 import { isLlamaCppProps, normalizeChunk, verboseStoppingWord, normalizeCompletion, parseLlamaCppContext, parseModelList, parseTokenizeCount, type TextChunkMemo } from './translate.js';
 import { hasStop } from '../shared.js';
 
@@ -138,6 +139,10 @@ export class OpenAIProvider extends HttpProvider {
 
   rerank(call: ProviderCall, input: RerankInput): Promise<RerankResult> {
     return rerankOpenAI(this.endpointOf(call), withCallHeaders(this.headers, call), this.name, call, input);
+  }
+
+  transcribe(call: ProviderCall, input: TranscribeInput): Promise<TranscribeResult> {
+    return transcribeOpenAI(this.endpointOf(call), withCallHeaders(this.headers, call), this.name, call, input);
   }
 
   async discover(signal: AbortSignal): Promise<DiscoveredModel[]> {
