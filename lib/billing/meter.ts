@@ -45,6 +45,15 @@ export function usageCost(usage: Usage, price: PriceConfig): bigint {
 }
 
 /**
+ * What `seconds` of audio cost at price.audio_per_minute (CONTRACT section 14): every second
+ * started, then ceil(seconds x audio_per_minute / 60), rounded up once, exact at any price.
+ */
+export function audioCost(seconds: number, price: PriceConfig): bigint {
+  const whole = BigInt(Math.ceil(seconds));
+  return (whole * BigInt(price.audio_per_minute ?? 0) + 59n) / 60n;
+}
+
+/**
  * The price a hold assumes for prompt tokens: the dearest of the input, cached and cache-write
  * prices, since the upstream decides which of them each prompt token is charged (a cache write
  * usually costs more than plain input).
@@ -153,12 +162,13 @@ export class Charge {
    * Debits the actual cost of `usage`, durably, before it resolves; `charged` is then what the
    * store applied. Only the first call does anything: a settle that failed is not tried again
    * with other figures (the store resolved its outcome: store/guard.ts), and its request is
-   * answered 503, with nothing debited and its hold left for release().
+   * answered 503, with nothing debited and its hold left for release(). `cost`, when given, is
+   * the request's price instead of its tokens' (audio, by its length); `usage` is still recorded.
    */
-  async settle(usage: Usage): Promise<void> {
+  async settle(usage: Usage, cost?: bigint): Promise<void> {
     if (this.#sent || this.#done) return;
     this.#sent = true;
-    const units = storeUnits(usageCost(usage, this.#price));
+    const units = storeUnits(cost ?? usageCost(usage, this.#price));
     if (this.#store === null) {
       this.#done = true;
       this.charged = 0;
@@ -196,15 +206,16 @@ export class Charge {
 
 /**
  * Holds the worst case for a request, or refuses it: 402 insufficient_credits or
- * quota_exceeded (with wallet_balance_units = the available balance).
+ * quota_exceeded (with wallet_balance_units = the available balance). `fixed`, when given, is
+ * the request's whole price, known before the call (audio, by its length), held instead.
  */
 export async function hold(
   store: Store, principal: Principal, requestId: string, model: ModelConfig, request: ChatRequest,
-  promptTokens: number, ttlMs: number, open: OpenMode | null,
+  promptTokens: number, ttlMs: number, open: OpenMode | null, fixed?: bigint,
 ): Promise<Charge> {
   // Every answer asked for (completions' n per prompt) may run to the output limit.
   const output = (request.maxOutputTokens ?? model.max_output_tokens) * (request.answers ?? 1);
-  const units = cost(promptTokens, output, holdPrice(model.price));
+  const units = fixed ?? cost(promptTokens, output, holdPrice(model.price));
   // A worst case above 2^53-1 is more than any balance holds; the store still runs its quota
   // checks (a quota refusal comes first) and reports the available balance for the 402.
   const unpayable = units > MAX_UNITS;

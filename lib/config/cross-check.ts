@@ -19,6 +19,9 @@ const list = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
 const text = (v: unknown): v is string => typeof v === 'string';
 /** A config value quoted for a problem line: escaped, so it can never break the line. */
 const q = (v: unknown): string => JSON.stringify(v);
+/** Model types other than chat, and the API an upstream must have to serve one. */
+const NOT_CHAT: Partial<Record<string, string>> = { embedding: 'embeddings', rerank: 'rerank or score API', transcription: 'audio API' };
+const article = (word: string): string => (/^[aeiou]/.test(word) ? 'an' : 'a');
 
 /** Every cross-reference problem of a (possibly schema-invalid) config, as `path: message`. */
 export function crossCheck(data: unknown): string[] {
@@ -87,14 +90,15 @@ export function crossCheck(data: unknown): string[] {
     if (m.supports_vision === false && positive(m.max_images)) {
       problems.push(`models[${i}].max_images: must be 0 when supports_vision is false`);
     }
-    if (m.type === 'embedding') {
-      // Anthropic has no embeddings API: such a model could never answer.
+    const api = NOT_CHAT[String(m.type)];
+    if (api !== undefined) {
+      // Anthropic has no embeddings, rerank or audio API: such a model could never answer.
       [m.provider, ...list(m.fallbacks).map((f) => obj(f).provider)].forEach((name, j) => {
         if (text(name) && obj(providers[name]).kind === 'anthropic') {
-          problems.push(`models[${i}]${j === 0 ? '.provider' : `.fallbacks[${j - 1}].provider`}: provider ${q(name)} is anthropic, which has no embeddings`);
+          problems.push(`models[${i}]${j === 0 ? '.provider' : `.fallbacks[${j - 1}].provider`}: provider ${q(name)} is anthropic, which has no ${api}`);
         }
       });
-      if (text(m.id) && list(obj(c.routing).auto).includes(m.id)) problems.push(`models[${i}].type: an embedding model cannot be in routing.auto`);
+      if (text(m.id) && list(obj(c.routing).auto).includes(m.id)) problems.push(`models[${i}].type: ${article(String(m.type))} ${m.type} model cannot be in routing.auto`);
     }
   });
 

@@ -36,6 +36,8 @@ const price = obj(
   {
     input_per_mtok: { ...priceUnits, default: 0 }, output_per_mtok: { ...priceUnits, default: 0 },
     cached_input_per_mtok: priceUnits, cache_write_per_mtok: priceUnits,
+    // Transcription models (type: transcription): units per minute of audio, charged per second started.
+    audio_per_minute: priceUnits,
   },
   { default: {} },
 );
@@ -74,7 +76,7 @@ const modelFields = {
 const modelDefaults = obj(
   Object.fromEntries(Object.entries(modelFields).map(([k, v]) => {
     const { default: _unused, ...rest } = v as Record<string, unknown>;
-    return [k, k === 'price' ? obj({ input_per_mtok: priceUnits, output_per_mtok: priceUnits, cached_input_per_mtok: priceUnits, cache_write_per_mtok: priceUnits }) : rest];
+    return [k, k === 'price' ? obj({ input_per_mtok: priceUnits, output_per_mtok: priceUnits, cached_input_per_mtok: priceUnits, cache_write_per_mtok: priceUnits, audio_per_minute: priceUnits }) : rest];
   })),
   { default: {} },
 );
@@ -90,7 +92,7 @@ const replica = obj(
 const model = obj(
   {
     id: slug,
-    type: { enum: ['chat', 'embedding'], default: 'chat', 'x-msg': 'must be chat or embedding' },
+    type: { enum: ['chat', 'embedding', 'rerank', 'transcription'], default: 'chat', 'x-msg': 'must be chat, embedding, rerank or transcription' },
     provider: str,
     upstream_model: str,
     fallbacks: { type: 'array', items: target, default: [] },
@@ -178,6 +180,8 @@ export const configSchema = obj({
       host: { ...str, default: '127.0.0.1' },
       port: { type: 'integer', minimum: 0, maximum: 65535, default: 8080, 'x-msg': 'must be an integer from 0 to 65535' },
       max_body_bytes: { ...posInt, default: 41943040 },
+      // The whole multipart body of an audio route (transcriptions, translations): 25 MiB, as OpenAI's.
+      max_audio_bytes: { ...posInt, default: 26214400 },
       body_timeout_ms: { ...posMs, default: 30000 },
       max_connections_per_ip: { type: ['integer', 'null'], minimum: 1, ...exact, default: 256, 'x-msg': 'must be a positive integer, or null for no cap' },
       drain_timeout_ms: { ...uintMs, default: 30000 },

@@ -7,6 +7,8 @@ export interface PriceConfig {
   cached_input_per_mtok?: number;
   /** Prompt tokens written to the upstream's cache; absent: input_per_mtok. */
   cache_write_per_mtok?: number;
+  /** Units per minute of audio (type: transcription), charged per second started; 0 when not set. */
+  audio_per_minute?: number;
 }
 
 export interface PlanConfig {
@@ -75,11 +77,14 @@ export type TokenizerName = 'o200k_base' | 'cl100k_base' | 'p50k_base' | 'r50k_b
 /** An encoding name, `upstream` (the model server's /tokenize), or the path of a tokenizer.json. */
 export type TokenizerSpec = TokenizerName | 'upstream' | (string & {});
 
-export type ModelType = 'chat' | 'embedding';
+export type ModelType = 'chat' | 'embedding' | 'rerank' | 'transcription';
 
 export interface ModelConfig {
   id: string;
-  /** Which routes serve it: chat (chat completions, Messages, Responses) or embedding. */
+  /**
+   * Which routes serve it: chat (chat completions, Messages, Responses), embedding, rerank
+   * (rerank and score) or transcription (audio transcriptions and translations).
+   */
   type: ModelType;
   provider: string;
   upstream_model?: string;
@@ -110,6 +115,8 @@ export interface Config {
     host: string;
     port: number;
     max_body_bytes: number;
+    /** The largest whole body of an audio route (multipart: the file and its fields); above it 413. */
+    max_audio_bytes: number;
     /** A request body not complete this long after the request's start is answered 408 and closed (a deadline). */
     body_timeout_ms: number;
     /**

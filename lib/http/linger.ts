@@ -23,7 +23,7 @@ export function bodyUnread(req: IncomingMessage | undefined): req is IncomingMes
  * Writes `body` (the whole answer: its headers are written, Content-Length among them), reads
  * and discards the rest of `req`'s body, then ends the answer.
  */
-export function endAfterBody(res: ServerResponse, req: IncomingMessage, body: string): void {
+export function endAfterBody(res: ServerResponse, req: IncomingMessage, body: string | Buffer): void {
   res.write(body);
   if (res.destroyed) return;
   const bounds = boundsOf(req);

@@ -20,7 +20,7 @@ export function closeIfBodyUnread(res: ServerResponse, headers: Record<string, s
  * connection (see closeIfBodyUnread), after the rest of the body was read (linger.ts), so
  * that a client still sending reads the answer rather than a reset.
  */
-export function sendWhole(res: ServerResponse, status: number, body: string, headers: Record<string, string>): void {
+export function sendWhole(res: ServerResponse, status: number, body: string | Buffer, headers: Record<string, string>): void {
   const req = res.req as IncomingMessage | undefined;
   const unread = bodyUnread(req);
   if (unread) headers.connection = 'close';

@@ -53,10 +53,12 @@ type Grant = Awaited<ReturnType<GatewayState['limits']['admit']>>;
 /**
  * Limits, then credits: the concurrency slot (held to the last byte of the answer, whatever
  * ends it) and the worst-case hold. Undefined when the client left while waiting. Every metered
- * route (generation, embeddings) comes through here.
+ * route (generation, embeddings, rerank, audio) comes through here. `fixed`: a price known
+ * before the call (audio's, by its length), held instead of the tokens' worst case.
  */
 export async function admitAndHold(
   state: GatewayState, ctx: RequestContext, res: ServerResponse, model: ModelConfig, request: ChatRequest, prompt: number,
+  fixed?: bigint,
 ): Promise<Admitted | undefined> {
   const principal = ctx.principal!;
   const budget = chainBudgetMs(state.targets(model));
@@ -66,7 +68,7 @@ export async function admitAndHold(
   // The store's hold records the key's use at a time no earlier than this.
   const asked = Date.now();
   // Billing has its own id: x-request-id may come from the client, and must not collide.
-  const holdNow = () => hold(state.store, principal, randomUUID(), model, request, prompt, ttl, state.openMode);
+  const holdNow = () => hold(state.store, principal, randomUUID(), model, request, prompt, ttl, state.openMode, fixed);
   // Where the limits had ample room at this principal's last request, the hold goes out with
   // them (one round trip to the store); a refusal by the limits then releases it at once.
   const early = state.limits.roomy(principal)

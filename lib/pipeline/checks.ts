@@ -2,7 +2,7 @@
 // the context window, and whether the model's provider can serve the request at all. They run
 // before anything is held or sent upstream.
 
-import type { ModelConfig } from '../config/types.js';
+import type { ModelConfig, ModelType } from '../config/types.js';
 import { GatewayError } from '../errors.js';
 import { countUpTo, imageCost, promptParts } from '../tokens/count.js';
 import type { TokenizerSpec } from '../config/types.js';
@@ -98,9 +98,19 @@ export function checkProvider(targets: readonly Target[], req: ChatRequest, mode
 }
 
 /** A route serves one model type: chat models generate, embedding models embed. */
-export function checkModelType(model: ModelConfig, type: ModelConfig['type']): void {
+/** The routes that serve each model type, as a wrong-route refusal names them. */
+const ROUTES_OF: Record<ModelType, string> = {
+  chat: 'a chat route (chat completions, Messages, Responses)',
+  embedding: 'POST /v1/embeddings',
+  rerank: 'POST /v1/rerank or POST /v1/score',
+  transcription: 'POST /v1/audio/transcriptions or POST /v1/audio/translations',
+};
+
+/** A route serves models of one type: any other -> 400 unsupported_value, param model. */
+export function checkModelType(model: ModelConfig, type: ModelType): void {
   if (model.type === type) return;
+  const a = /^[aeiou]/.test(model.type) ? 'an' : 'a';
   throw new GatewayError('unsupported_value',
-    `The model '${model.id}' is ${model.type === 'embedding' ? 'an embedding' : 'a chat'} model; ${type === 'embedding' ? 'use a chat route for it' : 'use POST /v1/embeddings for it'}.`,
+    `The model '${model.id}' is ${a} ${model.type} model; use ${ROUTES_OF[model.type]} for it.`,
     { param: 'model' });
 }

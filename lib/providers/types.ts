@@ -111,6 +111,49 @@ export interface EmbedResult {
   headers: Record<string, string>;
 }
 
+/**
+ * A rerank (POST /v1/rerank: one query against documents) or a score (POST /v1/score: text
+ * pairs) request of a `type: rerank` model.
+ */
+export interface RerankInput {
+  route: 'rerank' | 'score';
+  /** The client's body: an upstream that serves the route natively gets its fields as sent. */
+  body: Readonly<Record<string, unknown>>;
+  /** The pairs scored, in order: rerank's (query, documents[i]), score's (text_1[i], text_2[i]). */
+  pairs: ReadonlyArray<readonly [string, string]>;
+  /** Rerank only: the most results the client wants back (all when undefined). */
+  topN: number | undefined;
+}
+
+export interface RerankResult {
+  /** Scores by pair index: every pair's for score, rerank's best top_n at least. */
+  scores: ReadonlyArray<{ index: number; score: number }>;
+  /** The upstream's count (usage.total_tokens, else prompt_tokens); undefined: the gateway counts. */
+  totalTokens: number | undefined;
+  headers: Record<string, string>;
+}
+
+/** The audio answer formats of OpenAI's transcriptions and translations. */
+export type AudioFormat = 'json' | 'text' | 'verbose_json' | 'srt' | 'vtt';
+
+/** A transcription or translation (multipart POST /v1/audio/...) of a `type: transcription` model. */
+export interface TranscribeInput {
+  task: 'transcriptions' | 'translations';
+  /** The form's text fields in order, as sent (`model` among them: a provider rewrites it). */
+  fields: ReadonlyArray<readonly [string, string]>;
+  file: { field: string; filename: string; contentType: string; data: Buffer };
+  responseFormat: AudioFormat;
+  /** The audio's length as the gateway measured it (what the request is charged for). */
+  seconds: number;
+}
+
+export interface TranscribeResult {
+  /** The answer as the client gets it, in `responseFormat`. */
+  body: Buffer;
+  contentType: string;
+  headers: Record<string, string>;
+}
+
 /** A model an upstream lists (GET {base_url}/models). */
 export interface DiscoveredModel {
   id: string;
@@ -142,6 +185,16 @@ export interface Provider {
    * `type: embedding` model (the config check refuses one). Throws GatewayError on any failure.
    */
   embed?(call: ProviderCall, input: EmbedInput): Promise<EmbedResult>;
+  /**
+   * Optional: scores of text pairs (POST /v1/rerank, /v1/score). A provider without it serves
+   * no `type: rerank` model. Throws GatewayError on any failure.
+   */
+  rerank?(call: ProviderCall, input: RerankInput): Promise<RerankResult>;
+  /**
+   * Optional: a transcription or translation of audio (POST /v1/audio/...). A provider without
+   * it serves no `type: transcription` model. Throws GatewayError on any failure.
+   */
+  transcribe?(call: ProviderCall, input: TranscribeInput): Promise<TranscribeResult>;
   /** The upstream's own model list, for `discover_models`. */
   discover?(signal: AbortSignal): Promise<DiscoveredModel[]>;
   /** The upstream's own token count of `text` (vLLM's and llama.cpp's POST /tokenize). */

@@ -1,8 +1,8 @@
 // The /v1 route table: which paths exist, the methods each takes, the dialect whose error shape
 // a path's answers take, and which handler serves it. Metered routes (generations, embeddings,
-// token counts) count toward requests_per_minute, and one refused for its content spends a
-// request all the same (pipeline/admit.ts refusalSpends); model lists and stored responses do
-// not.
+// rerank and score, audio, token counts) count toward requests_per_minute, and one refused for
+// its content spends a request all the same (pipeline/admit.ts refusalSpends); model lists and
+// stored responses do not.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { chatDialect } from '../dialects/chat/index.js';
@@ -16,12 +16,16 @@ import { refusalSpends } from '../pipeline/admit.js';
 import type { RequestContext } from '../pipeline/context.js';
 import { handleGeneration } from '../pipeline/generate.js';
 import type { GatewayState } from '../state.js';
+import { serveAudio } from './audio.js';
 import { serveCountTokens } from './count-tokens.js';
 import { serveEmbeddings } from './embeddings.js';
 import { serveModels } from './models.js';
+import { serveRerank } from './rerank.js';
 import { serveStoredResponse } from './stored-responses.js';
 
-export type V1Route = 'chat' | 'completions' | 'messages' | 'messages_count_tokens' | 'responses' | 'response' | 'embeddings' | 'models' | 'model' | 'unknown';
+export type V1Route =
+  | 'chat' | 'completions' | 'messages' | 'messages_count_tokens' | 'responses' | 'response' | 'embeddings' | 'rerank' | 'score'
+  | 'audio_transcriptions' | 'audio_translations' | 'models' | 'model' | 'unknown';
 
 export function v1Route(path: string): V1Route {
   if (path === '/v1/chat/completions') return 'chat';
@@ -30,6 +34,10 @@ export function v1Route(path: string): V1Route {
   if (path === '/v1/messages/count_tokens') return 'messages_count_tokens';
   if (path === '/v1/responses') return 'responses';
   if (path === '/v1/embeddings') return 'embeddings';
+  if (path === '/v1/rerank') return 'rerank';
+  if (path === '/v1/score') return 'score';
+  if (path === '/v1/audio/transcriptions') return 'audio_transcriptions';
+  if (path === '/v1/audio/translations') return 'audio_translations';
   if (path.startsWith('/v1/responses/') && path.length > 14 && path.indexOf('/', 14) === -1) return 'response';
   if (path === '/v1/models') return 'models';
   if (path.startsWith('/v1/models/') && path.length > 11) return 'model';
@@ -44,6 +52,7 @@ export function dialectOf(path: string): Dialect | undefined {
 
 export const ALLOW: Record<V1Route, string> = {
   chat: 'POST', completions: 'POST', messages: 'POST', messages_count_tokens: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST',
+  rerank: 'POST', score: 'POST', audio_transcriptions: 'POST', audio_translations: 'POST',
   models: 'GET, HEAD', model: 'GET, HEAD', unknown: '',
 };
 
@@ -70,7 +79,7 @@ export async function serveV1(state: GatewayState, metrics: Metrics, ctx: Reques
   }
 }
 
-/** The routes that count toward requests_per_minute (generations, embeddings, token counts). */
+/** The routes that count toward requests_per_minute (generations, embeddings, rerank, score, audio, token counts). */
 async function metered(state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const route = ctx.route;
   if (route === 'chat') {
@@ -83,6 +92,9 @@ async function metered(state: GatewayState, metrics: Metrics, ctx: RequestContex
     ctx.dialect = responsesDialect;
     await handleGeneration(responsesDialect, state, metrics, ctx, req, res);
   } else if (route === 'embeddings') await serveEmbeddings(state, metrics, ctx, req, res);
+  else if (route === 'rerank' || route === 'score') await serveRerank(route, state, metrics, ctx, req, res);
+  else if (route === 'audio_transcriptions') await serveAudio('transcriptions', state, metrics, ctx, req, res);
+  else if (route === 'audio_translations') await serveAudio('translations', state, metrics, ctx, req, res);
   else if (route === 'messages') await handleGeneration(messagesDialect, state, metrics, ctx, req, res);
   else await serveCountTokens(state, ctx, req, res);
 }

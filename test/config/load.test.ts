@@ -58,6 +58,7 @@ const EMPTY_DEFAULTS = {
     host: '127.0.0.1',
     port: 8080,
     max_body_bytes: 41943040,
+    max_audio_bytes: 26214400,
     body_timeout_ms: 30000,
     max_connections_per_ip: 256,
     drain_timeout_ms: 30000,
@@ -100,6 +101,7 @@ t.test('an empty file is every default', async (t) => {
   t.equal(c.service.key_prefix, 'tg');
   t.equal(c.server.port, 8080);
   t.equal(c.server.max_body_bytes, 41943040);
+  t.equal(c.server.max_audio_bytes, 26214400);
   t.equal(c.server.drain_timeout_ms, 30000);
   t.equal(c.server.body_timeout_ms, 30000);
   t.equal(c.server.sse_keepalive_ms, 15000);
@@ -471,7 +473,7 @@ t.test('the shipped config and the CONTRACT example load', async (t) => {
   const shipped: Config = await loadConfigFile(SHIPPED, {});
   t.equal(shipped.server.port, 8080);
   t.equal(shipped.server.host, '127.0.0.1');
-  t.strictSame(shipped.models.map((m) => m.id), ['echo-small', 'echo-vision', 'echo-embed']);
+  t.strictSame(shipped.models.map((m) => m.id), ['echo-small', 'echo-vision', 'echo-embed', 'echo-rerank', 'echo-whisper']);
   t.equal((await loadConfigFile(SHIPPED, { TOLLGATE_PORT: '0', TOLLGATE_HOST: '0.0.0.0' })).server.port, 0);
 
   const example = await loadConfigFile(CONTRACT_EXAMPLE, { TOLLGATE_ADMIN_TOKEN: 'adm', JWT_SECRET: 'jwt-s' });

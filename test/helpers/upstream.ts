@@ -11,6 +11,8 @@ export interface SeenRequest {
   url: string;
   headers: IncomingMessage['headers'];
   body: any;
+  /** The body's bytes as received (a multipart body's file is binary). */
+  raw: Buffer;
   /** Set when the client closed the connection before the answer ended. */
   aborted: boolean;
   abortedAt?: number;
@@ -34,10 +36,11 @@ export async function startUpstream(script: Script): Promise<FakeUpstream> {
   const server: Server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
-    const raw = Buffer.concat(chunks).toString();
+    const bytes = Buffer.concat(chunks);
+    const raw = bytes.toString();
     let body: any = raw;
     try { body = JSON.parse(raw); } catch { /* not JSON */ }
-    const seen: SeenRequest = { method: req.method!, url: req.url!, headers: req.headers, body, aborted: false };
+    const seen: SeenRequest = { method: req.method!, url: req.url!, headers: req.headers, body, raw: bytes, aborted: false };
     requests.push(seen);
     res.on('close', () => {
       if (!res.writableFinished) { seen.aborted = true; seen.abortedAt = Date.now(); }

@@ -151,5 +151,5 @@ t.test('config: an embedding model on anthropic is refused', async (t) => {
   c.models.push({ id: 'e', type: 'embedding', provider: 'ant' });
   t.throws(() => validateConfig(c), /models\[2\]\.provider: provider "ant" is anthropic, which has no embeddings/);
   c.models[2] = { id: 'e', type: 'vector', provider: 'echo' };
-  t.throws(() => validateConfig(c), /models\[2\]\.type: must be chat or embedding/);
+  t.throws(() => validateConfig(c), /models\[2\]\.type: must be chat, embedding, rerank or transcription/);
 });

@@ -1,6 +1,6 @@
 // The built-in `echo` provider: answers with the last user message, word by word when
-// streaming, with real token counts (plain-text completions: completions.ts). The out-of-the-box
-// upstream and an operator's smoke test.
+// streaming, with real token counts (plain-text completions: completions.ts); embeds, scores and
+// transcribes deterministically. The out-of-the-box upstream and an operator's smoke test.
 
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -11,7 +11,8 @@ import { countUpTo, promptParts } from '../../tokens/count.js';
 import { Fleet } from '../../upstream/balance/index.js';
 import { plainAnswers, plainChoices, plainParts } from './completions.js';
 import { echoWords } from './words.js';
-import type { CompletionResult, EmbedInput, EmbedResult, Provider, ProviderCall, StreamPart, UpstreamStream } from '../types.js';
+import { echoTranscript } from './transcript.js';
+import type { CompletionResult, EmbedInput, EmbedResult, Provider, ProviderCall, RerankInput, RerankResult, StreamPart, TranscribeInput, TranscribeResult, UpstreamStream } from '../types.js';
 
 function lastUserText(messages: readonly ChatMessage[]): string {
   for (let i = messages.length - 1; i >= 0; i--) {
@@ -46,6 +47,17 @@ export function echoVector(model: string, input: string | number[], dimensions: 
   const scale = norm === 0 ? 0 : 1 / Math.sqrt(norm);
   for (let i = 0; i < dimensions; i++) v[i] = v[i]! * scale;
   return v;
+}
+
+/** Shared words over all words of two texts (0 when neither has any): a deterministic relevance. */
+export function overlap(a: string, b: string): number {
+  const words = (t: string) => new Set(t.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []);
+  const x = words(a);
+  const y = words(b);
+  let shared = 0;
+  for (const w of x) if (y.has(w)) shared++;
+  const all = x.size + y.size - shared;
+  return all === 0 ? 0 : shared / all;
 }
 
 interface Answer { words: string[]; finish: FinishReason; usage: Usage }
@@ -128,6 +140,28 @@ export class EchoProvider implements Provider {
     for (const x of e.input) tokens += typeof x === 'string' ? await countUpTo(call.model.tokenizer, [x], 0, Infinity) : x.length;
     const dims = e.dimensions ?? ECHO_DIMENSIONS;
     return { vectors: e.input.map((x) => echoVector(call.upstreamModel, x, dims)), promptTokens: tokens, headers: {} };
+  }
+
+  /**
+   * Scores each pair by the overlap of its words (Jaccard: shared / all, lowercased), so that a
+   * document sharing the query's words ranks first; tokens as the gateway counts them.
+   */
+  async rerank(call: ProviderCall, r: RerankInput): Promise<RerankResult> {
+    const counts = new Map<string, number>();
+    let tokens = 0;
+    for (const pair of r.pairs) {
+      for (const x of pair) {
+        let n = counts.get(x);
+        if (n === undefined) counts.set(x, n = await countUpTo(call.model.tokenizer, [x], 0, Infinity));
+        tokens += n;
+      }
+    }
+    return { scores: r.pairs.map(([a, b], index) => ({ index, score: overlap(a, b) })), totalTokens: tokens, headers: {} };
+  }
+
+  /** A transcript in the format asked for: the form's prompt, else the audio's length (./transcript.ts). */
+  async transcribe(_call: ProviderCall, a: TranscribeInput): Promise<TranscribeResult> {
+    return echoTranscript(a);
   }
 
   async close(): Promise<void> {}

@@ -11,9 +11,11 @@ import type { SseEvent } from '../../sse/parser.js';
 import { readCapped, transportError, type UpstreamEndpoint } from '../../upstream/http.js';
 import { HttpProvider, type StreamTranslator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
-import { withCallHeaders, type DiscoveredModel, type EmbedInput, type EmbedResult, type ProviderCall, type StreamPart } from '../types.js';
+import { withCallHeaders, type DiscoveredModel, type EmbedInput, type EmbedResult, type ProviderCall, type RerankInput, type RerankResult, type TranscribeInput, type TranscribeResult, type StreamPart } from '../types.js';
 import { embedOpenAI } from './embed.js';
 import { completionsAnswer, completionsBody, CompletionsTranslator, isCompletions } from './completions.js';
+import { rerankOpenAI } from './rerank.js';
+import { transcribeOpenAI } from './audio.js';
 import { isLlamaCppProps, normalizeChunk, verboseStoppingWord, normalizeCompletion, parseLlamaCppContext, parseModelList, parseTokenizeCount, type TextChunkMemo } from './translate.js';
 import { hasStop } from '../shared.js';
 
@@ -142,6 +144,14 @@ export class OpenAIProvider extends HttpProvider {
 
   embed(call: ProviderCall, input: EmbedInput): Promise<EmbedResult> {
     return embedOpenAI(this.endpointOf(call), withCallHeaders(this.headers, call), this.name, call, input);
+  }
+
+  rerank(call: ProviderCall, input: RerankInput): Promise<RerankResult> {
+    return rerankOpenAI(this.endpointOf(call), withCallHeaders(this.headers, call), this.name, call, input);
+  }
+
+  transcribe(call: ProviderCall, input: TranscribeInput): Promise<TranscribeResult> {
+    return transcribeOpenAI(this.endpointOf(call), withCallHeaders(this.headers, call), this.name, call, input);
   }
 
   async discover(signal: AbortSignal): Promise<DiscoveredModel[]> {

@@ -1,0 +1,62 @@
+// POST {base_url}/rerank and {base_url}/score on a server that serves them (vLLM, and the
+// Jina/Cohere-shaped rerank of TEI and llama.cpp's server): the client's body passed as sent
+// with its model rewritten, and the answer's scores read back, each checked against the request.
+
+import type { Dispatcher } from 'undici';
+import { GatewayError } from '../../errors.js';
+import { forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint } from '../../upstream/http.js';
+import { isObj, mapErrorBody, parseJson, tokenCount } from '../shared.js';
+import type { ProviderCall, RerankInput, RerankResult } from '../types.js';
+
+/** Largest answer read: 2048 scores with their documents echoed back fit. */
+const MAX_ANSWER_BYTES = 64 * 1024 * 1024;
+
+function invalid(route: string): GatewayError {
+  return new GatewayError('provider_error', `The model provider sent an invalid ${route} answer.`);
+}
+
+export async function rerankOpenAI(
+  endpoint: UpstreamEndpoint, headers: Record<string, string>, provider: string, call: ProviderCall, r: RerankInput,
+): Promise<RerankResult> {
+  // Fields as sent, in their order; only the model is the upstream's.
+  const body = JSON.stringify({ ...r.body, model: call.upstreamModel });
+  let res: Dispatcher.ResponseData;
+  try {
+    res = await endpoint.pool.request({ method: 'POST', path: `${endpoint.basePath}/${r.route}`, headers, body, signal: call.signal });
+  } catch (err) {
+    throw transportError(err, call.signal, provider);
+  }
+  if (res.statusCode === 429 || res.statusCode === 503) {
+    void readCapped(res.body, 0);
+    throw unavailable(res.headers, provider, res.statusCode);
+  }
+  let text: string;
+  try {
+    text = await readCapped(res.body, res.statusCode >= 200 && res.statusCode <= 299 ? MAX_ANSWER_BYTES : 65536);
+  } catch (err) {
+    throw transportError(err, call.signal, provider);
+  }
+  if (res.statusCode < 200 || res.statusCode > 299) throw mapErrorBody(res.statusCode, text, call, provider);
+  const answer = parseJson(text);
+  // rerank: results [{index, relevance_score}]; score: data [{index, score}].
+  const list = isObj(answer) ? (r.route === 'rerank' ? answer.results : answer.data) : undefined;
+  if (!Array.isArray(list)) throw invalid(r.route);
+  const seen = new Set<number>();
+  const scores: { index: number; score: number }[] = [];
+  for (const item of list) {
+    const index = isObj(item) ? item.index : undefined;
+    const score = isObj(item) ? (r.route === 'rerank' ? item.relevance_score : item.score) : undefined;
+    if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index >= r.pairs.length || seen.has(index) ||
+      typeof score !== 'number' || !Number.isFinite(score)) {
+      throw invalid(r.route);
+    }
+    seen.add(index);
+    scores.push({ index, score });
+  }
+  // A score answers every pair; a rerank at least its top_n (all, without one).
+  const wanted = r.route === 'score' ? r.pairs.length : Math.min(r.topN ?? r.pairs.length, r.pairs.length);
+  if (scores.length < wanted) throw new GatewayError('provider_error', `The model provider sent fewer ${r.route} results than asked for.`);
+  const usage = isObj(answer) && isObj(answer.usage) ? answer.usage : undefined;
+  const totalTokens = usage === undefined ? undefined : tokenCount(usage.total_tokens) ?? tokenCount(usage.prompt_tokens);
+  return { scores, totalTokens, headers: forwardedHeaders(res.headers) };
+}
