@@ -185,3 +185,21 @@ t.test('with no queue (queue: null) a full fleet is skipped as before', async (t
   f.hold[0]!.release();
   t.equal((await first).status, 200);
 });
+
+t.test('a wait does not eat the provider\'s timeout_ms: the target\'s time starts once it has a replica', async (t) => {
+  // timeout_ms 2000 (startFleet): 1.2 s queued, then 1.2 s upstream, is still answered.
+  const f = await queued(t, { queue: { max_wait_ms: 1500 } });
+  const first = postChat(f.gw.url, ask('busy'));
+  t.ok(await until(() => f.hold[0]!.waiting() === 1));
+  const waiting = postChat(f.gw.url, ask('patient'), authHeaders(FLOOD));
+  t.ok(await until(async () => (await queuedNow(f)) === 1));
+  await new Promise((r) => setTimeout(r, 1200));
+  f.hold[0]!.release();
+  t.ok(await until(() => f.hold[0]!.waiting() === 1));
+  await new Promise((r) => setTimeout(r, 1200));
+  f.hold[0]!.release();
+  t.equal((await first).status, 200);
+  const res = await waiting;
+  t.equal(res.status, 200, `answered after ${res.headers['x-tollgate-queue-ms']} ms queued`);
+  t.ok(Number(res.headers['x-tollgate-queue-ms']) >= 1100);
+});
