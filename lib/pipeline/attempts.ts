@@ -127,22 +127,21 @@ export class Attempts {
     const plan = principal?.plan;
     const fairness = queue.config.fairness;
     const res = this.#res;
-    const ac = new AbortController();
-    const onClose = () => { if (!res.writableFinished) ac.abort(CLIENT_GONE); };
+    const waiting = queue.wait({
+      flow: principal === undefined || fairness === 'none' ? '' : fairness === 'key' ? principal.credentialId : principal.accountId,
+      priority: plan?.priority ?? 'normal',
+      weight: plan?.fair_weight ?? 1,
+      cost: this.prompt + (this.request.maxOutputTokens ?? this.model.max_output_tokens),
+      home: fleet.home(this.#key),
+      pick: () => fleet.pick(this.#key, this.#tried),
+      waitMs: Math.min(queue.config.max_wait_ms, this.#deadline - performance.now()),
+    });
+    const onClose = () => { if (!res.writableFinished) waiting.leave(); };
     res.on('close', onClose);
-    if (res.destroyed) ac.abort(CLIENT_GONE);
+    if (res.destroyed) waiting.leave();
     let result;
     try {
-      result = await queue.wait({
-        flow: principal === undefined || fairness === 'none' ? '' : fairness === 'key' ? principal.credentialId : principal.accountId,
-        priority: plan?.priority ?? 'normal',
-        weight: plan?.fair_weight ?? 1,
-        cost: this.prompt + (this.request.maxOutputTokens ?? this.model.max_output_tokens),
-        home: fleet.home(this.#key),
-        pick: () => fleet.pick(this.#key, this.#tried),
-        waitMs: Math.min(queue.config.max_wait_ms, this.#deadline - performance.now()),
-        signal: ac.signal,
-      });
+      result = await waiting.result;
     } finally {
       res.off('close', onClose);
     }

@@ -17,6 +17,7 @@ const POLL_MS = 100;
 export const AFFINITY_WAIT_MS = 200;
 /** How many just behind the first are looked at for one whose home is free. */
 const NEAR = 6;
+const noop = (): void => undefined;
 /** Bounds of a refusal's Retry-After. */
 const MAX_RETRY_MS = 300_000;
 
@@ -40,16 +41,20 @@ export interface WaitRequest {
   pick: () => Replica | undefined;
   /** At most this long (ms). */
   waitMs: number;
-  /** Aborted when the client leaves. */
-  signal: AbortSignal;
+}
+
+/** A request in the queue: how its wait ends, and leave() for a client that goes meanwhile. */
+export interface Waiting {
+  readonly result: Promise<WaitResult>;
+  /** The client left: out of the queue at once ({gone}); nothing once the wait has ended. */
+  leave(): void;
 }
 
 interface Waiter extends QueueEntry {
   readonly request: WaitRequest;
   readonly since: number;
   timer: NodeJS.Timeout | undefined;
-  onAbort: (() => void) | undefined;
-  done: (result: WaitResult) => void;
+  done: ((result: WaitResult) => void) | undefined;
 }
 
 export class ProviderQueue {
@@ -84,36 +89,39 @@ export class ProviderQueue {
 
   /**
    * Waits for a replica. Refused at once when max_queued are waiting; after `waitMs`
-   * (max_wait_ms, or less when the request's deadline is nearer) with 'timeout'.
+   * (max_wait_ms, or less when the request's deadline is nearer) with 'timeout'. No
+   * AbortSignal: an EventTarget listener per request costs more than the queue itself.
    */
-  wait(request: WaitRequest): Promise<WaitResult> {
-    if (request.signal.aborted) return Promise.resolve({ gone: true, waitedMs: 0 });
+  wait(request: WaitRequest): Waiting {
     if (this.#fair.size >= this.config.max_queued) {
       this.refused++;
-      return Promise.resolve({ refused: 'full', retryMs: this.retryAfterMs(), waitedMs: 0 });
+      return { result: Promise.resolve({ refused: 'full', retryMs: this.retryAfterMs(), waitedMs: 0 }), leave: noop };
     }
-    return new Promise<WaitResult>((resolve) => {
-      const w: Waiter = {
-        flow: request.flow, priority: request.priority, cost: Math.max(1, request.cost), weight: request.weight,
-        start: 0, finish: 0, seq: 0, index: -1, request, since: performance.now(), timer: undefined, onAbort: undefined, done: resolve,
-      };
-      w.timer = setTimeout(() => {
-        this.#leave(w);
-        this.refused++;
-        resolve({ refused: 'timeout', retryMs: this.retryAfterMs(), waitedMs: performance.now() - w.since });
-      }, Math.max(0, request.waitMs));
-      w.onAbort = () => {
+    let resolve!: (result: WaitResult) => void;
+    const result = new Promise<WaitResult>((r) => { resolve = r; });
+    const w: Waiter = {
+      flow: request.flow, priority: request.priority, cost: Math.max(1, request.cost), weight: request.weight,
+      start: 0, finish: 0, seq: 0, index: -1, request, since: performance.now(), timer: undefined, done: resolve,
+    };
+    w.timer = setTimeout(() => {
+      this.#leave(w);
+      this.refused++;
+      resolve({ refused: 'timeout', retryMs: this.retryAfterMs(), waitedMs: performance.now() - w.since });
+    }, Math.max(0, request.waitMs));
+    this.#fair.push(w);
+    if (this.#poll === undefined) {
+      this.#poll = setInterval(() => this.drain(), POLL_MS);
+      this.#poll.unref();
+    }
+    this.drain();
+    return {
+      result,
+      leave: () => {
+        if (w.done === undefined) return;
         this.#leave(w);
         resolve({ gone: true, waitedMs: performance.now() - w.since });
-      };
-      request.signal.addEventListener('abort', w.onAbort, { once: true });
-      this.#fair.push(w);
-      if (this.#poll === undefined) {
-        this.#poll = setInterval(() => this.drain(), POLL_MS);
-        this.#poll.unref();
-      }
-      this.drain();
-    });
+      },
+    };
   }
 
   /** Sends waiting requests to replicas while some replica may take the next in line. */
@@ -139,7 +147,9 @@ export class ProviderQueue {
       }
       this.#lastDispatch = now;
       this.dispatched++;
-      chosen.done({ slot: { replica, token: replica.begin() }, waitedMs: now - chosen.since });
+      const done = chosen.done!;
+      chosen.done = undefined;
+      done({ slot: { replica, token: replica.begin() }, waitedMs: now - chosen.since });
     }
     this.#idle();
   }
@@ -165,12 +175,12 @@ export class ProviderQueue {
   #leave(w: Waiter): void {
     this.#fair.drop(w);
     this.#settle(w);
+    w.done = undefined;
     this.#idle();
   }
 
   #settle(w: Waiter): void {
     clearTimeout(w.timer);
-    if (w.onAbort !== undefined) w.request.signal.removeEventListener('abort', w.onAbort);
   }
 
   #idle(): void {
