@@ -58,6 +58,7 @@ export const ERROR_CODES = Object.freeze({
   internal_error: 500,
   provider_error: 502,
   model_unavailable: 503,
+  model_overloaded: 503,
   service_unavailable: 503,
   provider_timeout: 504,
 } as const);

@@ -18,6 +18,18 @@
 // same stream; throughput counts the requests finished within the measured time, TTFT is taken
 // of every request begun in it.
 //
+//   (c) overload (issue #31): a batch tenant of FLEET_BATCH_CLIENTS closed-loop clients (4x the
+//       fleet's FLEET_REPLICAS x FLEET_MAX_SEQS sequences by default; prompts of
+//       FLEET_BATCH_PROMPT_TOKENS, answers of FLEET_BATCH_OUTPUT_TOKENS) and an interactive tenant
+//       sending FLEET_INTERACTIVE_RPS requests a second (prompts of FLEET_INTERACTIVE_PROMPT_TOKENS,
+//       answers of FLEET_INTERACTIVE_OUTPUT_TOKENS), least_outstanding; run four ways: idle (the
+//       interactive tenant alone), no queue, the queue with fairness (max_outstanding =
+//       FLEET_MAX_SEQS, fairness: account), and the queue with fairness and priority (the
+//       interactive plan priority: high). Reported: the interactive p50/p90 TTFT and its ratio
+//       to idle, the batch tenant's throughput, the fleet's (all requests) and its utilisation
+//       (sequence-time run over the replicas' capacity, in the measured window); and the queue's
+//       CPU per request with 1,000 waiting. FLEET_WORKLOADS picks workloads (default all three).
+//
 // Every request streams; time to first token is taken at the client (first body byte: the
 // gateway sends nothing before the first token). For each workload and policy: throughput
 // (requests per second of wall time), p50/p90 time to first token, and the servers' prefix
@@ -32,7 +44,10 @@
 // FLEET_UNIQUE_CLIENTS (32), FLEET_UNIQUE_TOKENS (600), FLEET_UNIQUE_SECONDS (8),
 // FLEET_OUTPUT_TOKENS (16); per simulated replica FLEET_MAX_SEQS (16), FLEET_PREFILL_US (400 per
 // uncached prompt token), FLEET_DECODE_MS (10 per output token), FLEET_CACHE_TOKENS (48000);
-// FLEET_OUT.
+// FLEET_OUT; for (c): FLEET_BATCH_CLIENTS (4 x replicas x max seqs), FLEET_BATCH_PROMPT_TOKENS (20),
+// FLEET_BATCH_OUTPUT_TOKENS (64), FLEET_INTERACTIVE_RPS (10), FLEET_INTERACTIVE_PROMPT_TOKENS
+// (300), FLEET_INTERACTIVE_OUTPUT_TOKENS (16), FLEET_OVERLOAD_WARMUP_SECONDS (4),
+// FLEET_OVERLOAD_SECONDS (10).
 
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -40,6 +55,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort, log, startGateway, startNodeScript, stopAll, stopChild } from '../procs.js';
 import { conversations, runWorkload, uniquePrompts } from './workload.mjs';
+import { measureQueueCpu, runOverload } from './overload.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const OUT = resolve(process.env.FLEET_OUT || join(ROOT, 'bench', 'fleet-results.json'));
@@ -59,8 +75,58 @@ const LOAD = {
   uniqueClients: env('FLEET_UNIQUE_CLIENTS', 32), uniqueTokens: env('FLEET_UNIQUE_TOKENS', 600), uniqueSeconds: env('FLEET_UNIQUE_SECONDS', 8),
   outputTokens: env('FLEET_OUTPUT_TOKENS', 16),
 };
+const OVERLOAD = {
+  batchClients: env('FLEET_BATCH_CLIENTS', 4 * REPLICAS * SIM.maxSeqs), batchPromptTokens: env('FLEET_BATCH_PROMPT_TOKENS', 20),
+  batchOutputTokens: env('FLEET_BATCH_OUTPUT_TOKENS', 64), interactiveRps: env('FLEET_INTERACTIVE_RPS', 10),
+  interactivePromptTokens: env('FLEET_INTERACTIVE_PROMPT_TOKENS', 300), interactiveOutputTokens: env('FLEET_INTERACTIVE_OUTPUT_TOKENS', 16),
+  warmup: env('FLEET_OVERLOAD_WARMUP_SECONDS', 4), seconds: env('FLEET_OVERLOAD_SECONDS', 10),
+};
+const WORKLOADS = new Set((process.env.FLEET_WORKLOADS ?? 'conversations,unique,overload').split(',').map((w) => w.trim()));
 const POLICIES = ['round_robin', 'least_outstanding', 'prefix_affinity'];
 const KEY = 'tg_fleetbench_000000000000000000';
+const BATCH_KEY = 'tg_fleetbatch_00000000000000000';
+const INTERACTIVE_KEY = 'tg_fleetinteractive_00000000000';
+/** The overload runs: no batch tenant; no queue; the queue with fairness; and with priority too. */
+const OVERLOAD_RUNS = [
+  { run: 'idle', batch: false, queue: false, priority: false },
+  { run: 'no queue', batch: true, queue: false, priority: false },
+  { run: 'queue, fairness', batch: true, queue: true, priority: false },
+  { run: 'queue, fairness + priority', batch: true, queue: true, priority: true },
+];
+
+function overloadYaml(variant, replicas) {
+  const interactivePlan = variant.priority ? '{ paid: true, requests_per_minute: null, tokens_per_minute: null, max_concurrent: null, priority: high }'
+    : '{ paid: true, requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }';
+  return [
+    // One client process holds more than 256 connections (the default cap per address).
+    'server: { sse_keepalive_ms: 60000, max_connections_per_ip: null }',
+    'store: { kind: memory }',
+    'plans:',
+    '  batch: { paid: true, requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }',
+    `  interactive: ${interactivePlan}`,
+    'accounts:',
+    `  - { id: batch, plan: batch, wallet_units: 1000000000000, keys: [${BATCH_KEY}] }`,
+    `  - { id: interactive, plan: interactive, wallet_units: 1000000000000, keys: [${INTERACTIVE_KEY}] }`,
+    'providers:',
+    '  sim:',
+    '    kind: openai',
+    '    timeout_ms: 120000',
+    '    balance: least_outstanding',
+    '    metrics_interval_ms: 200',
+    ...(variant.queue ? [`    max_outstanding: ${SIM.maxSeqs}`, '    queue: { max_wait_ms: 60000, max_queued: 10000, fairness: account }'] : []),
+    '    targets:',
+    ...replicas.map((r) => `      - { url: ${r.url}/v1, metrics_url: ${r.url}/metrics }`),
+    'models:',
+    '  - { id: sim, provider: sim, context_window: 131072, max_output_tokens: 1024, price: { input_per_mtok: 1, output_per_mtok: 1 } }',
+    '',
+  ].join('\n');
+}
+
+/** Sequence-ms run by every replica so far, and when each was read. */
+async function busy(replicas) {
+  const all = await Promise.all(replicas.map((r) => fetch(`${r.url}/stats`).then((x) => x.json())));
+  return { seqMs: all.reduce((s, x) => s + x.busy_seq_ms, 0), at: performance.now() };
+}
 
 function configYaml(policy, replicas) {
   return [
@@ -114,6 +180,7 @@ async function main() {
     };
     const results = [];
     for (const [workload, { script, warmup, seconds, clients, rampMs }] of Object.entries(workloads)) {
+      if (!WORKLOADS.has(workload)) continue;
       for (const policy of POLICIES) {
         await Promise.all(replicas.map((r) => fetch(`${r.url}/reset`, { method: 'POST' })));
         const configPath = join(dir, `${policy}.yaml`);
@@ -137,10 +204,50 @@ async function main() {
         }
       }
     }
-    const report = summarize(results);
+    const overload = [];
+    let queueCpu;
+    if (WORKLOADS.has('overload')) {
+      for (const variant of OVERLOAD_RUNS) {
+        await Promise.all(replicas.map((r) => fetch(`${r.url}/reset`, { method: 'POST' })));
+        const configPath = join(dir, 'overload.yaml');
+        writeFileSync(configPath, overloadYaml(variant, replicas));
+        const port = await freePort();
+        const gw = await startGateway({
+          root: ROOT, configPath, logPath: join(dir, `gateway-overload-${overload.length}.log`), port, upstream: '', nodeArgs: [], label: `gateway (overload: ${variant.run})`,
+        });
+        const batchClients = variant.batch ? OVERLOAD.batchClients : 0;
+        log(`overload / ${variant.run}: ${batchClients} batch clients, ${OVERLOAD.interactiveRps} interactive req/s, ${OVERLOAD.warmup} s of warm-up, ${OVERLOAD.seconds} s measured`);
+        try {
+          const marks = {};
+          const run = await runOverload({
+            origin: gw.origin, batchKey: BATCH_KEY, interactiveKey: INTERACTIVE_KEY, batchClients, interactiveRps: OVERLOAD.interactiveRps,
+            warmupSeconds: OVERLOAD.warmup, seconds: OVERLOAD.seconds, seed: 0x0dd,
+            batch: { promptTokens: OVERLOAD.batchPromptTokens, outputTokens: OVERLOAD.batchOutputTokens },
+            interactive: { promptTokens: OVERLOAD.interactivePromptTokens, outputTokens: OVERLOAD.interactiveOutputTokens },
+            onWindow: async (edge) => { marks[edge] = await busy(replicas); },
+          });
+          const ttft = [...run.ttftMs].sort((a, b) => a - b);
+          const window = (marks.end.at - marks.start.at) / 1000;
+          overload.push({
+            run: variant.run, interactive_requests: ttft.length, interactive_refused: run.interactiveRefused,
+            interactive_ttft_p50_ms: pct(ttft, 50), interactive_ttft_p90_ms: pct(ttft, 90),
+            batch_rps: run.batchDone / OVERLOAD.seconds, batch_refused: run.batchRefused,
+            fleet_rps: (run.batchDone + run.interactiveDone) / OVERLOAD.seconds,
+            utilisation: (marks.end.seqMs - marks.start.seqMs) / (window * 1000 * REPLICAS * SIM.maxSeqs),
+          });
+        } catch (err) {
+          throw new Error(`overload / ${variant.run}: ${err.message}\n--- gateway log (tail) ---\n${gw.child.output()}`, { cause: err });
+        } finally {
+          await stopChild(gw.child);
+        }
+      }
+      queueCpu = await measureQueueCpu(ROOT, { waiting: 1000 });
+    }
+    const report = summarize(results, overload, queueCpu);
     process.stdout.write(`${report.table}\n\n${report.goals.map((g) => `${g.met ? 'MET ' : 'MISS'} ${g.text}`).join('\n')}\n`);
     writeFileSync(OUT, `${JSON.stringify({
-      at: new Date().toISOString(), seconds: (Date.now() - started) / 1000, replicas: REPLICAS, sim: SIM, load: LOAD, results, goals: report.goals,
+      at: new Date().toISOString(), seconds: (Date.now() - started) / 1000, replicas: REPLICAS, sim: SIM, load: LOAD, overload_load: OVERLOAD,
+      results, overload, queue_cpu: queueCpu, goals: report.goals,
     }, null, 2)}\n`);
     log(`written to ${OUT}`);
   } finally {
@@ -149,7 +256,47 @@ async function main() {
   }
 }
 
-function summarize(results) {
+/** A markdown table: the first `left` columns left-aligned, the rest right-aligned. */
+function table(header, rows, left) {
+  const all = [header, ...rows];
+  const widths = header.map((_, i) => Math.max(...all.map((r) => r[i].length)));
+  const line = (r) => `| ${r.map((c, i) => (i < left ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join(' | ')} |`;
+  const sep = `|${widths.map((w, i) => (i < left ? `:${'-'.repeat(w + 1)}` : `${'-'.repeat(w + 1)}:`)).join('|')}|`;
+  return [line(header), sep, ...rows.map(line)].join('\n');
+}
+
+function summarizeOverload(overload, cpu) {
+  if (overload.length === 0) return { table: '', goals: [] };
+  const by = (run) => overload.find((r) => r.run === run);
+  const idle = by('idle');
+  const rows = overload.map((r) => [
+    r.run, `${Math.round(r.interactive_ttft_p50_ms)}`, `${Math.round(r.interactive_ttft_p90_ms)}`,
+    `${(r.interactive_ttft_p90_ms / idle.interactive_ttft_p90_ms).toFixed(2)}x`, r.batch_rps.toFixed(1), r.fleet_rps.toFixed(1),
+    `${(100 * r.utilisation).toFixed(0)}%`, `${r.batch_refused + r.interactive_refused}`,
+  ]);
+  const header = ['overload run', 'interactive TTFT p50 ms', 'p90 ms', 'p90 vs idle', 'batch req/s', 'fleet req/s', 'utilisation', 'refused'];
+  const none = by('no queue');
+  const queued = by('queue, fairness + priority');
+  const tail = queued.interactive_ttft_p90_ms / idle.interactive_ttft_p90_ms;
+  const kept = queued.fleet_rps / none.fleet_rps;
+  return {
+    table: `${table(header, rows, 1)}\n\nqueue CPU per request with ${cpu.waiting} waiting: ${cpu.cpuUsPerRequest.toFixed(2)} us`,
+    goals: [
+      { text: `(c) interactive p90 TTFT under overload with the queue ${tail.toFixed(2)}x idle (goal <= 1.5x)`, value: tail, met: tail <= 1.5 },
+      { text: `(c) fleet throughput with the queue ${(100 * kept).toFixed(1)}% of without (goal >= 95%)`, value: kept, met: kept >= 0.95 },
+      { text: `(c) queue CPU ${cpu.cpuUsPerRequest.toFixed(2)} us per request at ${cpu.waiting} waiting (goal < 20 us)`, value: cpu.cpuUsPerRequest, met: cpu.cpuUsPerRequest < 20 },
+    ],
+  };
+}
+
+function summarize(results, overload, queueCpu) {
+  const o = summarizeOverload(overload, queueCpu);
+  if (results.length === 0) return o;
+  const p = summarizePolicies(results);
+  return { table: [p.table, o.table].filter((x) => x !== '').join('\n\n'), goals: [...p.goals, ...o.goals] };
+}
+
+function summarizePolicies(results) {
   const by = (w, p) => results.find((r) => r.workload === w && r.policy === p);
   const rows = results.map((r) => [
     r.workload, r.policy, r.throughput_rps.toFixed(1), `${Math.round(r.ttft_p50_ms)}`, `${Math.round(r.ttft_p90_ms)}`,
@@ -162,17 +309,20 @@ function summarize(results) {
   const sep = `|${widths.map((w, i) => (i < 2 ? `:${'-'.repeat(w + 1)}` : `${'-'.repeat(w + 1)}:`)).join('|')}|`;
   const a = { rr: by('conversations', 'round_robin'), pa: by('conversations', 'prefix_affinity') };
   const b = { lo: by('unique', 'least_outstanding'), pa: by('unique', 'prefix_affinity') };
-  const speedup = a.pa.throughput_rps / a.rr.throughput_rps;
-  const tail = a.pa.ttft_p90_ms / a.rr.ttft_p90_ms;
-  const gap = b.pa.throughput_rps / b.lo.throughput_rps - 1;
-  return {
-    table: [line(header), sep, ...rows.map(line)].join('\n'),
-    goals: [
+  const goals = [];
+  if (a.rr !== undefined && a.pa !== undefined) {
+    const speedup = a.pa.throughput_rps / a.rr.throughput_rps;
+    const tail = a.pa.ttft_p90_ms / a.rr.ttft_p90_ms;
+    goals.push(
       { text: `(a) prefix_affinity throughput ${speedup.toFixed(2)}x round_robin's (goal >= 1.4x)`, value: speedup, met: speedup >= 1.4 },
       { text: `(a) prefix_affinity p90 TTFT ${tail.toFixed(2)} of round_robin's (goal <= 0.33)`, value: tail, met: tail <= 1 / 3 },
-      { text: `(b) prefix_affinity throughput ${(100 * gap).toFixed(1)}% from least_outstanding's (goal within 5%)`, value: gap, met: Math.abs(gap) <= 0.05 },
-    ],
-  };
+    );
+  }
+  if (b.lo !== undefined && b.pa !== undefined) {
+    const gap = b.pa.throughput_rps / b.lo.throughput_rps - 1;
+    goals.push({ text: `(b) prefix_affinity throughput ${(100 * gap).toFixed(1)}% from least_outstanding's (goal within 5%)`, value: gap, met: Math.abs(gap) <= 0.05 });
+  }
+  return { table: [line(header), sep, ...rows.map(line)].join('\n'), goals };
 }
 
 main().catch((err) => {

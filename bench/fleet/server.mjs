@@ -11,7 +11,8 @@
 //     prompt token NOT found in the cache. Then DECODE_MS per output token, all running
 //     sequences in parallel. Tokens are taken as 4 characters.
 //   - GET /metrics in vLLM's names (queue, running, KV-cache use, prefix-cache queries and hits);
-//     GET /v1/models for health checks; POST /reset empties the cache and the counters.
+//     GET /v1/models for health checks; POST /reset empties the cache and the counters;
+//     GET /stats the counters and the sequence-milliseconds run so far (busy_seq_ms: utilisation).
 //
 // The answer is a deterministic function of the prompt, so a multi-turn conversation is the
 // same request stream whichever replica serves it.
@@ -49,6 +50,14 @@ let cache = new Map();
 let counters = { queries: 0, hits: 0, requests: 0 };
 const waiting = [];
 let running = 0;
+/** Sequence-milliseconds of running sequences since the last reset, up to `busyAt` (utilisation). */
+let busyMs = 0;
+let busyAt = Date.now();
+function account() {
+  const now = Date.now();
+  busyMs += running * (now - busyAt);
+  busyAt = now;
+}
 let prefillFreeAt = 0;
 
 function fnv(h, text, from, to) {
@@ -110,6 +119,7 @@ function admit() {
   while (running < MAX_SEQS && waiting.length > 0) {
     const job = waiting.shift();
     if (job.gone) continue;
+    account();
     running++;
     job.start();
   }
@@ -191,7 +201,8 @@ const server = createServer(async (req, res) => {
   }
   if (req.method === 'GET' && req.url === '/stats') {
     res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ ...counters, cached_blocks: cache.size, running, waiting: waiting.length }));
+    account();
+    res.end(JSON.stringify({ ...counters, cached_blocks: cache.size, running, waiting: waiting.length, busy_seq_ms: busyMs, max_seqs: MAX_SEQS, at: busyAt }));
     return;
   }
   if (req.method === 'POST' && req.url === '/reset') {
@@ -224,6 +235,7 @@ const server = createServer(async (req, res) => {
   } catch {
     if (!res.destroyed) res.destroy();
   } finally {
+    account();
     running--;
     admit();
   }

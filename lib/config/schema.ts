@@ -47,6 +47,10 @@ const plan = obj({
   requests_per_minute: { ...nullableUint, default: null },
   tokens_per_minute: { ...nullableUint, default: null },
   max_concurrent: { ...nullableUint, default: null },
+  // The queue in front of a full fleet (CONTRACT section 13): its priority band, and its share
+  // within the band against other accounts (or keys) waiting.
+  priority: { enum: ['high', 'normal', 'low'], default: 'normal', 'x-msg': 'must be one of high, normal, low' },
+  fair_weight: { type: 'number', exclusiveMinimum: 0, maximum: 1000000, default: 1, 'x-msg': 'must be a number above 0 and at most 1000000' },
   quotas: obj(
     {
       requests_per_day: { ...nullableUint, default: null },
@@ -131,6 +135,17 @@ const provider = obj(
     affinity_prefix_tokens: { ...posInt, default: 256 },
     metrics_interval_ms: { ...posMs, default: 1000 },
     max_outstanding: { type: ['integer', 'null'], minimum: 1, default: null, 'x-msg': 'must be a positive integer or null' },
+    // Used when max_outstanding is set: requests wait here while every replica is full; null = none wait.
+    queue: {
+      type: ['object', 'null'],
+      additionalProperties: false,
+      default: {},
+      properties: {
+        max_wait_ms: { ...posMs, default: 30000 },
+        max_queued: { ...uint, default: 1000 },
+        fairness: { enum: ['account', 'key', 'none'], default: 'account', 'x-msg': 'must be one of account, key, none' },
+      },
+    },
     outlier: obj(
       { consecutive_failures: { ...posInt, default: 5 }, eject_ms: { ...posMs, default: 30000 } },
       { default: {} },

@@ -16,7 +16,24 @@ export interface PlanConfig {
   requests_per_minute: number | null;
   tokens_per_minute: number | null;
   max_concurrent: number | null;
+  /** The plan's band in a provider's queue (CONTRACT section 13). */
+  priority: QueuePriority;
+  /** Its share within the band, against other accounts (or keys) waiting: tokens served per unit of weight. */
+  fair_weight: number;
   quotas: { requests_per_day: number | null; tokens_per_day: number | null; units_per_month: number | null };
+}
+
+/** Queue bands, served strictly in this order. */
+export type QueuePriority = 'high' | 'normal' | 'low';
+
+/** A provider's queue: used when max_outstanding is set and every replica is at it. */
+export interface QueueConfig {
+  /** A request waiting longer is refused 503 model_overloaded. */
+  max_wait_ms: number;
+  /** A request arriving with this many waiting is refused 503 model_overloaded. */
+  max_queued: number;
+  /** Whose shares are kept fair within a band: accounts, keys, or none (first come, first served). */
+  fairness: 'account' | 'key' | 'none';
 }
 
 export type ProviderKind = 'openai' | 'anthropic' | 'echo';
@@ -66,6 +83,8 @@ export interface ProviderConfig {
   metrics_interval_ms: number;
   /** Requests in flight per replica above which it is skipped; null = no cap. */
   max_outstanding: number | null;
+  /** Where requests wait while every replica is at max_outstanding; null: none wait (the replica is skipped). */
+  queue: QueueConfig | null;
   outlier: { consecutive_failures: number; eject_ms: number };
   /** Active health checks: GET {replica url}{path} every interval_ms; null = none. */
   health_check: { path: string; interval_ms: number } | null;

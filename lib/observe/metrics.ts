@@ -16,6 +16,11 @@ export interface ReplicaFigures {
   healthy(now: number): boolean;
 }
 
+/** What the queue gauge reads of a provider's queue (upstream/balance ProviderQueue). */
+export interface QueueFigures {
+  depth(priority: 'high' | 'normal' | 'low'): number;
+}
+
 export class Metrics {
   readonly registry = new Registry();
   /**
@@ -63,12 +68,32 @@ export class Metrics {
     name: 'tollgate_units_charged_total', help: 'Wallet units debited.', registers: [this.registry],
     collect: () => this.#flush(this.unitsCharged),
   });
-  /** The providers whose replicas the two gauges below show, read when /metrics is scraped. */
-  upstreams: () => Iterable<{ fleet: { readonly replicas: readonly ReplicaFigures[] } }> = () => [];
+  /** The providers whose replicas and queues the gauges below show, read when /metrics is scraped. */
+  upstreams: () => Iterable<{ readonly name: string; fleet: { readonly replicas: readonly ReplicaFigures[]; readonly queue?: QueueFigures | undefined } }> = () => [];
   readonly upstreamOutstanding: Gauge<'target'> = upstreamGauge(this, 'tollgate_upstream_outstanding',
     'Per replica (its URL): requests this instance has in flight on it.', (r) => r.outstanding, (a, b) => a + b);
   readonly upstreamEjected: Gauge<'target'> = upstreamGauge(this, 'tollgate_upstream_ejected',
     'Per replica (its URL): 1 while ejected or failing its health checks, else 0.', (r, now) => (r.healthy(now) ? 0 : 1), Math.max);
+
+  readonly queueDepth: Gauge<'provider' | 'priority'> = new Gauge({
+    name: 'tollgate_queue_depth', help: 'Per provider and priority: requests waiting for a replica with room (CONTRACT section 13).',
+    labelNames: ['provider', 'priority'] as const, registers: [this.registry],
+    collect: () => {
+      this.queueDepth.reset();
+      const seen = new Set<string>();
+      for (const { name, fleet } of this.upstreams()) {
+        const q = fleet.queue;
+        if (q === undefined || seen.has(name)) continue;
+        seen.add(name);
+        for (const priority of ['high', 'normal', 'low'] as const) this.queueDepth.set({ provider: name, priority }, q.depth(priority));
+      }
+    },
+  });
+  readonly queueWait = new Histogram({
+    name: 'tollgate_queue_wait_seconds', help: 'Time requests waited in a provider\'s queue, by how the wait ended: dispatched, refused (model_overloaded), gone (the client left).',
+    labelNames: ['provider', 'outcome'] as const, buckets: LATENCY_BUCKETS, registers: [this.registry],
+  });
+  readonly #queueWaitChildren = new Map<string, Prom.Histogram.Internal<'provider' | 'outcome'>>();
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'tollgate_process_' });
@@ -110,6 +135,14 @@ export class Metrics {
     if (children === undefined) this.#histogramChildren.set(histogram, (children = new Map()));
     let child = children.get(provider);
     if (child === undefined) children.set(provider, (child = histogram.labels(provider)));
+    child.observe(seconds);
+  }
+
+  /** A wait in `provider`'s queue that ended `outcome` after `seconds`. */
+  observeQueueWait(provider: string, outcome: 'dispatched' | 'refused' | 'gone', seconds: number): void {
+    const key = `${provider}|${outcome}`;
+    let child = this.#queueWaitChildren.get(key);
+    if (child === undefined) this.#queueWaitChildren.set(key, (child = this.queueWait.labels(provider, outcome)));
     child.observe(seconds);
   }
 

@@ -34,6 +34,8 @@ export interface SpanOutcome {
   units: number | undefined;
   requestId: string;
   stream: boolean;
+  /** Time waited in a provider's queue (ms), when the request went through one. */
+  queueMs?: number | undefined;
 }
 
 export interface Tracing {
@@ -99,6 +101,7 @@ export async function createTracing(config: Config, logger: Logger): Promise<Tra
           if (o.account !== undefined) attrs['tollgate.account'] = o.account;
           if (o.units !== undefined) attrs['tollgate.units_charged'] = o.units;
           if (o.operation !== undefined) attrs['tollgate.stream'] = o.stream;
+          if (o.queueMs !== undefined) attrs['tollgate.queue_ms'] = Math.round(o.queueMs);
           if (o.code !== '') attrs['error.type'] = o.code;
           span.setAttributes(attrs);
           // GenAI spans are named "{operation} {model}"; other routes keep "METHOD path".

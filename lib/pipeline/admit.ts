@@ -123,11 +123,12 @@ export interface Admitted {
  * The whole attempt chain's time: each target's timeout_ms once. A target's replicas share its
  * timeout (one that stalls leaves no time for another, though one that fails fast does), so a
  * fleet of stalled replicas costs its timeout_ms, not a multiple of it, and each fallback still
- * gets its own.
+ * gets its own. A target behind a queue adds its max_wait_ms: its timeout starts once it has a
+ * replica, and the hold must outlive both.
  */
 function chainBudgetMs(targets: readonly Target[]): number {
   let ms = 0;
-  for (const t of targets) ms += t.provider.config.timeout_ms;
+  for (const t of targets) ms += t.provider.config.timeout_ms + (t.provider.fleet.queue?.config.max_wait_ms ?? 0);
   return ms;
 }
 

@@ -33,7 +33,7 @@ export async function completeAnswer(
   state: GatewayState, metrics: Metrics, attempts: Attempts, charge: Charge, ctx: RequestContext, res: ServerResponse, renderer: Renderer,
 ): Promise<void> {
   for (;;) {
-    const attempt = attempts.next();
+    const attempt = await attempts.next();
     const { target } = attempt;
     try {
       const started = performance.now();
@@ -84,7 +84,8 @@ export async function streamAnswer(
   state: GatewayState, metrics: Metrics, attempts: Attempts, charge: Charge, ctx: RequestContext, res: ServerResponse,
   renderer: Renderer,
 ): Promise<void> {
-  const started = performance.now();
+  // From the first attempt's start: a wait in a provider's queue is not the upstream's time.
+  let started = 0;
   const stopExplains = hasStop({ request: attempts.request });
 
   // Keep-alives run from the moment the first upstream is called: one that is slow to send even
@@ -99,17 +100,23 @@ export async function streamAnswer(
     if (opening !== '') res.write(opening);
     metrics.openStreams.inc();
   };
-  const keepalive = setTimeout(function tick() {
+  // Not while the request waits in a provider's queue (before the stream is committed): a
+  // refusal there is a real 503, and the wait has its own bound (max_wait_ms).
+  const tick = () => {
     if (res.destroyed) return;
     if (!committed) commit();
     res.write(KEEPALIVE_FRAME);
-    keepalive.refresh();
-  }, state.config.server.sse_keepalive_ms);
+    keepalive?.refresh();
+  };
+  let keepalive: NodeJS.Timeout | undefined;
 
   let text = '';
   try {
     for (;;) {
-      const attempt = attempts.next();
+      if (!committed) { clearTimeout(keepalive); keepalive = undefined; }
+      const attempt = await attempts.next();
+      if (started === 0) started = performance.now();
+      keepalive ??= setTimeout(tick, state.config.server.sse_keepalive_ms);
       const { target } = attempt;
       const roleSent: boolean[] = [];
       const held: ChoicesPart[] = [];
@@ -139,7 +146,7 @@ export async function streamAnswer(
               }
               if (part === undefined) {
                 const step = await iterator.next();
-                keepalive.refresh();
+                keepalive?.refresh();
                 if (step.done === true) break;
                 part = step.value;
               }

@@ -1,5 +1,6 @@
 // The attempt chain of one admitted request: its model's targets (provider, then fallbacks) x
-// their replicas x their circuits, within the chain's deadline (./admit.ts).
+// their replicas x their circuits, within the chain's deadline (./admit.ts); where a target's
+// replicas are all full, the wait in its provider's queue (CONTRACT section 13).
 
 import type { ServerResponse } from 'node:http';
 import { GatewayError, retryAfterHeaders } from '../errors.js';
@@ -8,7 +9,7 @@ import { AttemptCall, type ProviderCall } from '../providers/types.js';
 import type { GatewayState, Target } from '../state.js';
 import { CallAbort, TIMEOUT } from '../upstream/abort.js';
 import type { Admission, Outcome } from '../upstream/health.js';
-import { AffinityKey, type Replica } from '../upstream/balance/index.js';
+import { AffinityKey, type Fleet, type ProviderQueue, type Replica, type Slot } from '../upstream/balance/index.js';
 import { isConnectFailure } from '../upstream/http.js';
 import type { ChatRequest, Usage } from '../schema/chat.js';
 import type { ModelConfig } from '../config/types.js';
@@ -22,8 +23,8 @@ const FALLBACK_CODES: ReadonlySet<string> = new Set(['provider_error', 'provider
 /** Replicas of one target a request tries before it moves on to the next target. */
 const MAX_REPLICA_TRIES = 3;
 
-/** One attempt: a target (provider and upstream model), its circuit's admission, a replica. */
-interface Attempt { target: Target; admission: Admission; replica: Replica }
+/** One attempt: a target (provider and upstream model), its circuit's admission, a replica (begun: its token goes back to Fleet.end). */
+interface Attempt { target: Target; admission: Admission; replica: Replica; token: number }
 
 /**
  * Calls a model's targets in order, and within a target its replicas as the provider's
@@ -35,7 +36,9 @@ interface Attempt { target: Target; admission: Admission; replica: Replica }
  * aborted when the client goes. A target's circuit is settled once for all its replicas'
  * attempts. A target whose circuit is open, or whose replicas are all ejected, is skipped;
  * when every one is, the answer is 503 with the time until the first of them may take
- * requests again.
+ * requests again. A target whose provider has a queue and whose replicas are all full (or
+ * that has others waiting already) is waited for there, its timeout_ms counted from the end of
+ * the wait; a wait refused (max_queued, max_wait_ms) ends the request in 503 model_overloaded.
  */
 export class Attempts {
   readonly request: ChatRequest;
@@ -78,15 +81,19 @@ export class Attempts {
   }
 
   /** The next replica of the current target, else of the next target the circuits let through, or the error that ends the request. */
-  next(): Attempt {
+  async next(): Promise<Attempt> {
     for (;;) {
       const current = this.#current;
       if (current !== undefined) {
         const fleet = current.target.provider.fleet;
-        const replica = this.#tried.length < MAX_REPLICA_TRIES && performance.now() < this.#targetEnd ? fleet.pick(this.#key, this.#tried) : undefined;
-        if (replica !== undefined) {
-          this.#tried.push(replica);
-          return { target: current.target, admission: current.admission, replica };
+        const open = this.#tried.length < MAX_REPLICA_TRIES && performance.now() < this.#targetEnd;
+        // A target's first attempt queues behind those already waiting, or when every replica is full.
+        const queue = open && this.#tried.length === 0 ? fleet.queue : undefined;
+        let slot = open && !(queue !== undefined && queue.size > 0) ? fleet.take(this.#key, this.#tried) : undefined;
+        if (slot === undefined && queue !== undefined && fleet.available()) slot = await this.#queued(fleet, queue, current.target);
+        if (slot !== undefined) {
+          this.#tried.push(slot.replica);
+          return { target: current.target, admission: current.admission, replica: slot.replica, token: slot.token };
         }
         if (this.#tried.length === 0) this.#retryMs = Math.min(this.#retryMs, fleet.retryAfterMs());
         this.#leaveTarget();
@@ -100,6 +107,7 @@ export class Attempts {
         this.#current = { target, admission, outcome: 'neutral' };
         this.#tried = [];
         this.#targetEnd = Math.min(now + target.provider.config.timeout_ms, this.#deadline);
+        if (target.provider.fleet.queue !== undefined) this.#ctx.queueMs ??= 0;
       } else {
         this.#retryMs = Math.min(this.#retryMs, admission.retryMs);
       }
@@ -108,6 +116,52 @@ export class Attempts {
     throw new GatewayError('model_unavailable', `The model '${this.model.id}' is unavailable right now; retry later.`, {
       headers: retryAfterHeaders(this.#retryMs),
     });
+  }
+
+  /**
+   * Waits in `queue` for a replica of `fleet`, for its max_wait_ms (or less: the chain's
+   * deadline), leaving at once when the client goes; the target's time starts once it has one.
+   * Refused: the current target's circuit is left untouched and 503 model_overloaded ends the
+   * request.
+   */
+  async #queued(fleet: Fleet, queue: ProviderQueue, target: Target): Promise<Slot | undefined> {
+    const principal = this.#ctx.principal;
+    const plan = principal?.plan;
+    const fairness = queue.config.fairness;
+    const res = this.#res;
+    const waiting = queue.wait({
+      flow: principal === undefined || fairness === 'none' ? '' : fairness === 'key' ? principal.credentialId : principal.accountId,
+      priority: plan?.priority ?? 'normal',
+      weight: plan?.fair_weight ?? 1,
+      cost: this.prompt + (this.request.maxOutputTokens ?? this.model.max_output_tokens),
+      home: fleet.home(this.#key),
+      pick: () => fleet.pick(this.#key, this.#tried),
+      waitMs: Math.min(queue.config.max_wait_ms, this.#deadline - performance.now()),
+    });
+    const onClose = () => { if (!res.writableFinished) waiting.leave(); };
+    res.on('close', onClose);
+    if (res.destroyed) waiting.leave();
+    let result;
+    try {
+      result = await waiting.result;
+    } finally {
+      res.off('close', onClose);
+    }
+    const waited = result.waitedMs;
+    this.#ctx.queueMs = (this.#ctx.queueMs ?? 0) + waited;
+    this.#metrics.observeQueueWait(target.provider.name, 'slot' in result ? 'dispatched' : 'refused' in result ? 'refused' : 'gone', waited / 1000);
+    if ('slot' in result) {
+      this.#targetEnd = Math.min(performance.now() + target.provider.config.timeout_ms, this.#deadline);
+      return result.slot;
+    }
+    // No attempt of the target was made: its circuit is settled as neutral (it learns nothing).
+    this.#leaveTarget();
+    const headers = retryAfterHeaders('retryMs' in result ? result.retryMs : queue.retryAfterMs());
+    headers['x-tollgate-queue-ms'] = String(Math.round(this.#ctx.queueMs));
+    if ('gone' in result) throw new GatewayError('model_overloaded', 'The client left while its request was queued.', { headers });
+    throw new GatewayError('model_overloaded', result.refused === 'full'
+      ? `The model '${this.model.id}' is overloaded: its queue is full; retry later.`
+      : `The model '${this.model.id}' is overloaded: no replica had room within ${queue.config.max_wait_ms} ms; retry later.`, { headers });
   }
 
   /** Settles the current target's circuit with how its last attempt went. */
@@ -142,7 +196,7 @@ export class Attempts {
     this.#ctx.upstreamModel = target.upstreamModel;
     const fleet = target.provider.fleet;
     this.#ctx.target = fleet.addressed ? replica.url : null;
-    const token = fleet.begin(replica);
+    const token = attempt.token;
     let outcome: Outcome = 'neutral';
     let connectFailure = false;
     try {

@@ -27,6 +27,8 @@ export interface RequestContext {
   /** The request's credit hold, once admitted. */
   charge: Charge | undefined;
   upstreamMs: number | undefined;
+  /** Time spent waiting in providers' queues (ms); undefined when none of its providers has one. */
+  queueMs: number | undefined;
   ttfcMs: number | undefined;
   /** From the request's arrival to the first byte of the answer's content (usage records). */
   ttftMs: number | undefined;
@@ -48,7 +50,7 @@ export interface RequestContext {
 export function newContext(id: string, route: string): RequestContext {
   return {
     id, start: performance.now(), route, principal: undefined, model: undefined, provider: undefined, upstreamModel: undefined,
-    stream: false, code: '', usage: undefined, usageSource: undefined, charge: undefined, rateHeaders: undefined, upstreamMs: undefined, ttfcMs: undefined,
+    stream: false, code: '', usage: undefined, usageSource: undefined, charge: undefined, rateHeaders: undefined, upstreamMs: undefined, queueMs: undefined, ttfcMs: undefined,
     ttftMs: undefined, target: undefined, upstreamHeaders: undefined, requestModel: undefined, span: undefined, dialect: undefined,
   };
 }
@@ -56,7 +58,7 @@ export function newContext(id: string, route: string): RequestContext {
 /**
  * A successful answer's headers: `own`'s in order (fixed headers, those forwarded from the
  * upstream's answer), then the request's x-ratelimit-* headers, its x-request-id and, for a
- * metered request, what it was charged and what the wallet has left. Built without a
+ * metered request, what it was charged and what the wallet has left, and its time queued. Built without a
  * spread-first literal (see objects.ts); the caller may add more.
  */
 export function answerHeaders(ctx: RequestContext, ...own: Array<Record<string, string> | undefined>): Record<string, string> {
@@ -66,6 +68,8 @@ export function answerHeaders(ctx: RequestContext, ...own: Array<Record<string, 
   // Unmetered (store.on_error: open during an outage): no balance is known, none is claimed.
   if (charge?.charged !== undefined) headers['x-tollgate-units-charged'] = String(charge.charged);
   if (charge?.available !== undefined) headers['x-tollgate-wallet-balance-units'] = String(charge.available);
+  // Behind a provider with a queue (CONTRACT section 13): how long the request waited in it.
+  if (ctx.queueMs !== undefined) headers['x-tollgate-queue-ms'] = String(Math.round(ctx.queueMs));
   return headers;
 }
 

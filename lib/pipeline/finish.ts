@@ -93,7 +93,7 @@ export class Finish {
     ctx.span?.end({
       route: ROUTE_PATHS[ctx.route] ?? ctx.route, operation: OPERATIONS[ctx.route], requestModel: ctx.requestModel, responseModel: ctx.model,
       provider: ctx.provider, inputTokens: ctx.usage?.prompt_tokens, outputTokens: ctx.usage?.completion_tokens, status, code: ctx.code,
-      account: ctx.principal?.accountId, units: charged, requestId: ctx.id, stream: ctx.stream,
+      account: ctx.principal?.accountId, units: charged, requestId: ctx.id, stream: ctx.stream, queueMs: ctx.queueMs,
     });
     this.#logger.info({
       request_id: ctx.id,
@@ -107,6 +107,7 @@ export class Finish {
       code: ctx.code || undefined,
       duration_ms: round(performance.now() - ctx.start),
       upstream_ms: ctx.upstreamMs === undefined ? undefined : round(ctx.upstreamMs),
+      queue_ms: ctx.queueMs === undefined ? undefined : round(ctx.queueMs),
       ttfc_ms: ctx.ttfcMs === undefined ? undefined : round(ctx.ttfcMs),
       prompt_tokens: ctx.usage?.prompt_tokens,
       completion_tokens: ctx.usage?.completion_tokens,

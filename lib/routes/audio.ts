@@ -53,12 +53,15 @@ export async function serveAudio(
   const attempts = new Attempts(state, metrics, ctx, res, request, model, 0, typeof session === 'string' ? session : undefined, admitted.deadline);
   await settleAfter(admitted, ctx, () => attempts.using(async () => {
     for (;;) {
-      const attempt = attempts.next();
+      const attempt = await attempts.next();
       const { target } = attempt;
       try {
         const transcribe = target.provider.transcribe;
-        if (transcribe === undefined) throw new GatewayError('model_unavailable', `The model '${model.id}' cannot transcribe on this provider.`);
-        const result = await attempts.run(attempt, (call) => transcribe.call(target.provider, call, input));
+        // Inside the attempt: its replica is begun already, and run() ends it.
+        const result = await attempts.run(attempt, (call) => {
+          if (transcribe === undefined) throw new GatewayError('model_unavailable', `The model '${model.id}' cannot transcribe on this provider.`, { fault: false });
+          return transcribe.call(target.provider, call, input);
+        });
         ctx.usageSource = 'counted';
         ctx.usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
         await admitted.charge.settle(ctx.usage, units);

@@ -52,12 +52,15 @@ export async function serveEmbeddings(
   const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt, typeof session === 'string' ? session : undefined, admitted.deadline);
   await settleAfter(admitted, ctx, () => attempts.using(async () => {
     for (;;) {
-      const attempt = attempts.next();
+      const attempt = await attempts.next();
       const { target } = attempt;
       try {
         const embed = target.provider.embed;
-        if (embed === undefined) throw new GatewayError('model_unavailable', `The model '${model.id}' cannot embed on this provider.`);
-        const result = await attempts.run(attempt, (call) => embed.call(target.provider, call, e));
+        // Inside the attempt: its replica is begun already, and run() ends it.
+        const result = await attempts.run(attempt, (call) => {
+          if (embed === undefined) throw new GatewayError('model_unavailable', `The model '${model.id}' cannot embed on this provider.`, { fault: false });
+          return embed.call(target.provider, call, e);
+        });
         ctx.usageSource = result.promptTokens === undefined ? 'counted' : 'upstream';
         const tokens = result.promptTokens ?? prompt;
         ctx.usage = { prompt_tokens: tokens, completion_tokens: 0, total_tokens: tokens };

@@ -55,12 +55,15 @@ export async function serveRerank(
   const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt, typeof session === 'string' ? session : undefined, admitted.deadline);
   await settleAfter(admitted, ctx, () => attempts.using(async () => {
     for (;;) {
-      const attempt = attempts.next();
+      const attempt = await attempts.next();
       const { target } = attempt;
       try {
         const rerank = target.provider.rerank;
-        if (rerank === undefined) throw new GatewayError('model_unavailable', `The model '${model.id}' cannot ${route} on this provider.`);
-        const result = await attempts.run(attempt, (call) => rerank.call(target.provider, call, r));
+        // Inside the attempt: its replica is begun already, and run() ends it.
+        const result = await attempts.run(attempt, (call) => {
+          if (rerank === undefined) throw new GatewayError('model_unavailable', `The model '${model.id}' cannot ${route} on this provider.`, { fault: false });
+          return rerank.call(target.provider, call, r);
+        });
         ctx.usageSource = result.totalTokens === undefined ? 'counted' : 'upstream';
         const tokens = result.totalTokens ?? prompt;
         ctx.usage = { prompt_tokens: tokens, completion_tokens: 0, total_tokens: tokens };

@@ -91,3 +91,20 @@ t.test('balance, affinity, metrics, max_outstanding, outlier and health_check va
     'providers.vllm.targets: set exactly one of base_url and targets',
   ]);
 });
+
+t.test('the queue (CONTRACT section 13): providers.*.queue and plans.*.priority / fair_weight, defaults and problems', async (t) => {
+  const c = validateConfig({ plans: { free: {} }, providers: { vllm: { kind: 'openai', targets: [{ url: 'http://a:1/v1' }], max_outstanding: 8 } } });
+  t.strictSame(c.providers.vllm!.queue, { max_wait_ms: 30000, max_queued: 1000, fairness: 'account' });
+  t.equal(c.plans.free!.priority, 'normal');
+  t.equal(c.plans.free!.fair_weight, 1);
+  t.equal(validateConfig({ providers: { vllm: { kind: 'openai', base_url: 'http://a:1/v1', queue: null } } }).providers.vllm!.queue, null, 'null: no queue');
+  t.equal(validateConfig({ plans: { p: { fair_weight: 0.5 } } }).plans.p!.fair_weight, 0.5, 'a fractional weight');
+
+  const base = { kind: 'openai', targets: [{ url: 'http://a:1/v1' }], max_outstanding: 8 };
+  t.strictSame(problems(t, { ...base, queue: { fairness: 'user' } }), ['providers.vllm.queue.fairness: must be one of account, key, none']);
+  t.strictSame(problems(t, { ...base, queue: { max_wait_ms: 0 } }), ['providers.vllm.queue.max_wait_ms: must be a positive integer']);
+  t.strictSame(problems(t, { ...base, queue: { max_queued: -1 } }), ['providers.vllm.queue.max_queued: must be a non-negative integer']);
+  t.strictSame(problems(t, { ...base, queue: { size: 3 } }), ['providers.vllm.queue.size: unknown key']);
+  t.strictSame(problems(t, base, { plans: { free: { priority: 'urgent' } } }), ['plans.free.priority: must be one of high, normal, low']);
+  t.strictSame(problems(t, base, { plans: { free: { fair_weight: 0 } } }), ['plans.free.fair_weight: must be a number above 0 and at most 1000000']);
+});

@@ -76,11 +76,11 @@ const EMPTY_DEFAULTS = {
   auth: { jwt: null },
   plans: {
     free: {
-      paid: false, requests_per_minute: 60, tokens_per_minute: 100000, max_concurrent: 4,
+      paid: false, requests_per_minute: 60, tokens_per_minute: 100000, max_concurrent: 4, priority: 'normal', fair_weight: 1,
       quotas: { requests_per_day: 1000, tokens_per_day: 1000000, units_per_month: null },
     },
     pro: {
-      paid: true, requests_per_minute: 600, tokens_per_minute: 2000000, max_concurrent: 32,
+      paid: true, requests_per_minute: 600, tokens_per_minute: 2000000, max_concurrent: 32, priority: 'normal', fair_weight: 1,
       quotas: { requests_per_day: null, tokens_per_day: null, units_per_month: null },
     },
   },
@@ -151,6 +151,7 @@ t.test('provider and model defaults; upstream_model defaults to the id', async (
     affinity_prefix_tokens: 256,
     metrics_interval_ms: 1000,
     max_outstanding: null,
+    queue: { max_wait_ms: 30000, max_queued: 1000, fairness: 'account' },
     outlier: { consecutive_failures: 5, eject_ms: 30000 },
     health_check: null,
   });

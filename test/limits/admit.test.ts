@@ -14,7 +14,7 @@ import type { PlanConfig } from '../../lib/config/types.js';
 import { DEMO_KEY, baseConfig } from '../helpers/gateway.js';
 
 const quotas = { requests_per_day: null, tokens_per_day: null, units_per_month: null };
-const plan = (rpm: number | null): PlanConfig => ({ paid: false, requests_per_minute: rpm, tokens_per_minute: null, max_concurrent: null, quotas });
+const plan = (rpm: number | null): PlanConfig => ({ paid: false, requests_per_minute: rpm, tokens_per_minute: null, max_concurrent: null, priority: 'normal', fair_weight: 1, quotas });
 
 function principal(planName: string, p: PlanConfig, keyRpm: number | null): Principal {
   return {

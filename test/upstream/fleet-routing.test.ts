@@ -158,8 +158,8 @@ t.test('prefix_affinity: bounded load sends a crowded key elsewhere; max_outstan
   f.replicas.forEach((r, i) => r.setScript(answerAs(`r${i}`)));
   t.equal(servedBy(await postChat(f.gw.url, ask('the same prompt'))), `r${home}`, 'idle again: back home');
 
-  // max_outstanding: 1 on two replicas: a third concurrent request finds none free.
-  const g = await startFleet(t, 2, { balance: 'round_robin', max_outstanding: 1 }, {
+  // max_outstanding: 1 on two replicas and no queue: a third concurrent request finds none free.
+  const g = await startFleet(t, 2, { balance: 'round_robin', max_outstanding: 1, queue: null }, {
     config: (c) => { c.admin = { token: ADMIN }; },
   });
   const gh = g.replicas.map((_r, i) => holding(`r${i}`));

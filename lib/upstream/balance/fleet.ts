@@ -10,7 +10,8 @@ import { readCapped } from '../http.js';
 import type { AffinityKey } from './affinity-key.js';
 import { LeastOutstanding } from './least-outstanding.js';
 import type { Policy } from './policy.js';
-import { PrefixAffinity } from './prefix-affinity.js';
+import { PrefixAffinity, owner } from './prefix-affinity.js';
+import { ProviderQueue, type Slot } from './queue.js';
 import { Replica, type ReplicaView } from './replica.js';
 import { RoundRobin } from './round-robin.js';
 
@@ -45,9 +46,19 @@ export function replicaConfigs(name: string, config: ProviderConfig): ReplicaCon
   return [{ url: config.base_url ?? `${config.kind}:${name}`, weight: 1 }];
 }
 
-/** Every replica this gateway has routed to, by provider and URL; outlives config reloads. */
+/** Every replica this gateway has routed to, by provider and URL, and each provider's queue; outlives config reloads. */
 export class Replicas {
   readonly #all = new Map<string, Replica>();
+  readonly #queues = new Map<string, ProviderQueue>();
+
+  queue(provider: string): ProviderQueue {
+    let q = this.#queues.get(provider);
+    if (q === undefined) {
+      q = new ProviderQueue(provider);
+      this.#queues.set(provider, q);
+    }
+    return q;
+  }
 
   get(provider: string, url: string): Replica {
     const key = `${provider}\u0000${url}`;
@@ -66,6 +77,8 @@ export type HealthProbe = (replica: Replica, path: string, signal: AbortSignal) 
 export interface FleetView {
   balance: BalancePolicy;
   replicas: ReplicaView[];
+  /** Requests waiting in the provider's queue (0 without one). */
+  queued: number;
 }
 
 export class Fleet {
@@ -85,6 +98,8 @@ export class Fleet {
 
   /** Whether replicas are network addresses (false for the built-in echo: its one replica is a name). */
   readonly addressed: boolean;
+  /** Where requests wait while every replica is full: set when max_outstanding and queue are. */
+  readonly queue: ProviderQueue | undefined;
 
   constructor(provider: string, config: ProviderConfig, registry = new Replicas(), logger?: Logger) {
     this.provider = provider;
@@ -101,12 +116,27 @@ export class Fleet {
       if (r.metricsUrl === undefined) { r.queueDepth = null; r.kvCacheUsage = null; }
       return r;
     });
+    if (config.max_outstanding !== null && config.max_outstanding !== undefined && config.queue !== null && config.queue !== undefined) {
+      this.queue = registry.queue(provider);
+      this.queue.config = config.queue;
+    }
   }
 
   /** The replica for the next attempt of a request, or undefined when none may take it. */
   pick(key: AffinityKey, exclude: readonly Replica[], now = Date.now()): Replica | undefined {
     const affinity = this.policy.name === 'prefix_affinity' ? key.hash(this.#config.affinity_prefix_tokens) : 0;
     return this.policy.pick({ affinity, exclude, now }, this.replicas);
+  }
+
+  /** The next attempt's replica, begun (its token goes back to `end`), or undefined when none may take it. */
+  take(key: AffinityKey, exclude: readonly Replica[], now = Date.now()): Slot | undefined {
+    const replica = this.pick(key, exclude, now);
+    return replica === undefined ? undefined : { replica, token: replica.begin() };
+  }
+
+  /** The replica prefix_affinity would send the request to were it free; undefined for other policies. */
+  home(key: AffinityKey): Replica | undefined {
+    return this.policy.name === 'prefix_affinity' ? owner(key.hash(this.#config.affinity_prefix_tokens), this.replicas) : undefined;
   }
 
   /** A replica that is neither ejected nor failing its health checks, or undefined. */
@@ -130,11 +160,6 @@ export class Fleet {
     return soonest;
   }
 
-  /** A request is sent to `replica`; the token goes back to `end`. */
-  begin(replica: Replica): number {
-    return replica.begin();
-  }
-
   /** A request on `replica` ended with `outcome`; `connectFailure`: it could not even connect. */
   end(replica: Replica, token: number, outcome: Outcome, connectFailure: boolean): void {
     const wasHealthy = replica.healthy(Date.now());
@@ -142,10 +167,12 @@ export class Fleet {
     if (wasHealthy && !replica.healthy(Date.now())) {
       this.#logger?.warn({ provider: this.provider, replica: replica.url, until: new Date(replica.availableAt()).toISOString() }, 'replica ejected');
     }
+    // The room it left goes to the next in line at once.
+    this.queue?.drain();
   }
 
   view(now = Date.now()): FleetView {
-    return { balance: this.policy.name, replicas: this.replicas.map((r) => r.view(now)) };
+    return { balance: this.policy.name, replicas: this.replicas.map((r) => r.view(now)), queued: this.queue?.size ?? 0 };
   }
 
   /** Starts health checks (with `probe`, when health_check is set) and metrics scraping. */

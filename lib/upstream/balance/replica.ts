@@ -67,11 +67,22 @@ export class Replica {
     return !this.#checkDown && now >= this.#ejectedUntil;
   }
 
-  /** May a request go to the replica now: healthy, under max_outstanding, not mid-probe. */
+  /** May a request go to the replica now: healthy, not full, not mid-probe. */
   usable(now: number): boolean {
     if (this.#checkDown || now < this.#ejectedUntil) return false;
-    if (this.maxOutstanding !== null && this.outstanding >= this.maxOutstanding) return false;
+    if (this.full) return false;
     return !(this.#probation && this.#probing);
+  }
+
+  /**
+   * At max_outstanding; or, with max_outstanding set, the server's own scraped queue is not empty
+   * while this gateway has a request on it (what it was sent waits there, where no one can
+   * reorder it). A stale figure never stops a replica this gateway has nothing on.
+   */
+  get full(): boolean {
+    const max = this.maxOutstanding;
+    if (max === null) return false;
+    return this.outstanding >= max || (this.outstanding > 0 && (this.queueDepth ?? 0) > 0);
   }
 
   /** When the replica may take requests again (<= now: it may): the end of its ejection or its next health check. */

@@ -1,0 +1,106 @@
+// The queue in front of a full fleet (CONTRACT section 13), served from a YAML file by
+// `tollgate serve`: one replica at max_outstanding 1 holding its requests, plans with priority
+// and fair_weight, providers.NAME.queue. Through the openai SDK: a queued request answered once
+// the replica has room (x-tollgate-queue-ms), a queued stream, 503 model_overloaded as
+// err.status / err.code with Retry-After, max_queued, and the wallet untouched by refusals;
+// raw HTTP for the exact envelope; /metrics and /admin/upstreams show the queue.
+
+import t from 'tap';
+import OpenAI from 'openai';
+import { ADMIN, KEY, PRICE, metric, operatorConfig, serveFile, wallet } from '../helpers/operator.js';
+import { holding, until } from '../helpers/fleet.js';
+import { startUpstream } from '../helpers/upstream.js';
+
+const hold = holding('replica');
+const replica = await startUpstream(hold.script);
+t.teardown(() => replica.close());
+
+const VIP = 'tg_vip_00000000000000000000';
+
+t.test('a full replica: requests wait, go in order, and are refused 503 model_overloaded past max_wait_ms', async (t) => {
+  const served = await serveFile(t, operatorConfig({
+    plans: { free: { paid: false, requests_per_minute: 1000, priority: 'low' }, vip: { paid: true, priority: 'high', fair_weight: 4 } },
+    accounts: [
+      { id: 'demo', plan: 'free', wallet_units: 1_000_000, keys: [KEY] },
+      { id: 'vip', plan: 'vip', wallet_units: 1_000_000, keys: [VIP] },
+    ],
+    providers: {
+      vllm: {
+        kind: 'openai', targets: [{ url: replica.baseUrl }], max_outstanding: 1,
+        queue: { max_wait_ms: 1500, max_queued: 2, fairness: 'account' },
+      },
+    },
+    models: [{ id: 'm-queue', provider: 'vllm', upstream_model: 'upstream-model', price: PRICE }],
+  }));
+  const upstreams = async () => (await (await fetch(`${served.url}/admin/upstreams`, { headers: { authorization: `Bearer ${ADMIN}` } })).json() as any).providers.vllm;
+  const demo = new OpenAI({ apiKey: KEY, baseURL: `${served.url}/v1`, maxRetries: 0 });
+  const vip = new OpenAI({ apiKey: VIP, baseURL: `${served.url}/v1`, maxRetries: 0 });
+  const ask = (content: string) => ({ model: 'm-queue', messages: [{ role: 'user' as const, content }], max_tokens: 8 });
+
+  const first = demo.chat.completions.create(ask('first')).withResponse();
+  t.ok(await until(() => hold.waiting() === 1, 10_000), 'the first holds the replica');
+  const lowQueued = demo.chat.completions.create(ask('low')).withResponse();
+  t.ok(await until(async () => (await upstreams()).queued === 1), 'the second waits in the queue');
+  const highQueued = vip.chat.completions.create({ ...ask('high'), stream: true });
+  t.ok(await until(async () => (await upstreams()).queued === 2), 'a stream waits too');
+  t.equal(await metric(served.url, 'tollgate_queue_depth', { provider: 'vllm', priority: 'low' }), 1);
+  t.equal(await metric(served.url, 'tollgate_queue_depth', { provider: 'vllm', priority: 'high' }), 1);
+
+  // max_queued 2: refused at once, through the SDK and raw.
+  const before = await wallet(served.url);
+  const full = await demo.chat.completions.create(ask('no room')).catch((e: unknown) => e);
+  t.ok(full instanceof OpenAI.APIError);
+  const err = full as InstanceType<typeof OpenAI.APIError>;
+  t.equal(err.status, 503);
+  t.equal(err.code, 'model_overloaded');
+  t.equal(err.type, 'server_error');
+  t.match(err.headers?.get('retry-after'), /^[1-9]\d*$/);
+  const raw = await fetch(`${served.url}/v1/chat/completions`, {
+    method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: JSON.stringify(ask('no room')),
+  });
+  t.equal(raw.status, 503);
+  t.match(raw.headers.get('content-type'), /application\/json/);
+  t.ok(Number(raw.headers.get('retry-after')) >= 1);
+  t.ok(Number(raw.headers.get('retry-after-ms')) >= 1);
+  t.equal(raw.headers.get('x-tollgate-queue-ms'), '0');
+  const body: any = await raw.json();
+  t.strictSame(Object.keys(body).sort(), ['code', 'error', 'message', 'param', 'request_id', 'type']);
+  t.match(body, { code: 'model_overloaded', type: 'server_error', param: null, error: { code: 'model_overloaded', type: 'server_error', param: null } });
+
+  // The replica frees: the high-priority stream goes first, then the low one.
+  hold.release();
+  t.ok(await until(() => hold.waiting() === 1), 'the next one took the replica');
+  t.equal(replica.requests.at(-1)!.body.messages[0].content, 'high', 'priority high before low');
+  hold.release();
+  t.ok(await until(() => hold.waiting() === 1));
+  t.equal(replica.requests.at(-1)!.body.messages[0].content, 'low');
+  hold.release();
+  const one = await first;
+  t.equal(one.response.headers.get('x-tollgate-queue-ms'), '0');
+  const low = await lowQueued;
+  t.equal(low.data.choices[0]!.message.content, 'replica');
+  t.ok(Number(low.response.headers.get('x-tollgate-queue-ms')) > 0, `the low one waited ${low.response.headers.get('x-tollgate-queue-ms')} ms`);
+  let text = '';
+  for await (const chunk of await highQueued) text += chunk.choices[0]?.delta.content ?? '';
+  t.equal(text, 'replica', 'the queued stream is answered in full');
+
+  // max_wait_ms: a request that finds the replica held past it is refused; nothing is charged.
+  const busy = demo.chat.completions.create(ask('busy again'));
+  t.ok(await until(() => hold.waiting() === 1));
+  const settled = await wallet(served.url);
+  const started = Date.now();
+  const late = await demo.chat.completions.create(ask('too late')).catch((e: unknown) => e) as InstanceType<typeof OpenAI.APIError>;
+  t.equal(late.status, 503);
+  t.equal(late.code, 'model_overloaded');
+  t.ok(Date.now() - started >= 1400, `refused after max_wait_ms (${Date.now() - started} ms)`);
+  t.ok(Number(late.headers?.get('x-tollgate-queue-ms')) >= 1400);
+  const after = await wallet(served.url);
+  t.equal(after.balance_units, settled.balance_units, 'nothing charged for the refusals');
+  t.equal(after.held_units, settled.held_units, 'no hold left by them');
+  t.ok(before.balance_units >= settled.balance_units);
+  t.equal(await metric(served.url, 'tollgate_queue_wait_seconds_count', { provider: 'vllm', outcome: 'refused' }), 3);
+  hold.release();
+  await busy;
+  t.equal((await upstreams()).queued, 0);
+  t.equal((await wallet(served.url)).held_units, 0);
+});

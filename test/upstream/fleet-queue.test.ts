@@ -1,0 +1,205 @@
+// The queue in front of a full fleet (CONTRACT section 13), through a real gateway and fake
+// replicas at max_outstanding 1 and 2: who goes next (priority, then fair shares across
+// accounts), 503 model_overloaded when max_wait_ms passes or max_queued are waiting (exact
+// envelope and Retry-After, nothing charged, hold and slot released), a client that leaves
+// while queued, x-tollgate-queue-ms, the /metrics series and GET /admin/upstreams' `queued`.
+
+import t from 'tap';
+import { request } from 'undici';
+import { PRO_KEY, authHeaders, postChat, sseData } from '../helpers/gateway.js';
+import { ask, holding, startFleet, until, type Fleet } from '../helpers/fleet.js';
+import { schemas } from '../helpers/schemas.js';
+
+const FLOOD = 'tg_flood_000000000000000000';
+const TRICKLE = 'tg_trickle_0000000000000000';
+const VIP = 'tg_vip_00000000000000000000';
+
+/** One replica (or `n`) held by its script, behind a queue; three more accounts on their plans. */
+async function queued(t: any, provider: Record<string, any> = {}, n = 1): Promise<Fleet & { hold: ReturnType<typeof holding>[] }> {
+  const f = await startFleet(t, n, { balance: 'least_outstanding', max_outstanding: 1, ...provider }, {
+    config: (c) => {
+      c.plans.batch = { priority: 'normal', fair_weight: 1 };
+      c.plans.vip = { priority: 'high' };
+      c.accounts.push(
+        { id: 'flood', plan: 'batch', wallet_units: 1000000, keys: [FLOOD] },
+        { id: 'trickle', plan: 'batch', wallet_units: 1000000, keys: [TRICKLE] },
+        { id: 'vip', plan: 'vip', wallet_units: 1000000, keys: [VIP] },
+      );
+    },
+  });
+  const hold = f.replicas.map((_r, i) => holding(`r${i}`));
+  f.replicas.forEach((r, i) => r.setScript(hold[i]!.script));
+  return { ...f, hold };
+}
+
+const queuedNow = async (f: Fleet) => (await f.admin('/upstreams')).providers.fleet.queued as number;
+const heldBy = (f: Fleet) => f.replicas.flatMap((r) => r.requests.filter((s) => s.method === 'POST').map((s) => s.body.messages[0].content));
+
+t.test('order: a higher priority first, then fair shares across accounts; x-tollgate-queue-ms', async (t) => {
+  const f = await queued(t);
+  const first = postChat(f.gw.url, ask('busy'));
+  t.ok(await until(() => f.hold[0]!.waiting() === 1));
+  const answers: Array<Promise<{ status: number; headers: any }>> = [];
+  const send = async (key: string, content: string) => {
+    const before = await queuedNow(f);
+    answers.push(postChat(f.gw.url, ask(content), authHeaders(key)));
+    t.ok(await until(async () => (await queuedNow(f)) === before + 1), `${content} is queued`);
+  };
+  for (let i = 0; i < 4; i++) await send(FLOOD, `flood${i}`);
+  await send(TRICKLE, 'trickle0');
+  await send(VIP, 'vip0');
+  const view = await f.admin('/upstreams');
+  t.equal(view.providers.fleet.queued, 6, 'GET /admin/upstreams shows the queue');
+  t.equal(view.providers.echo.queued, 0, 'a provider without a queue shows 0');
+  const metrics = await f.metrics();
+  t.match(metrics, /tollgate_queue_depth\{provider="fleet",priority="normal"\} 5/);
+  t.match(metrics, /tollgate_queue_depth\{provider="fleet",priority="high"\} 1/);
+  t.match(metrics, /tollgate_queue_depth\{provider="fleet",priority="low"\} 0/);
+  t.equal(f.chats()[0], 1, 'only the first reached the replica');
+
+  for (let i = 0; i < 6; i++) {
+    f.hold[0]!.release();
+    t.ok(await until(() => f.chats()[0] === i + 2 && f.hold[0]!.waiting() === 1), `the next one took the free slot (${i + 2})`);
+  }
+  t.strictSame(heldBy(f), ['busy', 'vip0', 'flood0', 'trickle0', 'flood1', 'flood2', 'flood3'],
+    'high priority first; the trickle goes right after the flood\'s first, not behind all four');
+  f.hold[0]!.release();
+  const one = await first;
+  t.equal(one.status, 200);
+  t.equal(one.headers['x-tollgate-queue-ms'], '0', 'not queued: 0');
+  for (const a of answers) {
+    const res = await a;
+    t.equal(res.status, 200);
+    t.ok(Number(res.headers['x-tollgate-queue-ms']) > 0, `queued answer carries its wait (${res.headers['x-tollgate-queue-ms']} ms)`);
+  }
+  t.equal(await queuedNow(f), 0);
+  t.match(await f.metrics(), /tollgate_queue_wait_seconds_count\{provider="fleet",outcome="dispatched"\} 6/);
+  for (const account of ['demo', 'flood', 'trickle', 'vip']) t.equal(await f.gw.gateway.slotsInUse(account), 0, `${account}: every slot free`);
+});
+
+t.test('max_wait_ms: 503 model_overloaded, exact envelope and Retry-After; nothing charged, hold and slot released', async (t) => {
+  const f = await queued(t, { queue: { max_wait_ms: 300, max_queued: 1 } });
+  const first = postChat(f.gw.url, ask('busy'));
+  t.ok(await until(() => f.hold[0]!.waiting() === 1));
+  const before = await f.admin('/accounts/flood');
+  const started = Date.now();
+  const waiting = postChat(f.gw.url, ask('will time out'), authHeaders(FLOOD));
+  t.ok(await until(async () => (await queuedNow(f)) === 1));
+
+  // max_queued 1: the next is refused at once.
+  const full = await postChat(f.gw.url, ask('no room'), authHeaders(TRICKLE));
+  t.equal(full.status, 503);
+  t.strictSame(full.json(), {
+    message: "The model 'm' is overloaded: its queue is full; retry later.", type: 'server_error', param: null, code: 'model_overloaded',
+    request_id: full.headers['x-request-id'],
+    error: { message: "The model 'm' is overloaded: its queue is full; retry later.", type: 'server_error', param: null, code: 'model_overloaded' },
+  });
+  t.same(schemas.error(full.json()), []);
+  t.equal(full.headers['retry-after'], '1', 'nothing has left the queue yet: max_wait_ms, at least 1 s');
+  t.equal(full.headers['retry-after-ms'], '300');
+  t.equal(full.headers['x-tollgate-queue-ms'], '0');
+
+  const late = await waiting;
+  const took = Date.now() - started;
+  t.equal(late.status, 503);
+  const body = late.json();
+  t.match(body, { code: 'model_overloaded', type: 'server_error', param: null, error: { code: 'model_overloaded', type: 'server_error' } });
+  t.equal(body.message, "The model 'm' is overloaded: no replica had room within 300 ms; retry later.");
+  t.same(schemas.error(body), []);
+  t.ok(took >= 280 && took < 2000, `refused after max_wait_ms (${took} ms)`);
+  t.match(late.headers['retry-after'], /^[1-9]\d*$/);
+  t.ok(Number(late.headers['x-tollgate-queue-ms']) >= 280, `x-tollgate-queue-ms ${late.headers['x-tollgate-queue-ms']}`);
+  t.equal(await queuedNow(f), 0);
+
+  const after = await f.admin('/accounts/flood');
+  t.equal(after.balance_units, before.balance_units, 'nothing charged');
+  t.equal(after.held_units, 0, 'the hold is released');
+  t.equal(after.available_units, before.available_units);
+  t.equal(await f.gw.gateway.slotsInUse('flood'), 0, 'the concurrency slot is released');
+  t.equal(await f.gw.gateway.slotsInUse('trickle'), 0);
+  t.equal(f.chats()[0], 1, 'the refused requests reached no replica');
+  t.match(await f.metrics(), /tollgate_queue_wait_seconds_count\{provider="fleet",outcome="refused"\} 2/);
+  t.match(await f.metrics(), /tollgate_requests_total\{route="chat",status="503",code="model_overloaded"\} 2/);
+  f.hold[0]!.release();
+  t.equal((await first).status, 200);
+});
+
+t.test('a client that disconnects while queued leaves at once, charged nothing', async (t) => {
+  const f = await queued(t);
+  const first = postChat(f.gw.url, ask('busy'));
+  t.ok(await until(() => f.hold[0]!.waiting() === 1));
+  const ac = new AbortController();
+  const gone = request(`${f.gw.url}/v1/chat/completions`, {
+    method: 'POST', headers: authHeaders(FLOOD), body: JSON.stringify(ask('leaves')), signal: ac.signal,
+  }).catch((err: Error) => err);
+  t.ok(await until(async () => (await queuedNow(f)) === 1));
+  const stays = postChat(f.gw.url, ask('stays'), authHeaders(TRICKLE));
+  t.ok(await until(async () => (await queuedNow(f)) === 2));
+  ac.abort();
+  t.ok(await gone instanceof Error);
+  t.ok(await until(async () => (await queuedNow(f)) === 1, 1000), 'it left the queue at once');
+  t.ok(await until(async () => (await f.gw.gateway.slotsInUse('flood')) === 0, 1000), 'its slot is free');
+  const flood = await f.admin('/accounts/flood');
+  t.match(flood, { balance_units: 1000000, held_units: 0 }, 'nothing charged, nothing held');
+  f.hold[0]!.release();
+  t.ok(await until(() => f.hold[0]!.waiting() === 1));
+  f.hold[0]!.release();
+  t.equal((await first).status, 200);
+  t.equal((await stays).status, 200);
+  t.strictSame(heldBy(f), ['busy', 'stays'], 'the request that left never reached the replica');
+  t.match(await f.metrics(), /tollgate_queue_wait_seconds_count\{provider="fleet",outcome="gone"\} 1/);
+});
+
+t.test('streams wait too: a refusal is a real 503 even past sse_keepalive_ms; a dispatched stream carries its wait', async (t) => {
+  const f = await queued(t, { max_outstanding: 2, queue: { max_wait_ms: 400 } }, 1);
+  const busy = [postChat(f.gw.url, ask('busy0')), postChat(f.gw.url, ask('busy1', {}), authHeaders(PRO_KEY))];
+  t.ok(await until(() => f.hold[0]!.waiting() === 2), 'max_outstanding 2: two in flight');
+  const refused = await postChat(f.gw.url, ask('stream late', { stream: true }), authHeaders(FLOOD));
+  t.equal(refused.status, 503, 'no keep-alive committed the stream while it was queued');
+  t.match(refused.headers['content-type'], /application\/json/);
+  t.equal(refused.json().code, 'model_overloaded');
+
+  const streamed = postChat(f.gw.url, ask('stream ok', { stream: true }), authHeaders(TRICKLE));
+  t.ok(await until(async () => (await queuedNow(f)) === 1));
+  f.hold[0]!.release();
+  t.ok(await until(() => f.hold[0]!.waiting() === 1));
+  f.hold[0]!.release();
+  const res = await streamed;
+  t.equal(res.status, 200);
+  t.match(res.headers['content-type'], /text\/event-stream/);
+  t.ok(Number(res.headers['x-tollgate-queue-ms']) > 0);
+  const sse = sseData(res.text);
+  t.ok(sse.done);
+  t.equal(sse.events.map((e) => e.choices[0]?.delta?.content ?? '').join(''), 'r0');
+  for (const p of busy) t.equal((await p).status, 200);
+}, );
+
+t.test('with no queue (queue: null) a full fleet is skipped as before', async (t) => {
+  const f = await queued(t, { queue: null });
+  const first = postChat(f.gw.url, ask('busy'));
+  t.ok(await until(() => f.hold[0]!.waiting() === 1));
+  const res = await postChat(f.gw.url, ask('x'));
+  t.equal(res.status, 503);
+  t.equal(res.json().code, 'model_unavailable');
+  t.equal(res.headers['x-tollgate-queue-ms'], undefined);
+  f.hold[0]!.release();
+  t.equal((await first).status, 200);
+});
+
+t.test('a wait does not eat the provider\'s timeout_ms: the target\'s time starts once it has a replica', async (t) => {
+  // timeout_ms 2000 (startFleet): 1.2 s queued, then 1.2 s upstream, is still answered.
+  const f = await queued(t, { queue: { max_wait_ms: 1500 } });
+  const first = postChat(f.gw.url, ask('busy'));
+  t.ok(await until(() => f.hold[0]!.waiting() === 1));
+  const waiting = postChat(f.gw.url, ask('patient'), authHeaders(FLOOD));
+  t.ok(await until(async () => (await queuedNow(f)) === 1));
+  await new Promise((r) => setTimeout(r, 1200));
+  f.hold[0]!.release();
+  t.ok(await until(() => f.hold[0]!.waiting() === 1));
+  await new Promise((r) => setTimeout(r, 1200));
+  f.hold[0]!.release();
+  t.equal((await first).status, 200);
+  const res = await waiting;
+  t.equal(res.status, 200, `answered after ${res.headers['x-tollgate-queue-ms']} ms queued`);
+  t.ok(Number(res.headers['x-tollgate-queue-ms']) >= 1100);
+});
