@@ -210,6 +210,10 @@ export class Attempts {
         connectFailure = isConnectFailure(e);
       }
       this.#last = e;
+      // The target's time ran out: no other replica of it is tried. (Its timer may fire a
+      // millisecond before performance.now() reaches #targetEnd: node's timers count from the
+      // loop's cached time, so the clock alone cannot tell.)
+      if (ac.reason === TIMEOUT && this.#current?.target === target) this.#targetEnd = 0;
       throw e;
     } finally {
       clearTimeout(timer);
