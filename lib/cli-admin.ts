@@ -16,7 +16,7 @@ export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADM
   tollgate keys revoke KEY_ID
     CONTROLS: --name N  --models a,llama-*  --expires ISO-8601  --budget-units N
               --budget-period day|week|month|never  --rpm N  --tpm N  --max-concurrent N
-              --allow-ips CIDR,CIDR  --metadata k=v (repeatable)
+              --priority high|normal|low  --allow-ips CIDR,CIDR  --metadata k=v (repeatable)
   tollgate credits add ACCOUNT UNITS [--idempotency-key K]
   tollgate sessions revoke SID
   tollgate usage [--account A] [--since DATE]
@@ -121,6 +121,8 @@ function controlsOf(opts: Opts, verb: string): Record<string, unknown> {
     if (v !== undefined) limits[field] = limitOpt(v, `${verb}: --${opt}`);
   }
   if (Object.keys(limits).length > 0) body.limits = limits;
+  const priority = str('priority');
+  if (priority !== undefined) body.priority = priority === 'null' ? null : priority;
   const ips = str('allow-ips');
   if (ips !== undefined) body.allowed_ips = listOpt(ips, `${verb}: --allow-ips`);
   const meta = opts.metadata;
@@ -151,6 +153,7 @@ function keyLines(k: any): string {
     `  models: ${k.models === null ? 'any the plan allows' : k.models.join(', ')}`,
     `  budget: ${budget}`,
     `  limits: ${limits}`,
+    `  priority: ${k.priority ?? "the plan's"}`,
     `  expires: ${k.expires_at ?? 'never'}  ips: ${k.allowed_ips === null ? 'any' : k.allowed_ips.join(', ')}`,
     `  created: ${k.created_at}  last used: ${k.last_used_at ?? 'never'}`,
     ...(Object.keys(k.metadata).length === 0 ? [] : [`  metadata: ${Object.entries(k.metadata).map(([a, v]) => `${a}=${v}`).join(' ')}`]),
@@ -347,7 +350,7 @@ const OPTIONS = {
   model: { type: 'string' }, format: { type: 'string' },
   name: { type: 'string' }, models: { type: 'string' }, expires: { type: 'string' }, 'budget-units': { type: 'string' },
   'budget-period': { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' }, 'max-concurrent': { type: 'string' },
-  'allow-ips': { type: 'string' }, metadata: { type: 'string', multiple: true }, 'grace-seconds': { type: 'string' },
+  priority: { type: 'string' }, 'allow-ips': { type: 'string' }, metadata: { type: 'string', multiple: true }, 'grace-seconds': { type: 'string' },
 } as const;
 
 /**

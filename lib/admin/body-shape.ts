@@ -49,7 +49,7 @@ export const CREDIT_BODY: BodyShape = { units: 'value', idempotency_key: 'value'
 /** POST /admin/accounts/{id}/keys and PATCH /admin/keys/{id}: a key's controls, each of them. */
 export const CONTROLS_BODY: BodyShape = {
   name: 'value', models: 'value', expires_at: 'value', budget: { units: 'value', period: 'value' },
-  limits: Object.fromEntries(LIMIT_FIELDS.map((f) => [f, 'value' as const])), allowed_ips: 'value', metadata: 'map',
+  limits: Object.fromEntries(LIMIT_FIELDS.map((f) => [f, 'value' as const])), priority: 'value', allowed_ips: 'value', metadata: 'map',
 } satisfies Record<(typeof CONTROL_FIELDS)[number], BodyShape[string]>;
 
 /** POST /admin/keys/{id}/rotate */

@@ -1,17 +1,19 @@
 // Per-key controls (CONTRACT section 8): reading them from an admin body, and the compiled form
-// the request path checks (model globs, CIDR lists, expiry) built once per cached key, so a
-// request pays a comparison or a lookup, never a parse. Also the UTC budget periods.
+// the request path checks (model globs, CIDR lists, expiry, the queue priority of section 13)
+// built once per cached key, so a request pays a comparison or a lookup, never a parse. Also
+// the UTC budget periods.
 
 import { BlockList, isIP } from 'node:net';
 import { GatewayError, clip } from '../errors.js';
 import { perUtcDay } from '../utc-day.js';
 import { isObject } from '../objects.js';
+import type { QueuePriority } from '../config/types.js';
 import {
-  MAX_UNITS, periodId, spentIn,
+  KEY_PRIORITIES, MAX_UNITS, periodId, spentIn,
   type BudgetPeriod, type BudgetPeriods, type KeyControls, type KeyLimits, type KeyPatch, type KeyRecord,
 } from '../store/types.js';
 
-export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'allowed_ips', 'metadata'] as const;
+export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'priority', 'allowed_ips', 'metadata'] as const;
 export const LIMIT_FIELDS = ['requests_per_minute', 'tokens_per_minute', 'max_concurrent'] as const;
 const PERIODS = ['day', 'week', 'month'] as const;
 
@@ -107,6 +109,16 @@ function readLimits(v: unknown, rounded: ReadonlySet<number>): Partial<KeyLimits
   return limits;
 }
 
+/** A queue priority (CONTRACT section 13); null: the plan's. */
+function readPriority(v: unknown): QueuePriority | null {
+  if (v === null) return null;
+  if (typeof v !== 'string') throw badType('priority', "a string: 'high', 'normal' or 'low' (or null for the plan's)");
+  if (!(KEY_PRIORITIES as readonly string[]).includes(v)) {
+    throw new GatewayError('unsupported_value', `Unsupported value for 'priority': ${clip(JSON.stringify(v), 64)}. Supported values are: 'high', 'normal', 'low', null.`, { param: 'priority' });
+  }
+  return v as QueuePriority;
+}
+
 function readMetadata(v: unknown): Record<string, string> {
   if (v === null) return {};
   if (!isObject(v)) throw badType('metadata', 'an object of strings (or null)');
@@ -146,6 +158,7 @@ export function readControls(body: Record<string, unknown>, rounded: ReadonlySet
   }
   if (body.budget !== undefined) out.budget = readBudget(body.budget, rounded);
   if (body.limits !== undefined) out.limits = readLimits(body.limits, rounded);
+  if (body.priority !== undefined) out.priority = readPriority(body.priority);
   if (body.allowed_ips !== undefined) {
     out.allowed_ips = body.allowed_ips === null ? null : list(body.allowed_ips, 'allowed_ips', MAX_IPS).map((c, i) => {
       const param = `allowed_ips[${i}]`;
@@ -238,11 +251,16 @@ export interface KeyPolicy {
   patterns: readonly string[] | null;
   ips: ((ip: string) => boolean) | null;
   limits: KeyLimits;
+  /** The key's band in a provider's queue; null: the plan's. */
+  priority: QueuePriority | null;
 }
 
 export function compilePolicy(record: KeyRecord): KeyPolicy {
   const c = record.controls;
-  return { id: record.id, expiresAt: c.expires_at, models: modelMatcher(c.models), patterns: c.models, ips: ipMatcher(c.allowed_ips), limits: c.limits };
+  return {
+    id: record.id, expiresAt: c.expires_at, models: modelMatcher(c.models), patterns: c.models, ips: ipMatcher(c.allowed_ips), limits: c.limits,
+    priority: c.priority,
+  };
 }
 
 /** A key as GET /admin/accounts/{id}/keys shows it: never the plaintext or its digest. */
@@ -261,6 +279,7 @@ export function keyView(record: KeyRecord, prefix: string, now = Date.now()): Re
     expires_at: c.expires_at === null ? null : new Date(c.expires_at).toISOString(),
     budget: { units: c.budget?.units ?? null, period, spent_units: spent, resets_at: c.budget === null ? null : budgetResetsAt(period, now) },
     limits: c.limits,
+    priority: c.priority,
     allowed_ips: c.allowed_ips,
     metadata: c.metadata,
     rotated_key_valid_until: record.previous === null || record.previous.until <= now ? null : new Date(record.previous.until).toISOString(),

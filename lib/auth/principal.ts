@@ -1,6 +1,8 @@
-// Who is calling: the account, its plan, and the credential that proved it.
+// Who is calling: the account, its plan, and the credential that proved it; and what of a
+// request's treatment follows from both, where a key may override its plan (its band in a
+// provider's queue, CONTRACT section 13).
 
-import type { PlanConfig } from '../config/types.js';
+import type { PlanConfig, QueuePriority } from '../config/types.js';
 import type { KeyPolicy } from './controls.js';
 
 export interface Principal {
@@ -11,4 +13,9 @@ export interface Principal {
   credentialId: string;
   /** A developer key's own controls (CONTRACT section 8); absent for dashboard JWTs. */
   key?: KeyPolicy;
+}
+
+/** The band a request waits in when its provider's replicas are full: the key's priority, else the plan's. */
+export function queuePriority(p: Principal): QueuePriority {
+  return p.key?.priority ?? p.plan.priority ?? 'normal';
 }

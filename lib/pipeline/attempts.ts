@@ -13,6 +13,7 @@ import { AffinityKey, type Fleet, type ProviderQueue, type Replica, type Slot } 
 import { isConnectFailure } from '../upstream/http.js';
 import type { ChatRequest, Usage } from '../schema/chat.js';
 import type { ModelConfig } from '../config/types.js';
+import { queuePriority } from '../auth/principal.js';
 import type { RequestContext } from './context.js';
 
 const CLIENT_GONE = Symbol('tollgate.client-gone');
@@ -121,6 +122,7 @@ export class Attempts {
   /**
    * Waits in `queue` for a replica of `fleet`, for its max_wait_ms (or less: the chain's
    * deadline), leaving at once when the client goes; the target's time starts once it has one.
+   * Its band is the key's priority, else the plan's; its share the plan's fair_weight.
    * Refused: the current target's circuit is left untouched and 503 model_overloaded ends the
    * request.
    */
@@ -131,7 +133,7 @@ export class Attempts {
     const res = this.#res;
     const waiting = queue.wait({
       flow: principal === undefined || fairness === 'none' ? '' : fairness === 'key' ? principal.credentialId : principal.accountId,
-      priority: plan?.priority ?? 'normal',
+      priority: principal === undefined ? 'normal' : queuePriority(principal),
       weight: plan?.fair_weight ?? 1,
       cost: this.prompt + (this.request.maxOutputTokens ?? this.model.max_output_tokens),
       home: fleet.home(this.#key),

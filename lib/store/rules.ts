@@ -6,7 +6,7 @@
 // side (reading them from a request body) and the compiled form the request path checks are
 // ../auth/controls.ts.
 
-import type { AccountConfig } from '../config/types.js';
+import type { AccountConfig, QueuePriority } from '../config/types.js';
 import { sha256Hex } from './digest.js';
 
 // ---- ids ---------------------------------------------------------------------------------
@@ -63,6 +63,8 @@ export interface KeyControls {
   budget: { units: number; period: BudgetPeriod } | null;
   /** Per-key limits on top of the plan's; null members: only the plan's. */
   limits: KeyLimits;
+  /** The key's band in a provider's queue (CONTRACT section 13); null: its plan's priority. */
+  priority: QueuePriority | null;
   /** IPv4/IPv6 CIDRs the key may be used from; null: anywhere. */
   allowed_ips: string[] | null;
   metadata: Record<string, string>;
@@ -81,7 +83,7 @@ export function defaultControls(): KeyControls {
   return {
     name: null, models: null, expires_at: null, budget: null,
     limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null },
-    allowed_ips: null, metadata: {},
+    priority: null, allowed_ips: null, metadata: {},
   };
 }
 
@@ -95,11 +97,17 @@ export function isRecord(v: unknown): v is Record<string, unknown> {
 const nullableInt = (v: unknown): v is number | null => v === null || int(v);
 const strList = (v: unknown): v is string[] | null => v === null || (Array.isArray(v) && v.every(str));
 
+/** The queue priorities a key may carry. */
+export const KEY_PRIORITIES: readonly QueuePriority[] = ['high', 'normal', 'low'];
+
 /** Controls as written by this store, or null when they are not. */
 export function toControls(v: unknown): KeyControls | null {
   if (!isRecord(v) || !isRecord(v.limits) || !isRecord(v.metadata)) return null;
   const { name, models, expires_at, budget, limits, allowed_ips, metadata } = v;
   if (!(name === null || str(name)) || !strList(models) || !nullableInt(expires_at) || !strList(allowed_ips)) return null;
+  // Controls written before keys had a priority have none: the plan's.
+  const priority = v.priority ?? null;
+  if (!(priority === null || KEY_PRIORITIES.includes(priority as QueuePriority))) return null;
   if (!(budget === null || (isRecord(budget) && int(budget.units) && (budget.period === null || ['day', 'week', 'month'].includes(budget.period as string))))) return null;
   if (!nullableInt(limits.requests_per_minute) || !nullableInt(limits.tokens_per_minute) || !nullableInt(limits.max_concurrent)) return null;
   if (!Object.values(metadata).every(str)) return null;
@@ -107,6 +115,7 @@ export function toControls(v: unknown): KeyControls | null {
     name, models, expires_at,
     budget: budget === null ? null : { units: budget.units as number, period: budget.period as BudgetPeriod },
     limits: { requests_per_minute: limits.requests_per_minute, tokens_per_minute: limits.tokens_per_minute, max_concurrent: limits.max_concurrent },
+    priority: priority as QueuePriority | null,
     allowed_ips, metadata: { ...metadata } as Record<string, string>,
   };
 }

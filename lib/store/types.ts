@@ -10,7 +10,7 @@ import type { ResponseChain } from './response-chains.js';
 import type { BudgetPeriod, BudgetPeriods, KeyControls, KeyPatch } from './rules.js';
 
 export {
-  MAX_UNITS, addSpend, applyPatch, creditRefusal, defaultControls, periodId, requireId, requireRequestId, seededKeys, spentIn,
+  KEY_PRIORITIES, MAX_UNITS, addSpend, applyPatch, creditRefusal, defaultControls, periodId, requireId, requireRequestId, seededKeys, spentIn,
 } from './rules.js';
 export type { BudgetPeriod, BudgetPeriods, KeyControls, KeyLimits, KeyPatch } from './rules.js';
 

@@ -70,7 +70,7 @@ t.test('allowed_ip, expires and Models are refused, not ignored', async (t) => {
 
   const create = await call('POST', `/admin/accounts/${f.account}/keys`, { name: 'office only', allowed_ip: ['10.0.0.0/8'] });
   assertUnknown(create, 'allowed_ip');
-  t.equal(create.json.message, "Unsupported parameter: 'allowed_ip'; this body takes name, models, expires_at, budget, limits, allowed_ips, metadata.");
+  t.equal(create.json.message, "Unsupported parameter: 'allowed_ip'; this body takes name, models, expires_at, budget, limits, priority, allowed_ips, metadata.");
   t.strictSame(await listed(), before, 'no key issued');
 
   const expires = await call('PATCH', `/admin/keys/${f.id}`, { expires: '2020-01-01T00:00:00Z' });
@@ -126,7 +126,7 @@ interface Route {
 }
 
 const CONTROLS: Record<string, string[]> = {
-  '': ['name', 'models', 'expires_at', 'budget', 'limits', 'allowed_ips', 'metadata'],
+  '': ['name', 'models', 'expires_at', 'budget', 'limits', 'priority', 'allowed_ips', 'metadata'],
   budget: ['units', 'period'],
   limits: ['requests_per_minute', 'tokens_per_minute', 'max_concurrent'],
 };

@@ -119,20 +119,20 @@ t.test('keys create with controls / list / update / rotate (CONTRACT section 8)'
   await api('POST', '/admin/accounts', { id: 'kc', plan: 'free', wallet_units: 1000 });
   const created = await cli(['keys', 'create', 'kc', '--name', 'ci bot', '--models', 'echo-*,other', '--budget-units', '500',
     '--budget-period', 'week', '--expires', '2031-01-01T00:00:00Z', '--rpm', '10', '--max-concurrent', '2',
-    '--allow-ips', '10.0.0.0/8,2001:db8::/32', '--metadata', 'team=search', '--metadata', 'env=prod', '--json']);
+    '--priority', 'high', '--allow-ips', '10.0.0.0/8,2001:db8::/32', '--metadata', 'team=search', '--metadata', 'env=prod', '--json']);
   ok(t, created, /^\{.*\}\n$/, 'create with controls');
   const issued = JSON.parse(created.stdout);
   const listed = await api('GET', '/admin/accounts/kc/keys');
   t.match(listed.keys[0], {
     id: issued.id, name: 'ci bot', models: ['echo-*', 'other'], budget: { units: 500, period: 'week', spent_units: 0 },
     expires_at: '2031-01-01T00:00:00.000Z', limits: { requests_per_minute: 10, tokens_per_minute: null, max_concurrent: 2 },
-    allowed_ips: ['10.0.0.0/8', '2001:db8::/32'], metadata: { team: 'search', env: 'prod' },
+    priority: 'high', allowed_ips: ['10.0.0.0/8', '2001:db8::/32'], metadata: { team: 'search', env: 'prod' },
   }, 'the API stored what the options said');
 
   const list = await cli(['keys', 'list', 'kc']);
   t.equal(list.code, 0);
   t.equal(list.stdout.split('\n')[0], `${issued.id}  tg_…${issued.key.slice(-4)}  "ci bot"`);
-  t.match(list.stdout, /models: echo-\*, other\n  budget: 0\/500 per week \(resets \d{4}-\d\d-\d\dT00:00:00.000Z\)\n  limits: rpm=10 concurrent=2\n/);
+  t.match(list.stdout, /models: echo-\*, other\n  budget: 0\/500 per week \(resets \d{4}-\d\d-\d\dT00:00:00.000Z\)\n  limits: rpm=10 concurrent=2\n  priority: high\n/);
   t.notOk(list.stdout.includes(issued.key), 'no plaintext listed');
   const listJson = await cli(['keys', 'list', 'kc', '--json']);
   t.strictSame(JSON.parse(listJson.stdout), await api('GET', '/admin/accounts/kc/keys'), '--json prints the API\'s answer');
@@ -141,6 +141,14 @@ t.test('keys create with controls / list / update / rotate (CONTRACT section 8)'
   ok(t, updated, /^\{.*\}\n$/, 'update');
   t.match(JSON.parse(updated.stdout), { models: null, budget: { units: 50, period: null }, limits: { requests_per_minute: 10, tokens_per_minute: 900, max_concurrent: 2 } },
     'named controls changed, the other limits kept');
+  const lowered = await cli(['keys', 'update', issued.id, '--priority', 'low']);
+  t.equal(lowered.code, 0, lowered.stderr);
+  t.match(lowered.stdout, /\n  priority: low\n/, 'update prints the key with its new priority');
+  const cleared = await cli(['keys', 'update', issued.id, '--priority', 'null', '--json']);
+  ok(t, cleared, /^\{.*\}\n$/, 'update --priority null');
+  t.equal(JSON.parse(cleared.stdout).priority, null, 'null: the plan\'s priority');
+  t.match((await cli(['keys', 'list', 'kc'])).stdout, /\n  priority: the plan's\n/);
+  failed(t, await cli(['keys', 'update', issued.id, '--priority', 'urgent']), 1, /^error 400 unsupported_value: Unsupported value for 'priority'/, 'the API judges the priority');
   failed(t, await cli(['keys', 'update', issued.id]), 2, /name at least one control/, 'update with nothing to change');
   failed(t, await cli(['keys', 'update', issued.id, '--budget-period', 'day']), 2, /--budget-period needs --budget-units/, 'a period alone');
   failed(t, await cli(['keys', 'update', issued.id, '--rpm', '0']), 2, /--rpm must be at least 1/, 'a zero limit');

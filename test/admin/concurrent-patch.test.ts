@@ -64,6 +64,7 @@ const controls = {
   limits: fc.record({ requests_per_minute: limit, tokens_per_minute: limit, max_concurrent: limit }, { requiredKeys: [] })
     .filter((l) => Object.keys(l).length > 0)
     .map((l) => Object.entries(l).map(([k, v]) => ({ path: `limits.${k}`, value: v, shown: v }))),
+  priority: nullable(fc.constantFrom('high', 'normal', 'low')).map((v) => [{ path: 'priority', value: v, shown: v }]),
   allowed_ips: nullable(fc.array(cidr, { minLength: 1, maxLength: 3 })).map((v) => [{ path: 'allowed_ips', value: v, shown: v }]),
   metadata: nullable(fc.dictionary(fc.stringMatching(/^[a-z]{1,6}$/), plain, { maxKeys: 3 }).map((d) => ({ ...d }))).map((v) => [{ path: 'metadata', value: v, shown: v ?? {} }]),
 };
@@ -88,7 +89,7 @@ const patchArb: fc.Arbitrary<Patch> = fc.record(controls, { requiredKeys: [] })
 
 const DEFAULTS: Record<string, unknown> = {
   name: null, models: null, expires_at: null, budget: { units: null, period: null }, 'limits.requests_per_minute': null,
-  'limits.tokens_per_minute': null, 'limits.max_concurrent': null, allowed_ips: null, metadata: {},
+  'limits.tokens_per_minute': null, 'limits.max_concurrent': null, priority: null, allowed_ips: null, metadata: {},
 };
 
 /** The members of a key as the admin API shows it. */
@@ -96,7 +97,7 @@ function shownMembers(view: any): Record<string, unknown> {
   return {
     name: view.name, models: view.models, expires_at: view.expires_at, budget: { units: view.budget.units, period: view.budget.period },
     'limits.requests_per_minute': view.limits.requests_per_minute, 'limits.tokens_per_minute': view.limits.tokens_per_minute,
-    'limits.max_concurrent': view.limits.max_concurrent, allowed_ips: view.allowed_ips, metadata: view.metadata,
+    'limits.max_concurrent': view.limits.max_concurrent, priority: view.priority, allowed_ips: view.allowed_ips, metadata: view.metadata,
   };
 }
 

@@ -138,6 +138,11 @@ t.test('POST /admin/accounts/{id}/keys: bad controls are 400 naming the field, a
     [{ metadata: ['a'] }, 'invalid_type', 'metadata'],
     [{ name: '' }, 'invalid_value', 'name'],
     [{ name: 7 }, 'invalid_type', 'name'],
+    [{ priority: 'urgent' }, 'unsupported_value', 'priority'],
+    [{ priority: 'HIGH' }, 'unsupported_value', 'priority'],
+    [{ priority: 1 }, 'invalid_type', 'priority'],
+    [{ priority: ['high'] }, 'invalid_type', 'priority'],
+    [{ priority: { band: 'high' } }, 'invalid_type', 'priority'],
   ];
   for (const [body, code, param] of cases) {
     const r = await admin(gw, 'POST', `/admin/accounts/${acct}/keys`, body);
@@ -154,7 +159,7 @@ t.test('a key with controls is issued once in plaintext and listed without it', 
   const acct = await account(gw);
   const controls = {
     name: 'search-indexer', models: ['llama-*'], expires_at: '2031-01-31T12:00:00+01:00', budget: { units: 5000, period: 'week' },
-    limits: { requests_per_minute: 30, tokens_per_minute: 9000, max_concurrent: 3 }, allowed_ips: ['10.0.0.0/8', '2001:db8::/32', '127.0.0.1'],
+    limits: { requests_per_minute: 30, tokens_per_minute: 9000, max_concurrent: 3 }, priority: 'high', allowed_ips: ['10.0.0.0/8', '2001:db8::/32', '127.0.0.1'],
     metadata: { team: 'search', cost_center: 'cc-42' },
   };
   const issued = await admin(gw, 'POST', `/admin/accounts/${acct}/keys`, controls);
@@ -167,15 +172,15 @@ t.test('a key with controls is issued once in plaintext and listed without it', 
   t.notOk(list.text.includes(issued.body.key) || list.text.includes(plain.key), 'no plaintext in the list');
   t.equal(list.body.keys.length, 2);
   const [k, p] = list.body.keys;
-  t.strictSame(Object.keys(k).sort(), ['account', 'allowed_ips', 'budget', 'created_at', 'expires_at', 'hint', 'id', 'last_used_at', 'limits', 'metadata', 'models', 'name', 'rotated_key_valid_until'].sort());
+  t.strictSame(Object.keys(k).sort(), ['account', 'allowed_ips', 'budget', 'created_at', 'expires_at', 'hint', 'id', 'last_used_at', 'limits', 'metadata', 'models', 'name', 'priority', 'rotated_key_valid_until'].sort());
   t.match(k, {
     id: issued.body.id, name: 'search-indexer', hint: `tg_…${issued.body.key.slice(-4)}`, last_used_at: null, models: ['llama-*'],
-    expires_at: '2031-01-31T11:00:00.000Z', limits: controls.limits, allowed_ips: controls.allowed_ips, metadata: controls.metadata,
+    expires_at: '2031-01-31T11:00:00.000Z', limits: controls.limits, priority: 'high', allowed_ips: controls.allowed_ips, metadata: controls.metadata,
     budget: { units: 5000, period: 'week', spent_units: 0 },
   });
   t.ok(Date.parse(k.created_at) > Date.now() - 60_000, 'created_at is ISO-8601, now');
   t.match(new Date(k.budget.resets_at).getUTCDay(), 1, 'a weekly budget resets on a Monday');
-  t.match(p, { id: plain.id, name: null, models: null, expires_at: null, budget: { units: null, period: null, spent_units: 0 }, allowed_ips: null, metadata: {} });
+  t.match(p, { id: plain.id, name: null, models: null, expires_at: null, budget: { units: null, period: null, spent_units: 0 }, priority: null, allowed_ips: null, metadata: {} });
   const one = await admin(gw, 'GET', `/admin/keys/${issued.body.id}`);
   t.strictSame(one.body, k, 'GET /admin/keys/{id} shows the same');
   t.equal((await admin(gw, 'POST', `/admin/accounts/${acct}/keys`, '{"models":null,"budget":null,"limits":null,"metadata":null}')).status, 201, 'nulls mean no restriction');
@@ -428,6 +433,30 @@ t.test('PATCH changes controls in force at once; a bad PATCH changes nothing', a
   const wrong = await admin(gw, 'PUT', `/admin/keys/${k.id}`, { name: 'x' });
   t.equal(wrong.status, 405);
   t.equal(wrong.headers.allow, 'GET, HEAD, PATCH, DELETE');
+});
+
+t.test("priority round trip: created with one, listed, changed by PATCH, cleared with null (the plan's), kept by other PATCHes", async (t) => {
+  const acct = await account(gw);
+  const k = await issue(gw, acct, { name: 'bot', priority: 'low' });
+  const listed = async () => (await admin(gw, 'GET', `/admin/accounts/${acct}/keys`)).body.keys.find((x: any) => x.id === k.id);
+  t.equal((await listed()).priority, 'low', 'listed as created');
+  t.equal((await admin(gw, 'GET', `/admin/keys/${k.id}`)).body.priority, 'low', 'GET /admin/keys/{id} too');
+  const high = await admin(gw, 'PATCH', `/admin/keys/${k.id}`, { priority: 'high' });
+  t.equal(high.status, 200);
+  t.match(high.body, { id: k.id, name: 'bot', priority: 'high' }, 'the PATCH answers the key');
+  const other = await admin(gw, 'PATCH', `/admin/keys/${k.id}`, { limits: { max_concurrent: 5 } });
+  t.equal(other.body.priority, 'high', 'a PATCH of another control keeps it');
+  const bad = await admin(gw, 'PATCH', `/admin/keys/${k.id}`, { priority: 'highest', name: 'x' });
+  t.equal(bad.status, 400);
+  t.match(bad.body, { code: 'unsupported_value', param: 'priority', type: 'invalid_request_error' });
+  t.equal(bad.body.message, "Unsupported value for 'priority': \"highest\". Supported values are: 'high', 'normal', 'low', null.");
+  t.match(await listed(), { name: 'bot', priority: 'high' }, 'a bad PATCH changed nothing');
+  const cleared = await admin(gw, 'PATCH', `/admin/keys/${k.id}`, { priority: null });
+  t.equal(cleared.status, 200);
+  t.equal(cleared.body.priority, null, 'null: the plan\'s');
+  t.equal((await listed()).priority, null, 'listed so');
+  t.equal((await chat(gw, k.key)).status, 200, 'the key still works');
+  t.equal((await issue(gw, acct, { priority: null })).id.startsWith('key_'), true, 'null at creation is the default');
 });
 
 t.test('last_used_at is written, coalesced, after use', async (t) => {

@@ -3,10 +3,14 @@
 // and fair_weight, providers.NAME.queue. Through the openai SDK: a queued request answered once
 // the replica has room (x-tollgate-queue-ms), a queued stream, 503 model_overloaded as
 // err.status / err.code with Retry-After, max_queued, and the wallet untouched by refusals;
-// raw HTTP for the exact envelope; /metrics and /admin/upstreams show the queue.
+// raw HTTP for the exact envelope; /metrics and /admin/upstreams show the queue. A key's own
+// priority, set with `tollgate keys create/update --priority` against the served gateway, puts
+// its requests ahead of its low plan's.
 
 import t from 'tap';
 import OpenAI from 'openai';
+import { execFile } from 'node:child_process';
+import { BIN } from '../helpers/child.js';
 import { ADMIN, KEY, PRICE, metric, operatorConfig, serveFile, wallet } from '../helpers/operator.js';
 import { holding, until } from '../helpers/fleet.js';
 import { startUpstream } from '../helpers/upstream.js';
@@ -103,4 +107,74 @@ t.test('a full replica: requests wait, go in order, and are refused 503 model_ov
   await busy;
   t.equal((await upstreams()).queued, 0);
   t.equal((await wallet(served.url)).held_units, 0);
+});
+
+/** `tollgate ARGS` against the served gateway (admin sub-commands), as an operator runs it. */
+function cli(url: string, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [BIN, ...args, '--url', url], { env: { PATH: process.env.PATH, TOLLGATE_ADMIN_TOKEN: ADMIN }, timeout: 20_000 }, (err, stdout, stderr) => {
+      resolve({ code: err === null ? 0 : Number((err as any).code ?? 1), stdout, stderr });
+    });
+  });
+}
+
+t.test("a key's own priority (tollgate keys create --priority high) goes before its low plan's; cleared with null", async (t) => {
+  const STD = 'tg_std_00000000000000000000';
+  const served = await serveFile(t, operatorConfig({
+    plans: { free: { paid: false, requests_per_minute: 1000, priority: 'low' }, std: { paid: true } },
+    accounts: [
+      { id: 'demo', plan: 'free', wallet_units: 1_000_000, keys: [KEY] },
+      { id: 'std', plan: 'std', wallet_units: 1_000_000, keys: [STD] },
+    ],
+    providers: {
+      vllm: { kind: 'openai', targets: [{ url: replica.baseUrl }], max_outstanding: 1, queue: { max_wait_ms: 10_000, fairness: 'account' } },
+    },
+    models: [{ id: 'm-queue', provider: 'vllm', upstream_model: 'upstream-model', price: PRICE }],
+  }));
+  const admin = async (path: string) => (await fetch(`${served.url}/admin${path}`, { headers: { authorization: `Bearer ${ADMIN}` } })).json() as Promise<any>;
+  const created = await cli(served.url, ['keys', 'create', 'demo', '--name', 'support bot', '--priority', 'high', '--json']);
+  t.equal(created.code, 0, created.stderr);
+  const bot = JSON.parse(created.stdout) as { id: string; key: string };
+  t.equal((await admin(`/keys/${bot.id}`)).priority, 'high', 'stored as the CLI said');
+  t.equal((await admin('/accounts/demo/keys')).keys.find((k: any) => k.id === bot.id).priority, 'high', 'and listed');
+
+  const client = (key: string) => new OpenAI({ apiKey: key, baseURL: `${served.url}/v1`, maxRetries: 0 });
+  const ask = (content: string) => ({ model: 'm-queue', messages: [{ role: 'user' as const, content }], max_tokens: 8 });
+  const queued = async () => (await admin('/upstreams')).providers.vllm.queued as number;
+  const seen = () => replica.requests.filter((r) => r.method === 'POST').map((r) => r.body.messages[0].content);
+  const from = seen().length;
+
+  const first = client(STD).chat.completions.create(ask('busy')).withResponse();
+  t.ok(await until(() => hold.waiting() === 1, 10_000), 'the first holds the replica');
+  const answers = [
+    client(KEY).chat.completions.create(ask('plan-low')).withResponse(),
+  ];
+  t.ok(await until(async () => (await queued()) === 1));
+  answers.push(client(STD).chat.completions.create(ask('normal')).withResponse());
+  t.ok(await until(async () => (await queued()) === 2));
+  answers.push(client(bot.key).chat.completions.create(ask('key-high')).withResponse());
+  t.ok(await until(async () => (await queued()) === 3));
+  t.equal(await metric(served.url, 'tollgate_queue_depth', { provider: 'vllm', priority: 'high' }), 1, 'the bot waits in the high band');
+  t.equal(await metric(served.url, 'tollgate_queue_depth', { provider: 'vllm', priority: 'low' }), 1);
+  for (let i = 0; i < 3; i++) {
+    hold.release();
+    t.ok(await until(() => hold.waiting() === 1 && seen().length === from + i + 2), `the next one took the replica (${i + 2})`);
+  }
+  t.strictSame(seen().slice(from), ['busy', 'key-high', 'normal', 'plan-low'], 'the high key of the low plan first, then normal, then the plan\'s low');
+  hold.release();
+  const one = await first;
+  t.equal(one.response.headers.get('x-tollgate-queue-ms'), '0');
+  const waits: Record<string, number> = {};
+  for (const [i, a] of answers.entries()) {
+    const r = await a;
+    t.equal(r.data.choices[0]!.message.content, 'replica');
+    waits[['plan-low', 'normal', 'key-high'][i]!] = Number(r.response.headers.get('x-tollgate-queue-ms'));
+  }
+  t.ok(waits['plan-low']! > waits['key-high']!, `the low one waited longest (${JSON.stringify(waits)})`);
+
+  const cleared = await cli(served.url, ['keys', 'update', bot.id, '--priority', 'null']);
+  t.equal(cleared.code, 0, cleared.stderr);
+  t.match(cleared.stdout, /\n  priority: the plan's\n/);
+  t.equal((await admin(`/keys/${bot.id}`)).priority, null, 'null: the plan\'s again');
+  t.equal((await cli(served.url, ['keys', 'update', bot.id, '--priority', 'top'])).code, 1, 'a priority the API does not know is refused');
 });

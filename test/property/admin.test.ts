@@ -181,7 +181,7 @@ function keyBodyRefusals(body: string | undefined, ct: string | undefined): stri
   try { b = JSON.parse(body); } catch { return ['invalid_json']; }
   if (depthOf(b) > 64 || hasPollutingKey(b)) return ['invalid_json'];
   if (b === null || typeof b !== 'object' || Array.isArray(b)) return ['invalid_type'];
-  const controls = ['name', 'models', 'expires_at', 'budget', 'limits', 'allowed_ips', 'metadata'];
+  const controls = ['name', 'models', 'expires_at', 'budget', 'limits', 'priority', 'allowed_ips', 'metadata'];
   if (Object.keys(b).some((k) => !controls.includes(k))) return ['unsupported_value'];
   if (controls.some((k) => b[k] !== undefined && b[k] !== null)) return ['unsupported_value', 'invalid_value', 'invalid_type', 'missing_required_parameter'];
   return undefined;
@@ -274,6 +274,12 @@ const ipsGen = fc.oneof(
   fc.constantFrom(bad(['10.0.0.0/33'], 'invalid_value', 'allowed_ips[0]'), bad(['10.0.0.0/8', 'nope'], 'invalid_value', 'allowed_ips[1]'),
     bad([42], 'invalid_type', 'allowed_ips[0]'), bad([], 'invalid_value', 'allowed_ips'), bad('10.0.0.0/8', 'invalid_type', 'allowed_ips')),
 );
+const priorityGen = fc.oneof(
+  { weight: 3, arbitrary: fc.constantFrom('high', 'normal', 'low').map((v) => ok(v)) },
+  fc.constant(ok(null)),
+  fc.constantFrom(bad('urgent', 'unsupported_value', 'priority'), bad('High', 'unsupported_value', 'priority'), bad('', 'unsupported_value', 'priority'),
+    bad(2, 'invalid_type', 'priority'), bad(['low'], 'invalid_type', 'priority'), bad({}, 'invalid_type', 'priority')),
+);
 const metadataGen = fc.oneof(
   { weight: 3, arbitrary: fc.dictionary(fc.stringMatching(/^[a-z_]{1,10}$/), fc.stringMatching(/^[ -~]{0,30}$/), { maxKeys: 5 }).map((v) => ok({ ...v })) },
   fc.constant(ok(null, {})),
@@ -283,11 +289,11 @@ const metadataGen = fc.oneof(
 const absent = fc.constant(undefined);
 const controlsGen = fc.record({
   name: fc.oneof(absent, nameGen), models: fc.oneof(absent, modelsGen), expires_at: fc.oneof(absent, expiresGen), budget: fc.oneof(absent, budgetGen),
-  limits: fc.oneof(absent, limitsGen), allowed_ips: fc.oneof(absent, ipsGen), metadata: fc.oneof(absent, metadataGen),
+  limits: fc.oneof(absent, limitsGen), priority: fc.oneof(absent, priorityGen), allowed_ips: fc.oneof(absent, ipsGen), metadata: fc.oneof(absent, metadataGen),
 });
 const DEFAULT_SHOWN: Record<string, unknown> = {
   name: null, models: null, expires_at: null, budget: { units: null, period: null, spent_units: 0 },
-  limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }, allowed_ips: null, metadata: {},
+  limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }, priority: null, allowed_ips: null, metadata: {},
 };
 
 t.test('generated key controls: a key listed with exactly those controls, or 400 naming a bad one; its requests get contract answers', async (t) => {

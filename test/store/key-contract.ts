@@ -50,7 +50,7 @@ export function keyContract(t: any, name: string, open: () => Promise<OpenedStor
     t.test('a key keeps the controls it was created with; listKeys shows live keys oldest first', async (t: any) => {
       const c = controls({
         name: 'ci', models: ['llama-*', 'echo-small'], expires_at: 1_900_000_000_000, budget: { units: 500, period: 'week' },
-        limits: { requests_per_minute: 5, tokens_per_minute: null, max_concurrent: 2 }, allowed_ips: ['10.0.0.0/8', '2001:db8::/32'],
+        limits: { requests_per_minute: 5, tokens_per_minute: null, max_concurrent: 2 }, priority: 'high', allowed_ips: ['10.0.0.0/8', '2001:db8::/32'],
         metadata: { team: 'search' },
       });
       const { h, id, d } = await withKey(t, c);
@@ -83,6 +83,29 @@ export function keyContract(t: any, name: string, open: () => Promise<OpenedStor
       t.equal(await s.updateKey('key_nothing', { name: 'x' }), undefined, 'unknown key');
       await s.revokeKey(id);
       t.equal(await s.updateKey(id, { name: 'x' }), undefined, 'a revoked key is not changed');
+    });
+
+    t.test("a key's queue priority: set, changed, cleared (null: the plan's), kept apart from the other controls", async (t: any) => {
+      const { h, id } = await withKey(t, controls({ name: 'q', limits: { requests_per_minute: 3, tokens_per_minute: null, max_concurrent: null } }));
+      const s = h.store();
+      t.equal((await s.getKey(id))!.controls.priority, null, 'none unless set: the plan\'s');
+      const low = await s.updateKey(id, { priority: 'low' });
+      t.strictSame(low!.controls, controls({ name: 'q', limits: { requests_per_minute: 3, tokens_per_minute: null, max_concurrent: null }, priority: 'low' }));
+      await s.updateKey(id, { name: 'q2' });
+      t.equal((await s.getKey(id))!.controls.priority, 'low', 'a PATCH of another member keeps it');
+      await s.updateKey(id, { priority: 'high', limits: { max_concurrent: 2 } });
+      const high = (await s.getKey(id))!;
+      t.strictSame([high.controls.priority, high.controls.name, high.controls.limits], ['high', 'q2', { requests_per_minute: 3, tokens_per_minute: null, max_concurrent: 2 }]);
+      const cleared = await s.updateKey(id, { priority: null });
+      t.equal(cleared!.controls.priority, null, 'null gives the plan\'s back');
+      t.strictSame((await s.getKey(id))!.controls, cleared!.controls, 'stored');
+      t.equal((await s.listKeys('acme'))!.find((k) => k.id === id)!.controls.priority, null, 'listed so');
+      await s.updateKey(id, { priority: 'normal' });
+      t.equal((await s.keyWithAccount((await s.getKey(id))!.digest))!.key.controls.priority, 'normal', 'read with its account (the request path)');
+      if (h.reopen !== undefined) {
+        const again = await h.reopen();
+        t.equal((await again.getKey(id))!.controls.priority, 'normal', 'survives reopening');
+      }
     });
 
     t.test('rotateKey: a new digest for the same id; the old one is the previous until its time', async (t: any) => {

@@ -7,12 +7,13 @@
 import t from 'tap';
 import { request } from 'undici';
 import { PRO_KEY, authHeaders, postChat, sseData } from '../helpers/gateway.js';
-import { ask, holding, startFleet, until, type Fleet } from '../helpers/fleet.js';
+import { ADMIN, ask, holding, startFleet, until, type Fleet } from '../helpers/fleet.js';
 import { schemas } from '../helpers/schemas.js';
 
 const FLOOD = 'tg_flood_000000000000000000';
 const TRICKLE = 'tg_trickle_0000000000000000';
 const VIP = 'tg_vip_00000000000000000000';
+const LOW = 'tg_low_00000000000000000000';
 
 /** One replica (or `n`) held by its script, behind a queue; three more accounts on their plans. */
 async function queued(t: any, provider: Record<string, any> = {}, n = 1): Promise<Fleet & { hold: ReturnType<typeof holding>[] }> {
@@ -20,7 +21,9 @@ async function queued(t: any, provider: Record<string, any> = {}, n = 1): Promis
     config: (c) => {
       c.plans.batch = { priority: 'normal', fair_weight: 1 };
       c.plans.vip = { priority: 'high' };
+      c.plans.cheap = { priority: 'low' };
       c.accounts.push(
+        { id: 'cheap', plan: 'cheap', wallet_units: 1000000, keys: [LOW] },
         { id: 'flood', plan: 'batch', wallet_units: 1000000, keys: [FLOOD] },
         { id: 'trickle', plan: 'batch', wallet_units: 1000000, keys: [TRICKLE] },
         { id: 'vip', plan: 'vip', wallet_units: 1000000, keys: [VIP] },
@@ -30,6 +33,14 @@ async function queued(t: any, provider: Record<string, any> = {}, n = 1): Promis
   const hold = f.replicas.map((_r, i) => holding(`r${i}`));
   f.replicas.forEach((r, i) => r.setScript(hold[i]!.script));
   return { ...f, hold };
+}
+
+/** An admin call with a body (Fleet.admin only GETs). */
+async function adminSend(f: Fleet, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+  const res = await fetch(`${f.gw.url}/admin${path}`, {
+    method, headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: res.status, body: await res.json() };
 }
 
 const queuedNow = async (f: Fleet) => (await f.admin('/upstreams')).providers.fleet.queued as number;
@@ -202,4 +213,45 @@ t.test('a wait does not eat the provider\'s timeout_ms: the target\'s time start
   const res = await waiting;
   t.equal(res.status, 200, `answered after ${res.headers['x-tollgate-queue-ms']} ms queued`);
   t.ok(Number(res.headers['x-tollgate-queue-ms']) >= 1100);
+});
+
+t.test("a key's own priority goes before its plan's: a high key of a low plan ahead of normal; cleared, it waits in its plan's band again", async (t) => {
+  const f = await queued(t);
+  const issued = await adminSend(f, 'POST', '/accounts/cheap/keys', { name: 'support bot', priority: 'high' });
+  t.equal(issued.status, 201, JSON.stringify(issued.body));
+  const BOT = issued.body.key as string;
+  const first = postChat(f.gw.url, ask('busy'));
+  t.ok(await until(() => f.hold[0]!.waiting() === 1));
+  const answers: Array<Promise<{ status: number }>> = [];
+  const send = async (key: string, content: string) => {
+    const before = await queuedNow(f);
+    answers.push(postChat(f.gw.url, ask(content), authHeaders(key)));
+    t.ok(await until(async () => (await queuedNow(f)) === before + 1), `${content} is queued`);
+  };
+  await send(LOW, 'plan-low');
+  await send(FLOOD, 'normal0');
+  await send(BOT, 'key-high');
+  const metrics = await f.metrics();
+  t.match(metrics, /tollgate_queue_depth\{provider="fleet",priority="high"\} 1/, 'the key\'s request waits in the high band');
+  t.match(metrics, /tollgate_queue_depth\{provider="fleet",priority="low"\} 1/, 'the plan\'s other key in the low one');
+  t.match(metrics, /tollgate_queue_depth\{provider="fleet",priority="normal"\} 1/);
+
+  const cleared = await adminSend(f, 'PATCH', `/keys/${issued.body.id}`, { priority: null });
+  t.equal(cleared.status, 200);
+  t.equal(cleared.body.priority, null);
+  // Already queued: the request keeps the band it entered with. The next one takes the plan's.
+  await send(BOT, 'key-cleared');
+  await send(FLOOD, 'normal1');
+  t.match(await f.metrics(), /tollgate_queue_depth\{provider="fleet",priority="low"\} 2/, 'cleared: the plan\'s band');
+
+  for (let i = 0; i < 5; i++) {
+    f.hold[0]!.release();
+    t.ok(await until(() => f.chats()[0] === i + 2 && f.hold[0]!.waiting() === 1), `the next one took the free slot (${i + 2})`);
+  }
+  t.strictSame(heldBy(f), ['busy', 'key-high', 'normal0', 'normal1', 'plan-low', 'key-cleared'],
+    'the high key first, though its plan is low; the normal band next; the low band (the plan, and the key once cleared) last, in arrival order');
+  f.hold[0]!.release();
+  t.equal((await first).status, 200);
+  for (const a of answers) t.equal((await a).status, 200);
+  t.equal(await queuedNow(f), 0);
 });

@@ -8,7 +8,9 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { QueuePriority } from '../../lib/config/types.js';
+import type { PlanConfig, QueuePriority } from '../../lib/config/types.js';
+import type { KeyPolicy } from '../../lib/auth/controls.js';
+import { queuePriority, type Principal } from '../../lib/auth/principal.js';
 import { FairQueue, type QueueEntry } from '../../lib/upstream/balance/fair-queue.js';
 import { AFFINITY_WAIT_MS, ProviderQueue, type WaitResult } from '../../lib/upstream/balance/queue.js';
 import { Replica } from '../../lib/upstream/balance/replica.js';
@@ -67,6 +69,27 @@ t.test('shares by weight: fair_weight 3 gets three times the tokens', async (t) 
   const first40 = drainAll(q).slice(0, 40);
   const heavy = first40.filter((n) => n.startsWith('h')).length;
   t.ok(heavy >= 29 && heavy <= 31, `heavy took ${heavy} of the first 40 (30 expected)`);
+});
+
+t.test("a request's band: its key's priority, else its plan's (a high key of a low plan goes ahead of normal)", async (t) => {
+  const plan = (priority: QueuePriority): PlanConfig => ({
+    paid: false, requests_per_minute: null, tokens_per_minute: null, max_concurrent: null, priority, fair_weight: 1,
+    quotas: { requests_per_day: null, tokens_per_day: null, units_per_month: null },
+  });
+  const key = (priority: QueuePriority | null): KeyPolicy => ({
+    id: 'key_x', expiresAt: null, models: null, patterns: null, ips: null, limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }, priority,
+  });
+  const who = (p: QueuePriority, k?: QueuePriority | null): Principal =>
+    ({ accountId: 'a', planName: p, plan: plan(p), credentialId: 'key_x', ...(k === undefined ? {} : { key: key(k) }) });
+  t.equal(queuePriority(who('low')), 'low', 'a session (no key): the plan\'s');
+  t.equal(queuePriority(who('low', null)), 'low', 'a key without one: the plan\'s');
+  t.equal(queuePriority(who('low', 'high')), 'high', 'the key\'s own');
+  t.equal(queuePriority(who('high', 'low')), 'low', 'also downwards');
+  const q = new FairQueue<E>();
+  q.push(entry('plan-low', 'cheap', 100, 1, queuePriority(who('low'))));
+  q.push(entry('normal', 'other', 100, 1, queuePriority(who('normal'))));
+  q.push(entry('key-high', 'cheap', 100, 1, queuePriority(who('low', 'high'))));
+  t.strictSame(drainAll(q), ['key-high', 'normal', 'plan-low']);
 });
 
 t.test('priority bands are strict; fairness holds within each', async (t) => {

@@ -31,6 +31,8 @@
 // instances both land, member by member, as if one ran after the other, and neither touches
 // what a rotation or a revocation wrote. A reader takes `c`, then the c:MEMBER fields over it
 // (see storedControls). No JSON is decoded in Lua: its cjson keeps 14 digits of a number.
+// A member a key's `c` lacks (priority, in controls written before keys had one) reads as its
+// default (toControls in ../rules.ts).
 // A record of members patched this way (a team's, later) takes the same fields and helpers.
 
 import { keyIdOf } from '../digest.js';
@@ -377,7 +379,7 @@ function storedControls(k: Record<string, string>): Record<string, unknown> {
   return { ...c, limits };
 }
 
-const KEY_MEMBERS: ReadonlySet<string> = new Set(['name', 'models', 'expires_at', 'allowed_ips', 'metadata']);
+const KEY_MEMBERS: ReadonlySet<string> = new Set(['name', 'models', 'expires_at', 'priority', 'allowed_ips', 'metadata']);
 const LIMIT_MEMBERS: ReadonlySet<string> = new Set(['limits.requests_per_minute', 'limits.tokens_per_minute', 'limits.max_concurrent']);
 
 /** A key's record from its account-side hash; `revokedAt` from its digest record, if known. */

@@ -11,6 +11,7 @@ import { MemoryStore, type MemoryStoreOptions } from '../../../lib/store/memory/
 import { storeContract } from '../contract.js';
 import { meteringContract } from '../metering-contract.js';
 import { keyContract } from '../key-contract.js';
+import { defaultControls } from '../../../lib/store/types.js';
 
 const dirs: string[] = [];
 t.teardown(async () => { for (const d of dirs) await rm(d, { recursive: true, force: true }); });
@@ -89,6 +90,38 @@ t.test('compaction writes a snapshot, empties the journal and survives reopening
   t.strictSame(await s.addCredits('acme', 1000, 'c0'), { applied: false, balance_units: (299 * 300) / 2 }, 'idempotency keys from before the snapshot survive');
   t.strictSame(await s.addCredits('acme', 1000, 'c299'), { applied: false, balance_units: (299 * 300) / 2 }, 'and from after it');
   t.type((await s.keyByDigest('a'.repeat(64)))?.revoked_at, 'number', 'the revocation survives');
+  await s.close();
+});
+
+t.test("controls written before keys had a queue priority (journal and snapshot) read as the plan's: priority null", async (t) => {
+  const withoutPriority = (text: string) => text.split('\n').map((l) => {
+    if (l === '') return l;
+    const v = JSON.parse(l);
+    for (const c of [v.controls, ...(v.state?.keys ?? []).map((k: any) => k.controls)]) if (c !== undefined) delete c.priority;
+    return JSON.stringify(v);
+  }).join('\n');
+  const dir = await tempDir();
+  let s = await MemoryStore.open({ path: dir, fsyncMs: 0 });
+  await s.createAccount({ id: 'acme', plan: 'pro', balance_units: 10 });
+  const d = 'ab'.repeat(32);
+  await s.createKey({ id: 'key_old', account: 'acme', digest: d, controls: { ...defaultControls(), name: 'old', priority: 'high' } });
+  await s.updateKey('key_old', { models: ['m'] });
+  await s.close();
+  const journal = await readFile(journalOf(dir), 'utf8');
+  t.ok(journal.includes('"priority"'), 'this version writes it');
+  await writeFile(journalOf(dir), withoutPriority(journal));
+  s = await MemoryStore.open({ path: dir, fsyncMs: 0 });
+  t.strictSame((await s.getKey('key_old'))!.controls, { ...defaultControls(), name: 'old', models: ['m'] }, 'from the journal');
+  await s.updateKey('key_old', { priority: 'low' });
+  await s.close();
+  // A snapshot of an older version, too.
+  s = await MemoryStore.open({ path: dir, fsyncMs: 0, compactBytes: 1 });
+  await s.close();
+  t.equal(await exists(snapshotOf(dir)), true);
+  await writeFile(snapshotOf(dir), withoutPriority(await readFile(snapshotOf(dir), 'utf8')));
+  s = await MemoryStore.open({ path: dir, fsyncMs: 0 });
+  t.equal((await s.getKey('key_old'))!.controls.priority, null, 'from the snapshot');
+  t.equal((await s.getKey('key_old'))!.controls.name, 'old');
   await s.close();
 });
 

@@ -566,6 +566,32 @@ t.test("a key's last use the store did not write (not a number) fails neither a 
   t.equal(await c.hget(hash, 'lu'), '1234', 'and so does a touch');
 });
 
+t.test("controls written before keys had a queue priority read as the plan's (null); a PATCH sets it as a field of its own", async (t) => {
+  const prefix = freshPrefix();
+  const s = await opener(t)(prefix);
+  const c = inspector();
+  t.teardown(() => c.disconnect());
+  await s.createAccount({ id: 'qp', plan: 'pro', balance_units: 100 });
+  const d = sha256Hex('tg_qp_key');
+  const id = keyIdOf(d);
+  t.equal(await s.createKey({ id, account: 'qp', digest: d, controls: { ...defaultControls(), name: 'old', priority: 'high' } }), true);
+  const hash = `${prefix}{acct:qp}:key:${id}`;
+  const stored = JSON.parse((await c.hget(hash, 'c'))!);
+  t.equal(stored.priority, 'high', 'this version writes it into c');
+  delete stored.priority;
+  await c.hset(hash, 'c', JSON.stringify(stored));
+  t.strictSame((await s.getKey(id))!.controls, { ...defaultControls(), name: 'old' }, 'an older c: priority null, the rest as written');
+  t.equal((await s.keyWithAccount(d))!.key.controls.priority, null, 'so on the request path too');
+  const patched = await s.updateKey(id, { priority: 'low' });
+  t.equal(patched!.controls.priority, 'low');
+  t.equal(await c.hget(hash, 'c:priority'), '"low"', 'merged in Redis as c:priority');
+  await s.updateKey(id, { priority: null });
+  t.equal(await c.hget(hash, 'c:priority'), 'null', 'a null field overrides what c holds');
+  t.equal((await s.getKey(id))!.controls.priority, null);
+  await c.hset(hash, 'c:priority', '"urgent"');
+  t.equal((await s.getKey(id))!.revoked_at, 0, 'a priority this store never writes makes the controls unreadable: the key is refused, not served unrestricted');
+});
+
 t.test('the plan index skips ids whose account does not exist and drops ids on another plan', async (t) => {
   const s = await opener(t)(freshPrefix());
   const c = inspector();
