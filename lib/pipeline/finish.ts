@@ -145,6 +145,8 @@ export class Finish {
       usage_source: usage === undefined ? 'none' : ctx.usageSource ?? 'counted',
       duration_ms: round(performance.now() - ctx.start),
       ttft_ms: ctx.ttftMs === undefined ? null : round(ctx.ttftMs),
+      // Whole ms, as x-tollgate-queue-ms shows it; 0 behind no queue.
+      queue_ms: ctx.queueMs === undefined ? 0 : Math.round(ctx.queueMs),
     }).catch((err: unknown) => this.#logger.warn({ request_id: ctx.id, err: (err as Error).message }, 'usage record not written'));
   }
 }

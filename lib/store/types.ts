@@ -178,6 +178,11 @@ export interface UsageRecord {
   duration_ms: number;
   /** Until the first byte of the answer's content; null when none was sent. */
   ttft_ms: number | null;
+  /**
+   * Whole milliseconds the request waited in providers' queues (CONTRACT section 13): 0 when
+   * it did not wait or its provider has no queue; a refused wait (503 model_overloaded) counts.
+   */
+  queue_ms: number;
 }
 
 /** Totals of a set of records. */

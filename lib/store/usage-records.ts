@@ -57,7 +57,7 @@ export function validateUsageRecord(r: UsageRecord): void {
     throw new TypeError('a usage record needs a request_id and an account');
   }
   if (!num(r.at) || r.at < 0) throw new TypeError('a usage record needs a time (at, Unix ms)');
-  for (const f of ['prompt_tokens', 'cached_tokens', 'completion_tokens', 'units'] as const) {
+  for (const f of ['prompt_tokens', 'cached_tokens', 'completion_tokens', 'units', 'queue_ms'] as const) {
     if (!count(r[f])) throw new TypeError(`a usage record's ${f} must be a non-negative safe integer`);
   }
   if (typeof r.model !== 'string' || typeof r.provider !== 'string' || typeof r.route !== 'string') {
@@ -69,7 +69,8 @@ export function validateUsageRecord(r: UsageRecord): void {
 
 /**
  * A stored record read back, with the contract's fields in their order; undefined when
- * unreadable. Records of earlier versions (credential, latency_ms, ttfc_ms) are read too.
+ * unreadable. Records of earlier versions (credential, latency_ms, ttfc_ms; no cached_tokens
+ * or queue_ms, read as 0) are read too.
  */
 export function readRecord(v: unknown): UsageRecord | undefined {
   if (!isObject(v) || typeof v.request_id !== 'string' || !num(v.at) || typeof v.account !== 'string' || typeof v.model !== 'string') {
@@ -94,6 +95,7 @@ export function readRecord(v: unknown): UsageRecord | undefined {
     usage_source: SOURCES.has(v.usage_source) ? (v.usage_source as UsageRecord['usage_source']) : 'none',
     duration_ms: num(v.duration_ms) ? v.duration_ms : num(v.latency_ms) ? v.latency_ms : 0,
     ttft_ms: num(v.ttft_ms) ? v.ttft_ms : num(v.ttfc_ms) ? v.ttfc_ms : null,
+    queue_ms: count(v.queue_ms) ? v.queue_ms : 0,
   };
 }
 

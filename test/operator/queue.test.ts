@@ -5,7 +5,8 @@
 // err.status / err.code with Retry-After, max_queued, and the wallet untouched by refusals;
 // raw HTTP for the exact envelope; /metrics and /admin/upstreams show the queue. A key's own
 // priority, set with `tollgate keys create/update --priority` against the served gateway, puts
-// its requests ahead of its low plan's.
+// its requests ahead of its low plan's; each usage record's queue_ms is the wait its answer
+// showed (GET /admin/usage/records and `tollgate usage export`, JSONL and CSV).
 
 import t from 'tap';
 import OpenAI from 'openai';
@@ -165,12 +166,35 @@ t.test("a key's own priority (tollgate keys create --priority high) goes before 
   const one = await first;
   t.equal(one.response.headers.get('x-tollgate-queue-ms'), '0');
   const waits: Record<string, number> = {};
+  const byId = new Map<string, number>([[one.response.headers.get('x-request-id')!, 0]]);
   for (const [i, a] of answers.entries()) {
     const r = await a;
     t.equal(r.data.choices[0]!.message.content, 'replica');
     waits[['plan-low', 'normal', 'key-high'][i]!] = Number(r.response.headers.get('x-tollgate-queue-ms'));
+    byId.set(r.response.headers.get('x-request-id')!, Number(r.response.headers.get('x-tollgate-queue-ms')));
   }
   t.ok(waits['plan-low']! > waits['key-high']!, `the low one waited longest (${JSON.stringify(waits)})`);
+
+  // The waits in the usage records: the admin API, and the CLI's export in both formats.
+  let records: any[] = [];
+  for (let i = 0; i < 150; i++) {
+    records = (await admin('/usage/records?since=2000-01-01&limit=1000')).records.filter((r: any) => byId.has(r.request_id));
+    if (records.length === byId.size) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  t.equal(records.length, 4, 'a record for each request');
+  for (const r of records) t.equal(r.queue_ms, byId.get(r.request_id), `${r.request_id}: queue_ms as its answer showed`);
+  const jsonl = await cli(served.url, ['usage', 'export', '--since', '2000-01-01', '--format', 'jsonl']);
+  t.equal(jsonl.code, 0, jsonl.stderr);
+  const exported = jsonl.stdout.trim().split('\n').map((l) => JSON.parse(l)).filter((r) => byId.has(r.request_id));
+  t.strictSame(exported.map((r) => [r.request_id, r.queue_ms]).sort(), [...byId].sort(), 'jsonl export carries queue_ms');
+  const csv = await cli(served.url, ['usage', 'export', '--since', '2000-01-01', '--format', 'csv']);
+  t.equal(csv.code, 0, csv.stderr);
+  const [header, ...rows] = csv.stdout.trim().split('\r\n').map((l) => l.split(','));
+  const col = header!.indexOf('queue_ms');
+  t.equal(col, header!.length - 1, 'csv: queue_ms is the last column');
+  const idCol = header!.indexOf('request_id');
+  for (const row of rows.filter((r) => byId.has(r[idCol]!))) t.equal(Number(row[col]), byId.get(row[idCol]!), `csv ${row[idCol]}: queue_ms`);
 
   const cleared = await cli(served.url, ['keys', 'update', bot.id, '--priority', 'null']);
   t.equal(cleared.code, 0, cleared.stderr);

@@ -74,6 +74,7 @@ t.test('GET /admin/usage/records: a page, or the error of a parameter that has o
       const limit = given.has('limit') ? Number(given.get('limit')) : 100;
       assert.ok(page.records.length <= limit);
       for (const r of page.records) {
+        assert.ok(Number.isSafeInteger(r.queue_ms) && r.queue_ms >= 0, `queue_ms ${r.queue_ms}: whole ms, never absent`);
         const at = Date.parse(r.at);
         assert.ok(at >= since && (until === undefined || at < until), `${r.at} within the window`);
         for (const [p, f] of [['account', 'account'], ['key', 'key_id'], ['model', 'model']] as const) {

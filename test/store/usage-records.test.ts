@@ -1,10 +1,11 @@
 // Usage records in every store (memory without a path, memory with day files, Redis hourly
 // streams): pages with a stable cursor return each record once, also while records are being
 // written; filters; retention trims by time only (old records injected, and a clock moved past
-// retention); the earlier single usage.jsonl file is migrated.
+// retention); the earlier single usage.jsonl file is migrated; records written before queue_ms
+// existed (a day file's line, a stream entry) read it as 0.
 
 import t from 'tap';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -33,7 +34,7 @@ function rec(i: number, over: Partial<UsageRecord> = {}): UsageRecord {
     request_id: `r-${i}`, at: Date.now(), account: i % 3 === 0 ? 'a' : 'b', key_id: i % 2 === 0 ? 'key_even' : 'key_odd',
     model: i % 5 === 0 ? 'm5' : 'm', provider: 'p', target: 'http://10.0.0.1:8000/v1', route: '/v1/chat/completions', status: 200,
     prompt_tokens: i, cached_tokens: 0, completion_tokens: 2 * i, units: 3 * i, usage_source: 'upstream', duration_ms: 1.5, ttft_ms: null,
-    ...over,
+    queue_ms: i % 4 === 0 ? 0 : 40 * i, ...over,
   };
 }
 
@@ -88,9 +89,10 @@ for (const kind of kinds) {
       const r5 = first.records.find((r) => r.request_id === 'r-5')!;
       t.strictSame(Object.keys(r5), [
         'request_id', 'at', 'account', 'key_id', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
-        'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms',
+        'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms',
       ]);
-      t.match(r5, { account: 'b', key_id: 'key_odd', model: 'm5', prompt_tokens: 5, completion_tokens: 10, units: 15, ttft_ms: null });
+      t.match(r5, { account: 'b', key_id: 'key_odd', model: 'm5', prompt_tokens: 5, completion_tokens: 10, units: 15, ttft_ms: null, queue_ms: 200 });
+      t.strictSame(first.records.find((r) => r.request_id === 'r-8')!.queue_ms, 0, 'a request that did not wait: 0');
 
       t.equal((await all(s, { since, limit: 1000, account: 'a' })).records.length, 350, 'by account');
       t.equal((await all(s, { since, limit: 1000, keyId: 'key_even' })).records.length, 525, 'by key');
@@ -179,6 +181,9 @@ for (const kind of kinds) {
       t.teardown(() => s.close());
       await t.rejects(s.recordUsage(rec(1, { units: -1 })), TypeError);
       await t.rejects(s.recordUsage(rec(1, { cached_tokens: 1.5 })), TypeError);
+      await t.rejects(s.recordUsage(rec(1, { queue_ms: 2.5 })), TypeError, 'queue_ms is whole milliseconds');
+      await t.rejects(s.recordUsage(rec(1, { queue_ms: -1 })), TypeError);
+      await t.rejects(s.recordUsage({ ...rec(1), queue_ms: undefined } as unknown as UsageRecord), TypeError, 'and always there');
       await t.rejects(s.recordUsage(rec(1, { request_id: '' })), TypeError);
       t.strictSame((await s.usageRecords({ since: 0, limit: 10 })).records, []);
     });
@@ -258,13 +263,35 @@ t.test('the single usage.jsonl of an earlier version is moved into day files, it
   const page = await s.usageRecords({ since: 0, limit: 10 });
   t.strictSame(page.records, [
     { request_id: 'o1', at: day, account: 'acme', key_id: 'key_abc', model: 'm', provider: 'p', target: null, route: '', status: 200,
-      prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2 },
+      prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2, queue_ms: 0 },
     { request_id: 'o2', at: day + DAY_MS, account: 'acme', key_id: null, model: 'm', provider: 'p', target: null, route: '', status: 200,
-      prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2 },
+      prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2, queue_ms: 0 },
   ]);
   t.strictSame((await readdir(dir)).includes(LEGACY_USAGE_FILE), false, 'the old file is gone');
   t.strictSame((await readdir(join(dir, USAGE_DIR))).sort(), ['2026-11-20.jsonl', '2026-11-21.jsonl']);
   t.match(await readFile(join(dir, USAGE_DIR, '2026-11-20.jsonl'), 'utf8'), /"key_id":"key_abc"/);
+});
+
+t.test('records written before queue_ms existed read it as 0: a day file\'s line, a Redis stream entry', async (t) => {
+  const { queue_ms: _dropped, ...older } = rec(3, { at: Date.UTC(2026, 10, 20, 10), queue_ms: 120 });
+  const dir = await tempDir();
+  await mkdir(join(dir, USAGE_DIR), { recursive: true });
+  await writeFile(join(dir, USAGE_DIR, '2026-11-20.jsonl'), `${JSON.stringify(older)}\n`);
+  const m = await MemoryStore.open({ path: dir, usageRetentionDays: 36500 });
+  t.teardown(() => m.close());
+  t.strictSame((await m.usageRecords({ since: 0, limit: 10 })).records, [{ ...older, queue_ms: 0 }], 'memory store, day file');
+
+  const prefix = `usage${prefixes++}:`;
+  const r = new RedisStore({ url: redis.url, prefix, usageRetentionDays: 36500 });
+  t.teardown(() => r.close());
+  await r.ready();
+  const c = new Redis(redis.url);
+  t.teardown(() => c.disconnect());
+  const hour = Math.floor(older.at / 3_600_000);
+  await c.xadd(`${prefix}{usage:${hour}}`, '*', 'r', JSON.stringify(older));
+  await c.zadd(`${prefix}{usage:index}`, hour, String(hour));
+  await r.recordUsage(rec(4, { at: older.at + 1, queue_ms: 75 }));
+  t.strictSame((await r.usageRecords({ since: 0, limit: 10 })).records.map((x) => [x.request_id, x.queue_ms]), [['r-3', 0], ['r-4', 75]], 'redis store, stream');
 });
 
 t.test('redis: records of an hour stay listed after a Redis that restarted empty (the index comes back)', async (t) => {

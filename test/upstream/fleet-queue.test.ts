@@ -43,6 +43,17 @@ async function adminSend(f: Fleet, method: string, path: string, body?: unknown)
   return { status: res.status, body: await res.json() };
 }
 
+/** The usage records of these request ids (written once each answer is closed), by id. */
+async function recordsOf(f: Fleet, ids: string[]): Promise<Map<string, any>> {
+  const found = new Map<string, any>();
+  for (let i = 0; i < 150 && found.size < ids.length; i++) {
+    const page = await f.admin('/usage/records?since=2000-01-01&limit=1000');
+    for (const r of page.records) if (ids.includes(r.request_id)) found.set(r.request_id, r);
+    if (found.size < ids.length) await new Promise((r) => setTimeout(r, 20));
+  }
+  return found;
+}
+
 const queuedNow = async (f: Fleet) => (await f.admin('/upstreams')).providers.fleet.queued as number;
 const heldBy = (f: Fleet) => f.replicas.flatMap((r) => r.requests.filter((s) => s.method === 'POST').map((s) => s.body.messages[0].content));
 
@@ -78,11 +89,16 @@ t.test('order: a higher priority first, then fair shares across accounts; x-toll
   const one = await first;
   t.equal(one.status, 200);
   t.equal(one.headers['x-tollgate-queue-ms'], '0', 'not queued: 0');
+  const waits = new Map<string, number>([[String(one.headers['x-request-id']), 0]]);
   for (const a of answers) {
     const res = await a;
     t.equal(res.status, 200);
     t.ok(Number(res.headers['x-tollgate-queue-ms']) > 0, `queued answer carries its wait (${res.headers['x-tollgate-queue-ms']} ms)`);
+    waits.set(String(res.headers['x-request-id']), Number(res.headers['x-tollgate-queue-ms']));
   }
+  const records = await recordsOf(f, [...waits.keys()]);
+  t.equal(records.size, 7, 'a usage record for each');
+  for (const [id, ms] of waits) t.equal(records.get(id)?.queue_ms, ms, `${id}: the record's queue_ms is the wait its answer showed (${ms})`);
   t.equal(await queuedNow(f), 0);
   t.match(await f.metrics(), /tollgate_queue_wait_seconds_count\{provider="fleet",outcome="dispatched"\} 6/);
   for (const account of ['demo', 'flood', 'trickle', 'vip']) t.equal(await f.gw.gateway.slotsInUse(account), 0, `${account}: every slot free`);
@@ -129,6 +145,11 @@ t.test('max_wait_ms: 503 model_overloaded, exact envelope and Retry-After; nothi
   t.equal(await f.gw.gateway.slotsInUse('flood'), 0, 'the concurrency slot is released');
   t.equal(await f.gw.gateway.slotsInUse('trickle'), 0);
   t.equal(f.chats()[0], 1, 'the refused requests reached no replica');
+  const [fullId, lateId] = [String(full.headers['x-request-id']), String(late.headers['x-request-id'])];
+  const refusedRecords = await recordsOf(f, [fullId, lateId]);
+  t.match(refusedRecords.get(fullId), { status: 503, units: 0, queue_ms: 0, usage_source: 'none' }, 'refused on arrival (max_queued): waited 0');
+  t.match(refusedRecords.get(lateId), { status: 503, units: 0, usage_source: 'none', queue_ms: Number(late.headers['x-tollgate-queue-ms']) },
+    'refused after max_wait_ms: its record keeps the wait');
   t.match(await f.metrics(), /tollgate_queue_wait_seconds_count\{provider="fleet",outcome="refused"\} 2/);
   t.match(await f.metrics(), /tollgate_requests_total\{route="chat",status="503",code="model_overloaded"\} 2/);
   f.hold[0]!.release();
@@ -194,7 +215,10 @@ t.test('with no queue (queue: null) a full fleet is skipped as before', async (t
   t.equal(res.json().code, 'model_unavailable');
   t.equal(res.headers['x-tollgate-queue-ms'], undefined);
   f.hold[0]!.release();
-  t.equal((await first).status, 200);
+  const ok = await first;
+  t.equal(ok.status, 200);
+  const records = await recordsOf(f, [String(res.headers['x-request-id']), String(ok.headers['x-request-id'])]);
+  t.strictSame([...records.values()].map((r) => r.queue_ms), [0, 0], 'no queue: queue_ms 0 in the records');
 });
 
 t.test('a wait does not eat the provider\'s timeout_ms: the target\'s time starts once it has a replica', async (t) => {

@@ -1,7 +1,7 @@
 // One UTC day of usage records held in memory column by column (the memory store without a
 // path keeps every record for usage.retention_days, 90 by default, in its heap). As objects, a
 // record cost about 600 bytes of heap, all of it traced by every major GC; here it costs under
-// 200: its eight numbers in a Float64Array, its seven repeated strings (account, key, model,
+// 200: its nine numbers in a Float64Array, its seven repeated strings (account, key, model,
 // provider, target, route, usage source) as indices into the day's table of distinct values,
 // and its request id, made flat, as the one string of its own. Records are rebuilt as objects
 // only when read (admin queries), with the contract's fields in their order, as the other
@@ -17,7 +17,7 @@ import { DAY_MS, PRUNE_EVERY_MS, pageOf, reportOf, retentionMs, type Buckets, ty
 const SOURCES: readonly UsageRecord['usage_source'][] = ['upstream', 'counted', 'none'];
 
 /** Numbers per record, in this order; ttft_ms null is NaN. */
-const NUMS = 8;
+const NUMS = 9;
 /** Strings per record held as table indices, in this order; null (key_id, target) is 0. */
 const REFS = 6;
 const FIRST_CAPACITY = 256;
@@ -53,6 +53,7 @@ export class DayColumns {
     nums[n + 5] = r.units;
     nums[n + 6] = r.duration_ms;
     nums[n + 7] = r.ttft_ms ?? Number.NaN;
+    nums[n + 8] = r.queue_ms;
     const s = i * REFS;
     const refs = this.#refs;
     refs[s] = this.#ref(r.account);
@@ -90,6 +91,7 @@ export class DayColumns {
       usage_source: SOURCES[this.#sources[i]!]!,
       duration_ms: nums[n + 6]!,
       ttft_ms: Number.isNaN(ttft) ? null : ttft,
+      queue_ms: nums[n + 8]!,
     };
   }
 
