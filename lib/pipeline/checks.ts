@@ -94,6 +94,7 @@ export function checkContext(req: ChatRequest, model: ModelConfig, prompt: numbe
  */
 export function checkProvider(targets: readonly Target[], req: ChatRequest, model: ModelConfig): void {
   const why = targets[0]?.provider.refuses?.(req);
+  if (why instanceof GatewayError) throw why;
   if (why !== undefined) throw new GatewayError('unsupported_value', `The model '${model.id}' cannot serve this request: ${why}.`, { param: 'model' });
 }
 
