@@ -266,3 +266,17 @@ t.test('a client that leaves mid-stream has the /infill call aborted (llama.cpp 
   t.equal((await settled()).held_units, 0);
   fim = { words: [' return', ' a', ' + b'] };
 });
+
+t.test('concurrent first FIM requests share one GET /props', async (t) => {
+  const fresh = await llamaServer(() => ({ words: [' ok'] }));
+  const c = baseConfig();
+  c.providers.llama = { kind: 'openai', base_url: fresh.baseUrl, timeout_ms: 3000 };
+  c.models.push({ id: 'coder', provider: 'llama', context_window: 4096, max_output_tokens: 64, price: PRICE });
+  const g = await startGateway(c);
+  t.teardown(async () => { await g.close(); await fresh.close(); });
+  const cl = new OpenAI({ apiKey: DEMO_KEY, baseURL: `${g.url}/v1`, maxRetries: 0 });
+  const answers = await Promise.all([1, 2, 3].map(() => cl.completions.create({ model: 'coder', prompt: 'p', suffix: 's' })));
+  t.same(answers.map((a) => a.choices[0]!.text), [' ok', ' ok', ' ok']);
+  t.equal(fresh.requests.filter((q) => q.url === '/props').length, 1, 'one /props');
+  t.equal(infills(fresh).length, 3, 'each went to /infill');
+});

@@ -78,6 +78,16 @@ class ChunkTranslator implements StreamTranslator {
   }
 }
 
+/** Resolves when `p` settles or `signal` aborts, whichever comes first. */
+function untilSettledOrAborted(p: Promise<void>, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = (): void => { signal.removeEventListener('abort', done); resolve(); };
+    signal.addEventListener('abort', done, { once: true });
+    void p.then(done);
+  });
+}
+
 /** What only llama.cpp's server writes in a whole answer and in a stream's last chunk: its timings. */
 const LLAMA_CPP_MARK = '"timings":{';
 
@@ -93,6 +103,8 @@ export class OpenAIProvider extends HttpProvider {
   readonly #learn = (llamaCpp: boolean): void => { this.#llamaCpp ??= llamaCpp; };
   /** The calls that go to llama.cpp's /infill: decided once per call (#infillCheck), before its body is built. */
   readonly #infillCalls = new WeakSet<ProviderCall>();
+  /** The GET /props in flight for FIM calls while the server is not known. */
+  #probe: Promise<void> | undefined;
 
   constructor(name: string, config: ProviderConfig, fleet?: Fleet) {
     const headers: Record<string, string> = { 'content-type': 'application/json', ...config.headers };
@@ -109,14 +121,13 @@ export class OpenAIProvider extends HttpProvider {
     return this.#llamaCpp === true && wantsInfill(request) ? infillRefusal(request) : undefined;
   }
 
-  override async complete(call: ProviderCall): Promise<CompletionResult> {
-    await this.#infillCheck(call);
-    return super.complete(call);
+  // Chat calls go straight on (no extra promise on the hot path); a FIM call is checked first.
+  override complete(call: ProviderCall): Promise<CompletionResult> {
+    return wantsInfill(call.request) ? this.#infillCheck(call).then(() => super.complete(call)) : super.complete(call);
   }
 
-  override async stream(call: ProviderCall): Promise<UpstreamStream> {
-    await this.#infillCheck(call);
-    return super.stream(call);
+  override stream(call: ProviderCall): Promise<UpstreamStream> {
+    return wantsInfill(call.request) ? this.#infillCheck(call).then(() => super.stream(call)) : super.stream(call);
   }
 
   /**
@@ -126,8 +137,14 @@ export class OpenAIProvider extends HttpProvider {
    * reached stays unknown: the call goes natively and meets the same failure.
    */
   async #infillCheck(call: ProviderCall): Promise<void> {
-    if (this.#infillCalls.has(call) || !wantsInfill(call.request)) return;
-    if (this.#llamaCpp === undefined) await this.#props(call.signal).catch(() => undefined);
+    if (this.#infillCalls.has(call)) return;
+    if (this.#llamaCpp === undefined) {
+      // Concurrent first requests share one GET /props, bounded by the provider's timeout
+      // rather than by one client's signal (a client that leaves must not fail the others').
+      this.#probe ??= this.#props(AbortSignal.timeout(this.config.timeout_ms)).then(() => undefined, () => undefined).finally(() => { this.#probe = undefined; });
+      await untilSettledOrAborted(this.#probe, call.signal);
+      if (call.signal.aborted) return; // the call itself fails on its signal, as any call does
+    }
     if (this.#llamaCpp !== true) return;
     const refusal = infillRefusal(call.request);
     if (refusal !== undefined) throw refusal;
