@@ -1,7 +1,7 @@
 // Fill-in-the-middle on llama.cpp (issue #32): a /v1/completions request with a suffix, to an
 // openai-kind provider that is llama.cpp's server, goes to its POST /infill (its /v1/completions
-// refuses `suffix`), translated, and its native answer comes back as text_completion objects and
-// chunks. The fake speaks llama.cpp's wire as its server writes it (tools/server: /props, /infill
+// does no FIM: it refuses `suffix` or ignores it, by release), translated, and its native answer
+// comes back as text_completion objects and chunks. The fake speaks llama.cpp's wire as its server writes it (tools/server: /props, /infill
 // with input_prefix/input_suffix/n_predict, answers with content, stop, stop_type,
 // stopping_word, tokens_evaluated/tokens_predicted, timings; streamed as data-only events in
 // split writes, no [DONE]; errors as {error: {code, message, type}}, 501 not_supported_error for
@@ -109,7 +109,7 @@ t.test('the first FIM request asks /props, then goes to /infill translated; a te
   } as any);
   const props = up.requests.findIndex((q) => q.url === '/props');
   t.ok(props >= 0 && props < up.requests.findIndex((q) => q.url === '/infill'), '/props asked before the first call');
-  t.notOk(up.requests.some((q) => q.url === '/v1/completions'), 'never its /v1/completions, which refuses suffix');
+  t.notOk(up.requests.some((q) => q.url === '/v1/completions'), 'never its /v1/completions, which does no FIM');
   const seen = infills().at(-1)!;
   t.same(seen.body, {
     input_prefix: 'def add(a, b):\n', input_suffix: '\n\nprint(add(1, 2))', n_predict: 20,

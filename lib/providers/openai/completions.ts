@@ -29,7 +29,7 @@ export function completionsBody(call: ProviderCall, stream: boolean, streamUsage
   const src = call.request.native!.body;
   const out = merged<Obj>(src, { model: call.upstreamModel });
   out.max_tokens = call.request.maxOutputTokens;
-  // A null suffix is no suffix (OpenAI's reading); llama.cpp refuses the key whatever its value.
+  // A null suffix is no suffix (OpenAI's reading); older llama.cpp refuses the key whatever its value.
   if (out.suffix === null) delete out.suffix;
   if (stream) {
     out.stream = true;

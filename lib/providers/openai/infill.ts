@@ -1,5 +1,6 @@
-// Fill-in-the-middle on llama.cpp's server (issue #32). Its /v1/completions refuses `suffix`
-// ("Unsupported param: suffix"); its FIM is POST /infill, beside /v1, in its own native format.
+// Fill-in-the-middle on llama.cpp's server (issue #32). Its /v1/completions does none: older
+// releases refuse `suffix` ("Unsupported param: suffix"), newer ones ignore it and answer the
+// prompt alone. Its FIM is POST /infill, beside /v1, in its own native format.
 // A legacy completions request with a suffix to a provider known to be llama.cpp goes there:
 // the body translated (prompt -> input_prefix, suffix -> input_suffix, max_tokens -> n_predict,
 // sampling fields by their shared names), and its native completion objects (`content`, `stop`,
@@ -16,7 +17,7 @@ import type { ProviderCall, StreamPart } from '../types.js';
 import { COMPLETIONS_DIALECT, isCompletions } from './completions.js';
 import { usageOf } from './translate.js';
 
-/** A completions request that asks for fill-in-the-middle: it sent a `suffix` string ('' too: llama.cpp refuses the key). */
+/** A completions request that asks for fill-in-the-middle: it sent a `suffix` string ('' too: older llama.cpp refuses the key). */
 export function wantsInfill(request: ChatRequest): boolean {
   return request.native?.dialect === COMPLETIONS_DIALECT && typeof request.native.body.suffix === 'string';
 }
