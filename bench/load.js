@@ -50,6 +50,20 @@ export function dialectRequests(key, model) {
   };
 }
 
+/**
+ * The same request as a legacy completion (POST /v1/completions, issue #32): the system prompt
+ * and the question as one plain-text prompt, for `model` (served by the bench's own
+ * completions upstream: the shared one has no such route).
+ */
+export function completionsRequest(key, model) {
+  return {
+    path: '/v1/completions',
+    headers: headersFor(key),
+    body: JSON.stringify({ model, prompt: `${MESSAGES[0].content}\n\n${MESSAGES[1].content}\n`, max_tokens: 256 }),
+    ok: (json) => json.object === 'text_completion' && typeof json.choices?.[0]?.text === 'string' && json.usage?.completion_tokens > 0,
+  };
+}
+
 /** One request of each dialect: a 200 with the dialect's own answer, else throws. */
 export async function dialectCheck(target, requests) {
   const client = new Client(target.origin);

@@ -68,6 +68,7 @@ export function figures(m, { streams }) {
   // Ratios to the bare hop's chat request: it has no such route, and this is the floor it pays.
   if (m.dialects?.messages) rows.push(figure('CPU per /v1/messages request, c=64', 'µs', m.dialects.messages.cpuUs, m.c64?.bare.cpuUs));
   if (m.dialects?.responses) rows.push(figure('CPU per /v1/responses request, c=64', 'µs', m.dialects.responses.cpuUs, m.c64?.bare.cpuUs));
+  if (m.dialects?.completions) rows.push(figure('CPU per /v1/completions request, c=64', 'µs', m.dialects.completions.cpuUs, m.c64?.bare.cpuUs));
   if (m.redis) {
     rows.push(
       figure('redis store: CPU per non-streaming request, c=64', 'µs', m.redis.c64.cpuUs, m.c64?.bare.cpuUs),

@@ -21,7 +21,13 @@
 //     request, counted from Redis's INFO around sequential requests; p50/p99 at one connection
 //     and throughput at 64;
 //   - and the same with a replica and store.wait_replicas: 1 (phase redis-wait): what waiting
-//     for a replica to confirm each debit (Redis WAIT) costs in latency and throughput.
+//     for a replica to confirm each debit (Redis WAIT) costs in latency and throughput;
+//   - CPU per non-streaming request of the other routes on the same pipeline (phase dialects):
+//     /v1/messages and /v1/responses on the gateway above; /v1/completions on a gateway of its
+//     own, on a derived config (the shared one plus one provider and model, written to a temp
+//     file) in front of the bench's own completions upstream (bench/completions-upstream.mjs:
+//     the shared upstream serves only chat), so that every other figure is taken on the shared
+//     config unchanged.
 //
 // It prints one table (figure | gateway | bare hop | ratio | goal | result), writes the same
 // as JSON to bench/results.json (or BENCH_OUT) and, after a run of every phase, as the latest
@@ -57,7 +63,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parse, parseDocument } from 'yaml';
 import Redis from 'ioredis';
 import {
-  FAST, SLOW, cannon, cannonWithCpu, counterDelta, dialectCheck, dialectRequests, gcDelta, gcPauses, headersFor, loggedDurations, openStreams, percentile,
+  FAST, SLOW, cannon, cannonWithCpu, completionsRequest, counterDelta, dialectCheck, dialectRequests, gcDelta, gcPauses, headersFor, loggedDurations, openStreams, percentile,
   redisCounters, requestBody, sanityCheck, sequential, sequentialLatency, settle, timeToFirstByte,
 } from './load.js';
 import {
@@ -252,10 +258,64 @@ async function main(tmp) {
   await stopChild(gw.child, STOP_MS);
   await stopChild(bare.child);
 
+  if (PHASES.has('dialects')) m.dialects.completions = await completionsVariant({ text, tmp, key, upOrigin, pin, ticks });
   if (PHASES.has('redis')) m.redis = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream });
   if (PHASES.has('redis-wait')) m.redisWait = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream, waitReplicas: 1 });
   await stopAll(STOP_MS);
-  return { m, busy, pin, logs: [gwLog, ...[m.redis, m.redisWait].filter(Boolean).map((r) => r.log)] };
+  return { m, busy, pin, logs: [gwLog, ...[m.dialects?.completions, m.redis, m.redisWait].filter(Boolean).map((r) => r.log)] };
+}
+
+/** The model the completions figure asks for: the bench's own upstream serves it. */
+const COMPLETIONS_MODEL = 'bench-completions';
+
+/**
+ * The shared config plus one provider (the fast model's own, copied, pointed at the completions
+ * upstream at `origin`) and one model (the fast model's entry, renamed, on that provider),
+ * written to `dir`. Nothing else of the shared config changes.
+ */
+function completionsConfig(text, origin, dir) {
+  const doc = parseDocument(text);
+  const cfg = doc.toJS();
+  const fast = cfg.models.find((m) => m.id === FAST);
+  const provider = structuredClone(cfg.providers[fast.provider]);
+  provider.base_url = `${origin}/v1`;
+  doc.setIn(['providers', 'bench-completions'], doc.createNode(provider));
+  doc.addIn(['models'], doc.createNode({ ...fast, id: COMPLETIONS_MODEL, provider: 'bench-completions', upstream_model: COMPLETIONS_MODEL }));
+  const path = join(dir, 'tollgate-bench-completions.yaml');
+  writeFileSync(path, doc.toString());
+  return path;
+}
+
+/**
+ * CPU per non-streaming POST /v1/completions at 64 connections: a gateway of its own on the
+ * derived config, pinned as the others, in front of the bench's completions upstream (on the
+ * load CPU); warmed up, checked, then measured as the other dialects are.
+ */
+async function completionsVariant({ text, tmp, key, upOrigin, pin, ticks }) {
+  const label = 'gateway (completions)';
+  const upPort = await freePort();
+  const upstream = await startNodeScript('completions upstream', join(ROOT, 'bench', 'completions-upstream.mjs'), ['--host', HOST, '--port', String(upPort)],
+    { cpu: pin.load, ready: /upstream listening on/ });
+  const logPath = join(LOG_DIR, 'gateway-completions.log');
+  rmSync(logPath, { force: true });
+  let gw;
+  try {
+    gw = { name: label, ...await startGateway({
+      root: ROOT, configPath: completionsConfig(text, `http://${HOST}:${upPort}`, tmp), logPath, port: await freePort(), upstream: upOrigin,
+      cpu: pin.proxy, nodeArgs: NODE_ARGS, label,
+    }) };
+    const r = completionsRequest(key, COMPLETIONS_MODEL);
+    await dialectCheck(gw, { completions: r });
+    log(`${label} ${r.path}, non-streaming, 64 connections: ${SECONDS} s`);
+    const opts = { headers: r.headers, body: r.body, path: r.path, connections: 64, seconds: SECONDS };
+    if (WARMUP > 0) await cannon(`warm-up ${label}`, gw.origin, { ...opts, seconds: WARMUP });
+    const out = await cannonWithCpu(`${label} c64`, gw, ticks, opts);
+    await dialectCheck(gw, { completions: r }); // still alive and correct after the run
+    return { ...out, log: logPath };
+  } finally {
+    if (gw !== undefined) await stopChild(gw.child, STOP_MS);
+    await stopChild(upstream);
+  }
 }
 
 /**

@@ -89,11 +89,13 @@ export function checkContext(req: ChatRequest, model: ModelConfig, prompt: numbe
 
 /**
  * The model's own provider must be able to answer the request at all (an Anthropic upstream
- * has no plain-text completions): else 400 before anything is held. Fallback targets that
- * cannot are skipped (Attempts).
+ * has no plain-text completions): else 400 before anything is held, param `model`, or the
+ * provider's own refusal naming the parameter at fault (llama.cpp's /infill and `n`). Fallback
+ * targets that cannot are skipped (Attempts).
  */
 export function checkProvider(targets: readonly Target[], req: ChatRequest, model: ModelConfig): void {
   const why = targets[0]?.provider.refuses?.(req);
+  if (why instanceof GatewayError) throw why;
   if (why !== undefined) throw new GatewayError('unsupported_value', `The model '${model.id}' cannot serve this request: ${why}.`, { param: 'model' });
 }
 

@@ -97,6 +97,11 @@ export abstract class HttpProvider implements Provider {
     return this.headers;
   }
 
+  /** A failing answer (not one of the shape's "not now" statuses) -> our error; a provider may know some of its upstream's own. */
+  protected failure(status: number, text: string, call: ProviderCall): GatewayError {
+    return mapErrorBody(status, text, call, this.name);
+  }
+
   /** The path a call goes to: the shape's, unless a provider sends some calls elsewhere (a native dialect's own route). */
   protected pathOf(_call: ProviderCall, ep: UpstreamEndpoint & { callPath: string }): string {
     return ep.callPath;
@@ -123,7 +128,7 @@ export abstract class HttpProvider implements Provider {
       void readCapped(res.body, 0);
       return unavailable(res.headers, this.name, res.statusCode);
     }
-    return this.#redact(mapErrorBody(res.statusCode, await readCapped(res.body), call, this.name));
+    return this.#redact(this.failure(res.statusCode, await readCapped(res.body), call));
   }
 
   /**
@@ -175,7 +180,7 @@ export abstract class HttpProvider implements Provider {
     if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
     if (!isEventStream(res.headers)) {
       // Some servers answer a failing stream request with a JSON error and a 2xx.
-      throw this.#redact(mapErrorBody(res.statusCode, await readCapped(res.body), call, this.name));
+      throw this.#redact(this.failure(res.statusCode, await readCapped(res.body), call));
     }
     return Object.assign(this.#parts(res.body, call, res.statusCode), { headers: forwardedHeaders(res.headers) });
   }

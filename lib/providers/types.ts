@@ -7,6 +7,7 @@ import type { ModelConfig, ProviderConfig } from '../config/types.js';
 import type { Fleet, Replica } from '../upstream/balance/index.js';
 import { merged } from '../objects.js';
 import type { CallAbort } from '../upstream/abort.js';
+import type { GatewayError } from '../errors.js';
 
 export interface ProviderCall {
   request: ChatRequest;
@@ -170,9 +171,10 @@ export interface Provider {
   start?(): void;
   /**
    * Optional: why this provider cannot answer `request` at all (Anthropic: a plain-text
-   * completion), or undefined when it can. Absent: it answers every generation.
+   * completion), or undefined when it can. Absent: it answers every generation. A GatewayError
+   * is the refusal itself, naming the parameter at fault (llama.cpp's /infill: n, echo).
    */
-  refuses?(request: ChatRequest): string | undefined;
+  refuses?(request: ChatRequest): string | GatewayError | undefined;
   /** One answer; throws GatewayError on any failure. */
   complete(call: ProviderCall): Promise<CompletionResult>;
   /**

@@ -40,13 +40,26 @@ w.add_rope_freq_base(1000000.0)
 w.add_layer_norm_rms_eps(1e-6)
 w.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-# Every tokenizer.* key, chat template included, exactly as the vocab file has it.
+# Qwen2.5's fill-in-the-middle tokens, at the ids Qwen2.5 gives them: the vocab file is Qwen2's,
+# which pads those ids ([PAD151659]...). With them llama.cpp's /infill serves this model as it
+# serves Qwen2.5-Coder ([FIM_PRE]prefix[FIM_SUF]suffix[FIM_MID]). Only these three: the FIM
+# pad, repo and file-separator tokens would be end-of-generation tokens, which would change
+# how every other answer ends.
+FIM_TOKENS = {151659: '<|fim_prefix|>', 151660: '<|fim_middle|>', 151661: '<|fim_suffix|>'}
+
+# Every tokenizer.* key, chat template included, exactly as the vocab file has it, but for
+# the FIM tokens' names and types (control).
 for key, field in vocab.fields.items():
     if not key.startswith('tokenizer.'):
         continue
     main = field.types[0]
     sub = field.types[-1] if main == gguf.GGUFValueType.ARRAY else None
-    w.add_key_value(key, field.contents(), main, sub)
+    value = field.contents()
+    if key == 'tokenizer.ggml.tokens':
+        value = [FIM_TOKENS.get(i, tok) for i, tok in enumerate(value)]
+    elif key == 'tokenizer.ggml.token_type':
+        value = [int(gguf.TokenType.CONTROL) if i in FIM_TOKENS else ty for i, ty in enumerate(value)]
+    w.add_key_value(key, value, main, sub)
 
 # A fixed seed: the same file on every machine, so answers are reproducible run to run.
 rng = np.random.default_rng(20261123)

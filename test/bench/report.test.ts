@@ -15,11 +15,12 @@ interface Report {
   withLatest(doc: string, block: string): string;
   latestBlock(run: { when: string; commit: string; setup: string; figures: Figure[]; notes: string[] }): string;
   figure(name: string, unit: string, gateway: number | undefined, bare: number | undefined, opts?: { goal?: number }): Figure;
+  figures(m: Record<string, any>, opts: { streams: number }): Figure[];
 }
 
 // bench/ is plain JavaScript, outside the typed tree: imported by URL, typed here.
 const report: Report = await import(new URL('../../bench/report.js', import.meta.url).href);
-const { LATEST_START: START, LATEST_END: END, withLatest, latestBlock, figure } = report;
+const { LATEST_START: START, LATEST_END: END, withLatest, latestBlock, figure, figures } = report;
 const PAGE = fileURLToPath(new URL('../../docs/performance.md', import.meta.url));
 
 const run = {
@@ -61,4 +62,16 @@ t.test('whatever surrounds the markers, only the inside changes', async (t) => {
     return withLatest(doc, block) === `${head}${START}\n${block.trim()}\n${END}${tail}`;
   }), { numRuns: 300, seed: 28 });
   t.pass('300 generated pages');
+});
+
+t.test('the dialects phase: a CPU row per route beside chat, each against the bare hop\'s chat request', async (t) => {
+  const m = { c64: { gw: { cpuUs: 150 }, bare: { cpuUs: 100 } }, dialects: { messages: { cpuUs: 200 }, responses: { cpuUs: 220 }, completions: { cpuUs: 180 } } };
+  const rows = figures(m, { streams: 500 }).filter((f) => /^CPU per \/v1\//.test(f.name));
+  t.same(rows.map((f) => [f.name, f.gateway, f.bare_hop, f.ratio]), [
+    ['CPU per /v1/messages request, c=64', 200, 100, 2],
+    ['CPU per /v1/responses request, c=64', 220, 100, 2.2],
+    ['CPU per /v1/completions request, c=64', 180, 100, 1.8],
+  ]);
+  const partial = figures({ dialects: { completions: { cpuUs: 180 } } }, { streams: 500 });
+  t.same(partial.filter((f) => f.name.startsWith('CPU per /v1/')).map((f) => f.name), ['CPU per /v1/completions request, c=64'], 'only the routes measured');
 });

@@ -277,9 +277,11 @@ t.test('tokenizer: upstream follows the server\'s /tokenize', async (t) => {
 
 // POST /v1/completions (CONTRACT section 14): llama.cpp serves OpenAI's legacy completions, and
 // the gateway sends the body natively to the server's own /v1/completions, so its answer is the
-// server's, text for text and usage for usage. llama.cpp's /v1/completions refuses `suffix`
-// ("Unsupported param: suffix"; its fill-in-the-middle is /infill, which the gateway does not
-// call): a suffix there is the server's 400, passed on as invalid_value, and costs nothing.
+// server's, text for text and usage for usage. llama.cpp's /v1/completions does no
+// fill-in-the-middle (older releases refuse `suffix`, "Unsupported param: suffix"; this one
+// ignores it); its fill-in-the-middle is POST /infill, where the gateway sends
+// a request with a suffix (translated; the tiny model has Qwen2.5's FIM tokens, see
+// scripts/real/make-model.py), so that answer is compared with the server's own /infill answer.
 const plainPrompt = {
   model: 'tiny-qwen2', prompt: 'def add(a, b):\n    ', max_tokens: 16, temperature: 0, seed: 7, cache_prompt: false, ignore_eos: true,
 };
@@ -316,21 +318,51 @@ t.test('/v1/completions is the server\'s own answer, plain and streamed, charged
   t.equal(sdk.choices[0]!.text, ref.choices[0].text, 'through the openai SDK: the same text');
 });
 
-t.test('/v1/completions with a suffix: what llama.cpp says of it, passed on, nothing charged', async (t) => {
+t.test('/v1/completions with a suffix: llama.cpp\'s own /infill answer, plain and streamed, charged its counts', async (t) => {
   const body = { ...plainPrompt, suffix: '\n\nprint(add(1, 2))\n' };
-  const refRes = await post(llama.url, body, { 'content-type': 'application/json' }, '/v1/completions');
+  // Its /v1/completions does no fill-in-the-middle: older releases refuse `suffix`
+  // ("Unsupported param: suffix"), this one ignores it (the same prompt tokens as without).
+  const native = await post(llama.url, body, { 'content-type': 'application/json' }, '/v1/completions');
+  if (native.status === 200) {
+    const plain = JSON.parse((await post(llama.url, plainPrompt, { 'content-type': 'application/json' }, '/v1/completions')).text);
+    t.equal(JSON.parse(native.text).usage.prompt_tokens, plain.usage.prompt_tokens, 'its /v1/completions ignores suffix');
+  } else {
+    t.match(native.text, /suffix/, `its /v1/completions refuses suffix (${native.status}): ${native.text.slice(0, 200)}`);
+  }
+  // The server's own FIM answer to the same input: what the gateway must give back.
+  const refRes = await post(llama.url, {
+    input_prefix: body.prompt, input_suffix: body.suffix, n_predict: body.max_tokens, temperature: 0, seed: 7, cache_prompt: false, ignore_eos: true,
+  }, { 'content-type': 'application/json' }, '/infill');
+  answered(t, refRes, 200);
+  if (refRes.status !== 200) return;
+  const ref = JSON.parse(refRes.text);
+  t.ok(ref.content.length > 0, 'the reference said something');
   const before = await account(gw);
   const res = await post(gw.url, body, auth, '/v1/completions');
-  if (refRes.status === 200) {
-    // A llama.cpp that learned suffix on /v1/completions: then it is its answer, as above.
-    answered(t, res, 200);
-    t.equal(JSON.parse(res.text).choices[0].text, JSON.parse(refRes.text).choices[0].text);
-    return;
-  }
-  t.match(refRes.text, /suffix/, `the server refuses suffix: ${refRes.text.slice(0, 200)}`);
-  answered(t, res, 400);
-  t.match(JSON.parse(res.text), { code: 'invalid_value', message: /suffix/ });
+  answered(t, res, 200);
+  const got = JSON.parse(res.text);
+  t.same(schemas.textCompletion(got), []);
+  t.equal(got.model, 'tiny-qwen2');
+  t.same(got.choices.map((c: any) => [c.index, c.text, c.finish_reason]), [[0, ref.content, ref.stop_type === 'limit' ? 'length' : 'stop']], 'the server\'s infill text');
+  t.same(got.usage, { prompt_tokens: ref.tokens_evaluated, completion_tokens: ref.tokens_predicted, total_tokens: ref.tokens_evaluated + ref.tokens_predicted, prompt_tokens_details: { cached_tokens: ref.timings.cache_n } },
+    'usage: its tokens_evaluated and tokens_predicted');
   const after = await account(gw);
-  t.equal(after.balance_units, before.balance_units, 'nothing charged');
+  t.equal(before.balance_units - after.balance_units, cost(ref.tokens_evaluated, ref.tokens_predicted), 'charged the server\'s counts exactly');
   t.equal(after.held_units, 0);
+
+  const stream = await post(gw.url, { ...body, stream: true, stream_options: { include_usage: true } }, auth, '/v1/completions');
+  answered(t, stream, 200);
+  const evs = events(stream.text);
+  t.equal(evs.at(-1), '[DONE]');
+  const chunks = evs.filter((e: any) => e !== '[DONE]');
+  t.equal(chunks.filter((e: any) => e.choices.length > 0).map((e: any) => e.choices[0].text).join(''), ref.content, 'streamed: the same text');
+  t.equal(chunks.at(-1).usage.completion_tokens, ref.tokens_predicted);
+
+  const client = new OpenAI({ apiKey: auth.authorization.slice(7), baseURL: `${gw.url}/v1`, maxRetries: 0 });
+  const sdk = await client.completions.create(body as any);
+  t.equal(sdk.choices[0]!.text, ref.content, 'through the openai SDK: the same text');
+  const err = await client.completions.create({ ...body, n: 2 } as any).catch((e) => e);
+  t.match(err, { status: 400, code: 'unsupported_value', param: 'n' }, 'n: 2 cannot be served by /infill');
+  const last = await account(gw);
+  t.equal(last.held_units, 0);
 });

@@ -29,6 +29,8 @@ export function completionsBody(call: ProviderCall, stream: boolean, streamUsage
   const src = call.request.native!.body;
   const out = merged<Obj>(src, { model: call.upstreamModel });
   out.max_tokens = call.request.maxOutputTokens;
+  // A null suffix is no suffix (OpenAI's reading); older llama.cpp refuses the key whatever its value.
+  if (out.suffix === null) delete out.suffix;
   if (stream) {
     out.stream = true;
     if (streamUsage) out.stream_options = merged<Obj>(isObj(src.stream_options) ? src.stream_options : {}, { include_usage: true });

@@ -1,7 +1,8 @@
 // The `openai` provider: any OpenAI-compatible server (vLLM, llama.cpp server, Ollama's /v1,
 // TGI's /v1, OpenAI itself). Requests keep the chat format; answers, chunks and errors are
 // normalized into ours (translate.ts) so nothing upstream-specific reaches a client. A client
-// speaking legacy completions goes natively to the upstream's /completions (completions.ts).
+// speaking legacy completions goes natively to the upstream's /completions (completions.ts),
+// except fill-in-the-middle on llama.cpp's server, which goes to its /infill (infill.ts).
 
 import type { Dispatcher } from 'undici';
 import type { ProviderConfig } from '../../config/types.js';
@@ -11,9 +12,11 @@ import type { SseEvent } from '../../sse/parser.js';
 import { readCapped, transportError, type UpstreamEndpoint } from '../../upstream/http.js';
 import { HttpProvider, type StreamTranslator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
-import { withCallHeaders, type DiscoveredModel, type EmbedInput, type EmbedResult, type ProviderCall, type RerankInput, type RerankResult, type TranscribeInput, type TranscribeResult, type StreamPart } from '../types.js';
+import type { ChatRequest } from '../../schema/chat.js';
+import { withCallHeaders, type CompletionResult, type DiscoveredModel, type EmbedInput, type EmbedResult, type ProviderCall, type RerankInput, type RerankResult, type StreamPart, type TranscribeInput, type TranscribeResult, type UpstreamStream } from '../types.js';
 import { embedOpenAI } from './embed.js';
 import { completionsAnswer, completionsBody, CompletionsTranslator, isCompletions } from './completions.js';
+import { InfillTranslator, infillAnswer, infillBody, infillRefusal, infillUnsupported, wantsInfill } from './infill.js';
 import { rerankOpenAI } from './rerank.js';
 import { transcribeOpenAI } from './audio.js';
 import { isLlamaCppProps, normalizeChunk, verboseStoppingWord, normalizeCompletion, parseLlamaCppContext, parseModelList, parseTokenizeCount, type TextChunkMemo } from './translate.js';
@@ -77,6 +80,16 @@ class ChunkTranslator implements StreamTranslator {
   }
 }
 
+/** Resolves when `p` settles or `signal` aborts, whichever comes first. */
+function untilSettledOrAborted(p: Promise<void>, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = (): void => { signal.removeEventListener('abort', done); resolve(); };
+    signal.addEventListener('abort', done, { once: true });
+    void p.then(done);
+  });
+}
+
 /** What only llama.cpp's server writes in a whole answer and in a stream's last chunk: its timings. */
 const LLAMA_CPP_MARK = '"timings":{';
 
@@ -90,6 +103,10 @@ export class OpenAIProvider extends HttpProvider {
   #llamaCpp: boolean | undefined;
   /** Handed to a stream's translator while the server is not known yet. */
   readonly #learn = (llamaCpp: boolean): void => { this.#llamaCpp ??= llamaCpp; };
+  /** The calls that go to llama.cpp's /infill: decided once per call (#infillCheck), before its body is built. */
+  readonly #infillCalls = new WeakSet<ProviderCall>();
+  /** The GET /props in flight for FIM calls while the server is not known. */
+  #probe: Promise<void> | undefined;
 
   constructor(name: string, config: ProviderConfig, fleet?: Fleet) {
     const headers: Record<string, string> = { 'content-type': 'application/json', ...config.headers };
@@ -97,16 +114,59 @@ export class OpenAIProvider extends HttpProvider {
     super(name, config, { path: '/chat/completions', headers, unavailable: new Set([429, 503]) }, fleet);
   }
 
+  /**
+   * Fill-in-the-middle on llama.cpp's server cannot be served as the request asks (n, echo,
+   * several prompts): refused with the parameter named before anything is held, once the
+   * server is known; as a fallback target it is skipped.
+   */
+  refuses(request: ChatRequest): GatewayError | undefined {
+    return this.#llamaCpp === true && wantsInfill(request) ? infillRefusal(request) : undefined;
+  }
+
+  // Chat calls go straight on (no extra promise on the hot path); a FIM call is checked first.
+  override complete(call: ProviderCall): Promise<CompletionResult> {
+    return wantsInfill(call.request) ? this.#infillCheck(call).then(() => super.complete(call)) : super.complete(call);
+  }
+
+  override stream(call: ProviderCall): Promise<UpstreamStream> {
+    return wantsInfill(call.request) ? this.#infillCheck(call).then(() => super.stream(call)) : super.stream(call);
+  }
+
+  /**
+   * A completions request with a suffix: whether the server is llama.cpp's (its /props asked
+   * once, when neither an answer nor discovery told yet); if so the call goes to /infill, or is
+   * refused (400, nothing charged) when /infill cannot serve it. A server that cannot be
+   * reached stays unknown: the call goes natively and meets the same failure.
+   */
+  async #infillCheck(call: ProviderCall): Promise<void> {
+    if (this.#infillCalls.has(call)) return;
+    if (this.#llamaCpp === undefined) {
+      // Concurrent first requests share one GET /props, bounded by the provider's timeout
+      // rather than by one client's signal (a client that leaves must not fail the others').
+      this.#probe ??= this.#props(AbortSignal.timeout(this.config.timeout_ms)).then(() => undefined, () => undefined).finally(() => { this.#probe = undefined; });
+      await untilSettledOrAborted(this.#probe, call.signal);
+      if (call.signal.aborted) return; // the call itself fails on its signal, as any call does
+    }
+    if (this.#llamaCpp !== true) return;
+    const refusal = infillRefusal(call.request);
+    if (refusal !== undefined) throw refusal;
+    this.#infillCalls.add(call);
+  }
+
   protected override streamsUpstream(call: ProviderCall): boolean {
+    // /infill's answer is translated, never passed on: streamed upstream as any call to llama.cpp.
+    if (this.#infillCalls.has(call)) return this.config.stream_upstream !== 'never';
     if (call.request.native !== undefined || this.config.stream_upstream === 'never') return false;
     return this.config.stream_upstream === 'always' || this.#llamaCpp === true;
   }
 
   protected override pathOf(call: ProviderCall, ep: UpstreamEndpoint & { callPath: string }): string {
+    if (this.#infillCalls.has(call)) return `${ep.basePath.replace(/\/v1$/, '')}/infill`;
     return isCompletions(call) ? `${ep.basePath}/completions` : ep.callPath;
   }
 
   protected body(call: ProviderCall, stream: boolean): string {
+    if (this.#infillCalls.has(call)) return infillBody(call, stream, this.config.forward_params);
     if (isCompletions(call)) return completionsBody(call, stream, this.config.stream_usage);
     const src = call.request.body;
     const out: Record<string, unknown> = { model: call.upstreamModel, messages: call.request.messages };
@@ -131,6 +191,7 @@ export class OpenAIProvider extends HttpProvider {
   }
 
   protected completion(text: string, call: ProviderCall, status: number): ChoicesAndUsage {
+    if (this.#infillCalls.has(call)) return infillAnswer(text, call, this.name, status);
     if (isCompletions(call)) return completionsAnswer(text, call, this.name, status);
     const answer = normalizeCompletion(text, call, this.name, status);
     if (this.#llamaCpp === undefined) this.#llamaCpp = text.includes(LLAMA_CPP_MARK);
@@ -138,8 +199,13 @@ export class OpenAIProvider extends HttpProvider {
   }
 
   protected translator(call: ProviderCall, status: number): StreamTranslator {
+    if (this.#infillCalls.has(call)) return new InfillTranslator(call, this.name, status);
     if (isCompletions(call)) return new CompletionsTranslator(call, this.name, status);
     return new ChunkTranslator(call, this.name, status, this.#llamaCpp === undefined ? this.#learn : undefined);
+  }
+
+  protected override failure(status: number, text: string, call: ProviderCall): GatewayError {
+    return (this.#infillCalls.has(call) ? infillUnsupported(status, text, call) : undefined) ?? super.failure(status, text, call);
   }
 
   embed(call: ProviderCall, input: EmbedInput): Promise<EmbedResult> {
