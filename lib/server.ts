@@ -153,7 +153,9 @@ function refuseUpgrade(gateway: Gateway, req: IncomingMessage, socket: Duplex): 
  * request's id. Anything else keeps node's default (the bytes are not an HTTP request).
  */
 function answerClientError(err: Error & { code?: string }, socket: Duplex): void {
-  const res = (socket as Duplex & { _httpMessage?: { headersSent: boolean; req?: IncomingMessage } })._httpMessage;
+  // undefined before the connection's first request; null once an answered one has let go of
+  // it (keep-alive): then too the bytes belong to no request the gateway took.
+  const res = (socket as Duplex & { _httpMessage?: { headersSent: boolean; req?: IncomingMessage } | null })._httpMessage ?? undefined;
   if (socket.writable && res !== undefined && !res.headersSent && res.req !== undefined) {
     const id = requestIdFor(res.req.headers['x-request-id']);
     const e = new GatewayError('invalid_json', 'The request body ended before its Content-Length: it is not a whole JSON document.');

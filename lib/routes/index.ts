@@ -2,7 +2,8 @@
 // a path's answers take, and which handler serves it. Metered routes (generations, embeddings,
 // rerank and score, audio, token counts) count toward requests_per_minute, and one refused for
 // its content spends a request all the same (pipeline/admit.ts refusalSpends); model lists and
-// stored responses do not.
+// stored responses do not. The self-service routes (GET /v1/key, /v1/usage: ./self.ts) are not
+// metered but spend a request each, before they read anything.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { chatDialect } from '../dialects/chat/index.js';
@@ -21,11 +22,12 @@ import { serveCountTokens } from './count-tokens.js';
 import { serveEmbeddings } from './embeddings.js';
 import { serveModels } from './models.js';
 import { serveRerank } from './rerank.js';
+import { serveKey, serveUsage } from './self.js';
 import { serveStoredResponse } from './stored-responses.js';
 
 export type V1Route =
   | 'chat' | 'completions' | 'messages' | 'messages_count_tokens' | 'responses' | 'response' | 'embeddings' | 'rerank' | 'score'
-  | 'audio_transcriptions' | 'audio_translations' | 'models' | 'model' | 'unknown';
+  | 'audio_transcriptions' | 'audio_translations' | 'models' | 'model' | 'key' | 'usage' | 'unknown';
 
 export function v1Route(path: string): V1Route {
   if (path === '/v1/chat/completions') return 'chat';
@@ -40,6 +42,8 @@ export function v1Route(path: string): V1Route {
   if (path === '/v1/audio/translations') return 'audio_translations';
   if (path.startsWith('/v1/responses/') && path.length > 14 && path.indexOf('/', 14) === -1) return 'response';
   if (path === '/v1/models') return 'models';
+  if (path === '/v1/key') return 'key';
+  if (path === '/v1/usage') return 'usage';
   if (path.startsWith('/v1/models/') && path.length > 11) return 'model';
   return 'unknown';
 }
@@ -53,7 +57,7 @@ export function dialectOf(path: string): Dialect | undefined {
 export const ALLOW: Record<V1Route, string> = {
   chat: 'POST', completions: 'POST', messages: 'POST', messages_count_tokens: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST',
   rerank: 'POST', score: 'POST', audio_transcriptions: 'POST', audio_translations: 'POST',
-  models: 'GET, HEAD', model: 'GET, HEAD', unknown: '',
+  models: 'GET, HEAD', model: 'GET, HEAD', key: 'GET', usage: 'GET', unknown: '',
 };
 
 /** Refuses, before the config state is awaited, a path that does not exist or a method it does not take. */
@@ -68,7 +72,7 @@ export function checkV1(route: V1Route, req: IncomingMessage, path: string): voi
 
 /** Serves a /v1 request on the state pinned for it. */
 export async function serveV1(state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
-  if (ctx.route === 'models' || ctx.route === 'model' || ctx.route === 'response') {
+  if (ctx.route === 'models' || ctx.route === 'model' || ctx.route === 'response' || ctx.route === 'key' || ctx.route === 'usage') {
     await unmetered(state, ctx, req, res, path);
     return;
   }
@@ -99,8 +103,10 @@ async function metered(state: GatewayState, metrics: Metrics, ctx: RequestContex
   else await serveCountTokens(state, ctx, req, res);
 }
 
-/** The routes that do not: model lists and stored responses. */
+/** The routes that hold and charge nothing: model lists, stored responses, and the key's own view and usage. */
 async function unmetered(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
-  if (ctx.route === 'response') await serveStoredResponse(state, ctx, req, res, path.slice('/v1/responses/'.length));
+  if (ctx.route === 'key') await serveKey(state, ctx, req, res);
+  else if (ctx.route === 'usage') await serveUsage(state, ctx, req, res);
+  else if (ctx.route === 'response') await serveStoredResponse(state, ctx, req, res, path.slice('/v1/responses/'.length));
   else await serveModels(state, ctx, req, res, path);
 }
