@@ -1,6 +1,6 @@
 // Rerank, score and audio from a YAML file served by `tollgate serve --config`: models of
 // `type: rerank` and `type: transcription` on echo and on a fake OpenAI-compatible server,
-// `price.audio_per_minute` and `server.max_audio_bytes`. Raw HTTP for rerank and score, the
+// `price.audio_per_minute` and `server.max_audio_bytes`. Raw HTTP and the SDK's generic post for rerank and score, the
 // openai SDK for transcriptions and translations; the wallet to the unit after each.
 
 import t from 'tap';
@@ -52,6 +52,20 @@ t.test('rerank, score and audio models from YAML', async (t) => {
   w = now;
 
   const client = new OpenAI({ apiKey: KEY, baseURL: `${served.url}/v1`, maxRetries: 0 });
+  // Rerank and score have no SDK method: the SDK's generic post speaks them unchanged.
+  const ranked: any = await client.post('/rerank', { body: { model: 'rerank-echo', query: 'a cat', documents: ['the cat sat on a mat', 'dogs bark'] } });
+  t.same(ranked.results.map((r: any) => r.index), [0, 1], 'by falling score, through the SDK');
+  t.ok(ranked.results[0].relevance_score > ranked.results[1].relevance_score);
+  const scored: any = await client.post('/score', { body: { model: 'rerank-echo', text_1: 'a cat', text_2: ['the cat sat', 'dogs bark'] } });
+  t.equal(scored.object, 'list');
+  t.equal(scored.data.length, 2);
+  const notRerank: any = await client.post('/rerank', { body: { model: 'whisper-echo', query: 'x', documents: ['y'] } }).catch((err: unknown) => err);
+  t.equal(notRerank.status, 400);
+  t.equal(notRerank.code, 'unsupported_value');
+  t.equal(notRerank.param, 'model');
+  now = await wallet(served.url);
+  t.equal(w.balance_units - now.balance_units, ranked.usage.total_tokens + scored.usage.total_tokens, 'charged on the tokens (1 unit per token here), the refusal nothing');
+  w = now;
   const a = await client.audio.transcriptions.create({ model: 'whisper-vllm', file: await toFile(wav(1.5), 'a.wav', { type: 'audio/wav' }) });
   t.same(a, { text: 'transcribed upstream' });
   const b = await client.audio.translations.create({ model: 'whisper-echo', file: await toFile(wav(2), 'b.wav'), response_format: 'text', prompt: 'hello' });
