@@ -1,10 +1,10 @@
 // POST {base_url}/audio/transcriptions and /audio/translations on a server that serves them
 // (vLLM's Whisper, whisper.cpp's and speaches' OpenAI routes, OpenAI itself): the client's form
-// re-sent as multipart (undici's FormData), its fields in order and as sent but the model, which
+// re-sent as multipart (undici's FormData, imported at the first transcription: undici's index
+// loads all of undici, which a gateway that forwards no audio never needs; test/cli/idle-modules), its fields in order and as sent but the model, which
 // is the upstream's; the answer passed back in the format the client asked for.
 
 import type { Dispatcher } from 'undici';
-import { FormData } from 'undici';
 import { GatewayError } from '../../errors.js';
 import { forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint } from '../../upstream/http.js';
 import { mapErrorBody } from '../shared.js';
@@ -31,6 +31,7 @@ async function readAll(body: Dispatcher.ResponseData['body']): Promise<Buffer> {
 export async function transcribeOpenAI(
   endpoint: UpstreamEndpoint, headers: Record<string, string>, provider: string, call: ProviderCall, a: TranscribeInput,
 ): Promise<TranscribeResult> {
+  const { FormData } = await import('undici');
   const form = new FormData();
   for (const [name, value] of a.fields) form.append(name, name === 'model' ? call.upstreamModel : value);
   form.append(a.file.field, new Blob([a.file.data], { type: a.file.contentType }), a.file.filename);
