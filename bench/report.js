@@ -1,18 +1,31 @@
-// The figures of `npm run bench` as issue #13 states them: one row per figure with the
-// gateway's value, the bare http-proxy-3 hop's value in the same run, their ratio, the goal and
-// whether it is met; printed as a Markdown table and returned as plain data for the JSON file.
+// The figures of `npm run bench` and the goals of issue #34: one row per figure with the
+// gateway's value, its reference in the same run (the bare http-proxy-3 hop, or for the Redis
+// store's goals the memory store), their ratio, the goal and whether it is met; printed as a
+// Markdown table and returned as plain data for the JSON file. Issue #34's goals are ratios
+// taken in one run (the host's speed moves the microseconds, not the ratios), except the RSS per
+// open stream and the Redis round trips, which are absolute.
 
 const num = (v) => typeof v === 'number' && Number.isFinite(v);
 
 /**
- * One row. `goal` is an upper bound (or undefined: reported only); `applies` false marks a goal
- * that this run's settings cannot check (e.g. the 500-stream RSS goal with fewer streams).
+ * One row. `ref` is the reference's value in the same run: the bare hop, or what `against`
+ * names. `goal` is an upper bound on the figure itself, `ratioGoal` an upper bound on its ratio
+ * to the reference (either, or neither: reported only); `applies` false marks a goal that this
+ * run cannot check (e.g. the per-stream RSS goal with fewer streams open), `note` says why.
+ * The verdict is taken on the unrounded values: 3.004 round trips is over a goal of 3.
  */
-export function figure(name, unit, gateway, bare, { goal, digits = 1, applies = true, note } = {}) {
-  const ratio = num(gateway) && num(bare) && bare !== 0 ? gateway / bare : undefined;
+export function figure(name, unit, gateway, ref, { goal, ratioGoal, against = 'bare hop', digits = 1, applies = true, note } = {}) {
+  const ratio = num(gateway) && num(ref) && ref !== 0 ? gateway / ref : undefined;
   let verdict = '';
-  if (goal !== undefined) verdict = !applies ? 'n/a' : num(gateway) ? (gateway <= goal ? 'MET' : 'MISS') : 'MISS';
-  return { name, unit, gateway: round(gateway, digits), bare_hop: round(bare, digits), ratio: round(ratio, 2), goal: goal ?? null, verdict, ...(note ? { note } : {}) };
+  if (goal !== undefined || ratioGoal !== undefined) {
+    const value = ratioGoal !== undefined ? ratio : gateway;
+    const bound = ratioGoal !== undefined ? ratioGoal : goal;
+    verdict = !applies ? 'n/a' : num(value) ? (value <= bound ? 'MET' : 'MISSED') : 'n/a';
+  }
+  return {
+    name, unit, gateway: round(gateway, digits), reference: round(ref, digits), against, ratio: round(ratio, 2),
+    goal: goal ?? null, ratio_goal: ratioGoal ?? null, verdict, ...(note ? { note } : {}),
+  };
 }
 
 function round(v, digits) {
@@ -23,11 +36,15 @@ function round(v, digits) {
 
 const cell = (v, unit) => (v === null || v === undefined ? '-' : `${v.toLocaleString('en-US', { maximumFractionDigits: 3 })}${unit ? ` ${unit}` : ''}`);
 
+const goalCell = (f) => (f.ratio_goal !== null ? `≤ ×${f.ratio_goal.toFixed(2)}${f.against === 'bare hop' ? '' : ` of the ${f.against}`}`
+  : f.goal !== null ? `≤ ${f.goal}${f.unit ? ` ${f.unit}` : ''}` : '');
+
+/** The rows as a Markdown table; the reference is the bare hop unless its cell names another. */
 export function table(figures) {
-  const header = ['figure', 'gateway', 'bare hop', 'ratio', 'goal', 'result'];
+  const header = ['figure', 'gateway', 'reference', 'ratio', 'goal', 'result'];
   const rows = figures.map((f) => [
-    f.name, cell(f.gateway, f.unit), cell(f.bare_hop, f.unit), f.ratio === null ? '-' : `×${f.ratio.toFixed(2)}`,
-    f.goal === null ? '' : `≤ ${f.goal}${f.unit ? ` ${f.unit}` : ''}`, f.verdict,
+    f.name, cell(f.gateway, f.unit), f.reference === null ? '-' : `${cell(f.reference, f.unit)}${f.against === 'bare hop' ? '' : ` (${f.against})`}`,
+    f.ratio === null ? '-' : `×${f.ratio.toFixed(2)}`, goalCell(f), f.verdict,
   ]);
   const all = [header, ...rows];
   const widths = header.map((_, i) => Math.max(...all.map((r) => r[i].length)));
@@ -36,15 +53,24 @@ export function table(figures) {
   return [line(header), sep, ...rows.map(line)].join('\n');
 }
 
-/** The rows of issue #13, from the measurements `m` (absent ones print as '-'). */
+/**
+ * The rows, with issue #34's goals, from the measurements `m` (absent ones print as '-', and a
+ * goal whose figure or reference is absent is 'n/a'). Issue #13's rows that still say something
+ * stay, without its absolute goals (150 µs, 300 µs, 1.5 ms, 80 MB, 120 MB, 50 KB).
+ */
 export function figures(m, { streams }) {
   const kb = (v) => (num(v) ? v / 1024 : undefined);
+  // #34's per-stream goal is for 500 streams open upstream at once: with fewer asked for, or
+  // fewer than 9 in 10 of them past their first event at the RSS peak, it cannot be checked.
+  const open = m.slow?.gw.openAtPeak;
+  const manyOpen = streams >= 500 && num(open) && open >= 0.9 * streams;
+  const openNote = manyOpen ? undefined : streams < 500 ? 'the goal is for 500 streams' : `only ${open} of ${streams} streams were open at the peak`;
   const rows = [
-    figure('CPU per non-streaming request, c=64', 'µs', m.c64?.gw.cpuUs, m.c64?.bare.cpuUs, { goal: 150 }),
-    figure('CPU per 20-chunk stream, c=64', 'µs', m.stream?.gw.cpuUs, m.stream?.bare.cpuUs, { goal: 300 }),
+    figure('CPU per non-streaming request, c=64', 'µs', m.c64?.gw.cpuUs, m.c64?.bare.cpuUs, { ratioGoal: 1.2 }),
+    figure('CPU per 20-chunk stream, c=64', 'µs', m.stream?.gw.cpuUs, m.stream?.bare.cpuUs, { ratioGoal: 1.2 }),
     figure('CPU per 20-chunk stream, chunks 50 ms apart', 'µs', m.slow?.gw.cpuUs, m.slow?.bare.cpuUs),
     figure('p50 latency, c=1', 'ms', m.c1?.gw.p50, m.c1?.bare.p50, { digits: 3 }),
-    figure('p99 latency, c=1', 'ms', m.c1?.gw.p99, m.c1?.bare.p99, { goal: 1.5, digits: 3 }),
+    figure('p99 latency, c=1', 'ms', m.c1?.gw.p99, m.c1?.bare.p99, { ratioGoal: 1.6, digits: 3 }),
     // The tail at c=1 taken apart: the same requests in the gateway's own account (its access
     // log: from the handler's start to the answer's last byte), its GC pauses in those seconds,
     // and the time its main thread (and the bare hop's) was ready to run but waited for the CPU.
@@ -55,13 +81,12 @@ export function figures(m, { streams }) {
     figure('added time to first byte, p50', 'ms', m.ttfb && m.ttfb.gw.p50 - m.ttfb.direct.p50,
       m.ttfb && m.ttfb.bare.p50 - m.ttfb.direct.p50, { digits: 3 }),
     figure('RSS 1 s after start', 'MB', kb(m.idle?.gw), kb(m.idle?.bare)),
-    figure('RSS idle (settled: after the quiet spell)', 'MB', kb(m.settled?.gw), kb(m.settled?.bare), { goal: 80 }),
-    figure(`RSS with ${streams} open slow streams (peak)`, 'MB', kb(m.slow?.gw.rssPeak), kb(m.slow?.bare.rssPeak),
-      { goal: 120, applies: streams >= 500, note: streams >= 500 ? undefined : 'the goal is for 500 streams' }),
+    figure('RSS idle (settled: after the quiet spell)', 'MB', kb(m.settled?.gw), kb(m.settled?.bare), { ratioGoal: 1.1 }),
+    figure(`RSS with ${streams} open slow streams (peak)`, 'MB', kb(m.slow?.gw.rssPeak), kb(m.slow?.bare.rssPeak)),
     // Over the idle RSS as #13 takes it: the one-off growth of the first traffic (heap, JIT code)
     // is in it, spread over 500 streams; with far fewer it dominates and the figure says little.
     figure('RSS growth per open stream', 'KB', m.slow && perStream(m.slow.gw), m.slow && perStream(m.slow.bare),
-      { goal: 50, applies: streams >= 500, note: streams >= 500 ? undefined : 'the goal is for 500 streams' }),
+      { goal: 60, applies: manyOpen, note: openNote }),
     figure('throughput, non-streaming c=64', 'req/s', m.c64?.gw.rps, m.c64?.bare.rps, { digits: 0 }),
     figure('throughput, 20-chunk streams c=64', 'streams/s', m.stream?.gw.rps, m.stream?.bare.rps, { digits: 0 }),
   ];
@@ -70,15 +95,23 @@ export function figures(m, { streams }) {
   if (m.dialects?.responses) rows.push(figure('CPU per /v1/responses request, c=64', 'µs', m.dialects.responses.cpuUs, m.c64?.bare.cpuUs));
   if (m.dialects?.completions) rows.push(figure('CPU per /v1/completions request, c=64', 'µs', m.dialects.completions.cpuUs, m.c64?.bare.cpuUs));
   if (m.redis) {
+    // Against the memory store's figures of the same run (phases c64 and c1), same config else.
+    const memory = { against: 'memory store' };
     rows.push(
-      figure('redis store: CPU per non-streaming request, c=64', 'µs', m.redis.c64.cpuUs, m.c64?.bare.cpuUs),
-      figure('redis store: round trips per request', '', m.redis.plain.reads, undefined, { goal: 3, digits: 2 }),
+      figure('redis store: CPU per non-streaming request, c=64', 'µs', m.redis.c64.cpuUs, m.c64?.gw.cpuUs, { ...memory, ratioGoal: 1.25 }),
+      // Redis's read events over sequential requests (each answered before the next is sent),
+      // less the INFO that counts them, per request. Three decimals, and no rounding in the
+      // verdict: one read more than 3 per request over the 300 (a request's own fourth round
+      // trip, or anything the gateway sent on its own meanwhile) is over the goal and shows as
+      // 3.003. Below 3, Redis read two consecutive requests' batches in one read (the
+      // last batch of one and the first of the next), which saves a read and hides nothing.
+      figure('redis store: round trips per request', '', m.redis.plain.reads, undefined, { goal: 3, digits: 3 }),
       figure('redis store: round trips per stream', '', m.redis.stream.reads, undefined, { digits: 2 }),
       figure('redis store: Lua scripts run per request', '', scripts(m.redis.plain), undefined, { digits: 2 }),
       figure('redis store: commands per request, incl. inside scripts', '', m.redis.plain.commands, undefined, { digits: 2 }),
-      figure('redis store: p50 latency, c=1', 'ms', m.redis.c1?.p50, m.c1?.bare.p50, { digits: 3 }),
-      figure('redis store: p99 latency, c=1', 'ms', m.redis.c1?.p99, m.c1?.bare.p99, { digits: 3 }),
-      figure('redis store: throughput, non-streaming c=64', 'req/s', m.redis.c64.rps, m.c64?.bare.rps, { digits: 0 }),
+      figure('redis store: p50 latency, c=1', 'ms', m.redis.c1?.p50, m.c1?.gw.p50, { ...memory, digits: 3 }),
+      figure('redis store: p99 latency, c=1', 'ms', m.redis.c1?.p99, m.c1?.gw.p99, { ...memory, ratioGoal: 1.5, digits: 3 }),
+      figure('redis store: throughput, non-streaming c=64', 'req/s', m.redis.c64.rps, m.c64?.gw.rps, { ...memory, digits: 0 }),
     );
   }
   if (m.redisWait) {
@@ -92,6 +125,13 @@ export function figures(m, { streams }) {
     );
   }
   return rows;
+}
+
+/** One line per goal missed: the figure, its bound and by how much it is over (for the notes). */
+export function missed(rows) {
+  return rows.filter((f) => f.verdict === 'MISSED').map((f) => (f.ratio_goal !== null
+    ? `${f.name}: ×${f.ratio.toFixed(2)} of the ${f.against}, goal ≤ ×${f.ratio_goal.toFixed(2)} (over by ${((f.ratio / f.ratio_goal - 1) * 100).toFixed(0)}%)`
+    : `${f.name}: ${cell(f.gateway, f.unit)}, goal ≤ ${cell(f.goal, f.unit)} (over by ${cell(round(f.gateway - f.goal, 3), f.unit)})`));
 }
 
 const scripts = (r) => (r.perCommand.evalsha ?? 0) + (r.perCommand.eval ?? 0);
