@@ -2,7 +2,9 @@
 // In memory: a counter per account. In Redis: leases in a sorted set that expire unless
 // renewed, so the slots of a crashed instance come back by themselves; a release that fails
 // while Redis is down is retried until it lands (../store/retry.ts), so the account has its
-// slots back as soon as Redis is, not a lease lifetime later.
+// slots back as soon as Redis is, not a lease lifetime later. The leases an instance holds are
+// renewed together by one timer, not one per request (a timer made and cleared per request
+// was a cost on every request's path, for a renewal only streams live long enough to need).
 
 import { randomUUID } from 'node:crypto';
 import type { RedisClient } from '../store/redis/connect.js';
@@ -75,6 +77,10 @@ export class RedisSlots implements Slots {
   readonly #logger: Logger;
   readonly #leaseMs: number;
   readonly #retries: RetryQueue;
+  /** The leases held by this instance: id -> its sorted set, renewed together by #renewer. */
+  readonly #held = new Map<string, string>();
+  /** Renews every lease in #held each third of a lease; stops on a tick that finds none. */
+  #renewer: NodeJS.Timeout | undefined;
 
   constructor(redis: RedisClient, prefix: string, open: boolean, logger: Logger, leaseMs = LEASE_MS, retries = new RetryQueue({ log: logger })) {
     defineLeaseCommands(redis);
@@ -105,16 +111,37 @@ export class RedisSlots implements Slots {
     }
     if (ok !== 1) return undefined;
     // Long requests (streams) renew their lease; a crashed instance's leases simply expire.
-    const renew = setInterval(() => {
-      this.#redis.tgSlotRenew(key, Date.now(), this.#leaseMs, id).catch((err: Error) => {
-        this.#logger.debug({ err: err.message }, 'lease renewal failed');
-      });
-    }, Math.max(50, Math.floor(this.#leaseMs / 3)));
-    renew.unref();
+    this.#held.set(id, key);
+    this.#renewer ??= this.#startRenewer();
+    let released = false;
     return () => {
-      clearInterval(renew);
+      if (released) return;
+      released = true;
+      this.#held.delete(id);
       this.#release(key, id);
     };
+  }
+
+  /**
+   * Every third of a lease, each lease held then is renewed: one acquired just after a tick is
+   * renewed at the next, within a third of its lifetime, as with a timer of its own.
+   */
+  #startRenewer(): NodeJS.Timeout {
+    const timer = setInterval(() => {
+      if (this.#held.size === 0) {
+        clearInterval(timer);
+        this.#renewer = undefined;
+        return;
+      }
+      const now = Date.now();
+      for (const [id, key] of this.#held) {
+        this.#redis.tgSlotRenew(key, now, this.#leaseMs, id).catch((err: Error) => {
+          this.#logger.debug({ err: err.message }, 'lease renewal failed');
+        });
+      }
+    }, Math.max(50, Math.floor(this.#leaseMs / 3)));
+    timer.unref();
+    return timer;
   }
 
   /** Removes a lease now, or as soon as Redis answers again; `failure`: its acquire's, if it failed. */
