@@ -166,10 +166,15 @@ const batching = new WeakSet<Redis>();
 /**
  * Commands sent on `client` before the event loop's next check phase leave in one write: a
  * request's limits, slot and hold (or its release, token correction and usage record) reach
- * Redis together, one read there and one round trip. The connection's socket is corked at the
- * first command and uncorked by setImmediate, so whatever the I/O callbacks of the same loop
- * turn send joins the batch, handed to the kernel in one writev (after any write still under way). Commands keep their order, and each is
- * still its own ioredis command (its own reply, timeout and error).
+ * Redis together, one read there and one round trip. At the turn's first command the socket's
+ * write is taken over: what ioredis writes (each command's RESP text) is kept, in order, and
+ * setImmediate hands it to the socket as one string, in one write (behind any write still under
+ * way). Commands keep their order, and each is still its own ioredis command (its own reply,
+ * timeout and error). One string costs less than the same parts corked and written as a writev
+ * (a queued write request per part, then an array of parts for the kernel): Node's native
+ * Writev took about 61,000 instructions per metered request, the one write 2,000 (callgrind).
+ * A part that is not a string (a command with a Buffer argument) has the batch written part
+ * by part, corked, as before.
  *
  * This is what ioredis's enableAutoPipelining is for, without its cost: every batch it makes is
  * a Pipeline object that copies each defined script onto itself and defines an own accessor
@@ -184,20 +189,40 @@ function batchWrites(client: Redis): void {
   batching.add(client);
   failUnansweredOnClose(client);
   const send = client.sendCommand;
-  let corked: Socket | undefined;
-  const uncork = (): void => {
-    const socket = corked;
-    corked = undefined;
-    socket?.uncork();
+  let held: Socket | undefined;
+  let parts: Array<string | Buffer> = [];
+  let text = true;
+  const keep = (chunk: string | Buffer): boolean => {
+    if (typeof chunk !== 'string') text = false;
+    parts.push(chunk);
+    return true;
+  };
+  const flush = (): void => {
+    const socket = held!;
+    const chunks = parts;
+    held = undefined;
+    parts = [];
+    // The socket's own write again (the prototype's: the taken-over one was an own property).
+    delete (socket as unknown as { write?: unknown }).write;
+    // A socket closed meanwhile: its commands were failed by the close (failUnansweredOnClose).
+    if (!socket.writable) return;
+    if (text) {
+      socket.write(chunks.length === 1 ? chunks[0]! : (chunks as string[]).join(''));
+      return;
+    }
+    text = true;
+    socket.cork();
+    for (const c of chunks) socket.write(c);
+    socket.uncork();
   };
   client.sendCommand = function (this: Redis, command, stream) {
     // A pipeline's commands (a Cluster's replica wait) are written by the pipeline itself, at once.
-    if (corked === undefined && stream === undefined && this.status === 'ready') {
+    if (held === undefined && stream === undefined && this.status === 'ready') {
       const socket = (this as unknown as { stream?: Socket }).stream;
       if (socket !== undefined && socket.writable) {
-        socket.cork();
-        corked = socket;
-        setImmediate(uncork);
+        (socket as unknown as { write: typeof keep }).write = keep;
+        held = socket;
+        setImmediate(flush);
       }
     }
     return send.call(this, command, stream);
