@@ -77,9 +77,9 @@ export class RedisSlots implements Slots {
   readonly #logger: Logger;
   readonly #leaseMs: number;
   readonly #retries: RetryQueue;
-  /** The leases held by this instance: id -> its sorted set, renewed together by #renewer. */
-  readonly #held = new Map<string, string>();
-  /** Renews every lease in #held each third of a lease; stops on a tick that finds none. */
+  /** The leases held by this instance: id -> its sorted set and when it was last set (ms). */
+  readonly #held = new Map<string, { key: string; at: number }>();
+  /** Renews the leases of #held that are due, each quarter of a lease; stops on a tick that finds none. */
   #renewer: NodeJS.Timeout | undefined;
 
   constructor(redis: RedisClient, prefix: string, open: boolean, logger: Logger, leaseMs = LEASE_MS, retries = new RetryQueue({ log: logger })) {
@@ -111,7 +111,7 @@ export class RedisSlots implements Slots {
     }
     if (ok !== 1) return undefined;
     // Long requests (streams) renew their lease; a crashed instance's leases simply expire.
-    this.#held.set(id, key);
+    this.#held.set(id, { key, at: Date.now() });
     this.#renewer ??= this.#startRenewer();
     let released = false;
     return () => {
@@ -123,10 +123,13 @@ export class RedisSlots implements Slots {
   }
 
   /**
-   * Every third of a lease, each lease held then is renewed: one acquired just after a tick is
-   * renewed at the next, within a third of its lifetime, as with a timer of its own.
+   * Every quarter of a lease, the leases set (acquired or renewed) at least a quarter of a lease
+   * ago are renewed: each between a quarter and half of its lifetime after it was last set.
+   * A request shorter than that (nearly all but streams) is never renewed, as with a timer of
+   * its own that it cleared first: the tick sends nothing to Redis on its own for it.
    */
   #startRenewer(): NodeJS.Timeout {
+    const every = Math.max(50, Math.floor(this.#leaseMs / 4));
     const timer = setInterval(() => {
       if (this.#held.size === 0) {
         clearInterval(timer);
@@ -134,12 +137,14 @@ export class RedisSlots implements Slots {
         return;
       }
       const now = Date.now();
-      for (const [id, key] of this.#held) {
-        this.#redis.tgSlotRenew(key, now, this.#leaseMs, id).catch((err: Error) => {
+      for (const [id, lease] of this.#held) {
+        if (now - lease.at < every) continue;
+        lease.at = now;
+        this.#redis.tgSlotRenew(lease.key, now, this.#leaseMs, id).catch((err: Error) => {
           this.#logger.debug({ err: err.message }, 'lease renewal failed');
         });
       }
-    }, Math.max(50, Math.floor(this.#leaseMs / 3)));
+    }, every);
     timer.unref();
     return timer;
   }
