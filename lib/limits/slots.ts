@@ -2,7 +2,9 @@
 // In memory: a counter per account. In Redis: leases in a sorted set that expire unless
 // renewed, so the slots of a crashed instance come back by themselves; a release that fails
 // while Redis is down is retried until it lands (../store/retry.ts), so the account has its
-// slots back as soon as Redis is, not a lease lifetime later.
+// slots back as soon as Redis is, not a lease lifetime later. The leases an instance holds are
+// renewed together by one timer, not one per request (a timer made and cleared per request
+// was a cost on every request's path, for a renewal only streams live long enough to need).
 
 import { randomUUID } from 'node:crypto';
 import type { RedisClient } from '../store/redis/connect.js';
@@ -75,6 +77,10 @@ export class RedisSlots implements Slots {
   readonly #logger: Logger;
   readonly #leaseMs: number;
   readonly #retries: RetryQueue;
+  /** The leases held by this instance: id -> its sorted set and when it was last set (ms). */
+  readonly #held = new Map<string, { key: string; at: number }>();
+  /** Renews the leases of #held that are due, each quarter of a lease; stops on a tick that finds none. */
+  #renewer: NodeJS.Timeout | undefined;
 
   constructor(redis: RedisClient, prefix: string, open: boolean, logger: Logger, leaseMs = LEASE_MS, retries = new RetryQueue({ log: logger })) {
     defineLeaseCommands(redis);
@@ -105,16 +111,42 @@ export class RedisSlots implements Slots {
     }
     if (ok !== 1) return undefined;
     // Long requests (streams) renew their lease; a crashed instance's leases simply expire.
-    const renew = setInterval(() => {
-      this.#redis.tgSlotRenew(key, Date.now(), this.#leaseMs, id).catch((err: Error) => {
-        this.#logger.debug({ err: err.message }, 'lease renewal failed');
-      });
-    }, Math.max(50, Math.floor(this.#leaseMs / 3)));
-    renew.unref();
+    this.#held.set(id, { key, at: Date.now() });
+    this.#renewer ??= this.#startRenewer();
+    let released = false;
     return () => {
-      clearInterval(renew);
+      if (released) return;
+      released = true;
+      this.#held.delete(id);
       this.#release(key, id);
     };
+  }
+
+  /**
+   * Every quarter of a lease, the leases set (acquired or renewed) at least a quarter of a lease
+   * ago are renewed: each between a quarter and half of its lifetime after it was last set.
+   * A request shorter than that (nearly all but streams) is never renewed, as with a timer of
+   * its own that it cleared first: the tick sends nothing to Redis on its own for it.
+   */
+  #startRenewer(): NodeJS.Timeout {
+    const every = Math.max(50, Math.floor(this.#leaseMs / 4));
+    const timer = setInterval(() => {
+      if (this.#held.size === 0) {
+        clearInterval(timer);
+        this.#renewer = undefined;
+        return;
+      }
+      const now = Date.now();
+      for (const [id, lease] of this.#held) {
+        if (now - lease.at < every) continue;
+        lease.at = now;
+        this.#redis.tgSlotRenew(lease.key, now, this.#leaseMs, id).catch((err: Error) => {
+          this.#logger.debug({ err: err.message }, 'lease renewal failed');
+        });
+      }
+    }, every);
+    timer.unref();
+    return timer;
   }
 
   /** Removes a lease now, or as soon as Redis answers again; `failure`: its acquire's, if it failed. */

@@ -258,6 +258,33 @@ t.test("a crashed instance's Redis leases expire by themselves; live ones are re
   t.equal(await b.inUse('acct'), 0);
 });
 
+t.test('only leases held for a while are renewed: a short request sends no renewal', async (t) => {
+  const { Redis } = await import('ioredis');
+  const { RedisSlots } = await import('../../lib/limits/slots.js');
+  const pino = (await import('pino')).default;
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const client = new Redis(redis.url);
+  t.teardown(() => client.disconnect());
+  const slots = new RedisSlots(client, 'renew-test:', false, pino({ level: 'silent' }), 400);
+  const renewed: string[] = [];
+  const scripted = client as unknown as { tgSlotRenew(key: string, now: number, ttl: number, id: string): Promise<number> };
+  const renew = scripted.tgSlotRenew;
+  scripted.tgSlotRenew = function (key, now, ttl, id) { renewed.push(key); return renew.call(this, key, now, ttl, id); };
+  const long = await slots.acquire('long', 10); // keeps the renewal timer ticking (every 100 ms)
+  const started = Date.now();
+  while (Date.now() - started < 600) {
+    const release = await slots.acquire('short', 10);
+    await sleep(10);
+    release!();
+  }
+  long!();
+  t.ok(renewed.length >= 2, `the long lease was renewed (${renewed.length} times in 600 ms of a 400 ms lease)`);
+  t.same([...new Set(renewed)], ['renew-test:{acct:long}:leases'], 'and no short one ever was');
+  await sleep(250);
+  t.equal(await slots.inUse('short') + await slots.inUse('long'), 0, 'all released');
+});
+
 t.test('two gateway processes on one Redis share the rate limit; Redis stopped mid-load hangs nothing', async (t) => {
   const { mkdtemp, writeFile, rm } = await import('node:fs/promises');
   const { tmpdir } = await import('node:os');

@@ -4,7 +4,9 @@
 // (test/store/sentinel-revive.test.ts has the real race): the client connects again and
 // serves; a subscriber comes back subscribed, even one that was never ready before; a client
 // retired on purpose stays closed. And how it sends: a loop turn's commands in one write, in
-// order, each with its own reply; commands a lost connection left unanswered fail then.
+// order, each with its own reply; commands a lost connection left unanswered fail then; a
+// script defined on the client goes out without ioredis's generic copies of its arguments,
+// with ioredis's own behaviour (its text first on each connection, NOSCRIPT retried).
 
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -145,4 +147,41 @@ t.test('commands in flight when the connection is lost fail then, not at their t
   t.ok(Date.now() - cut < 1000, `when the connection closed, not at the 3 s timeout (${Date.now() - cut} ms)`);
   t.ok(await until(() => c.status === 'ready', 5000), 'connected again');
   t.equal(await c.ping(), 'PONG', 'and serves');
+});
+
+t.test('a defined script: no Array.prototype.flat, arguments as ioredis sends them, NOSCRIPT retried', async (t) => {
+  const { client: c, admin } = await storeClient(t, redis.url, 'tg-script');
+  type Scripted = Redis & { tgEcho(...args: unknown[]): Promise<unknown> };
+  c.defineCommand('tgEcho', { numberOfKeys: 1, lua: 'return {KEYS[1], unpack(ARGV)}' });
+  const s = c as Scripted;
+  const flat = Array.prototype.flat;
+  let flats = 0;
+  Array.prototype.flat = function (this: unknown[], ...a: unknown[]) { flats++; return flat.apply(this, a as []); } as typeof flat;
+  let first: unknown, spread: unknown;
+  try {
+    first = await s.tgEcho('tg-script:k', 'a', 7, '');
+    // rate-limiter-flexible's way: one array, flattened one level.
+    spread = await s.tgEcho(['tg-script:k', 'b', 12]);
+  } finally {
+    Array.prototype.flat = flat;
+  }
+  t.same(first, ['tg-script:k', 'a', '7', ''], 'keys and arguments, numbers as text');
+  t.same(spread, ['tg-script:k', 'b', '12'], 'an array argument flattened one level');
+  t.equal(flats, 0, 'no generic flat on the way');
+  const calls = async () => {
+    const info = await admin.info('commandstats');
+    const n = (name: string) => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(info)?.[1] ?? 0);
+    return { eval: n('eval'), evalsha: n('evalsha') };
+  };
+  const before = await calls();
+  t.same(await s.tgEcho('tg-script:k', 'c'), ['tg-script:k', 'c']);
+  const after = await calls();
+  t.same([after.eval - before.eval, after.evalsha - before.evalsha], [0, 1], 'by its SHA once loaded on the connection');
+  await admin.script('FLUSH');
+  t.same(await s.tgEcho('tg-script:k', 'd'), ['tg-script:k', 'd'], 'the script forgotten by Redis: NOSCRIPT, sent again, answered');
+  const errors = await s.tgEcho('tg-script:k').then(() => 'answered', (err: Error) => err.message);
+  t.equal(errors, 'answered', 'and later calls are answered too');
+  const broken = c as Redis & { tgBroken(...args: unknown[]): Promise<unknown> };
+  c.defineCommand('tgBroken', { numberOfKeys: 0, lua: "return redis.call('NOSUCHCOMMAND')" });
+  t.match(await broken.tgBroken().then(() => 'answered', (err: Error) => err.message), /Unknown Redis command|unknown command/i, 'a script error fails its call');
 });
