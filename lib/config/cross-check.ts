@@ -160,6 +160,9 @@ export function crossCheck(data: unknown): string[] {
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
 const BAD_VALUE = 'must not hold control characters (a new line, say) or characters beyond Latin-1: it is sent as an HTTP header';
+/** A Host header: a name or address, an IPv6 address in brackets, then an optional port. */
+const HOST_VALUE = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~%!$&'()*+,;=-]+)(?::[0-9]{1,5})?$/;
+const BAD_HOST = 'must be a host name or address, with an optional :port (an IPv6 address in brackets)';
 /** Set by the HTTP client from the request itself (undici refuses most from a caller). */
 const FRAMING = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'upgrade', 'expect']);
 
@@ -170,6 +173,9 @@ function headerProblems(path: string, headers: unknown): string[] {
     if (!HEADER_NAME.test(name)) problems.push(`${at}: not a valid header name`);
     else if (FRAMING.has(name.toLowerCase())) problems.push(`${at}: set by the HTTP client itself; it cannot be configured`);
     if (text(value) && !HEADER_VALUE.test(value)) problems.push(`${at}: ${BAD_VALUE}`);
+    // undici takes a Host value apart for the TLS server name: one it cannot parse ('[' with no
+    // ']') fails every request.
+    else if (text(value) && name.toLowerCase() === 'host' && !HOST_VALUE.test(value)) problems.push(`${at}: ${BAD_HOST}`);
   }
   return problems;
 }
