@@ -14,6 +14,7 @@ import { queuePriority, type Principal } from '../../lib/auth/principal.js';
 import { FairQueue, type QueueEntry } from '../../lib/upstream/balance/fair-queue.js';
 import { AFFINITY_WAIT_MS, ProviderQueue, type WaitResult } from '../../lib/upstream/balance/queue.js';
 import { Replica } from '../../lib/upstream/balance/replica.js';
+import { holds } from '../property/arbitraries.js';
 
 interface E extends QueueEntry { name: string }
 
@@ -126,7 +127,7 @@ t.test('property: every entry comes out once, bands in order, starts non-decreas
     fc.record({ kind: fc.constant('take' as const) }),
     fc.record({ kind: fc.constant('drop' as const), at: fc.nat() }),
   );
-  fc.assert(fc.property(fc.array(op, { maxLength: 300 }), (ops) => {
+  await holds(t, 'fair queue order', fc.property(fc.array(op, { maxLength: 300 }), (ops) => {
     const q = new FairQueue<E>();
     const live: E[] = [];
     const out: E[] = [];
@@ -154,8 +155,7 @@ t.test('property: every entry comes out once, bands in order, starts non-decreas
       if (q.size !== live.length) return false;
     }
     return new Set(out).size === out.length;
-  }), { numRuns: 200 });
-  t.pass('held for 200 runs');
+  }), 200);
 });
 
 t.test('enqueue and dispatch cost O(log n): comparisons per operation with 10,000 waiting', async (t) => {
