@@ -19,3 +19,30 @@ export function unsupported(param: string, value: unknown, allowed: Iterable<str
     { param },
   );
 }
+
+/** An optional number field within [min, max]; null counts as absent. */
+export function checkNumber(body: Record<string, unknown>, key: string, min: number, max: number): void {
+  const v = body[key];
+  if (v === undefined || v === null) return;
+  if (typeof v !== 'number') throw wrongType(key, 'a number');
+  if (!Number.isFinite(v) || v < min || v > max) throw badValue(key, `must be a number from ${min} to ${max}`);
+}
+
+/** An optional integer field within [min, max]; null counts as absent. */
+export function checkInteger(body: Record<string, unknown>, key: string, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
+  const v = body[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number') throw wrongType(key, 'an integer');
+  if (!Number.isInteger(v) || v < min || v > max) {
+    throw badValue(key, max === Number.MAX_SAFE_INTEGER ? `must be an integer of at least ${min}` : `must be an integer from ${min} to ${max}`);
+  }
+  return v;
+}
+
+/** An optional boolean field; null counts as absent. */
+export function checkBoolean(body: Record<string, unknown>, key: string): boolean | undefined {
+  const v = body[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'boolean') throw wrongType(key, 'a boolean');
+  return v;
+}

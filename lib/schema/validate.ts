@@ -3,35 +3,11 @@
 
 import { GatewayError } from '../errors.js';
 import { isObject } from '../objects.js';
-import { badValue, missing, unsupported, wrongType } from './params.js';
+import { badValue, checkBoolean, checkInteger, checkNumber, missing, unsupported, wrongType } from './params.js';
 import type { ChatMessage, ChatRequest, Role } from './chat.js';
 
 const ROLES: ReadonlySet<string> = new Set<Role>(['system', 'developer', 'user', 'assistant', 'tool']);
 const IMAGE_DETAIL: ReadonlySet<string> = new Set(['auto', 'low', 'high']);
-
-function checkNumber(body: Record<string, unknown>, key: string, min: number, max: number): void {
-  const v = body[key];
-  if (v === undefined || v === null) return;
-  if (typeof v !== 'number') throw wrongType(key, 'a number');
-  if (!Number.isFinite(v) || v < min || v > max) throw badValue(key, `must be a number from ${min} to ${max}`);
-}
-
-function checkInteger(body: Record<string, unknown>, key: string, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
-  const v = body[key];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'number') throw wrongType(key, 'an integer');
-  if (!Number.isInteger(v) || v < min || v > max) {
-    throw badValue(key, max === Number.MAX_SAFE_INTEGER ? `must be an integer of at least ${min}` : `must be an integer from ${min} to ${max}`);
-  }
-  return v;
-}
-
-function checkBoolean(body: Record<string, unknown>, key: string): boolean | undefined {
-  const v = body[key];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'boolean') throw wrongType(key, 'a boolean');
-  return v;
-}
 
 function checkOptional(body: Record<string, unknown>, key: string, test: (v: unknown) => boolean, expected: string): void {
   const v = body[key];

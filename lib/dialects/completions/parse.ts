@@ -5,7 +5,7 @@
 // as `native`: an OpenAI-compatible upstream gets it as sent, model rewritten.
 
 import { isObject } from '../../objects.js';
-import { badValue, missing, wrongType } from '../../schema/params.js';
+import { badValue, checkBoolean, checkInteger, checkNumber, missing, wrongType } from '../../schema/params.js';
 import type { ChatMessage, ChatRequest } from '../../schema/chat.js';
 
 /** The dialect's name, as `native.dialect` carries it to the providers. */
@@ -20,30 +20,6 @@ const MAX_N = 128;
  * provider builds each; far past what a code-completion client sends.
  */
 export const MAX_ANSWERS = 2048;
-
-function integer(body: Record<string, unknown>, key: string, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
-  const v = body[key];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'number') throw wrongType(key, 'an integer');
-  if (!Number.isInteger(v) || v < min || v > max) {
-    throw badValue(key, max === Number.MAX_SAFE_INTEGER ? `must be an integer of at least ${min}` : `must be an integer from ${min} to ${max}`);
-  }
-  return v;
-}
-
-function number(body: Record<string, unknown>, key: string, min: number, max: number): void {
-  const v = body[key];
-  if (v === undefined || v === null) return;
-  if (typeof v !== 'number') throw wrongType(key, 'a number');
-  if (!Number.isFinite(v) || v < min || v > max) throw badValue(key, `must be a number from ${min} to ${max}`);
-}
-
-function boolean(body: Record<string, unknown>, key: string): boolean | undefined {
-  const v = body[key];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'boolean') throw wrongType(key, 'a boolean');
-  return v;
-}
 
 /** `prompt`: a string or a non-empty array of strings. */
 function prompts(v: unknown): string[] {
@@ -69,19 +45,19 @@ export function parseCompletions(body: unknown): ChatRequest {
   const suffix = body.suffix;
   if (suffix !== undefined && suffix !== null && typeof suffix !== 'string') throw wrongType('suffix', 'a string');
 
-  const maxTokens = integer(body, 'max_tokens', 1);
-  number(body, 'temperature', 0, 2);
-  number(body, 'top_p', 0, 1);
-  number(body, 'presence_penalty', -2, 2);
-  number(body, 'frequency_penalty', -2, 2);
-  const n = integer(body, 'n', 1, MAX_N) ?? 1;
-  integer(body, 'best_of', 1, MAX_N);
-  integer(body, 'seed', Number.MIN_SAFE_INTEGER);
+  const maxTokens = checkInteger(body, 'max_tokens', 1);
+  checkNumber(body, 'temperature', 0, 2);
+  checkNumber(body, 'top_p', 0, 1);
+  checkNumber(body, 'presence_penalty', -2, 2);
+  checkNumber(body, 'frequency_penalty', -2, 2);
+  const n = checkInteger(body, 'n', 1, MAX_N) ?? 1;
+  checkInteger(body, 'best_of', 1, MAX_N);
+  checkInteger(body, 'seed', Number.MIN_SAFE_INTEGER);
   // Completions' logprobs is a count (of the likeliest tokens per position), not chat's boolean;
   // OpenAI caps it at 5, model servers at their own limits (CONTRACT section 10): theirs to enforce.
-  integer(body, 'logprobs', 0);
-  const echo = boolean(body, 'echo') ?? false;
-  const stream = boolean(body, 'stream') ?? false;
+  checkInteger(body, 'logprobs', 0);
+  const echo = checkBoolean(body, 'echo') ?? false;
+  const stream = checkBoolean(body, 'stream') ?? false;
   const stop = body.stop;
   if (stop !== undefined && stop !== null) {
     if (Array.isArray(stop)) {
