@@ -46,7 +46,7 @@
 //   BENCH_TTFB_REQUESTS     first-byte samples per target (200)
 //   BENCH_IDLE_SECONDS      seconds without traffic before the settled idle RSS is read (30)
 //   BENCH_REDIS=0           skip the Redis store variant
-//   BENCH_PHASES            comma list of c1,ttfb,c64,stream,dialects,slow,redis,redis-wait (default all of them)
+//   BENCH_PHASES            comma list of c1,ttfb,c64,stream,dialects,queue,slow,redis,redis-wait (default all of them)
 //   BENCH_OUT               the JSON file (bench/results.json)
 //   BENCH_DOC               the page whose latest-run table is rewritten (docs/performance.md, between
 //                           its bench:latest markers): by default only when every phase ran; set
@@ -95,7 +95,7 @@ const STREAMS = Math.round(envNumber('BENCH_STREAMS', 500, 1));
 const STREAM_SECONDS = envNumber('BENCH_STREAM_SECONDS', 5, 2);
 const TTFB_N = Math.round(envNumber('BENCH_TTFB_REQUESTS', 200, 10));
 const IDLE_SECONDS = envNumber('BENCH_IDLE_SECONDS', 30, 0);
-const ALL_PHASES = ['c1', 'ttfb', 'c64', 'stream', 'dialects', 'slow', 'redis', 'redis-wait'];
+const ALL_PHASES = ['c1', 'ttfb', 'c64', 'stream', 'dialects', 'queue', 'slow', 'redis', 'redis-wait'];
 const PHASES = new Set((process.env.BENCH_PHASES || ALL_PHASES.join(',')).split(',').map((s) => s.trim()).filter(Boolean));
 for (const p of PHASES) if (!ALL_PHASES.includes(p)) throw new Error(`BENCH_PHASES: unknown phase '${p}' (known: ${ALL_PHASES.join(', ')})`);
 if (process.env.BENCH_REDIS === '0') { PHASES.delete('redis'); PHASES.delete('redis-wait'); }
@@ -104,7 +104,7 @@ const DOC = process.env.BENCH_DOC !== undefined
   : (PHASES.size === ALL_PHASES.length ? join(ROOT, 'docs', 'performance.md') : undefined);
 const NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
 const STOP_MS = NODE_ARGS.length > 0 ? 60_000 : 10_000; // a CPU profile is written on exit
-const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 300 + 4 * WARMUP + 20 * SECONDS + 2 * STREAM_SECONDS + TTFB_N + IDLE_SECONDS, 10);
+const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 300 + 5 * WARMUP + 21 * SECONDS + 2 * STREAM_SECONDS + TTFB_N + IDLE_SECONDS, 10);
 
 /** The key and the two model ids the run needs, from the config itself. */
 function readConfig() {
@@ -259,10 +259,11 @@ async function main(tmp) {
   await stopChild(bare.child);
 
   if (PHASES.has('dialects')) m.dialects.completions = await completionsVariant({ text, tmp, key, upOrigin, pin, ticks });
+  if (PHASES.has('queue')) m.queue = await queueVariant({ text, tmp, headers, upOrigin, pin, ticks, plain });
   if (PHASES.has('redis')) m.redis = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream });
   if (PHASES.has('redis-wait')) m.redisWait = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream, waitReplicas: 1 });
   await stopAll(STOP_MS);
-  return { m, busy, pin, logs: [gwLog, ...[m.dialects?.completions, m.redis, m.redisWait].filter(Boolean).map((r) => r.log)] };
+  return { m, busy, pin, logs: [gwLog, ...[m.dialects?.completions, m.queue, m.redis, m.redisWait].filter(Boolean).map((r) => r.log)] };
 }
 
 /** The model the completions figure asks for: the bench's own upstream serves it. */
@@ -315,6 +316,62 @@ async function completionsVariant({ text, tmp, key, upOrigin, pin, ticks }) {
   } finally {
     if (gw !== undefined) await stopChild(gw.child, STOP_MS);
     await stopChild(upstream);
+  }
+}
+
+/**
+ * Above anything the run sends at once (64 connections, the warm-up's and the measured run's):
+ * the queue is configured and never used.
+ */
+const QUEUE_IDLE_MAX_OUTSTANDING = 4096;
+
+/**
+ * The shared config with the fast model's provider given max_outstanding (QUEUE_IDLE_MAX_OUTSTANDING)
+ * and a queue with the schema's defaults spelled out (CONTRACT section 13), written to `dir`.
+ */
+function queueConfig(text, dir) {
+  const doc = parseDocument(text);
+  const fast = doc.toJS().models.find((m) => m.id === FAST);
+  doc.setIn(['providers', fast.provider, 'max_outstanding'], QUEUE_IDLE_MAX_OUTSTANDING);
+  doc.setIn(['providers', fast.provider, 'queue'], doc.createNode({ max_wait_ms: 30000, max_queued: 1000, fairness: 'account' }));
+  const path = join(dir, 'tollgate-bench-queue.yaml');
+  writeFileSync(path, doc.toString());
+  return path;
+}
+
+/**
+ * CPU per non-streaming chat request at 64 connections with the admission queue configured but
+ * idle: a gateway of its own on queueConfig's config, pinned as the others, warmed up and
+ * measured as phase c64 is. The answers must say they did not wait (x-tollgate-queue-ms 0).
+ */
+async function queueVariant({ text, tmp, headers, upOrigin, pin, ticks, plain }) {
+  const label = 'gateway (queue idle)';
+  const logPath = join(LOG_DIR, 'gateway-queue.log');
+  rmSync(logPath, { force: true });
+  let gw;
+  try {
+    gw = { name: label, ...await startGateway({
+      root: ROOT, configPath: queueConfig(text, tmp), logPath, port: await freePort(), upstream: upOrigin,
+      cpu: pin.proxy, nodeArgs: NODE_ARGS, label,
+    }) };
+    await sanityCheck(gw, headers);
+    const probe = await fetch(`${gw.origin}/v1/chat/completions`, { method: 'POST', headers, body: plain });
+    await probe.arrayBuffer();
+    if (probe.status !== 200 || probe.headers.get('x-tollgate-queue-ms') !== '0') {
+      throw new Error(`${label}: expected 200 with x-tollgate-queue-ms: 0 (the queue configured, not waited in), got ${probe.status}, ${probe.headers.get('x-tollgate-queue-ms')}`);
+    }
+    log(`${label}: non-streaming, 64 connections: ${SECONDS} s`);
+    const opts = { headers, body: plain, connections: 64, seconds: SECONDS };
+    if (WARMUP > 0) await cannon(`warm-up ${label}`, gw.origin, { ...opts, seconds: WARMUP });
+    const out = await cannonWithCpu(`${label} c64`, gw, ticks, opts);
+    await sanityCheck(gw, headers);
+    // Only a request that found every replica full waits (and is counted): none may have.
+    const metrics = await (await fetch(`${gw.origin}/metrics`)).text();
+    const waited = [...metrics.matchAll(/^tollgate_queue_wait_seconds_count(?:\{[^}]*\})? (\d+)/gm)].reduce((n, x) => n + Number(x[1]), 0);
+    if (waited > 0) throw new Error(`${label}: ${waited} requests waited in the queue: it was not idle (max_outstanding ${QUEUE_IDLE_MAX_OUTSTANDING})`);
+    return { ...out, log: logPath };
+  } finally {
+    if (gw !== undefined) await stopChild(gw.child, STOP_MS);
   }
 }
 
