@@ -4,8 +4,13 @@
 // never taken below the file's size over the most bytes a second its format can carry. A file
 // that claims one second while its bytes would play for ten minutes is charged ten minutes.
 
-import { parseBuffer } from 'music-metadata';
 import { badValue } from '../../schema/params.js';
+
+/**
+ * The parser, loaded by the first audio request: a gateway that serves none never loads it (with
+ * its readers, about 2.4 MB of heap; test/cli/idle-modules.test.ts).
+ */
+let musicMetadata: Promise<typeof import('music-metadata')> | undefined;
 
 /**
  * The most bytes one second of audio takes, by format: lossless and PCM at 48 kHz, stereo,
@@ -34,6 +39,7 @@ function unreadable(why: string) {
  * unrecognized or unreadable file is 400 invalid_value, param file.
  */
 export async function audioSeconds(data: Buffer): Promise<number> {
+  const { parseBuffer } = await (musicMetadata ??= import('music-metadata'));
   let format;
   try {
     // The client's file name and media type are not trusted: the content says what it is.

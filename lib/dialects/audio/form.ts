@@ -4,7 +4,7 @@
 // part header is a 400, never a hang or a crash; each field checked as OpenAI's API takes it.
 // The route that meters it is routes/audio.ts; the audio's length is ./duration.ts.
 
-import { Busboy, type BusboyInstance } from '@fastify/busboy';
+import type { BusboyConstructor, BusboyInstance } from '@fastify/busboy';
 import { GatewayError } from '../../errors.js';
 import { badValue, missing, unsupported, wrongType } from '../../schema/params.js';
 import type { AudioFormat, TranscribeInput } from '../../providers/types.js';
@@ -48,8 +48,15 @@ interface RawForm {
   file: TranscribeInput['file'] | undefined;
 }
 
+/**
+ * The parser, loaded by the first audio request: a gateway that serves none never loads it
+ * (about 0.5 MB of heap; test/cli/idle-modules.test.ts).
+ */
+let busboy: Promise<{ Busboy: BusboyConstructor }> | undefined;
+
 /** The form's parts: text fields and the one file, or the first problem found. */
-function readForm(body: Buffer, contentType: string): Promise<RawForm> {
+async function readForm(body: Buffer, contentType: string): Promise<RawForm> {
+  const { Busboy } = await (busboy ??= import('@fastify/busboy'));
   return new Promise((resolve, reject) => {
     let bb: BusboyInstance;
     try {
