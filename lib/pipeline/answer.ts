@@ -16,6 +16,10 @@ import type { Charge } from '../billing/meter.js';
 import type { ChunkChoice, Usage } from '../schema/chat.js';
 import type { Attempts } from './attempts.js';
 import { answerHeaders, type RequestContext } from './context.js';
+import { flattened } from '../strings.js';
+
+/** Deltas appended to a stream's text before it may be flattened (see streamAnswer's `append`). */
+const UNFLAT_DELTAS = 64;
 
 /** A stream's frames written together are cut at this length, so backpressure is felt. */
 const MAX_BATCH_CHARS = 16_384;
@@ -110,7 +114,21 @@ export async function streamAnswer(
   };
   let keepalive: NodeJS.Timeout | undefined;
 
+  // What reached the client, counted if the upstream reports no usage or the stream is cut short:
+  // one string built by appending every delta, a tree of V8 cons strings (32 bytes a node, beside
+  // each delta's own string) that an open stream holds until it ends. It is flattened now and
+  // then, when the deltas appended since are as many as a 64th of its length (at least
+  // UNFLAT_DELTAS): about 60 bytes a chunk held become the chunk's characters, and each flatten's
+  // copy stays about 64 characters a delta, whatever the answer's length.
   let text = '';
+  let unflat = 0;
+  const append = (delta: string) => {
+    text += delta;
+    if (++unflat >= UNFLAT_DELTAS && unflat * 64 >= text.length) {
+      text = flattened(text);
+      unflat = 0;
+    }
+  };
   try {
     for (;;) {
       if (!committed) { clearTimeout(keepalive); keepalive = undefined; }
@@ -121,6 +139,7 @@ export async function streamAnswer(
       const roleSent: boolean[] = [];
       const held: ChoicesPart[] = [];
       text = '';
+      unflat = 0;
       let usage: Usage | undefined;
       try {
         const finished = await attempts.run(attempt, async (call) => {
@@ -160,9 +179,9 @@ export async function streamAnswer(
                   part.chatJson = undefined;
                 }
               }
-              if (typeof c.delta.content === 'string') text += c.delta.content;
-              if (c.delta.reasoning_content !== undefined) text += c.delta.reasoning_content;
-              if (c.delta.tool_calls !== undefined) for (const tc of c.delta.tool_calls) text += tc.function?.arguments ?? '';
+              if (typeof c.delta.content === 'string') append(c.delta.content);
+              if (c.delta.reasoning_content !== undefined) append(c.delta.reasoning_content);
+              if (c.delta.tool_calls !== undefined) for (const tc of c.delta.tool_calls) append(tc.function?.arguments ?? '');
             }
             if (!committed) {
               if (!isSubstantive(part.choices, stopExplains)) { held.push(part); continue; }

@@ -4,6 +4,9 @@
 import t from 'tap';
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { holds } from '../property/arbitraries.js';
 import { baseConfig, postChat, sseData, startGateway, DEMO_KEY, type TestGateway } from '../helpers/gateway.js';
 import { chunk, completionBody, json, startUpstream, streamFrames, writeSse, type FakeUpstream } from '../helpers/upstream.js';
 import { schemas } from '../helpers/schemas.js';
@@ -288,6 +291,34 @@ t.test('stream_usage: false sends no stream_options and counts usage itself', as
   const { events } = sseData(res.text);
   t.notOk('stream_options' in up.requests.at(-1)!.body);
   t.equal(events.at(-1).usage.completion_tokens, 3);
+});
+
+t.test('a long stream without usage is counted as its whole text, however the deltas split it (the text is flattened as it grows)', async (t) => {
+  const g = await startGateway(config({ stream_usage: false }));
+  t.teardown(() => g.close());
+  /** The completion tokens the gateway counts for a stream of `deltas` (content or reasoning). */
+  const counted = async (deltas: Array<{ content?: string; reasoning_content?: string }>) => {
+    const frames = [
+      `data: ${JSON.stringify(chunk({ role: 'assistant', content: '' }))}\n\n`,
+      ...deltas.map((d) => `data: ${JSON.stringify(chunk(d))}\n\n`),
+      `data: ${JSON.stringify(chunk({}, 'stop'))}\n\n`, 'data: [DONE]\n\n',
+    ];
+    up.setScript((_req, res) => writeSse(res, frames));
+    const res = await postChat(g.url, ask({ stream: true, stream_options: { include_usage: true } }));
+    assert.equal(res.status, 200);
+    const { events, done } = sseData(res.text);
+    assert.ok(done);
+    const sent = events.flatMap((e) => e.choices.map((c: any) => c.delta.content ?? '')).join('');
+    assert.equal(sent, deltas.map((d) => d.content ?? '').join(''), 'the content reaches the client whole');
+    return events.at(-1).usage.completion_tokens as number;
+  };
+  // More deltas than are ever appended unflattened (64), of any text, each content or reasoning.
+  const delta = fc.record({ text: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 12 }), reasoning: fc.boolean() });
+  await holds(t, 'counted tokens of a split text', fc.asyncProperty(fc.array(delta, { minLength: 65, maxLength: 400 }), async (parts) => {
+    const whole = parts.map((p) => p.text).join('');
+    const split = await counted(parts.map((p) => (p.reasoning ? { reasoning_content: p.text } : { content: p.text })));
+    assert.equal(split, await counted([{ content: whole }]), 'as many tokens as the text in one delta');
+  }), 20);
 });
 
 t.test('stream errors before the first byte get the real status and envelope', async (t) => {
