@@ -87,6 +87,10 @@ export function figures(m, { streams }) {
     // is in it, spread over 500 streams; with far fewer it dominates and the figure says little.
     figure('RSS growth per open stream', 'KB', m.slow && perStream(m.slow.gw), m.slow && perStream(m.slow.bare),
       { goal: 60, applies: manyOpen, note: openNote }),
+    // The same peak over the RSS just before the streams opened (after the warm-up): what the
+    // open streams themselves add, without the first traffic's one-off growth. Reported only.
+    figure('RSS growth per open stream, over the RSS just before them', 'KB', m.slow && perStreamOverBefore(m.slow.gw),
+      m.slow && perStreamOverBefore(m.slow.bare)),
     figure('throughput, non-streaming c=64', 'req/s', m.c64?.gw.rps, m.c64?.bare.rps, { digits: 0 }),
     figure('throughput, 20-chunk streams c=64', 'streams/s', m.stream?.gw.rps, m.stream?.bare.rps, { digits: 0 }),
   ];
@@ -150,6 +154,11 @@ const scripts = (r) => (r.perCommand.evalsha ?? 0) + (r.perCommand.eval ?? 0);
 /** KB of RSS per stream: the peak over the idle RSS, over the streams (as #13 takes it). */
 export function perStream(s) {
   return (s.rssPeak - s.rssIdle) / s.n;
+}
+
+/** RSS growth per stream over the RSS just before they opened (KB); undefined when not measured. */
+export function perStreamOverBefore(s) {
+  return num(s.rssBefore) ? (s.rssPeak - s.rssBefore) / s.n : undefined;
 }
 
 // The latest run in docs/performance.md: what stands between these two markers is rewritten by
