@@ -15,6 +15,7 @@ import type { Revocation, UsageRecord } from '../../../lib/store/types.js';
 import { startRedis } from '../../helpers/redis.js';
 import { storeContract } from '../contract.js';
 import { meteringContract } from '../metering-contract.js';
+import { teamsContract } from '../teams-contract.js';
 import { keyContract } from '../key-contract.js';
 import { defaultControls } from '../../../lib/store/types.js';
 
@@ -91,6 +92,7 @@ async function openFresh() {
 
 storeContract(t, 'redis', openFresh);
 meteringContract(t, 'redis', openFresh);
+teamsContract(t, 'redis', openFresh);
 keyContract(t, 'redis', openFresh);
 
 t.test('a revocation by one instance reaches the other within 1 s, and each listener once', async (t) => {
