@@ -17,6 +17,13 @@ export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADM
     CONTROLS: --name N  --models a,llama-*  --expires ISO-8601  --budget-units N
               --budget-period day|week|month|never  --rpm N  --tpm N  --max-concurrent N
               --priority high|normal|low  --allow-ips CIDR,CIDR  --metadata k=v (repeatable)
+              --team TEAM_ID
+  tollgate teams create ACCOUNT TEAM_ID [TEAM]
+  tollgate teams list ACCOUNT
+  tollgate teams update TEAM_ID TEAM          (a value of null clears a setting)
+  tollgate teams delete TEAM_ID
+    TEAM: --name N  --models a,llama-*  --budget-units N  --budget-period day|week|month|never
+          --rpm N  --tpm N  --max-concurrent N
   tollgate credits add ACCOUNT UNITS [--idempotency-key K]
   tollgate sessions revoke SID
   tollgate usage [--account A] [--since DATE]
@@ -125,6 +132,8 @@ function controlsOf(opts: Opts, verb: string): Record<string, unknown> {
   if (priority !== undefined) body.priority = priority === 'null' ? null : priority;
   const ips = str('allow-ips');
   if (ips !== undefined) body.allowed_ips = listOpt(ips, `${verb}: --allow-ips`);
+  const team = str('team');
+  if (team !== undefined) body.team = team === 'null' ? null : team;
   const meta = opts.metadata;
   if (Array.isArray(meta) && meta.length > 0) {
     if (meta.length === 1 && meta[0] === 'null') body.metadata = null;
@@ -154,9 +163,35 @@ function keyLines(k: any): string {
     `  budget: ${budget}`,
     `  limits: ${limits}`,
     `  priority: ${k.priority ?? "the plan's"}`,
+    ...(k.team === null || k.team === undefined ? [] : [`  team: ${k.team}`]),
     `  expires: ${k.expires_at ?? 'never'}  ips: ${k.allowed_ips === null ? 'any' : k.allowed_ips.join(', ')}`,
     `  created: ${k.created_at}  last used: ${k.last_used_at ?? 'never'}`,
     ...(Object.keys(k.metadata).length === 0 ? [] : [`  metadata: ${Object.entries(k.metadata).map(([a, v]) => `${a}=${v}`).join(' ')}`]),
+  ].join('\n');
+}
+
+/** A team's settings the options name (CONTRACT section 15): the key controls a team has. */
+function teamSettingsOf(opts: Opts, verb: string): Record<string, unknown> {
+  const body = controlsOf(opts, verb);
+  for (const [member, opt] of [['expires_at', 'expires'], ['priority', 'priority'], ['allowed_ips', 'allow-ips'], ['metadata', 'metadata'], ['team', 'team']] as const) {
+    if (body[member] !== undefined) throw new CliError(`${verb}: --${opt} is a key's control, not a team's`, 2);
+  }
+  return body;
+}
+
+/** One team as the list shows it. */
+function teamLines(tm: any): string {
+  const b = tm.budget;
+  const budget = b.units === null ? `spent ${b.spent_units} (no budget)` : `${b.spent_units}/${b.units} per ${b.period ?? 'lifetime'}${b.resets_at ? ` (resets ${b.resets_at})` : ''}`;
+  const l = tm.limits;
+  const limits = [['rpm', l.requests_per_minute], ['tpm', l.tokens_per_minute], ['concurrent', l.max_concurrent]]
+    .filter(([, v]) => v !== null).map(([n, v]) => `${n}=${v}`).join(' ') || 'plan and keys only';
+  return [
+    `${tm.id}  account=${tm.account}${tm.name === null ? '' : `  "${tm.name}"`}`,
+    `  models: ${tm.models === null ? 'any the plan and key allow' : tm.models.join(', ')}`,
+    `  budget: ${budget}`,
+    `  limits: ${limits}`,
+    `  created: ${tm.created_at}`,
   ].join('\n');
 }
 
@@ -211,6 +246,26 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Op
     case 'keys revoke':
       need(1, 'keys revoke KEY_ID');
       return { call: { method: 'DELETE', path: `/admin/keys/${enc(args[0]!)}` }, show: () => `revoked ${args[0]}` };
+    case 'teams create': {
+      need(2, 'teams create ACCOUNT TEAM_ID [--name N] [--budget-units N --budget-period day|week|month|never] [--rpm N] [--tpm N] [--max-concurrent N] [--models a,b]');
+      const body = { id: args[1], ...teamSettingsOf(opts, 'teams create') };
+      return { call: { method: 'POST', path: `/admin/accounts/${enc(args[0]!)}/teams`, body }, show: (b) => `created ${teamLines(b)}` };
+    }
+    case 'teams list':
+      need(1, 'teams list ACCOUNT');
+      return {
+        call: { method: 'GET', path: `/admin/accounts/${enc(args[0]!)}/teams` },
+        show: (b) => (b.teams.length === 0 ? `no teams for ${args[0]}` : b.teams.map(teamLines).join('\n')),
+      };
+    case 'teams update': {
+      need(1, 'teams update TEAM_ID [--name N|null] [--budget-units N|null] [--rpm N|null] [--models a,b|null] ...');
+      const body = teamSettingsOf(opts, 'teams update');
+      if (Object.keys(body).length === 0) throw new CliError('teams update: name at least one setting to change (see tollgate --help)', 2);
+      return { call: { method: 'PATCH', path: `/admin/teams/${enc(args[0]!)}`, body }, show: (b) => `updated ${teamLines(b)}` };
+    }
+    case 'teams delete':
+      need(1, 'teams delete TEAM_ID');
+      return { call: { method: 'DELETE', path: `/admin/teams/${enc(args[0]!)}` }, show: () => `deleted team ${args[0]}` };
     case 'credits add': {
       need(2, 'credits add ACCOUNT UNITS [--idempotency-key K]');
       const units = decimalUnits(args[1]!, 'credits add: UNITS', true);
@@ -233,6 +288,7 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Op
           `usage since ${b.since}${b.account === null ? ' (all accounts)' : ` for ${b.account}`}: ${b.requests} requests, ${b.prompt_tokens} prompt + ${b.completion_tokens} completion tokens, ${b.units} units`,
           ...Object.entries(b.by_model as Record<string, any>).map(([m, u]) => `  ${m}: ${u.requests} requests, ${u.prompt_tokens} + ${u.completion_tokens} tokens, ${u.units} units`),
           ...Object.entries((b.by_key ?? {}) as Record<string, any>).map(([k, u]) => `  key ${k}: ${u.requests} requests, ${u.prompt_tokens} + ${u.completion_tokens} tokens, ${u.units} units`),
+          ...Object.entries((b.by_team ?? {}) as Record<string, any>).map(([k, u]) => `  team ${k}: ${u.requests} requests, ${u.prompt_tokens} + ${u.completion_tokens} tokens, ${u.units} units`),
         ].join('\n'),
       };
     }
@@ -252,7 +308,7 @@ function adminToken(given: string | undefined): string {
 
 /** The columns of `usage export --format csv`: the record's fields, in the contract's order. */
 export const USAGE_COLUMNS = [
-  'request_id', 'at', 'account', 'key_id', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
+  'request_id', 'at', 'account', 'key_id', 'team', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
   'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms',
 ] as const;
 
@@ -341,7 +397,7 @@ async function exportUsage(url: string, token: string, a: ExportArgs): Promise<n
   return 0;
 }
 
-export const ADMIN_COMMANDS: ReadonlySet<string> = new Set(['accounts', 'keys', 'credits', 'sessions', 'usage']);
+export const ADMIN_COMMANDS: ReadonlySet<string> = new Set(['accounts', 'keys', 'teams', 'credits', 'sessions', 'usage']);
 
 const OPTIONS = {
   url: { type: 'string' }, token: { type: 'string' }, json: { type: 'boolean' },
@@ -351,6 +407,7 @@ const OPTIONS = {
   name: { type: 'string' }, models: { type: 'string' }, expires: { type: 'string' }, 'budget-units': { type: 'string' },
   'budget-period': { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' }, 'max-concurrent': { type: 'string' },
   priority: { type: 'string' }, 'allow-ips': { type: 'string' }, metadata: { type: 'string', multiple: true }, 'grace-seconds': { type: 'string' },
+  team: { type: 'string' },
 } as const;
 
 /**

@@ -44,10 +44,13 @@ export const ERROR_CODES = Object.freeze({
   unknown_url: 404,
   account_not_found: 404,
   key_not_found: 404,
+  team_not_found: 404,
   response_not_found: 404,
   method_not_allowed: 405,
   request_timeout: 408,
   account_exists: 409,
+  team_exists: 409,
+  team_in_use: 409,
   request_too_large: 413,
   unsupported_media_type: 415,
   context_length_exceeded: 422,
@@ -84,6 +87,8 @@ export interface ErrorExtras {
   quota_code?: string;
   wallet_balance_units?: number;
   suggested_models?: string[];
+  /** Which budget refused a 402 budget_exceeded (CONTRACT section 15): the key's or its team's. */
+  budget_scope?: 'key' | 'team';
   budget_remaining_units?: number;
   /** ISO-8601, or null for a budget that never resets. */
   budget_resets_at?: string | null;

@@ -12,13 +12,14 @@ import { keyIdOf, sha256Hex } from '../store/digest.js';
 import type { Config } from '../config/types.js';
 import { GatewayError, MAX_ECHO, clip } from '../errors.js';
 import { isJsonContentType, readBody } from '../http/body.js';
-import { ACCOUNT_BODY, CONTROLS_BODY, CREDIT_BODY, NO_MEMBERS, ROTATE_BODY, refuseUnknownMembers, type BodyShape } from './body-shape.js';
+import { ACCOUNT_BODY, CONTROLS_BODY, CREDIT_BODY, NO_MEMBERS, ROTATE_BODY, TEAM_BODY, TEAM_PATCH_BODY, refuseUnknownMembers, type BodyShape } from './body-shape.js';
+import { createTeam, deleteTeam, getTeam, keyTeamNotFound, listTeams, updateTeam } from './teams.js';
 import { roundedMembers, roundedValues } from '../http/exact-json.js';
 import { keyView, readControls } from '../auth/controls.js';
 import { parseJsonBody } from '../http/json.js';
 import { closeIfBodyUnread, sendJson } from '../http/respond.js';
 import { windows } from '../billing/meter.js';
-import { MAX_UNITS, applyPatch, defaultControls, type AccountRecord, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
+import { MAX_UNITS, TeamNotFoundError, applyPatch, defaultControls, type AccountRecord, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
 import { isCursor } from '../store/usage-records.js';
 import { isObject } from '../objects.js';
 
@@ -64,6 +65,12 @@ function integerParam(body: Body, name: string, min: number, max: number, range:
     throw new GatewayError('invalid_value', `Invalid value for '${name}': must be ${range}.`, { param: name });
   }
   return v;
+}
+
+/** A key create or PATCH naming a team its account lacks: 404 team_not_found (CONTRACT section 15). */
+function teamRefused(err: unknown): never {
+  if (err instanceof TeamNotFoundError) throw keyTeamNotFound(err.team);
+  throw err;
 }
 
 function notFound(path: string): GatewayError {
@@ -176,7 +183,7 @@ export class AdminApi {
       } else if (method === 'PATCH') {
         const body = hasBody(req) ? await this.#body(req, CONTROLS_BODY) : undefined;
         const patch = body === undefined ? {} : readControls(body.values, body.roundedValues);
-        const updated = await this.#store.updateKey(b, patch);
+        const updated = await this.#store.updateKey(b, patch).catch(teamRefused);
         if (updated === undefined) throw new GatewayError('key_not_found', `No live key with id '${clip(b)}'.`);
         send(200, this.#keyView(updated));
       } else if (reading) {
@@ -186,6 +193,15 @@ export class AdminApi {
       } else {
         throw methodNotAllowed(method, path, 'GET, HEAD, PATCH, DELETE');
       }
+    } else if (a === 'accounts' && b !== undefined && c === 'teams' && parts.length === 3) {
+      if (reading) send(200, await listTeams(this.#store, b));
+      else if (method === 'POST') send(201, await createTeam(this.#store, b, await this.#body(req, TEAM_BODY)));
+      else throw methodNotAllowed(method, path, 'GET, HEAD, POST');
+    } else if (a === 'teams' && b !== undefined && parts.length === 2) {
+      if (reading) send(200, await getTeam(this.#store, b));
+      else if (method === 'PATCH') send(200, await updateTeam(this.#store, b, hasBody(req) ? await this.#body(req, TEAM_PATCH_BODY) : undefined));
+      else if (method === 'DELETE') { await deleteTeam(this.#store, b); noContent(); }
+      else throw methodNotAllowed(method, path, 'GET, HEAD, PATCH, DELETE');
     } else if (a === 'keys' && b !== undefined && c === 'rotate' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
       const body = hasBody(req) ? await this.#body(req, ROTATE_BODY) : undefined;
@@ -235,7 +251,7 @@ export class AdminApi {
   }
 
   /**
-   * GET /admin/usage/records?account=&key=&model=&since=&until=&limit=&cursor= (CONTRACT
+   * GET /admin/usage/records?account=&key=&team=&model=&since=&until=&limit=&cursor= (CONTRACT
    * section 8): one page, `{records, next_cursor}`; next_cursor is null on the last page. Pass a
    * page's next_cursor with the same filters for the next one. `at` is ISO-8601 (ms, UTC).
    */
@@ -248,7 +264,7 @@ export class AdminApi {
       return v;
     };
     const query: UsageQuery = {
-      account: text('account'), keyId: text('key'), model: text('model'),
+      account: text('account'), keyId: text('key'), team: text('team'), model: text('model'),
       since: recordsTime(text('since'), 'since') ?? 0,
       until: recordsTime(text('until'), 'until'),
       limit: recordsLimit(text('limit')),
@@ -340,7 +356,7 @@ export class AdminApi {
     const key = newKey(this.#config.service.key_prefix);
     const digest = sha256Hex(key);
     const id = keyIdOf(digest);
-    if (!(await this.#store.createKey({ id, account, digest, last4: key.slice(-4), controls }))) {
+    if (!(await this.#store.createKey({ id, account, digest, last4: key.slice(-4), controls }).catch(teamRefused))) {
       throw new GatewayError('account_not_found', `No account with id '${clip(account)}'.`);
     }
     return { id, account, key };

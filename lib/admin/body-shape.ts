@@ -49,8 +49,16 @@ export const CREDIT_BODY: BodyShape = { units: 'value', idempotency_key: 'value'
 /** POST /admin/accounts/{id}/keys and PATCH /admin/keys/{id}: a key's controls, each of them. */
 export const CONTROLS_BODY: BodyShape = {
   name: 'value', models: 'value', expires_at: 'value', budget: { units: 'value', period: 'value' },
-  limits: Object.fromEntries(LIMIT_FIELDS.map((f) => [f, 'value' as const])), priority: 'value', allowed_ips: 'value', metadata: 'map',
+  limits: Object.fromEntries(LIMIT_FIELDS.map((f) => [f, 'value' as const])), priority: 'value', allowed_ips: 'value', metadata: 'map', team: 'value',
 } satisfies Record<(typeof CONTROL_FIELDS)[number], BodyShape[string]>;
+
+/** PATCH /admin/teams/{id} (CONTRACT section 15): a team's settings. */
+export const TEAM_PATCH_BODY: BodyShape = {
+  name: 'value', budget: { units: 'value', period: 'value' }, limits: Object.fromEntries(LIMIT_FIELDS.map((f) => [f, 'value' as const])), models: 'value',
+};
+
+/** POST /admin/accounts/{id}/teams: its id and settings. */
+export const TEAM_BODY: BodyShape = { id: 'value', ...TEAM_PATCH_BODY };
 
 /** POST /admin/keys/{id}/rotate */
 export const ROTATE_BODY: BodyShape = { grace_seconds: 'value' };

@@ -278,7 +278,7 @@ export class Authenticator {
     if (record === undefined || record.revoked_at !== null || (!current && grace <= 0)) return { principal: undefined, ttl: CACHE_TTL_MS };
     const principal = this.#principal(record.account, found!.account, record.id);
     if (principal === undefined) return { principal, ttl: CACHE_TTL_MS };
-    principal.key = compilePolicy(record);
+    principal.key = compilePolicy(record, found!.team);
     if (current || grace >= CACHE_TTL_MS) return { principal, ttl: CACHE_TTL_MS };
     // Served no longer than its grace, and not looked up again: the grace only shrinks.
     this.#graced.add(principal);

@@ -9,11 +9,11 @@ import { perUtcDay } from '../utc-day.js';
 import { isObject } from '../objects.js';
 import type { QueuePriority } from '../config/types.js';
 import {
-  KEY_PRIORITIES, MAX_UNITS, periodId, spentIn,
-  type BudgetPeriod, type BudgetPeriods, type KeyControls, type KeyLimits, type KeyPatch, type KeyRecord,
+  KEY_PRIORITIES, MAX_UNITS, TEAM_ID, periodId, spentIn,
+  type BudgetPeriod, type BudgetPeriods, type KeyControls, type KeyLimits, type KeyPatch, type KeyRecord, type TeamPatch, type TeamRecord,
 } from '../store/types.js';
 
-export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'priority', 'allowed_ips', 'metadata'] as const;
+export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'priority', 'allowed_ips', 'metadata', 'team'] as const;
 export const LIMIT_FIELDS = ['requests_per_minute', 'tokens_per_minute', 'max_concurrent'] as const;
 const PERIODS = ['day', 'week', 'month'] as const;
 
@@ -168,6 +168,29 @@ export function readControls(body: Record<string, unknown>, rounded: ReadonlySet
     });
   }
   if (body.metadata !== undefined) out.metadata = readMetadata(body.metadata);
+  if (body.team !== undefined) out.team = body.team === null ? null : readTeamId(body.team, 'team');
+  return out;
+}
+
+/** A team id (CONTRACT section 15): 1-128 letters, digits and ._@+- (no ':'). */
+export function readTeamId(v: unknown, param: string): string {
+  if (typeof v !== 'string') throw badType(param, 'a team id string');
+  if (!TEAM_ID.test(v)) throw invalid(param, "1-128 letters, digits and ._@+-, starting with a letter or digit");
+  return v;
+}
+
+/**
+ * A team's settings a create or PATCH body names (name, budget, limits, models), checked as a
+ * key's are; members the body should not have are refused before, by its shape.
+ */
+export function readTeamSettings(body: Record<string, unknown>, rounded: ReadonlySet<number>): TeamPatch {
+  const out: TeamPatch = {};
+  if (body.name !== undefined) out.name = body.name === null ? null : text(body.name, 'name', MAX_NAME);
+  if (body.models !== undefined) {
+    out.models = body.models === null ? null : list(body.models, 'models', MAX_MODELS).map((m, i) => text(m, `models[${i}]`, MAX_PATTERN));
+  }
+  if (body.budget !== undefined) out.budget = readBudget(body.budget, rounded);
+  if (body.limits !== undefined) out.limits = readLimits(body.limits, rounded);
   return out;
 }
 
@@ -253,13 +276,37 @@ export interface KeyPolicy {
   limits: KeyLimits;
   /** The key's band in a provider's queue; null: the plan's. */
   priority: QueuePriority | null;
+  /** The key's team (CONTRACT section 15): its limits count over all its keys; null: none. */
+  team: { id: string; limits: KeyLimits } | null;
 }
 
-export function compilePolicy(record: KeyRecord): KeyPolicy {
+/**
+ * What the request path checks for a key, with its team's part: a model must be allowed by the
+ * key's list and the team's (`models` tests both), and the team's limits apply on top.
+ */
+export function compilePolicy(record: KeyRecord, team?: TeamRecord): KeyPolicy {
   const c = record.controls;
+  const own = modelMatcher(c.models);
+  const theirs = team === undefined ? null : modelMatcher(team.models);
+  const models = own === null ? theirs : theirs === null ? own : (slug: string) => own(slug) && theirs(slug);
   return {
-    id: record.id, expiresAt: c.expires_at, models: modelMatcher(c.models), patterns: c.models, ips: ipMatcher(c.allowed_ips), limits: c.limits,
-    priority: c.priority,
+    id: record.id, expiresAt: c.expires_at, models, patterns: c.models, ips: ipMatcher(c.allowed_ips), limits: c.limits,
+    priority: c.priority, team: team === undefined ? null : { id: team.id, limits: team.limits },
+  };
+}
+
+/** A team as GET /admin/accounts/{id}/teams shows it, with its budget's spend this period. */
+export function teamView(t: TeamRecord, now = Date.now()): Record<string, unknown> {
+  const period = t.budget?.period ?? null;
+  const spent = spentIn(t.spent.period, t.spent.units, periodId(period, budgetPeriods(now)));
+  return {
+    id: t.id,
+    account: t.account,
+    name: t.name,
+    budget: { units: t.budget?.units ?? null, period, spent_units: spent, resets_at: t.budget === null ? null : budgetResetsAt(period, now) },
+    limits: t.limits,
+    models: t.models,
+    created_at: new Date(t.created_at).toISOString(),
   };
 }
 
@@ -282,6 +329,7 @@ export function keyView(record: KeyRecord, prefix: string, now = Date.now()): Re
     priority: c.priority,
     allowed_ips: c.allowed_ips,
     metadata: c.metadata,
+    team: c.team,
     rotated_key_valid_until: record.previous === null || record.previous.until <= now ? null : new Date(record.previous.until).toISOString(),
   };
 }

@@ -124,18 +124,25 @@ export class Charge {
   readonly #price: PriceConfig;
   readonly #day: string;
   readonly #month: string;
-  readonly #key: { id: string; periods: BudgetPeriods } | undefined;
+  readonly #key: { id: string; periods: BudgetPeriods; team?: string } | undefined;
   /** Settled, or released: the hold is gone. */
   #done = false;
   /** A settle was sent: whatever came of it, no other is (its figures are the only ones). */
   #sent = false;
   /** Units debited and the available balance after, once settled. */
   charged: number | undefined;
+  /** The team whose budget the hold counted against (CONTRACT section 15); null when none. */
+  readonly team: string | null;
   available: number | undefined;
 
   /** `store` null: an unmetered request (store.on_error: open while the store is down). */
-  constructor(store: Store | null, account: string, requestId: string, price: PriceConfig, w: { day: string; month: string }, key?: { id: string; periods: BudgetPeriods }) {
-    this.#key = key;
+  constructor(
+    store: Store | null, account: string, requestId: string, price: PriceConfig, w: { day: string; month: string }, key?: { id: string; periods: BudgetPeriods },
+    team?: string,
+  ) {
+    // The settlement names the team the hold counted against: each debit lands on it once.
+    this.#key = key === undefined ? undefined : team === undefined ? key : { ...key, team };
+    this.team = team ?? null;
     this.#store = store;
     this.#account = account;
     this.#requestId = requestId;
@@ -251,13 +258,18 @@ export async function hold(
       });
     }
     if (result.code === 'budget_exceeded') {
-      throw new GatewayError('budget_exceeded', `This request may cost up to ${units} units; this API key's budget has ${result.budget_remaining_units} left.`, {
-        extras: { budget_remaining_units: result.budget_remaining_units, budget_resets_at: budgetResetsAt(result.budget_period, now.getTime()) },
+      // The first budget that refuses, the key's before its team's (CONTRACT section 15).
+      const whose = result.budget_scope === 'team' ? "this API key's team's" : "this API key's";
+      throw new GatewayError('budget_exceeded', `This request may cost up to ${units} units; ${whose} budget has ${result.budget_remaining_units} left.`, {
+        extras: {
+          budget_scope: result.budget_scope, budget_remaining_units: result.budget_remaining_units,
+          budget_resets_at: budgetResetsAt(result.budget_period, now.getTime()),
+        },
       });
     }
     throw new GatewayError('quota_exceeded', `The plan's ${result.quota_code} quota is used up.`, {
       extras: { quota_code: result.quota_code, wallet_balance_units: result.available_units },
     });
   }
-  return new Charge(store, principal.accountId, requestId, model.price, w, key);
+  return new Charge(store, principal.accountId, requestId, model.price, w, key, result.team);
 }

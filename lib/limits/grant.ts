@@ -31,7 +31,7 @@ export interface Grant {
 
 export type Dimension = 'requests' | 'tokens';
 
-export interface Check { scope: 'plan' | 'key'; dim: Dimension; limit: number; id: string }
+export interface Check { scope: 'plan' | 'key' | 'team'; dim: Dimension; limit: number; id: string }
 
 export const spentKey = (c: Check): string => `${c.scope}\u0000${c.id}`;
 

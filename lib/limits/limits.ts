@@ -6,6 +6,8 @@
 // A developer key may add its own limits (CONTRACT section 8): they are counted per key id on
 // top of the plan's per-account counts, the answer's x-ratelimit-* headers show whichever is
 // tighter, and a request refused by any limit (or later, at the hold) gives back what it took.
+// A key's team (CONTRACT section 15) adds its limits the same way, counted per team id over all
+// the team's keys, on top of the plan's and the key's.
 
 import type { RedisClient } from '../store/redis/connect.js';
 import { RateLimiterMemory, RateLimiterRes, rateLimiterRedis, type RateLimiterAbstract } from './rate-limiters.js';
@@ -22,7 +24,7 @@ const WINDOW_S = 60;
 /** How long an ample-room observation is trusted for the next admissions. */
 const ROOM_MS = 1000;
 
-const roomKey = (p: Principal): string => (p.key === undefined ? p.accountId : `${p.accountId}\u0000${p.key.id}`);
+const roomKey = (p: Principal): string => (p.key === undefined ? p.accountId : `${p.accountId}\u0000${p.key.id}\u0000${p.key.team?.id ?? ''}`);
 
 
 export class Limits {
@@ -57,12 +59,12 @@ export class Limits {
    * and change (PATCH), so that one never refuses by itself (its points are unbounded) and the
    * caller compares the points consumed with the key's limit; a PATCH keeps what a key used.
    */
-  #limiter(planName: string | null, dim: Dimension, points: number): RateLimiterAbstract {
-    const key = planName === null ? `\u0001key\u0000${dim}` : `${planName}\u0000${dim}`;
+  #limiter(planName: string | null, dim: Dimension, points: number, scope: 'key' | 'team' = 'key'): RateLimiterAbstract {
+    const key = planName === null ? `\u0001${scope}\u0000${dim}` : `${planName}\u0000${dim}`;
     if (planName === null) points = Number.MAX_SAFE_INTEGER;
     let l = this.#limiters.get(key);
     if (l === undefined) {
-      const keyPrefix = planName === null ? `${this.#config.store.prefix}rl:key:${dim}` : `${this.#config.store.prefix}rl:${dim}:${planName}`;
+      const keyPrefix = planName === null ? `${this.#config.store.prefix}rl:${scope}:${dim}` : `${this.#config.store.prefix}rl:${dim}:${planName}`;
       const opts = { points, duration: WINDOW_S, keyPrefix };
       l = this.#redis === null || this.#RedisLimiter === null
         ? new RateLimiterMemory(opts)
@@ -100,18 +102,21 @@ export class Limits {
     if (plan.requests_per_minute !== null) checks.push({ scope: 'plan', dim: 'requests', limit: plan.requests_per_minute, id: p.accountId });
     const key = p.key;
     if (key?.limits.requests_per_minute != null) checks.push({ scope: 'key', dim: 'requests', limit: key.limits.requests_per_minute, id: key.id });
+    const team = key?.team;
+    if (team?.limits.requests_per_minute != null) checks.push({ scope: 'team', dim: 'requests', limit: team.limits.requests_per_minute, id: team.id });
     if (plan.tokens_per_minute !== null) checks.push({ scope: 'plan', dim: 'tokens', limit: plan.tokens_per_minute, id: p.accountId });
     if (key?.limits.tokens_per_minute != null) checks.push({ scope: 'key', dim: 'tokens', limit: key.limits.tokens_per_minute, id: key.id });
+    if (team?.limits.tokens_per_minute != null) checks.push({ scope: 'team', dim: 'tokens', limit: team.limits.tokens_per_minute, id: team.id });
     return checks;
   }
 
   #limiterOf(p: Principal, c: Check): RateLimiterAbstract {
-    return this.#limiter(c.scope === 'plan' ? p.planName : null, c.dim, c.limit);
+    return c.scope === 'plan' ? this.#limiter(p.planName, c.dim, c.limit) : this.#limiter(null, c.dim, c.limit, c.scope);
   }
 
   /** The 429 for a limit that refused: its message, and the headers of every limit seen. */
   #refusal(c: Check, rejection: RateLimiterRes, shown: Shown): GatewayError {
-    const whose = c.scope === 'plan' ? 'this account' : 'this API key';
+    const whose = c.scope === 'plan' ? 'this account' : c.scope === 'team' ? "this API key's team" : 'this API key';
     return new GatewayError('rate_limit_exceeded', `Rate limit reached: ${c.limit} ${c.dim} per minute for ${whose}. Retry after ${resetText(rejection.msBeforeNext)}.`, {
       headers: Object.assign(headersOf(shown), retryAfterHeaders(rejection.msBeforeNext)),
     });
@@ -126,10 +131,12 @@ export class Limits {
     const checks = this.#checks(p);
     const n = checks.length;
     // [slot id, cap, whose cap (for the refusal's message)]
-    const caps: Array<[string, number, 'account' | 'key']> = [];
+    const caps: Array<[string, number, 'account' | 'key' | 'team']> = [];
     if (p.plan.max_concurrent !== null) caps.push([p.accountId, p.plan.max_concurrent, 'account']);
     const keyCap = p.key?.limits.max_concurrent;
     if (keyCap != null) caps.push([`key:${p.key!.id}`, keyCap, 'key']);
+    const teamCap = p.key?.team?.limits.max_concurrent;
+    if (teamCap != null) caps.push([`team:${p.key!.team!.id}`, teamCap, 'team']);
     // Every limit and every slot at once: on Redis, one pipelined round trip. What a refused
     // request took from the others is given back (the refusal is the first in check order).
     // One allSettled over all of them: the limiters' and the slots' own promises, nothing
@@ -160,8 +167,8 @@ export class Limits {
       if (r.status === 'fulfilled') {
         reached = true;
         const res = r.value as RateLimiterRes;
-        if (c.scope === 'key' && res.consumedPoints > c.limit) {
-          // Over the key's limit: these points were never granted, so they are given back.
+        if (c.scope !== 'plan' && res.consumedPoints > c.limit) {
+          // Over the key's (or team's) limit: these points were never granted, so they are given back.
           void limiters[i]!.reward(c.id, points[i]!).catch(() => undefined);
           const rejection = new RateLimiterRes(0, res.msBeforeNext, res.consumedPoints - points[i]!, false);
           tighter(shown, c.dim, c.limit, rejection, i);
@@ -203,7 +210,8 @@ export class Limits {
       if (refused !== undefined) throw this.#refusal(refused.check, refused.res, shown);
       if (slotsDown !== undefined) throw slotsDown;
       const [, cap, whose] = caps[full]!;
-      throw new GatewayError('too_many_concurrent', `Too many requests in flight: ${whose === 'account' ? 'this account' : 'this API key'} may have ${cap} at once.`, {
+      const who = whose === 'account' ? 'this account' : whose === 'team' ? "this API key's team" : 'this API key';
+      throw new GatewayError('too_many_concurrent', `Too many requests in flight: ${who} may have ${cap} at once.`, {
         headers: Object.assign(headersOf(shown), retryAfterHeaders(1000)),
       });
     }
@@ -254,7 +262,7 @@ export class Limits {
         refusal ??= this.#refusal(c, res, shown);
         continue;
       }
-      if (c.scope === 'key' && res.consumedPoints > c.limit) {
+      if (c.scope !== 'plan' && res.consumedPoints > c.limit) {
         void limiter.reward(c.id, 1).catch(() => undefined);
         const rejection = new RateLimiterRes(0, res.msBeforeNext, res.consumedPoints - 1, false);
         this.#sawSpent(c, rejection);
@@ -295,6 +303,7 @@ export class Limits {
     }
     if (p.plan.max_concurrent !== null && p.plan.max_concurrent < 16) ample = false;
     if (p.key?.limits.max_concurrent != null && p.key.limits.max_concurrent < 16) ample = false;
+    if (p.key?.team?.limits.max_concurrent != null && p.key.team.limits.max_concurrent < 16) ample = false;
     const key = roomKey(p);
     if (ample) this.#room.set(key, Date.now() + ROOM_MS);
     else this.#room.delete(key);

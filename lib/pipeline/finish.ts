@@ -134,6 +134,7 @@ export class Finish {
       account: ctx.principal!.accountId,
       // Dashboard sessions (JWTs) are not keys: their records carry no key id.
       key_id: credential.startsWith('key_') ? credential : null,
+      team: ctx.charge?.team ?? null,
       model: ctx.model ?? '',
       provider: ctx.provider ?? '',
       target: ctx.target ?? null,

@@ -84,8 +84,7 @@ export function keySelfView(record: KeyRecord, now: number): Record<string, unkn
     id: record.id,
     name: c.name,
     account: record.account,
-    // Teams (CONTRACT section 15) do not exist yet: no key names one.
-    team: null,
+    team: c.team,
     models: c.models,
     expires_at: c.expires_at === null ? null : new Date(c.expires_at).toISOString(),
     budget,

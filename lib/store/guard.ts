@@ -28,8 +28,9 @@ import { notApplied, type RetryQueue } from './retry.js';
 import type { ResponseChain } from './response-chains.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation, SettleResult, Settlement, Store,
-  UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
+  TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
 } from './types.js';
+import { TeamNotFoundError } from './rules.js';
 
 /** store.settle_wait_ms's default. */
 export const SETTLE_WAIT_MS = 10_000;
@@ -39,7 +40,8 @@ const REASK_MAX_MS = 500;
 
 /** A bad argument: a bug, which no retry cures. */
 function badArgument(err: unknown): boolean {
-  return err instanceof TypeError || err instanceof RangeError;
+  // A key naming a team its account lacks is an answer, not an outage.
+  return err instanceof TypeError || err instanceof RangeError || err instanceof TeamNotFoundError;
 }
 
 /** Rejections of the store become StoreUnavailableError, except a bad argument's. */
@@ -80,6 +82,11 @@ export class GuardedStore implements Store {
   getKey(id: string): Promise<KeyRecord | undefined> { return guard(this.#inner.getKey(id)); }
   listKeys(account: string): Promise<KeyRecord[] | undefined> { return guard(this.#inner.listKeys(account)); }
   updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> { return guard(this.#inner.updateKey(id, patch)); }
+  createTeam(account: string, id: string, settings: TeamSettings): Promise<TeamCreated> { return guard(this.#inner.createTeam(account, id, settings)); }
+  getTeam(id: string): Promise<TeamRecord | undefined> { return guard(this.#inner.getTeam(id)); }
+  listTeams(account: string): Promise<TeamRecord[] | undefined> { return guard(this.#inner.listTeams(account)); }
+  updateTeam(id: string, patch: TeamPatch): Promise<TeamRecord | undefined> { return guard(this.#inner.updateTeam(id, patch)); }
+  deleteTeam(id: string): Promise<TeamDeleted> { return guard(this.#inner.deleteTeam(id)); }
   rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
     return guard(this.#inner.rotateKey(id, digest, last4, previousUntil));
   }

@@ -68,6 +68,8 @@ export interface KeyControls {
   /** IPv4/IPv6 CIDRs the key may be used from; null: anywhere. */
   allowed_ips: string[] | null;
   metadata: Record<string, string>;
+  /** The team (inside the key's account) whose budget, limits and models apply too; null: none. */
+  team: string | null;
 }
 
 /** A change of controls: each member named replaces the key's; `limits` members one by one. */
@@ -83,7 +85,7 @@ export function defaultControls(): KeyControls {
   return {
     name: null, models: null, expires_at: null, budget: null,
     limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null },
-    priority: null, allowed_ips: null, metadata: {},
+    priority: null, allowed_ips: null, metadata: {}, team: null,
   };
 }
 
@@ -111,13 +113,77 @@ export function toControls(v: unknown): KeyControls | null {
   if (!(budget === null || (isRecord(budget) && int(budget.units) && (budget.period === null || ['day', 'week', 'month'].includes(budget.period as string))))) return null;
   if (!nullableInt(limits.requests_per_minute) || !nullableInt(limits.tokens_per_minute) || !nullableInt(limits.max_concurrent)) return null;
   if (!Object.values(metadata).every(str)) return null;
+  // Controls written before teams name none.
+  const team = v.team ?? null;
+  if (!(team === null || (str(team) && TEAM_ID.test(team)))) return null;
   return {
     name, models, expires_at,
     budget: budget === null ? null : { units: budget.units as number, period: budget.period as BudgetPeriod },
     limits: { requests_per_minute: limits.requests_per_minute, tokens_per_minute: limits.tokens_per_minute, max_concurrent: limits.max_concurrent },
     priority: priority as QueuePriority | null,
-    allowed_ips, metadata: { ...metadata } as Record<string, string>,
+    allowed_ips, metadata: { ...metadata } as Record<string, string>, team: team as string | null,
   };
+}
+
+// ---- teams -----------------------------------------------------------------------------------
+
+/**
+ * A team's id: unique across the gateway; no ':' (the Redis store keeps a team's fields in its
+ * account's hash as t:<id>:<member>) and nothing a hold's value uses as a separator.
+ */
+export const TEAM_ID = /^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$/;
+
+/** A team's settings (CONTRACT section 15), as the admin API sets them. */
+export interface TeamSettings {
+  name: string | null;
+  /** Units the team's keys may spend together per period; null: no team budget. */
+  budget: { units: number; period: BudgetPeriod } | null;
+  /** Limits on top of the plan's and each key's, counted over the team's keys together. */
+  limits: KeyLimits;
+  /** Slugs or globs the team's keys may use (with the plan's and the key's own); null: any. */
+  models: string[] | null;
+}
+
+export type TeamPatch = Partial<Omit<TeamSettings, 'limits'>> & { limits?: Partial<KeyLimits> };
+
+export interface TeamRecord extends TeamSettings {
+  id: string;
+  account: string;
+  created_at: number;
+  /** Units spent in period `period` (see spentIn), by settled requests of the team's keys. */
+  spent: { period: string; units: number };
+}
+
+export function defaultTeamSettings(): TeamSettings {
+  return { name: null, budget: null, limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }, models: null };
+}
+
+/** `base` with `patch` applied; a new object. */
+export function applyTeamPatch<T extends TeamSettings>(base: T, patch: TeamPatch): T {
+  const { limits, ...rest } = structuredClone(patch);
+  return { ...structuredClone(base), ...rest, limits: { ...base.limits, ...limits } };
+}
+
+/** Settings as written by a store, or null when they are not. */
+export function toTeamSettings(v: unknown): TeamSettings | null {
+  if (!isRecord(v) || !isRecord(v.limits)) return null;
+  const { name, budget, limits, models } = v;
+  if (!(name === null || str(name)) || !strList(models)) return null;
+  if (!(budget === null || (isRecord(budget) && int(budget.units) && (budget.period === null || ['day', 'week', 'month'].includes(budget.period as string))))) return null;
+  if (!nullableInt(limits.requests_per_minute) || !nullableInt(limits.tokens_per_minute) || !nullableInt(limits.max_concurrent)) return null;
+  return {
+    name, models,
+    budget: budget === null ? null : { units: budget.units as number, period: budget.period as BudgetPeriod },
+    limits: { requests_per_minute: limits.requests_per_minute, tokens_per_minute: limits.tokens_per_minute, max_concurrent: limits.max_concurrent },
+  };
+}
+
+/** A key names a team its account does not have (createKey, updateKey): nothing changed. */
+export class TeamNotFoundError extends Error {
+  constructor(readonly team: string) {
+    super(`no team '${team}' in the key's account`);
+    this.name = 'TeamNotFoundError';
+  }
 }
 
 // ---- a key's budget spend ----------------------------------------------------------------

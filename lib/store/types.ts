@@ -7,12 +7,13 @@
 
 import type { AccountConfig } from '../config/types.js';
 import type { ResponseChain } from './response-chains.js';
-import type { BudgetPeriod, BudgetPeriods, KeyControls, KeyPatch } from './rules.js';
+import type { BudgetPeriod, BudgetPeriods, KeyControls, KeyPatch, TeamPatch, TeamRecord, TeamSettings } from './rules.js';
 
 export {
-  KEY_PRIORITIES, MAX_UNITS, addSpend, applyPatch, creditRefusal, defaultControls, periodId, requireId, requireRequestId, seededKeys, spentIn,
+  KEY_PRIORITIES, MAX_UNITS, TEAM_ID, TeamNotFoundError, addSpend, applyPatch, applyTeamPatch, creditRefusal, defaultControls, defaultTeamSettings,
+  periodId, requireId, requireRequestId, seededKeys, spentIn,
 } from './rules.js';
-export type { BudgetPeriod, BudgetPeriods, KeyControls, KeyLimits, KeyPatch } from './rules.js';
+export type { BudgetPeriod, BudgetPeriods, KeyControls, KeyLimits, KeyPatch, TeamPatch, TeamRecord, TeamSettings } from './rules.js';
 
 export interface AccountRecord {
   id: string;
@@ -93,7 +94,10 @@ export interface HoldRequest {
   month: string;
   /** The plan's quotas; null = unlimited. */
   quotas: Quotas;
-  /** The developer key making the request: its budget is held with the wallet, in the same step. */
+  /**
+   * The developer key making the request: its budget, and its team's (the team the key names
+   * in the store at the hold, CONTRACT section 15), are held with the wallet, in the same step.
+   */
   key?: { id: string; periods: BudgetPeriods };
 }
 
@@ -106,10 +110,15 @@ export interface HoldRequest {
  * the budget, then the wallet. A refusal changes nothing.
  */
 export type HoldResult =
-  | { ok: true; available_units: number }
+  /** `team`: the team whose budget the hold counts against (its settlement names it). */
+  | { ok: true; available_units: number; team?: string }
   | { ok: false; code: 'insufficient_credits'; available_units: number }
   | { ok: false; code: 'quota_exceeded'; quota_code: QuotaCode; available_units: number }
-  | { ok: false; code: 'budget_exceeded'; available_units: number; budget_remaining_units: number; budget_period: BudgetPeriod };
+  | {
+    ok: false; code: 'budget_exceeded'; available_units: number; budget_remaining_units: number; budget_period: BudgetPeriod;
+    /** Which budget refused: the key's is checked before its team's. */
+    budget_scope: 'key' | 'team';
+  };
 
 export interface Settlement {
   account: string;
@@ -120,8 +129,11 @@ export interface Settlement {
   completionTokens: number;
   day: string;
   month: string;
-  /** The key of the request, with the periods of its hold: its spend is added in the same step. */
-  key?: { id: string; periods: BudgetPeriods };
+  /**
+   * The key of the request, with the periods of its hold: its spend is added in the same step;
+   * `team`, the team its hold counted against (HoldResult), likewise.
+   */
+  key?: { id: string; periods: BudgetPeriods; team?: string };
 }
 
 export interface SettleResult {
@@ -158,6 +170,8 @@ export interface UsageRecord {
   account: string;
   /** The developer key's id; null for a dashboard JWT (sessions are not keys). */
   key_id: string | null;
+  /** The team the request's hold counted against (CONTRACT section 15); null when none. */
+  team: string | null;
   /** The catalog slug served. */
   model: string;
   /** The configured provider name of the target that answered (or was tried last). */
@@ -192,12 +206,15 @@ export interface UsageReport extends UsageSums {
   by_model: Record<string, UsageSums>;
   /** Per key id; requests of dashboard sessions (key_id null) count in the totals only. */
   by_key: Record<string, UsageSums>;
+  /** Per team id; requests of keys without a team count in the totals only. */
+  by_team: Record<string, UsageSums>;
 }
 
 /** Which records a page holds. Times are Unix ms; `since` inclusive, `until` exclusive. */
 export interface UsageQuery {
   account?: string;
   keyId?: string;
+  team?: string;
   model?: string;
   since: number;
   until?: number;
@@ -226,7 +243,14 @@ export type Revocation = { kind: 'key'; digest: string } | { kind: 'session'; si
 export interface KeyWithAccount {
   key: KeyRecord;
   account: AccountRecord | undefined;
+  /** The team the key names, read with it (undefined: none, or not in the key's account). */
+  team?: TeamRecord;
 }
+
+/** What creating a team came to. */
+export type TeamCreated = 'created' | 'team_exists' | 'account_not_found';
+/** What deleting a team came to: `in_use` while live keys name it (nothing changed). */
+export type TeamDeleted = 'deleted' | 'in_use' | 'not_found';
 
 /** Where a digest led when it was last looked up: its key's id and account. */
 export interface KnownKey {
@@ -250,7 +274,7 @@ export interface Store {
    * uses are absent. Answers from an index kept as accounts are created, never a scan of all keys.
    */
   accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>>;
-  /** Stores a new key; false when the account does not exist. */
+  /** Stores a new key; false when the account does not exist; TeamNotFoundError when its team is not the account's. */
   createKey(key: NewKey): Promise<boolean>;
   /** The key whose current digest, or previous digest (rotation; check `previous.until`), this is. */
   keyByDigest(digest: string): Promise<KeyRecord | undefined>;
@@ -266,7 +290,10 @@ export interface Store {
   getKey(id: string): Promise<KeyRecord | undefined>;
   /** The account's keys that are not revoked, oldest first; undefined when the account does not exist. */
   listKeys(account: string): Promise<KeyRecord[] | undefined>;
-  /** Replaces the given controls of a live key; undefined when unknown or revoked. Announced as key-changed. */
+  /**
+   * Replaces the given controls of a live key; undefined when unknown or revoked. Announced as
+   * key-changed. TeamNotFoundError (nothing changed) when `patch.team` is not of its account.
+   */
   updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined>;
   /**
    * Gives a live key a new digest; the current one stays usable until `previousUntil` (a
@@ -282,6 +309,16 @@ export interface Store {
   readonly holdRecordsKeyUse: boolean;
   /** Records when keys were last used (coalesced by the caller); a later time only ever wins. */
   touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void>;
+  // ---- teams (CONTRACT section 15) ---------------------------------------------------------
+  /** Creates team `id` in `account`; team ids are unique across the store. */
+  createTeam(account: string, id: string, settings: TeamSettings): Promise<TeamCreated>;
+  getTeam(id: string): Promise<TeamRecord | undefined>;
+  /** The account's teams, oldest first; undefined when the account does not exist. */
+  listTeams(account: string): Promise<TeamRecord[] | undefined>;
+  /** Changes the members `patch` names (a budget change keeps what the period spent); undefined when unknown. */
+  updateTeam(id: string, patch: TeamPatch): Promise<TeamRecord | undefined>;
+  /** Deletes a team no live key names. */
+  deleteTeam(id: string): Promise<TeamDeleted>;
   /** Revokes a key by its id; undefined when unknown. Revoking twice keeps the first time. */
   revokeKey(id: string): Promise<KeyRecord | undefined>;
   revokeSession(sid: string): Promise<void>;

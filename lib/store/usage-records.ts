@@ -60,6 +60,7 @@ export function validateUsageRecord(r: UsageRecord): void {
   for (const f of ['prompt_tokens', 'cached_tokens', 'completion_tokens', 'units', 'queue_ms'] as const) {
     if (!count(r[f])) throw new TypeError(`a usage record's ${f} must be a non-negative safe integer`);
   }
+  if (!(r.team === null || (typeof r.team === 'string' && r.team !== ''))) throw new TypeError("a usage record's team must be a non-empty string or null");
   if (typeof r.model !== 'string' || typeof r.provider !== 'string' || typeof r.route !== 'string') {
     throw new TypeError('a usage record needs model, provider and route strings');
   }
@@ -83,6 +84,8 @@ export function readRecord(v: unknown): UsageRecord | undefined {
     at: v.at,
     account: v.account,
     key_id: typeof v.key_id === 'string' ? v.key_id : v.key_id === null ? null : legacyKey,
+    // Records from before teams have none.
+    team: typeof v.team === 'string' ? v.team : null,
     model: v.model,
     provider: typeof v.provider === 'string' ? v.provider : '',
     target: typeof v.target === 'string' ? v.target : null,
@@ -110,6 +113,7 @@ export function parseRecord(line: string): UsageRecord | undefined {
 function matches(q: Omit<UsageQuery, 'limit' | 'cursor'>, r: UsageRecord, cutoff: number): boolean {
   return r.at >= q.since && r.at >= cutoff && (q.until === undefined || r.at < q.until) &&
     (q.account === undefined || r.account === q.account) && (q.keyId === undefined || r.key_id === q.keyId) &&
+    (q.team === undefined || r.team === q.team) &&
     (q.model === undefined || r.model === q.model);
 }
 
@@ -174,11 +178,12 @@ export async function pageOf(buckets: Buckets, q: UsageQuery, cutoff: number): P
   return { records, next_cursor: null };
 }
 
-/** Totals of every record since `since` (for one account or all), with by_model and by_key. */
+/** Totals of every record since `since` (for one account or all), with by_model, by_key and by_team. */
 export async function reportOf(buckets: Buckets, account: string | undefined, since: number, cutoff: number): Promise<UsageReport> {
   const total = zero();
   const byModel = new Map<string, UsageSums>();
   const byKey = new Map<string, UsageSums>();
+  const byTeam = new Map<string, UsageSums>();
   const q = { since, account };
   const start = Math.max(since, cutoff, 0);
   for (const b of await buckets.list(Math.floor(start / buckets.bucketMs), Number.MAX_SAFE_INTEGER)) {
@@ -198,11 +203,16 @@ export async function reportOf(buckets: Buckets, account: string | undefined, si
           if (k === undefined) byKey.set(r.key_id, (k = zero()));
           add(k, r);
         }
+        if (r.team !== null) {
+          let tm = byTeam.get(r.team);
+          if (tm === undefined) byTeam.set(r.team, (tm = zero()));
+          add(tm, r);
+        }
       }
       if (done || entries.length === 0) break;
     }
   }
-  return { ...total, by_model: sorted(byModel), by_key: sorted(byKey) };
+  return { ...total, by_model: sorted(byModel), by_key: sorted(byKey), by_team: sorted(byTeam) };
 }
 
 /** The retention as the stores take it: whole days, at least one. */

@@ -183,7 +183,7 @@ t.test('usage', async (t) => {
   ok(t, await cli(['usage']), /^usage since \d{4}-\d{2}-01T00:00:00\.000Z \(all accounts\): \d+ requests/, 'all accounts');
   const j = await cli(['usage', '--account', 'us', '--since', '2026-01-01', '--json']);
   ok(t, j, /^\{.*\}\n$/, '--json');
-  t.strictSame(JSON.parse(j.stdout), { account: 'us', since: '2026-01-01T00:00:00.000Z', requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0, by_model: {}, by_key: {} });
+  t.strictSame(JSON.parse(j.stdout), { account: 'us', since: '2026-01-01T00:00:00.000Z', requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0, by_model: {}, by_key: {}, by_team: {} });
   failed(t, await cli(['usage', '--since', 'never']), 1, /^error 400 invalid_value: /, 'bad since');
   failed(t, await cli(['usage', '--account', 'nobody']), 1, /^error 404 account_not_found: /, 'unknown account');
   failed(t, await cli(['usage', 'extra']), 2, /^usage: tollgate usage/, 'a stray word');

@@ -174,7 +174,7 @@ t.test('POST /admin/sessions/{sid}/revoke: 204, no body, also when repeated', as
 
 t.test('GET /admin/usage: 200 with totals; 404 and 400', async (t) => {
   t.strictSame(json(t, await call('GET', '/admin/usage?account=c1&since=2026-01-01T00:00:00Z'), 200), {
-    account: 'c1', since: '2026-01-01T00:00:00.000Z', requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0, by_model: {}, by_key: {},
+    account: 'c1', since: '2026-01-01T00:00:00.000Z', requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0, by_model: {}, by_key: {}, by_team: {},
   });
   const all = json(t, await call('GET', '/admin/usage'), 200);
   t.equal(all.account, null);

@@ -176,7 +176,7 @@ for (const [name, store] of stores) {
     for (const r of records) {
       const want = expected.get(r.request_id)!;
       t.strictSame(Object.keys(r), [
-        'request_id', 'at', 'account', 'key_id', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
+        'request_id', 'at', 'account', 'key_id', 'team', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
         'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms',
       ], `${r.request_id}: the contract's fields`);
       t.match(r, {

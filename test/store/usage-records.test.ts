@@ -31,7 +31,7 @@ let prefixes = 0;
 
 function rec(i: number, over: Partial<UsageRecord> = {}): UsageRecord {
   return {
-    request_id: `r-${i}`, at: Date.now(), account: i % 3 === 0 ? 'a' : 'b', key_id: i % 2 === 0 ? 'key_even' : 'key_odd',
+    request_id: `r-${i}`, at: Date.now(), account: i % 3 === 0 ? 'a' : 'b', key_id: i % 2 === 0 ? 'key_even' : 'key_odd', team: null,
     model: i % 5 === 0 ? 'm5' : 'm', provider: 'p', target: 'http://10.0.0.1:8000/v1', route: '/v1/chat/completions', status: 200,
     prompt_tokens: i, cached_tokens: 0, completion_tokens: 2 * i, units: 3 * i, usage_source: 'upstream', duration_ms: 1.5, ttft_ms: null,
     queue_ms: i % 4 === 0 ? 0 : 40 * i, ...over,
@@ -88,7 +88,7 @@ for (const kind of kinds) {
       t.strictSame(again.records.map((r) => r.request_id), first.records.map((r) => r.request_id), 'the same order with another page size');
       const r5 = first.records.find((r) => r.request_id === 'r-5')!;
       t.strictSame(Object.keys(r5), [
-        'request_id', 'at', 'account', 'key_id', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
+        'request_id', 'at', 'account', 'key_id', 'team', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
         'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms',
       ]);
       t.match(r5, { account: 'b', key_id: 'key_odd', model: 'm5', prompt_tokens: 5, completion_tokens: 10, units: 15, ttft_ms: null, queue_ms: 200 });
@@ -265,9 +265,9 @@ t.test('the single usage.jsonl of an earlier version is moved into day files, it
   t.teardown(() => s.close());
   const page = await s.usageRecords({ since: 0, limit: 10 });
   t.strictSame(page.records, [
-    { request_id: 'o1', at: day, account: 'acme', key_id: 'key_abc', model: 'm', provider: 'p', target: null, route: '', status: 200,
+    { request_id: 'o1', at: day, account: 'acme', key_id: 'key_abc', team: null, model: 'm', provider: 'p', target: null, route: '', status: 200,
       prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2, queue_ms: 0 },
-    { request_id: 'o2', at: day + DAY_MS, account: 'acme', key_id: null, model: 'm', provider: 'p', target: null, route: '', status: 200,
+    { request_id: 'o2', at: day + DAY_MS, account: 'acme', key_id: null, team: null, model: 'm', provider: 'p', target: null, route: '', status: 200,
       prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2, queue_ms: 0 },
   ]);
   t.strictSame((await readdir(dir)).includes(LEGACY_USAGE_FILE), false, 'the old file is gone');

@@ -44,6 +44,9 @@ export type SettleEntry = {
   /** The request's key and the budget period its spend counts in (absent: a JWT, or older entries). */
   key?: string;
   kpid?: string;
+  /** The team its hold counted against, and the team budget's period (absent: none). */
+  team?: string;
+  tpid?: string;
 };
 
 /** The journal entry undoing a request's settlement (Store.unsettle), with the settlement's figures. */
@@ -57,6 +60,8 @@ export type UnsettleEntry = {
   at: number;
   key?: string;
   kpid?: string;
+  team?: string;
+  tpid?: string;
 };
 
 /** What a settled id maps to once its settlement was undone (refunded or fenced): it debited nothing. */
@@ -70,7 +75,7 @@ export interface MeteringSnapshot {
   usage: Record<string, Record<string, [number, number, number]>>;
 }
 
-interface Hold { units: number; day: string; expires: number; key: string | undefined }
+interface Hold { units: number; day: string; expires: number; key: string | undefined; team: string | undefined }
 
 /** A key's budget as a hold sees it: its units and what its period has spent so far. */
 export interface BudgetState { units: number; spent: number; period: BudgetPeriod }
@@ -93,7 +98,7 @@ export function toSettleEntry(v: Record<string, unknown>): SettleEntry | undefin
     e.key = v.key;
     e.kpid = v.kpid;
   }
-  return e;
+  return withTeam(e, v);
 }
 
 export function toUnsettleEntry(v: Record<string, unknown>): UnsettleEntry | undefined {
@@ -104,6 +109,15 @@ export function toUnsettleEntry(v: Record<string, unknown>): UnsettleEntry | und
     e.key = v.key;
     e.kpid = v.kpid;
   }
+  return withTeam(e, v);
+}
+
+/** An entry's team part (team and tpid, both or neither), or undefined when malformed. */
+function withTeam<E extends SettleEntry | UnsettleEntry>(e: E, v: Record<string, unknown>): E | undefined {
+  if (v.team === undefined && v.tpid === undefined) return e;
+  if (!str(v.team) || !str(v.tpid)) return undefined;
+  e.team = v.team;
+  e.tpid = v.tpid;
   return e;
 }
 
@@ -153,6 +167,8 @@ class AccountHolds {
   readonly perDay = new Map<string, number>();
   /** Units held per key id. (Sums stay exact: holds are only taken while they fit a balance below 2^53.) */
   readonly perKey = new Map<string, number>();
+  /** Units held per team id. */
+  readonly perTeam = new Map<string, number>();
   soonest = Infinity;
 
   add(rid: string, h: Hold): void {
@@ -162,6 +178,7 @@ class AccountHolds {
     this.units += h.units;
     this.perDay.set(h.day, (this.perDay.get(h.day) ?? 0) + 1);
     if (h.key !== undefined) this.perKey.set(h.key, (this.perKey.get(h.key) ?? 0) + h.units);
+    if (h.team !== undefined) this.perTeam.set(h.team, (this.perTeam.get(h.team) ?? 0) + h.units);
     if (h.expires < this.soonest) this.soonest = h.expires;
   }
 
@@ -182,6 +199,11 @@ class AccountHolds {
       const k = this.perKey.get(h.key)! - h.units;
       if (k === 0) this.perKey.delete(h.key);
       else this.perKey.set(h.key, k);
+    }
+    if (h.team !== undefined) {
+      const t = this.perTeam.get(h.team)! - h.units;
+      if (t === 0) this.perTeam.delete(h.team);
+      else this.perTeam.set(h.team, t);
     }
   }
 
@@ -294,24 +316,26 @@ export class MemoryMetering {
    * Units held by the account's open holds (purging expired ones), except request `except`;
    * how many are of `day`, and the units of those made with key `key`.
    */
-  #held(account: string, now: number, except?: string, day?: string, key?: string): { units: number; count: number; keyUnits: number } {
+  #held(account: string, now: number, except?: string, day?: string, key?: string, team?: string): { units: number; count: number; keyUnits: number; teamUnits: number } {
     const holds = this.#holds.get(account);
-    if (holds === undefined) return { units: 0, count: 0, keyUnits: 0 };
+    if (holds === undefined) return { units: 0, count: 0, keyUnits: 0, teamUnits: 0 };
     holds.purge(now);
     if (holds.byRid.size === 0) {
       this.#holds.delete(account);
-      return { units: 0, count: 0, keyUnits: 0 };
+      return { units: 0, count: 0, keyUnits: 0, teamUnits: 0 };
     }
     let units = holds.units;
     let n = day === undefined ? 0 : holds.perDay.get(day) ?? 0;
     let keyUnits = key === undefined ? 0 : holds.perKey.get(key) ?? 0;
+    let teamUnits = team === undefined ? 0 : holds.perTeam.get(team) ?? 0;
     const own = except === undefined ? undefined : holds.byRid.get(except);
     if (own !== undefined) {
       units -= own.units;
       if (own.day === day) n--;
       if (key !== undefined && own.key === key) keyUnits -= own.units;
+      if (team !== undefined && own.team === team) teamUnits -= own.units;
     }
-    return { units, count: n, keyUnits };
+    return { units, count: n, keyUnits, teamUnits };
   }
 
   /** Units held by the open holds of one key of the account. */
@@ -327,11 +351,19 @@ export class MemoryMetering {
     return this.#held(account, performance.now()).units;
   }
 
-  /** `budget`: the key's, when it has one; its open holds count against it as against the wallet. */
-  hold(account: AccountRecord, h: HoldRequest, budget?: BudgetState): HoldResult {
+  /** Units held by the open holds counted against one team of the account. */
+  teamHeldUnits(account: string, team: string): number {
+    return this.#held(account, performance.now(), undefined, undefined, undefined, team).teamUnits;
+  }
+
+  /**
+   * `budget`: the key's, when it has one; its open holds count against it as against the
+   * wallet. `team`: the key's team, and its budget when it has one (checked after the key's).
+   */
+  hold(account: AccountRecord, h: HoldRequest, budget?: BudgetState, team?: { id: string; budget: BudgetState | undefined }): HoldResult {
     const now = performance.now();
     this.#maybeSweep(now);
-    const held = this.#held(account.id, now, h.requestId, h.day, h.key?.id);
+    const held = this.#held(account.id, now, h.requestId, h.day, h.key?.id, team?.id);
     const available = account.balance_units - held.units;
     const day = this.#window(account.id, h.day);
     const month = this.#window(account.id, h.month);
@@ -344,14 +376,26 @@ export class MemoryMetering {
     if (budget !== undefined) {
       const remaining = budget.units - budget.spent - held.keyUnits;
       if (remaining < h.units) {
-        return { ok: false, code: 'budget_exceeded', available_units: available, budget_remaining_units: Math.max(0, remaining), budget_period: budget.period };
+        return {
+          ok: false, code: 'budget_exceeded', available_units: available, budget_remaining_units: Math.max(0, remaining), budget_period: budget.period,
+          budget_scope: 'key',
+        };
+      }
+    }
+    if (team?.budget !== undefined) {
+      const remaining = team.budget.units - team.budget.spent - held.teamUnits;
+      if (remaining < h.units) {
+        return {
+          ok: false, code: 'budget_exceeded', available_units: available, budget_remaining_units: Math.max(0, remaining), budget_period: team.budget.period,
+          budget_scope: 'team',
+        };
       }
     }
     if (available < h.units) return { ok: false, code: 'insufficient_credits', available_units: available };
     let holds = this.#holds.get(account.id);
     if (holds === undefined) this.#holds.set(account.id, (holds = new AccountHolds()));
-    holds.add(h.requestId, { units: h.units, day: h.day, expires: now + h.ttlMs, key: h.key?.id });
-    return { ok: true, available_units: available - h.units };
+    holds.add(h.requestId, { units: h.units, day: h.day, expires: now + h.ttlMs, key: h.key?.id, team: team?.id });
+    return team === undefined ? { ok: true, available_units: available - h.units } : { ok: true, available_units: available - h.units, team: team.id };
   }
 
   release(account: string, rid: string): void {
@@ -372,13 +416,21 @@ export class MemoryMetering {
    * The journal entry settling `s` now: the cost, capped at what the balance covers and, for a
    * key with a budget, at what is left of it (`budgetLeft`); `kpid` the key's period.
    */
-  entry(account: AccountRecord, s: Settlement, key?: { kpid: string; budgetLeft: number | undefined }): SettleEntry {
+  entry(
+    account: AccountRecord, s: Settlement, key?: { kpid: string; budgetLeft: number | undefined },
+    team?: { id: string; tpid: string; budgetLeft: number | undefined },
+  ): SettleEntry {
     let charged = Math.min(s.units, Math.max(0, account.balance_units));
     if (key?.budgetLeft !== undefined) charged = Math.min(charged, Math.max(0, key.budgetLeft));
+    if (team?.budgetLeft !== undefined) charged = Math.min(charged, Math.max(0, team.budgetLeft));
     const e: SettleEntry = { op: 'settle', account: account.id, rid: s.requestId, charged, tokens: s.promptTokens + s.completionTokens, day: s.day, month: s.month, at: Date.now() };
     if (key !== undefined && s.key !== undefined) {
       e.key = s.key.id;
       e.kpid = key.kpid;
+    }
+    if (team !== undefined) {
+      e.team = team.id;
+      e.tpid = team.tpid;
     }
     return e;
   }

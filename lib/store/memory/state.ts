@@ -2,8 +2,8 @@
 // whatever is read back from disk is checked before it is applied.
 
 import { toSettleEntry, toUnsettleEntry, type SettleEntry, type UnsettleEntry } from './metering.js';
-import { defaultControls, int, isRecord, str, toControls } from '../rules.js';
-import type { KeyControls, KeyRecord, AccountRecord } from '../types.js';
+import { TEAM_ID, defaultControls, int, isRecord, str, toControls, toTeamSettings, type TeamSettings } from '../rules.js';
+import type { KeyControls, KeyRecord, AccountRecord, TeamRecord } from '../types.js';
 
 /** One change, as journaled and as replayed. */
 export type Entry =
@@ -15,6 +15,9 @@ export type Entry =
   | { op: 'rotate'; id: string; digest: string; last4: string; until: number }
   | { op: 'used'; uses: [string, number][] }
   | { op: 'session'; sid: string }
+  | { op: 'team'; id: string; account: string; created_at: number; settings: TeamSettings }
+  | { op: 'teamupdate'; id: string; settings: TeamSettings }
+  | { op: 'teamdelete'; id: string }
   | SettleEntry
   | UnsettleEntry;
 
@@ -24,6 +27,8 @@ export interface SnapshotState {
   sessions: string[];
   /** Used idempotency keys per account. */
   credits: Record<string, string[]>;
+  /** Teams (absent in snapshots from before teams). */
+  teams: TeamRecord[];
   /** A MeteringSnapshot, checked by MemoryMetering.restore(); absent in snapshots from before metering. */
   metering?: unknown;
 }
@@ -54,6 +59,17 @@ export function toEntry(v: Record<string, unknown>): Entry | undefined {
       return str(v.id) && int(v.at) ? { op: 'revoke', id: v.id, at: v.at } : undefined;
     case 'session':
       return str(v.sid) ? { op: 'session', sid: v.sid } : undefined;
+    case 'team': {
+      const settings = toTeamSettings(v.settings);
+      return str(v.id) && TEAM_ID.test(v.id) && str(v.account) && int(v.created_at) && settings !== null
+        ? { op: 'team', id: v.id, account: v.account, created_at: v.created_at, settings } : undefined;
+    }
+    case 'teamupdate': {
+      const settings = toTeamSettings(v.settings);
+      return str(v.id) && settings !== null ? { op: 'teamupdate', id: v.id, settings } : undefined;
+    }
+    case 'teamdelete':
+      return str(v.id) ? { op: 'teamdelete', id: v.id } : undefined;
     case 'settle':
       return toSettleEntry(v);
     case 'unsettle':
@@ -87,6 +103,12 @@ export function toSnapshotState(v: unknown): SnapshotState {
     const used = k.last_used_at === undefined || k.last_used_at === null ? null : int(k.last_used_at) ? k.last_used_at : bad();
     return { id: k.id, account: k.account, digest: k.digest, created_at: k.created_at, revoked_at: k.revoked_at, last4, controls, previous, last_used_at: used, spent };
   });
+  const teams = v.teams === undefined ? [] : list(v.teams).map((t): TeamRecord => {
+    const settings = toTeamSettings(t) ?? bad();
+    const sp = t.spent;
+    if (!(str(t.id) && TEAM_ID.test(t.id) && str(t.account) && int(t.created_at) && isRecord(sp) && str(sp.period) && int(sp.units))) return bad();
+    return { id: t.id, account: t.account, created_at: t.created_at, ...settings, spent: { period: sp.period, units: sp.units } };
+  });
   // The metering part is checked when it is restored (MemoryMetering.restore).
-  return { accounts, keys, sessions, credits, metering: v.metering };
+  return { accounts, keys, sessions, credits, teams, metering: v.metering };
 }

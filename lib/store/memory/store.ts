@@ -21,10 +21,14 @@ import { MemoryMetering, validateHold, validateSettlement, type UnsettleEntry } 
 import { MemoryResponses } from './responses.js';
 import type { ResponseChain } from '../response-chains.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './state.js';
-import { addSpend, applyPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn } from '../rules.js';
+import {
+  TEAM_ID, TeamNotFoundError, addSpend, applyPatch, applyTeamPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn,
+  toTeamSettings,
+} from '../rules.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation,
-  SettleResult, Settlement, Store, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
+  SettleResult, Settlement, Store, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord,
+  UsageReport, UsageTotals,
 } from '../types.js';
 import { FileUsageLog } from './usage-files.js';
 import { MemoryUsageLog } from './usage-columns.js';
@@ -60,6 +64,9 @@ export class MemoryStore implements Store {
   readonly #digests = new Map<string, string>();
   readonly #accountKeys = new Map<string, Set<string>>();
   readonly #sessions = new Set<string>();
+  /** Teams by id (unique across the store); team ids by account. */
+  readonly #teams = new Map<string, TeamRecord>();
+  readonly #accountTeams = new Map<string, Set<string>>();
   readonly #listeners = new Set<(r: Revocation) => void>();
   readonly #metering = new MemoryMetering();
   readonly #responses = new MemoryResponses();
@@ -189,10 +196,33 @@ export class MemoryStore implements Store {
       case 'session':
         this.#sessions.add(e.sid);
         return;
+      case 'team':
+        if (this.#accounts.has(e.account) && !this.#teams.has(e.id)) {
+          this.#addTeam({ id: e.id, account: e.account, created_at: e.created_at, ...structuredClone(e.settings), spent: { period: 'n', units: 0 } });
+        }
+        return;
+      case 'teamupdate': {
+        const team = this.#teams.get(e.id);
+        if (team !== undefined) Object.assign(team, structuredClone(e.settings));
+        return;
+      }
+      case 'teamdelete': {
+        const team = this.#teams.get(e.id);
+        if (team === undefined) return;
+        this.#teams.delete(e.id);
+        this.#accountTeams.get(team.account)?.delete(e.id);
+        return;
+      }
       case 'settle':
-        if (this.#metering.apply(this.#accounts.get(e.account), e) && e.key !== undefined && e.kpid !== undefined) {
-          const key = this.#keys.get(e.key);
-          if (key !== undefined) key.spent = addSpend(key.spent, e.kpid, e.charged);
+        if (this.#metering.apply(this.#accounts.get(e.account), e)) {
+          if (e.key !== undefined && e.kpid !== undefined) {
+            const key = this.#keys.get(e.key);
+            if (key !== undefined) key.spent = addSpend(key.spent, e.kpid, e.charged);
+          }
+          if (e.team !== undefined && e.tpid !== undefined) {
+            const team = this.#teams.get(e.team);
+            if (team !== undefined && team.account === e.account) team.spent = addSpend(team.spent, e.tpid, e.charged);
+          }
         }
         return;
       case 'unsettle':
@@ -207,6 +237,7 @@ export class MemoryStore implements Store {
       keys: [...this.#keys.values()],
       sessions: [...this.#sessions],
       credits: Object.fromEntries([...this.#credits].map(([id, used]) => [id, [...used]])),
+      teams: [...this.#teams.values()],
       metering: this.#metering.snapshot(),
     };
   }
@@ -219,7 +250,26 @@ export class MemoryStore implements Store {
     for (const k of s.keys) this.#addKey({ ...k });
     for (const sid of s.sessions) this.#sessions.add(sid);
     for (const [id, used] of Object.entries(s.credits)) this.#credits.set(id, new Set(used));
+    for (const t of s.teams) this.#addTeam({ ...t });
     this.#metering.restore(s.metering);
+  }
+
+  #addTeam(t: TeamRecord): void {
+    this.#teams.set(t.id, t);
+    let ids = this.#accountTeams.get(t.account);
+    if (ids === undefined) this.#accountTeams.set(t.account, (ids = new Set()));
+    ids.add(t.id);
+  }
+
+  /** Throws TeamNotFoundError unless `team` (when named) is a team of `account`. */
+  #requireTeam(account: string, team: string | null | undefined): void {
+    if (team === null || team === undefined) return;
+    if (this.#teams.get(team)?.account !== account) throw new TeamNotFoundError(team);
+  }
+
+  /** The live keys of an account that name `team`. */
+  #teamKeys(account: string, team: string): KeyRecord[] {
+    return [...this.#accountKeys.get(account) ?? []].map((id) => this.#keys.get(id)!).filter((k) => k.revoked_at === null && k.controls.team === team);
   }
 
   #notify(r: Revocation): void {
@@ -257,6 +307,7 @@ export class MemoryStore implements Store {
     requireId('account id', k.account);
     if (typeof k.digest !== 'string' || !DIGEST.test(k.digest)) throw new TypeError('digest must be 64 lowercase hex digits');
     if (!this.#accounts.has(k.account) || this.#digests.has(k.digest) || this.#keys.has(k.id)) return undefined;
+    this.#requireTeam(k.account, k.controls?.team);
     return this.#change({
       op: 'key', id: k.id, account: k.account, digest: k.digest, created_at: Date.now(), last4: k.last4 ?? null,
       ...(k.controls === undefined ? {} : { controls: k.controls }),
@@ -345,8 +396,11 @@ export class MemoryStore implements Store {
     await this.#begin();
     const key = this.#copy(this.#keys.get(this.#digests.get(digest) ?? ''));
     const a = key === undefined ? undefined : this.#accounts.get(key.account);
+    const team = key?.controls.team == null ? undefined : this.#teams.get(key.controls.team);
+    const teamCopy = team === undefined || team.account !== key!.account ? undefined : structuredClone(team);
     await this.#settled();
-    return key === undefined ? undefined : { key, account: a === undefined ? undefined : { ...a } };
+    if (key === undefined) return undefined;
+    return { key, account: a === undefined ? undefined : { ...a }, ...(teamCopy === undefined ? {} : { team: teamCopy }) };
   }
 
   async getKey(id: string): Promise<KeyRecord | undefined> {
@@ -373,12 +427,77 @@ export class MemoryStore implements Store {
       await this.#settled();
       return undefined;
     }
+    this.#requireTeam(key.account, patch.team);
     const controls: KeyControls = applyPatch(key.controls, patch);
     const written = this.#change({ op: 'keyupdate', id, controls });
     const copy = this.#copy(key)!;
     this.#notifyKey(key, 'key-changed');
     await written;
     return copy;
+  }
+
+  async createTeam(account: string, id: string, settings: TeamSettings): Promise<TeamCreated> {
+    await this.#begin();
+    requireId('account id', account);
+    if (typeof id !== 'string' || !TEAM_ID.test(id)) throw new TypeError('team id must match TEAM_ID');
+    if (toTeamSettings(settings) === null) throw new TypeError('team settings are malformed');
+    let outcome: TeamCreated = 'created';
+    if (!this.#accounts.has(account)) outcome = 'account_not_found';
+    else if (this.#teams.has(id)) outcome = 'team_exists';
+    if (outcome !== 'created') {
+      await this.#settled();
+      return outcome;
+    }
+    await this.#change({ op: 'team', id, account, created_at: Date.now(), settings: structuredClone(settings) });
+    return outcome;
+  }
+
+  async getTeam(id: string): Promise<TeamRecord | undefined> {
+    await this.#begin();
+    const t = this.#teams.get(id);
+    const copy = t === undefined ? undefined : structuredClone(t);
+    await this.#settled();
+    return copy;
+  }
+
+  async listTeams(account: string): Promise<TeamRecord[] | undefined> {
+    await this.#begin();
+    const list = this.#accounts.has(account)
+      ? [...this.#accountTeams.get(account) ?? []].map((id) => structuredClone(this.#teams.get(id)!)).sort((a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : 1))
+      : undefined;
+    await this.#settled();
+    return list;
+  }
+
+  async updateTeam(id: string, patch: TeamPatch): Promise<TeamRecord | undefined> {
+    await this.#begin();
+    const team = this.#teams.get(id);
+    if (team === undefined) {
+      await this.#settled();
+      return undefined;
+    }
+    const { id: _id, account: _a, created_at: _c, spent: _s, ...current } = team;
+    const settings = applyTeamPatch(current, patch);
+    const written = this.#change({ op: 'teamupdate', id, settings });
+    const copy = structuredClone(team);
+    // The team's keys' cached principals carry its limits and models: drop them everywhere.
+    for (const k of this.#teamKeys(team.account, id)) this.#notifyKey(k, 'key-changed');
+    await written;
+    return copy;
+  }
+
+  async deleteTeam(id: string): Promise<TeamDeleted> {
+    await this.#begin();
+    const team = this.#teams.get(id);
+    let outcome: TeamDeleted = 'deleted';
+    if (team === undefined) outcome = 'not_found';
+    else if (this.#teamKeys(team.account, id).length > 0) outcome = 'in_use';
+    if (outcome !== 'deleted') {
+      await this.#settled();
+      return outcome;
+    }
+    await this.#change({ op: 'teamdelete', id });
+    return outcome;
   }
 
   async rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
@@ -453,12 +572,22 @@ export class MemoryStore implements Store {
     validateHold(h);
     const account = this.#accounts.get(h.account);
     let budget;
+    let team;
     const key = h.key === undefined ? undefined : this.#keys.get(h.key.id);
-    if (key !== undefined && key.account === h.account && key.controls.budget !== null && h.key !== undefined) {
+    if (key !== undefined && key.account === h.account && h.key !== undefined) {
       const b = key.controls.budget;
-      budget = { units: b.units, period: b.period, spent: spentIn(key.spent.period, key.spent.units, periodId(b.period, h.key.periods)) };
+      if (b !== null) budget = { units: b.units, period: b.period, spent: spentIn(key.spent.period, key.spent.units, periodId(b.period, h.key.periods)) };
+      // The team the key names now: its budget is held in the same synchronous step.
+      const t = key.controls.team === null ? undefined : this.#teams.get(key.controls.team);
+      if (t !== undefined && t.account === h.account) {
+        const tb = t.budget;
+        team = {
+          id: t.id,
+          budget: tb === null ? undefined : { units: tb.units, period: tb.period, spent: spentIn(t.spent.period, t.spent.units, periodId(tb.period, h.key.periods)) },
+        };
+      }
     }
-    const result = account === undefined ? undefined : this.#metering.hold(account, h, budget);
+    const result = account === undefined ? undefined : this.#metering.hold(account, h, budget, team);
     await this.#settled();
     return result;
   }
@@ -479,7 +608,15 @@ export class MemoryStore implements Store {
       const kpid = periodId(b?.period ?? null, s.key.periods);
       keyPart = { kpid, budgetLeft: b === null ? undefined : b.units - spentIn(key.spent.period, key.spent.units, kpid) };
     }
-    const entry = this.#metering.entry(account, s, keyPart);
+    // The team the hold counted against (a key moved to another team since still pays this one).
+    const team = s.key?.team === undefined ? undefined : this.#teams.get(s.key.team);
+    let teamPart;
+    if (team !== undefined && team.account === s.account && s.key !== undefined) {
+      const b = team.budget;
+      const tpid = periodId(b?.period ?? null, s.key.periods);
+      teamPart = { id: team.id, tpid, budgetLeft: b === null ? undefined : b.units - spentIn(team.spent.period, team.spent.units, tpid) };
+    }
+    const entry = this.#metering.entry(account, s, keyPart, teamPart);
     const written = this.#change(entry);
     const result: SettleResult = {
       applied: true,
@@ -502,6 +639,11 @@ export class MemoryStore implements Store {
       entry.key = key.id;
       entry.kpid = periodId(key.controls.budget?.period ?? null, s.key.periods);
     }
+    const team = s.key?.team === undefined ? undefined : this.#teams.get(s.key.team);
+    if (team !== undefined && team.account === s.account && s.key !== undefined) {
+      entry.team = team.id;
+      entry.tpid = periodId(team.budget?.period ?? null, s.key.periods);
+    }
     const result = this.#undo(entry);
     // A repeat changed nothing: nothing to journal.
     if (result?.outcome === 'repeat') await this.#settled();
@@ -512,9 +654,15 @@ export class MemoryStore implements Store {
   /** Undoes a settlement (live or replayed); a refund takes its units out of the key's spend in the same period. */
   #undo(e: UnsettleEntry): ReturnType<MemoryMetering['undo']> {
     const r = this.#metering.undo(this.#accounts.get(e.account), e);
-    if (r?.outcome !== 'refunded' || r.refunded === 0 || e.key === undefined || e.kpid === undefined) return r;
-    const key = this.#keys.get(e.key);
-    if (key !== undefined && key.spent.period === e.kpid) key.spent = { period: e.kpid, units: Math.max(0, key.spent.units - r.refunded) };
+    if (r?.outcome !== 'refunded' || r.refunded === 0) return r;
+    if (e.key !== undefined && e.kpid !== undefined) {
+      const key = this.#keys.get(e.key);
+      if (key !== undefined && key.spent.period === e.kpid) key.spent = { period: e.kpid, units: Math.max(0, key.spent.units - r.refunded) };
+    }
+    if (e.team !== undefined && e.tpid !== undefined) {
+      const team = this.#teams.get(e.team);
+      if (team !== undefined && team.spent.period === e.tpid) team.spent = { period: e.tpid, units: Math.max(0, team.spent.units - r.refunded) };
+    }
     return r;
   }
 

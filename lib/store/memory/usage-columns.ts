@@ -1,7 +1,7 @@
 // One UTC day of usage records held in memory column by column (the memory store without a
 // path keeps every record for usage.retention_days, 90 by default, in its heap). As objects, a
 // record cost about 600 bytes of heap, all of it traced by every major GC; here it costs under
-// 200: its nine numbers in a Float64Array, its seven repeated strings (account, key, model,
+// 200: its nine numbers in a Float64Array, its eight repeated strings (account, key, team, model,
 // provider, target, route, usage source) as indices into the day's table of distinct values,
 // and its request id, made flat, as the one string of its own. Records are rebuilt as objects
 // only when read (admin queries), with the contract's fields in their order, as the other
@@ -18,8 +18,8 @@ const SOURCES: readonly UsageRecord['usage_source'][] = ['upstream', 'counted', 
 
 /** Numbers per record, in this order; ttft_ms null is NaN. */
 const NUMS = 9;
-/** Strings per record held as table indices, in this order; null (key_id, target) is 0. */
-const REFS = 6;
+/** Strings per record held as table indices, in this order; null (key_id, target, team) is 0. */
+const REFS = 7;
 const FIRST_CAPACITY = 256;
 
 export class DayColumns {
@@ -62,6 +62,7 @@ export class DayColumns {
     refs[s + 3] = this.#ref(r.provider);
     refs[s + 4] = r.target === null ? 0 : this.#ref(r.target);
     refs[s + 5] = this.#ref(r.route);
+    refs[s + 6] = r.team === null ? 0 : this.#ref(r.team);
     this.#sources[i] = source;
     this.#length = i + 1;
   }
@@ -79,6 +80,7 @@ export class DayColumns {
       at: nums[n]!,
       account: table[refs[s]!]!,
       key_id: refs[s + 1] === 0 ? null : table[refs[s + 1]!]!,
+      team: refs[s + 6] === 0 ? null : table[refs[s + 6]!]!,
       model: table[refs[s + 2]!]!,
       provider: table[refs[s + 3]!]!,
       target: refs[s + 4] === 0 ? null : table[refs[s + 4]!]!,

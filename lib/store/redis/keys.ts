@@ -41,8 +41,9 @@ import type { RedisClient } from './connect.js';
 import type { RedisRevocations } from './revocations.js';
 import { SCRIPTS, type Scripts } from './scripts.js';
 import type { ReplicaWait } from './wait.js';
-import { defaultControls, requireId, seededKeys, toControls } from '../rules.js';
+import { TEAM_ID, TeamNotFoundError, defaultControls, requireId, seededKeys, toControls } from '../rules.js';
 import type { AccountRecord, CreditResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey } from '../types.js';
+import { teamFromFields } from './teams.js';
 
 /** The account, key and session calls of one RedisStore, on its command connection. */
 export class RedisKeys {
@@ -129,7 +130,11 @@ export class RedisKeys {
     if (claimed === 1) {
       // Only the request that claimed the id writes its controls (a seed repeating an existing
       // key never touches them).
-      await this.#initKey(key.id, key.account, key.digest, now, key.last4 ?? null, key.controls ?? defaultControls());
+      const init = await this.#initKey(key.id, key.account, key.digest, now, key.last4 ?? null, key.controls ?? defaultControls());
+      if (init === -2) {
+        await this.#redis.tgReleaseKeyId(index, key.digest);
+        throw new TeamNotFoundError(key.controls!.team!);
+      }
     } else {
       // The id was this digest's already: a key from before per-key controls gets its hash.
       const h = await this.#redis.hgetall(this.#key(key.digest));
@@ -142,8 +147,8 @@ export class RedisKeys {
 
   #initKey(id: string, account: string, digest: string, createdAt: string, last4: string | null, c: KeyControls): Promise<unknown> {
     const acct = this.#acct(account);
-    return this.#redis.tgKeyInit(`${acct}:key:${id}`, `${acct}:keys`, id, account, digest, createdAt, last4 ?? '',
-      controlsJson(c), c.budget === null ? '' : integer(c.budget.units, 'budget.units'), c.budget?.period ?? '');
+    return this.#redis.tgKeyInit(`${acct}:key:${id}`, `${acct}:keys`, acct, id, account, digest, createdAt, last4 ?? '',
+      controlsJson(c), c.budget === null ? '' : integer(c.budget.units, 'budget.units'), c.budget?.period ?? '', teamId(c.team ?? null));
   }
 
   async keyByDigest(digest: string): Promise<KeyRecord | undefined> {
@@ -160,19 +165,17 @@ export class RedisKeys {
       const acct = this.#acct(known.account);
       const [index, both] = await Promise.all([
         this.#redis.hgetall(this.#key(digest)),
-        this.#redis.tgKeyAndAccount(`${acct}:key:${known.id}`, acct) as Promise<[string[], string[]]>,
+        this.#redis.tgKeyAndAccount(`${acct}:key:${known.id}`, acct) as Promise<KeyAndAccount>,
       ]);
-      if (index.id === known.id && index.account === known.account) {
-        return { key: indexedKey(digest, index, hashOf(both[0])), account: accountRecord(hashOf(both[1])) };
-      }
+      if (index.id === known.id && index.account === known.account) return found(indexedKey(digest, index, hashOf(both[0])), both);
       h = index;
     } else {
       h = await this.#redis.hgetall(this.#key(digest));
     }
     if (h.id === undefined || h.account === undefined) return undefined;
     const acct = this.#acct(h.account);
-    const [k, a] = await this.#redis.tgKeyAndAccount(`${acct}:key:${h.id}`, acct) as [string[], string[]];
-    return { key: indexedKey(digest, h, hashOf(k)), account: accountRecord(hashOf(a)) };
+    const both = await this.#redis.tgKeyAndAccount(`${acct}:key:${h.id}`, acct) as KeyAndAccount;
+    return found(indexedKey(digest, h, hashOf(both[0])), both);
   }
 
   async getKey(id: string): Promise<KeyRecord | undefined> {
@@ -216,9 +219,12 @@ export class RedisKeys {
    */
   async updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> {
     const { set, del } = patchFields(patch);
+    const team = patch.team === undefined ? '' : patch.team === null ? '-' : teamId(patch.team);
     const k = await this.getKey(id);
     if (k === undefined || k.revoked_at !== null || !(await this.#ensureKey(k))) return undefined;
-    const reply = await this.#redis.tgKeyPatch(`${this.#acct(k.account)}:key:${id}`, this.#revocations.channel, this.#revocations.instance, String(set.length / 2), ...set, ...del);
+    const acct = this.#acct(k.account);
+    const reply = await this.#redis.tgKeyPatch(`${acct}:key:${id}`, acct, this.#revocations.channel, this.#revocations.instance, team, String(set.length / 2), ...set, ...del);
+    if (reply === -2) throw new TeamNotFoundError(team);
     if (reply === null) return undefined;
     const updated = keyRecord(id, hashOf(reply as string[]), undefined);
     this.#revocations.emit({ kind: 'key-changed', digest: updated.digest });
@@ -327,10 +333,26 @@ function tuple(reply: unknown, length: number): unknown[] {
   return reply;
 }
 
-/** The controls but the budget (which the scripts keep in bu/bp), as stored in `c`. */
+/** The controls but the budget (which the scripts keep in bu/bp) and the team (tm), as stored in `c`. */
 function controlsJson(c: KeyControls): string {
-  const { budget: _budget, ...rest } = c;
+  const { budget: _budget, team: _team, ...rest } = c;
   return JSON.stringify(rest);
+}
+
+/** A team id as a script argument; '' for none. */
+function teamId(team: string | null): string {
+  if (team === null) return '';
+  if (typeof team !== 'string' || !TEAM_ID.test(team)) throw new TypeError('team must be a team id');
+  return team;
+}
+
+/** tgKeyAndAccount's reply: the key's hash, its account's own fields, its team's fields. */
+type KeyAndAccount = [string[], string[], string[]];
+
+function found(key: KeyRecord, both: KeyAndAccount): KeyWithAccount {
+  const account = accountRecord(hashOf(both[1]));
+  const team = key.controls.team === null ? undefined : teamFromFields(key.controls.team, key.account, hashOf(both[2] ?? []));
+  return team === undefined ? { key, account } : { key, account, team };
 }
 
 /** The field a patched member is kept in: c:name, c:limits.max_concurrent (see the header). */
@@ -345,7 +367,7 @@ export function patchFields(patch: KeyPatch): { set: string[]; del: string[] } {
   const set: string[] = [];
   const del: string[] = [];
   for (const [member, value] of Object.entries(patch)) {
-    if (value === undefined) continue;
+    if (value === undefined || member === 'team') continue; // the team: tgKeyPatch's own argument
     if (member === 'budget') {
       const b = value as KeyControls['budget'];
       if (b === null) del.push('bu', 'bp');
@@ -389,7 +411,7 @@ function keyRecord(id: string, k: Record<string, string>, revokedAt: string | un
   const bu = k.bu === undefined ? null : Number(k.bu);
   const period = k.bp === 'day' || k.bp === 'week' || k.bp === 'month' ? k.bp : null;
   // Unreadable controls would be a key without restrictions: refuse it rather than serve it so.
-  const controls = toControls({ ...(parsed as object), budget: bu === null ? null : { units: bu, period } });
+  const controls = toControls({ ...(parsed as object), budget: bu === null ? null : { units: bu, period }, team: k.tm ?? null });
   const ra = k.ra ?? revokedAt;
   return {
     id, account: k.account!, digest: k.digest!, created_at: Number(k.created_at),

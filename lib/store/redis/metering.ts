@@ -34,7 +34,7 @@
 
 import type { RedisClient } from './connect.js';
 import type { ReplicaWait } from './wait.js';
-import { requireId, requireRequestId } from '../rules.js';
+import { TEAM_ID, requireId, requireRequestId } from '../rules.js';
 import type { BudgetPeriod, HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UnsettleResult, UsageTotals } from '../types.js';
 
 type Reply = Promise<unknown>;
@@ -46,9 +46,9 @@ export interface MeteringScripts {
     keyId: string, dpid: string, wpid: string, mpid: string): Reply;
   tgSettle(acct: string, holds: string, settled: string, settledAt: string, day: string, month: string, key: string,
     requestId: string, units: string, tokens: string, now: string, settledWindowMs: string, settledTtlMs: string,
-    keyId: string, dpid: string, wpid: string, mpid: string): Reply;
+    keyId: string, dpid: string, wpid: string, mpid: string, team: string): Reply;
   tgUnsettle(acct: string, settled: string, settledAt: string, day: string, month: string, key: string,
-    requestId: string, tokens: string, settledTtlMs: string, keyId: string, dpid: string, wpid: string, mpid: string): Reply;
+    requestId: string, tokens: string, settledTtlMs: string, keyId: string, dpid: string, wpid: string, mpid: string, team: string): Reply;
   tgAccountUsage(holds: string, day: string, month: string, now: string): Reply;
   tgRelease(holds: string, requestId: string): Reply;
 }
@@ -78,10 +78,11 @@ local NEVER = '9007199254740991'
 local function canonical(d)
   return d ~= nil and #d <= 16 and (d == '0' or string.sub(d, 1, 1) ~= '0')
 end
+-- "units:expires[:key id[<tab>team id]]": a hold made with a key of a team names the team too.
 local function parseHold(v)
-  local u, e, k = string.match(v, '^(%d+):(%d+):?(.*)$')
+  local u, e, k, t = string.match(v, '^(%d+):(%d+):?([^\t]*)\t?(.*)$')
   if not canonical(u) or not canonical(e) then return nil end
-  return u, e, k
+  return u, e, k, t
 end
 local function hdelAll(key, fields)
   for i = 1, #fields, 1000 do
@@ -95,13 +96,14 @@ local function rebuild(key, now)
   -- '#e' 0 until the sums are whole: a rebuild cut short is made again, never trusted.
   redis.call('HSET', key, '#u', '0', '#n', '0', '#e', '0')
   for i = 1, #h, 2 do
-    if string.sub(h[i], 1, 3) == '#k:' then sums[#sums + 1] = h[i] end
+    local p = string.sub(h[i], 1, 3)
+    if p == '#k:' or p == '#t:' then sums[#sums + 1] = h[i] end
   end
   hdelAll(key, sums)
   for i = 1, #h, 2 do
     local f = h[i]
     if string.sub(f, 1, 1) ~= '#' then
-      local u, e, k = parseHold(h[i + 1])
+      local u, e, k, t = parseHold(h[i + 1])
       if u == nil or tonumber(e) <= now then
         drop[#drop + 1] = f
       else
@@ -109,6 +111,7 @@ local function rebuild(key, now)
         if u ~= '0' then
           redis.call('HINCRBY', key, '#u', u)
           if k ~= '' then redis.call('HINCRBY', key, '#k:' .. k, u) end
+          if t ~= '' then redis.call('HINCRBY', key, '#t:' .. t, u) end
         end
         if earliest == nil or tonumber(e) < tonumber(earliest) then earliest = e end
       end
@@ -117,42 +120,60 @@ local function rebuild(key, now)
   redis.call('HSET', key, '#e', earliest or NEVER)
   hdelAll(key, drop)
 end
-local function holdsOf(key, now, keyId)
-  local s = redis.call('HMGET', key, '#u', '#n', '#e', '#k:' .. keyId)
+local function holdsOf(key, now, keyId, teamId)
+  teamId = teamId or ''
+  local s = redis.call('HMGET', key, '#u', '#n', '#e', '#k:' .. keyId, '#t:' .. teamId)
   if s[1] == false or s[2] == false or s[3] == false or now >= tonumber(s[3]) then
     rebuild(key, now)
-    s = redis.call('HMGET', key, '#u', '#n', '#e', '#k:' .. keyId)
+    s = redis.call('HMGET', key, '#u', '#n', '#e', '#k:' .. keyId, '#t:' .. teamId)
     -- No hash (no hold, or its key expired): nothing held, and nothing written.
-    if s[3] == false then return 0, 0, 0, NEVER, true end
+    if s[3] == false then return 0, 0, 0, NEVER, true, 0 end
   end
-  local keyHeld = 0
+  local keyHeld, teamHeld = 0, 0
   if keyId ~= '' and s[4] ~= false then keyHeld = tonumber(s[4]) end
-  return tonumber(s[1]), tonumber(s[2]), keyHeld, s[3], false
+  if teamId ~= '' and s[5] ~= false then teamHeld = tonumber(s[5]) end
+  return tonumber(s[1]), tonumber(s[2]), keyHeld, s[3], false, teamHeld
 end
-local function unsum(key, u, k)
+local function unsum(key, u, k, t)
   redis.call('HINCRBY', key, '#n', '-1')
   if u == '0' then return end
   redis.call('HINCRBY', key, '#u', '-' .. u)
   if k ~= '' and redis.call('HINCRBY', key, '#k:' .. k, '-' .. u) == 0 then redis.call('HDEL', key, '#k:' .. k) end
+  if t ~= nil and t ~= '' and redis.call('HINCRBY', key, '#t:' .. t, '-' .. u) == 0 then redis.call('HDEL', key, '#t:' .. t) end
 end
 -- Takes the hold whose value is v out of the sums; an unreadable one was never in them, but has
 -- the sums made again (its value is not this store's writing).
 local function forget(key, v)
-  local u, _, k = parseHold(v)
-  if u == nil then redis.call('HSET', key, '#e', '0') else unsum(key, u, k) end
+  local u, _, k, t = parseHold(v)
+  if u == nil then redis.call('HSET', key, '#e', '0') else unsum(key, u, k, t) end
 end
 local function dropHold(key, id, v)
   forget(key, v)
   redis.call('HDEL', key, id)
 end
--- The budget state of a key hash: {units or false, period or false, spent in pid, pid, exists}.
-local function budgetOf(key, dpid, wpid, mpid)
-  local b = redis.call('HMGET', key, 'bu', 'bp', 'sp', 'su', 'account')
+-- The budget state of a key hash: {units or false, period or false, spent in pid, pid, exists,
+-- stored period}. With a prefix (t:<team id>:), of a team in its account's hash (./teams.ts),
+-- whose existence is its field c.
+local function budgetOf(key, dpid, wpid, mpid, prefix)
+  local b
+  if prefix == nil then
+    b = redis.call('HMGET', key, 'bu', 'bp', 'sp', 'su', 'account')
+  else
+    b = redis.call('HMGET', key, prefix .. 'bu', prefix .. 'bp', prefix .. 'sp', prefix .. 'su', prefix .. 'c')
+  end
   local pid = 'n'
   if b[2] == 'day' then pid = dpid elseif b[2] == 'week' then pid = wpid elseif b[2] == 'month' then pid = mpid end
   local spent = 0
   if b[3] == pid then spent = tonumber(b[4] or '0') end
   return b[1], b[2], spent, pid, b[5] ~= false, b[3]
+end
+-- Adds a settled charge to a budget's spend in period pid (the rule of addSpend in ../rules.ts).
+local function addSpend(key, prefix, sp, pid, charged)
+  if sp == pid then
+    redis.call('HINCRBY', key, prefix .. 'su', charged)
+  elseif not (sp ~= false and string.sub(sp, 1, 1) == string.sub(pid, 1, 1) and sp > pid) then
+    redis.call('HSET', key, prefix .. 'sp', pid, prefix .. 'su', charged)
+  end
 end
 `;
 
@@ -166,21 +187,28 @@ export const METERING_SCRIPTS: Record<keyof MeteringScripts, { keys: number; lua
 local bal = redis.call('HGET', KEYS[1], 'balance_units')
 if bal == false then return false end
 local units = tonumber(ARGV[2])
-local held, open, keyHeld, earliest, fresh = holdsOf(KEYS[2], tonumber(ARGV[4]), ARGV[9])
+-- The team the key names now, when its account has it (its fields are in the account's hash).
+local team = ''
+if ARGV[9] ~= '' then
+  local tm = redis.call('HGET', KEYS[5], 'tm')
+  if tm and redis.call('HEXISTS', KEYS[1], 't:' .. tm .. ':c') == 1 then team = tm end
+end
+local held, open, keyHeld, earliest, fresh, teamHeld = holdsOf(KEYS[2], tonumber(ARGV[4]), ARGV[9], team)
 local prev = redis.call('HGET', KEYS[2], ARGV[1])
-local pu, pk
+local pu, pk, pt
 if prev ~= false then
   local _
-  pu, _, pk = parseHold(prev)
+  pu, _, pk, pt = parseHold(prev)
   if pu ~= nil then
     held = held - tonumber(pu)
     open = open - 1
     if ARGV[9] ~= '' and pk == ARGV[9] then keyHeld = keyHeld - tonumber(pu) end
+    if team ~= '' and pt == team then teamHeld = teamHeld - tonumber(pu) end
   end
 end
 local available = tonumber(bal) - held
 local function used(key, field) return tonumber(redis.call('HGET', key, field) or '0') end
-local refused, remaining, period
+local refused, remaining, period, scope
 if ARGV[5] ~= '' and used(KEYS[3], 'requests') + open >= tonumber(ARGV[5]) then refused = 'requests_per_day'
 elseif ARGV[6] ~= '' and used(KEYS[3], 'tokens') >= tonumber(ARGV[6]) then refused = 'tokens_per_day'
 elseif ARGV[7] ~= '' and used(KEYS[4], 'units') >= tonumber(ARGV[7]) then refused = 'units_per_month' end
@@ -190,24 +218,36 @@ if refused == nil and ARGV[9] ~= '' then
     remaining = tonumber(bu) - spent - keyHeld
     if remaining < units then
       if remaining < 0 then remaining = 0 end
-      refused, period = 'budget_exceeded', bp or ''
+      refused, period, scope = 'budget_exceeded', bp or '', 'key'
+    end
+  end
+end
+if refused == nil and team ~= '' then
+  local bu, bp, spent = budgetOf(KEYS[1], ARGV[10], ARGV[11], ARGV[12], 't:' .. team .. ':')
+  if bu ~= false then
+    remaining = tonumber(bu) - spent - teamHeld
+    if remaining < units then
+      if remaining < 0 then remaining = 0 end
+      refused, period, scope = 'budget_exceeded', bp or '', 'team'
     end
   end
 end
 if refused == nil and available < units then refused = 'insufficient_credits' end
 if refused then
-  if refused == 'budget_exceeded' then return {0, refused, available, remaining, period} end
+  if refused == 'budget_exceeded' then return {0, refused, available, remaining, period, scope} end
   return {0, refused, available}
 end
 if prev ~= false then forget(KEYS[2], prev) end
 local tag = ''
 if ARGV[9] ~= '' then tag = ':' .. ARGV[9] end
+if team ~= '' then tag = tag .. '\t' .. team end
 if fresh then redis.call('HSET', KEYS[2], '#u', '0', '#n', '0', '#e', NEVER) end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. tag)
 redis.call('HINCRBY', KEYS[2], '#n', '1')
 if ARGV[2] ~= '0' then
   redis.call('HINCRBY', KEYS[2], '#u', ARGV[2])
   if ARGV[9] ~= '' then redis.call('HINCRBY', KEYS[2], '#k:' .. ARGV[9], ARGV[2]) end
+  if team ~= '' then redis.call('HINCRBY', KEYS[2], '#t:' .. team, ARGV[2]) end
 end
 if tonumber(ARGV[3]) < tonumber(earliest) then redis.call('HSET', KEYS[2], '#e', ARGV[3]) end
 -- The key outlives its longest hold by a minute: always set (never shortened), so that a hold
@@ -222,7 +262,7 @@ if ARGV[9] ~= '' then
   local was = tonumber(lu[2] or '')
   if lu[1] ~= false and (was == nil or was < tonumber(ARGV[4])) then redis.call('HSET', KEYS[5], 'lu', ARGV[4]) end
 end
-return {1, '', available - units}` },
+return {1, team, available - units}` },
 
   // nil: no account; {applied, charged, balance, available}. The charge is min(units, balance),
   // and nothing when the balance is not positive; it is kept as a string Redis or the caller
@@ -263,6 +303,21 @@ if applied == 1 then
       end
     end
   end
+  -- The team the hold counted against (ARGV[11]), while its account still has it.
+  local tprefix = 't:' .. ARGV[11] .. ':'
+  local tbu, tpid, texists, tsp = false, nil, false, false
+  if ARGV[7] ~= '' and ARGV[11] ~= '' then
+    local tspent, tbp
+    tbu, tbp, tspent, tpid, texists, tsp = budgetOf(KEYS[1], ARGV[8], ARGV[9], ARGV[10], tprefix)
+    if tbu ~= false and texists then
+      local left = tonumber(tbu) - tspent
+      if left < 0 then left = 0 end
+      if left < u then
+        u = left
+        ustr = string.format('%d', left)
+      end
+    end
+  end
   if b <= 0 or u == 0 then
     charged = '0'
   elseif b <= u then
@@ -273,13 +328,8 @@ if applied == 1 then
     charged = ustr
     bal = redis.call('HINCRBY', KEYS[1], 'balance_units', '-' .. ustr)
   end
-  if exists then
-    if sp == pid then
-      redis.call('HINCRBY', KEYS[7], 'su', charged)
-    elseif not (sp ~= false and string.sub(sp, 1, 1) == string.sub(pid, 1, 1) and sp > pid) then
-      redis.call('HSET', KEYS[7], 'sp', pid, 'su', charged)
-    end
-  end
+  if exists then addSpend(KEYS[7], '', sp, pid, charged) end
+  if texists then addSpend(KEYS[1], tprefix, tsp, tpid, charged) end
   for _, key in ipairs({KEYS[5], KEYS[6]}) do
     redis.call('HINCRBY', key, 'requests', '1')
     redis.call('HINCRBY', key, 'tokens', ARGV[3])
@@ -330,6 +380,11 @@ end
 if ARGV[4] ~= '' and charged ~= '0' then
   local _, _, _, pid, exists, sp = budgetOf(KEYS[6], ARGV[5], ARGV[6], ARGV[7])
   if exists and sp == pid then redis.call('HINCRBY', KEYS[6], 'su', '-' .. charged) end
+  if ARGV[8] ~= '' then
+    local tprefix = 't:' .. ARGV[8] .. ':'
+    local _, _, _, tpid, texists, tsp = budgetOf(KEYS[1], ARGV[5], ARGV[6], ARGV[7], tprefix)
+    if texists and tsp == tpid then redis.call('HINCRBY', KEYS[1], tprefix .. 'su', '-' .. charged) end
+  end
 end
 redis.call('HSET', KEYS[2], ARGV[1], 'x')
 return {2, tonumber(charged)}` },
@@ -415,15 +470,16 @@ export class RedisMetering {
       quota(h.quotas.units_per_month, 'units_per_month'), String(ttl + HOLDS_GRACE_MS), ...k);
     if (r === null) return undefined;
     if (Array.isArray(r) && r[1] === 'budget_exceeded') {
-      const [, , available, remaining, period] = tuple(r, 5);
+      const [, , available, remaining, period, scope] = tuple(r, 6);
       return {
         ok: false, code: 'budget_exceeded', available_units: Number(available), budget_remaining_units: Number(remaining),
-        budget_period: period === '' ? null : period as BudgetPeriod,
+        budget_period: period === '' ? null : period as BudgetPeriod, budget_scope: scope === 'team' ? 'team' : 'key',
       };
     }
     const [ok, code, available] = tuple(r, 3);
     const available_units = Number(available);
-    if (ok === 1) return { ok: true, available_units };
+    // A success's second member is the team the hold counted against ('' for none).
+    if (ok === 1) return typeof code === 'string' && code !== '' ? { ok: true, available_units, team: code } : { ok: true, available_units };
     if (code === 'insufficient_credits') return { ok: false, code, available_units };
     if (typeof code === 'string' && QUOTA_CODES.includes(code)) {
       return { ok: false, code: 'quota_exceeded', quota_code: code as QuotaCode, available_units };
@@ -443,7 +499,7 @@ export class RedisMetering {
     const acct = this.#acct(s.account);
     const k = keyArgs(s.key);
     const keys = [acct, `${acct}:holds`, `${acct}:settled`, `${acct}:settled:at`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, keyHash(acct, k[0])] as const;
-    const args = [s.requestId, units, tokens, String(now), String(SETTLED_KEEP_MS), String(SETTLED_KEEP_MS + 3600_000), ...k] as const;
+    const args = [s.requestId, units, tokens, String(now), String(SETTLED_KEEP_MS), String(SETTLED_KEEP_MS + 3600_000), ...k, teamArg(s.key)] as const;
     const r = this.#wait !== null
       ? await this.#wait.eval(METERING_SCRIPTS.tgSettle.lua, [...keys], [...args])
       : await this.#redis.tgSettle(...keys, ...args);
@@ -463,7 +519,7 @@ export class RedisMetering {
     const keys = [acct, `${acct}:settled`, `${acct}:settled:at`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, keyHash(acct, k[0])] as const;
     // Not waited for (store.wait_replicas), like holds and releases: an undo is never reported
     // to a client, and one no replica confirms must not stay queued for good (store/retry.ts).
-    const r = await this.#redis.tgUnsettle(...keys, s.requestId, tokens, String(SETTLED_KEEP_MS + 3600_000), ...k);
+    const r = await this.#redis.tgUnsettle(...keys, s.requestId, tokens, String(SETTLED_KEEP_MS + 3600_000), ...k, teamArg(s.key));
     if (r === null) return undefined;
     const [outcome, refunded] = tuple(r, 2);
     return { outcome: outcome === 2 ? 'refunded' : outcome === 1 ? 'fenced' : 'repeat', refunded_units: Number(refunded) };
@@ -524,6 +580,14 @@ function keyArgs(key: HoldRequest['key']): [string, string, string, string] {
   if (key === undefined) return ['', '', '', ''];
   requireId('key id', key.id);
   return [key.id, key.periods.day, key.periods.week, key.periods.month];
+}
+
+/** The team a settlement names (the one its hold counted against), as a script argument; '' for none. */
+function teamArg(key: Settlement['key']): string {
+  const team = key?.team;
+  if (team === undefined) return '';
+  if (typeof team !== 'string' || !TEAM_ID.test(team)) throw new TypeError('team must be a team id');
+  return team;
 }
 
 function tuple(reply: unknown, length: number): unknown[] {

@@ -8,6 +8,9 @@
 //   P{keyid:ID}           string the digest of key ID (revocation is by id, lookup by digest)
 //   P{sess:SID}           string revocation time of session SID
 //   P{plan:NAME}          set    ids of accounts created on plan NAME (see accountsOnPlans)
+//   P{team:ID}            string "<ms>|<account>": the account of team ID (teams.ts; a team's
+//                                fields are t:ID:<member> in its account's hash, and a key's
+//                                team is tm in the key's hash)
 //   P{acct:A}:key:ID      hash   key ID's controls and state, in its account's slot so the
 //                                metering scripts read and charge its budget atomically with the
 //                                wallet: account, digest (current), created_at, last4, c (the
@@ -59,9 +62,10 @@ import { RedisRevocations } from './revocations.js';
 import type { ResponseChain } from '../response-chains.js';
 import { RedisUsage, USAGE_SCRIPTS } from './records.js';
 import { SCRIPTS, type Scripts } from './scripts.js';
+import { RedisTeams } from './teams.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation,
-  SettleResult, Settlement, Store, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
+  SettleResult, Settlement, Store, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
 } from '../types.js';
 
 export interface RedisStoreOptions {
@@ -92,6 +96,7 @@ export class RedisStore implements Store {
   readonly #revocations: RedisRevocations;
   readonly #timeout: number;
   readonly #keys: RedisKeys;
+  readonly #teams: RedisTeams;
   readonly #metering: RedisMetering;
   readonly #responses: RedisResponses;
   readonly #usage: RedisUsage;
@@ -135,6 +140,7 @@ export class RedisStore implements Store {
     this.#responses = new RedisResponses(this.#redis, this.prefix);
     this.#revocations = new RedisRevocations(this.prefix, topology, connectTimeout, onError);
     this.#keys = new RedisKeys(this.#redis, this.prefix, this.#wait, this.#revocations);
+    this.#teams = new RedisTeams(this.#redis, this.prefix, this.#keys, this.#revocations);
   }
 
   /** The command connection, for other shared state of the same deployment (rate limits). */
@@ -204,6 +210,13 @@ export class RedisStore implements Store {
   rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
     return this.#keys.rotateKey(id, digest, last4, previousUntil);
   }
+
+  // Teams: see teams.ts.
+  createTeam(account: string, id: string, settings: TeamSettings): Promise<TeamCreated> { return this.#teams.createTeam(account, id, settings); }
+  getTeam(id: string): Promise<TeamRecord | undefined> { return this.#teams.getTeam(id); }
+  listTeams(account: string): Promise<TeamRecord[] | undefined> { return this.#teams.listTeams(account); }
+  updateTeam(id: string, patch: TeamPatch): Promise<TeamRecord | undefined> { return this.#teams.updateTeam(id, patch); }
+  deleteTeam(id: string): Promise<TeamDeleted> { return this.#teams.deleteTeam(id); }
 
   /** The hold script records the key's last use (see tgHold in metering.ts). */
   readonly holdRecordsKeyUse = true;

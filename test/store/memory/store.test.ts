@@ -10,6 +10,7 @@ import { JOURNAL_FILE, SNAPSHOT_FILE } from '../../../lib/store/memory/journal.j
 import { MemoryStore, type MemoryStoreOptions } from '../../../lib/store/memory/store.js';
 import { storeContract } from '../contract.js';
 import { meteringContract } from '../metering-contract.js';
+import { teamsContract } from '../teams-contract.js';
 import { keyContract } from '../key-contract.js';
 import { defaultControls } from '../../../lib/store/types.js';
 
@@ -43,6 +44,8 @@ storeContract(t, 'durable memory (fsync per write, compacting often)', durable({
 meteringContract(t, 'memory', async () => ({ store: new MemoryStore({ path: null, fsyncMs: 1000 }) }));
 meteringContract(t, 'durable memory', durable({ fsyncMs: 1000 }));
 meteringContract(t, 'durable memory (fsync per write, compacting often)', durable({ fsyncMs: 0, compactBytes: 256 }));
+teamsContract(t, 'memory', async () => ({ store: new MemoryStore({ path: null, fsyncMs: 1000 }) }));
+teamsContract(t, 'durable memory', durable({ fsyncMs: 0, compactBytes: 256 }));
 keyContract(t, 'memory', async () => ({ store: new MemoryStore({ path: null, fsyncMs: 1000 }) }));
 keyContract(t, 'durable memory', durable({ fsyncMs: 1000 }));
 keyContract(t, 'durable memory (compacting often)', durable({ fsyncMs: 0, compactBytes: 256 }));

@@ -12,7 +12,7 @@ import { settledMemory } from '../../helpers/heap.js';
 import { holds } from '../../property/arbitraries.js';
 
 const NOW = Date.UTC(2026, 10, 23, 12);
-const FIELDS = ['request_id', 'at', 'account', 'key_id', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens',
+const FIELDS = ['request_id', 'at', 'account', 'key_id', 'team', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens',
   'cached_tokens', 'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms'];
 
 // First, before other tests leave garbage for the collector to free while it measures.
@@ -28,7 +28,7 @@ t.test('100,000 records cost under 250 bytes each (as objects: about 600)', asyn
     // As the gateway writes them: a fresh request id, fields from a small set, real numbers.
     await log.record({
       request_id: `req_${(0x5eed0000 + i).toString(16)}${'0'.repeat(20)}`, at: NOW - 1000 + (i % 1000), account: `acct-${i % 7}`,
-      key_id: i % 5 === 0 ? null : `key_${(i % 40).toString(16).padStart(16, '0')}`, model: i % 2 ? 'llama-3-8b' : 'qwen-7b',
+      key_id: i % 5 === 0 ? null : `key_${(i % 40).toString(16).padStart(16, '0')}`, team: i % 3 === 0 ? null : `team-${i % 4}`, model: i % 2 ? 'llama-3-8b' : 'qwen-7b',
       provider: 'local', target: `http://10.0.0.${i % 4}:8000/v1`, route: '/v1/chat/completions', status: i % 50 ? 200 : 429,
       prompt_tokens: 100 + (i % 900), cached_tokens: i % 64, completion_tokens: i % 500, units: 1000 * i, usage_source: 'upstream',
       duration_ms: 12.5 + i / 1000, ttft_ms: i % 3 ? 3.25 + i / 7 : null, queue_ms: i % 4 ? 0 : i % 30_000,
@@ -49,6 +49,7 @@ const record: fc.Arbitrary<UsageRecord> = fc.record({
   at: fc.integer({ min: NOW - 3 * DAY_MS, max: NOW }),
   account: fc.string({ minLength: 1, maxLength: 8 }),
   key_id: fc.option(text, { nil: null }),
+  team: fc.option(text.filter((s) => s !== ''), { nil: null }),
   model: text,
   provider: text,
   target: fc.option(text, { nil: null }),
@@ -95,7 +96,7 @@ t.test('records read back exactly as written, in the contract\'s field order, pa
 
 t.test('a record without a known usage_source is refused, and nothing is kept of it', async (t) => {
   const day = new DayColumns();
-  const bad = { request_id: 'r', at: NOW, account: 'a', key_id: null, model: 'm', provider: 'p', target: null, route: '/', status: 200,
+  const bad = { request_id: 'r', at: NOW, account: 'a', key_id: null, team: null, model: 'm', provider: 'p', target: null, route: '/', status: 200,
     prompt_tokens: 1, cached_tokens: 0, completion_tokens: 1, units: 1, usage_source: 'guessed', duration_ms: 1, ttft_ms: null, queue_ms: 0 } as unknown as UsageRecord;
   t.throws(() => day.push(bad), { name: 'TypeError', message: /usage_source/ });
   t.equal(day.length, 0);

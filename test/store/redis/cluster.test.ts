@@ -16,6 +16,7 @@ import { readsAt } from '../../helpers/store-client.js';
 import { accountWhenReady, burst, chat, isStoreFault, walletConfig, type Outcome } from '../../helpers/wallet-load.js';
 import { storeContract } from '../contract.js';
 import { meteringContract } from '../metering-contract.js';
+import { teamsContract } from '../teams-contract.js';
 
 const cluster = await startCluster();
 t.teardown(() => cluster.stop());
@@ -36,6 +37,7 @@ async function openFresh() {
 
 storeContract(t, 'redis cluster', openFresh);
 meteringContract(t, 'redis cluster', openFresh);
+teamsContract(t, 'redis cluster', openFresh);
 
 async function gateways(t: any, store: Record<string, unknown>, n = 2): Promise<TestGateway[]> {
   const gws: TestGateway[] = [];

@@ -15,6 +15,7 @@ import type { Revocation, UsageRecord } from '../../../lib/store/types.js';
 import { startRedis } from '../../helpers/redis.js';
 import { storeContract } from '../contract.js';
 import { meteringContract } from '../metering-contract.js';
+import { teamsContract } from '../teams-contract.js';
 import { keyContract } from '../key-contract.js';
 import { defaultControls } from '../../../lib/store/types.js';
 
@@ -91,6 +92,7 @@ async function openFresh() {
 
 storeContract(t, 'redis', openFresh);
 meteringContract(t, 'redis', openFresh);
+teamsContract(t, 'redis', openFresh);
 keyContract(t, 'redis', openFresh);
 
 t.test('a revocation by one instance reaches the other within 1 s, and each listener once', async (t) => {
@@ -202,7 +204,7 @@ function settlementOf(account: string, requestId: string, units: number, promptT
 }
 function usageRecord(i: number, account: string, model: string, at = Date.now()): UsageRecord {
   return {
-    request_id: `req-${i}`, at, account, key_id: 'key_0123456789abcdef', model, provider: 'local', target: null, route: '/v1/chat/completions',
+    request_id: `req-${i}`, at, account, key_id: 'key_0123456789abcdef', team: null, model, provider: 'local', target: null, route: '/v1/chat/completions',
     status: 200, prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 5, ttft_ms: null, queue_ms: 0,
   };
 }
