@@ -2,6 +2,7 @@
 // whatever is read back from disk is checked before it is applied.
 
 import { toSettleEntry, toUnsettleEntry, type SettleEntry, type UnsettleEntry } from './metering.js';
+import { toAlertEntry, type AlertEntry } from './alerts.js';
 import { defaultControls, int, isRecord, str, toControls } from '../rules.js';
 import type { KeyControls, KeyRecord, AccountRecord } from '../types.js';
 
@@ -16,7 +17,8 @@ export type Entry =
   | { op: 'used'; uses: [string, number][] }
   | { op: 'session'; sid: string }
   | SettleEntry
-  | UnsettleEntry;
+  | UnsettleEntry
+  | AlertEntry;
 
 export interface SnapshotState {
   accounts: AccountRecord[];
@@ -26,6 +28,8 @@ export interface SnapshotState {
   credits: Record<string, string[]>;
   /** A MeteringSnapshot, checked by MemoryMetering.restore(); absent in snapshots from before metering. */
   metering?: unknown;
+  /** The alerts outbox (MemoryAlerts.snapshot()); absent in snapshots from before alerts. */
+  alerts?: unknown;
 }
 
 export function toEntry(v: Record<string, unknown>): Entry | undefined {
@@ -58,6 +62,10 @@ export function toEntry(v: Record<string, unknown>): Entry | undefined {
       return toSettleEntry(v);
     case 'unsettle':
       return toUnsettleEntry(v);
+    case 'alert':
+    case 'alertd':
+    case 'walarm':
+      return toAlertEntry(v);
     default:
       return undefined;
   }
@@ -88,5 +96,5 @@ export function toSnapshotState(v: unknown): SnapshotState {
     return { id: k.id, account: k.account, digest: k.digest, created_at: k.created_at, revoked_at: k.revoked_at, last4, controls, previous, last_used_at: used, spent };
   });
   // The metering part is checked when it is restored (MemoryMetering.restore).
-  return { accounts, keys, sessions, credits, metering: v.metering };
+  return { accounts, keys, sessions, credits, metering: v.metering, ...(v.alerts === undefined ? {} : { alerts: v.alerts }) };
 }
