@@ -11,9 +11,9 @@ import {
 import { isRecord, str } from '../rules.js';
 import type { KeyRecord } from '../types.js';
 
-/** The journal entries of the outbox. */
+/** The journal entries of the outbox (`n`, the event's place in the list: the journal's own entries have a `seq`). */
 export type AlertEntry =
-  | { op: 'alert'; a: StoredAlert; seq: number; t: number }
+  | { op: 'alert'; a: StoredAlert; n: number; t: number }
   | { op: 'alertd'; id: string; d: AlertDelivery }
   | { op: 'walarm'; account: string; armed: boolean };
 
@@ -21,7 +21,7 @@ export function toAlertEntry(v: Record<string, unknown>): AlertEntry | undefined
   switch (v.op) {
     case 'alert': {
       const a = toStoredAlert(v.a);
-      return a !== undefined && Number.isSafeInteger(v.seq) && Number.isSafeInteger(v.t) ? { op: 'alert', a, seq: v.seq as number, t: v.t as number } : undefined;
+      return a !== undefined && Number.isSafeInteger(v.n) && Number.isSafeInteger(v.t) ? { op: 'alert', a, n: v.n as number, t: v.t as number } : undefined;
     }
     case 'alertd':
       return str(v.id) && isDelivery(v.d) ? { op: 'alertd', id: v.id, d: v.d } : undefined;
@@ -64,8 +64,8 @@ export class MemoryAlerts implements AlertOutbox {
           if (h.t >= e.t - ALERT_KEEP_MS) break;
           this.#events.delete(id);
         }
-        this.#events.set(e.a.event.id, { seq: e.seq, t: e.t, alert: structuredClone(e.a) });
-        if (e.seq > this.#seq) this.#seq = e.seq;
+        this.#events.set(e.a.event.id, { seq: e.n, t: e.t, alert: structuredClone(e.a) });
+        if (e.n > this.#seq) this.#seq = e.n;
         return;
       case 'alertd': {
         const h = this.#events.get(e.id);
@@ -107,7 +107,7 @@ export class MemoryAlerts implements AlertOutbox {
       return false;
     }
     const deliveries = webhooks.map((webhook): AlertDelivery => ({ webhook, state: 'pending', attempts: 0, last_status: null, next_at: now }));
-    await this.#host.change({ op: 'alert', a: { event: structuredClone(event), deliveries }, seq: this.#seq + 1, t: now });
+    await this.#host.change({ op: 'alert', a: { event: structuredClone(event), deliveries }, n: this.#seq + 1, t: now });
     return true;
   }
 
