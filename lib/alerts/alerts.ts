@@ -43,6 +43,8 @@ export class Alerts {
   readonly worker: DeliveryWorker;
   readonly #background: boolean;
   #config: Config['alerts'] | undefined;
+  /** Per event type, the webhooks that want it (from the config in force). */
+  #hooks = new Map<AlertEvent['type'], string[]>();
   /** account -> the flag as this instance last saw it: 'armed', or the time it saw it disarmed. */
   readonly #wallet = new Map<string, 'armed' | number>();
   /** Appends in flight (stop() waits for them). */
@@ -62,10 +64,16 @@ export class Alerts {
   /** The config in force: a reload calls it again. Starts the worker and sweep the first time. */
   configure(config: Config['alerts']): void {
     this.#config = config;
+    this.#hooks = new Map();
+    for (const type of ['budget.threshold', 'wallet.low', 'key.expiring', 'upstream.ejected'] as const) {
+      const hooks = webhooksFor(config.webhooks, type);
+      if (hooks.length > 0) this.#hooks.set(type, hooks);
+    }
     this.worker.configure(config.webhooks, config.delivery_timeout_ms);
-    if (!this.#background || this.#stopped) return;
+    // With no webhook there is nothing to detect nor deliver: no polling, no sweep.
+    if (!this.#background || this.#stopped || config.webhooks.length === 0) return;
     this.worker.start();
-    if (this.#sweepEvery !== config.sweep_interval_ms) {
+    if (this.#hooks.has('key.expiring') && this.#sweepEvery !== config.sweep_interval_ms) {
       this.#sweepEvery = config.sweep_interval_ms;
       clearInterval(this.#sweepTimer);
       this.#sweepTimer = setInterval(() => void this.sweep(), config.sweep_interval_ms);
@@ -76,8 +84,7 @@ export class Alerts {
 
   /** Some webhook wants events of this kind (else nothing is detected for it). */
   #wanted(type: AlertEvent['type']): string[] | undefined {
-    const hooks = webhooksFor(this.#config?.webhooks ?? [], type);
-    return hooks.length === 0 ? undefined : hooks;
+    return this.#hooks.get(type);
   }
 
   /** Appends an event in the background; a failure is logged (the request is not concerned). */
@@ -99,7 +106,7 @@ export class Alerts {
   settled(account: string, keyId: string | undefined, periods: BudgetPeriods | undefined, r: SettleResult): void {
     if (this.#config === undefined || !r.applied) return;
     try {
-      if (keyId !== undefined && periods !== undefined && r.key?.budget != null) {
+      if (keyId !== undefined && periods !== undefined && r.key !== undefined && r.key.budget !== null && this.#hooks.has('budget.threshold')) {
         const pid = periodId(r.key.budget.period, periods);
         if (r.key.spent.period === pid) this.budget({ account, key_id: keyId }, r.key.budget, pid, r.key.spent.units - r.charged_units, r.key.spent.units);
       }

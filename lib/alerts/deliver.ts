@@ -7,10 +7,11 @@
 // receivers dedupe by id (x-tollgate-event-id).
 //
 // The clock is injectable (tests simulate hours); the HTTP calls are undici's, one Pool per
-// webhook origin, each attempt bounded by alerts.delivery_timeout_ms.
+// webhook origin (../upstream/undici.ts: without undici's whole index), each attempt bounded by
+// alerts.delivery_timeout_ms.
 
 import { createHmac, randomBytes } from 'node:crypto';
-import { Pool } from 'undici';
+import { Pool } from '../upstream/undici.js';
 import type { AlertWebhookConfig } from '../config/types.js';
 import type { Logger } from '../observe/log.js';
 import type { AlertDelivery, AlertEvent, AlertOutbox } from '../store/alerts.js';
