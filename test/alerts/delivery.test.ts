@@ -249,3 +249,26 @@ for (const kind of ['memory', 'redis'] as const) {
     t.ok(await until(async () => (await admin(g2.url, 'GET', '/admin/alerts')).json.events[0].delivery.state === 'delivered'));
   });
 }
+
+t.test('stop() (the SIGTERM drain) lets the attempt in flight finish and records it, then starts nothing', async (t) => {
+  const store = await MemoryStore.open({ path: null });
+  t.teardown(() => store.close());
+  const clock = new FakeClock();
+  const rx = await startReceiver();
+  t.teardown(() => rx.close());
+  rx.mode = { slowMs: 300 };
+  const w = worker(store.alerts, clock, [rx]);
+  const first = event(clock);
+  const second = event(clock);
+  await store.alerts.append(first, [rx.url], clock.now());
+  await store.alerts.append(second, [rx.url], clock.now());
+  const pass = w.tick();
+  t.ok(await until(() => rx.received.length === 1), 'the first attempt is in flight');
+  await w.stop();
+  await pass;
+  t.match((await store.alerts.get(first.id))!.deliveries[0], { state: 'delivered', attempts: 1, last_status: 204 }, 'its outcome was recorded');
+  t.match((await store.alerts.get(second.id))!.deliveries[0], { state: 'pending', attempts: 0 }, 'the next one was left for whoever runs next');
+  await w.tick();
+  t.equal(rx.received.length, 1, 'a stopped worker sends nothing');
+  t.equal(await store.alerts.lease(first.id, 'other', 1000, clock.now()), true, 'its leases were given back');
+});
