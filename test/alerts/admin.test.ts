@@ -2,9 +2,11 @@
 // taken across webhooks, and every bad query a 400 in the envelope (never a 500).
 
 import t from 'tap';
+import fc from 'fast-check';
 import { request } from 'undici';
 import { SECRET, admin, alertsConfig, startAlertsGateway, startReceiver } from '../helpers/alerts.js';
 import { aggregate } from '../../lib/admin/alerts.js';
+import { holds } from '../property/arbitraries.js';
 
 t.test('pages newest first; delivery across two webhooks', async (t) => {
   const ok = await startReceiver();
@@ -87,4 +89,18 @@ t.test('bad queries and methods: 4xx in the envelope', async (t) => {
   t.equal((await anon.body.json() as any).code, 'invalid_api_key');
   const empty = await admin(g.url, 'GET', '/admin/alerts?limit=1000');
   t.strictSame(empty.json, { events: [], next_cursor: null });
+});
+
+t.test('generated limit and cursor values: a page or a 400, never a 500', async (t) => {
+  const g = await startAlertsGateway(alertsConfig({}), { background: false });
+  t.teardown(() => g.close());
+  const value = fc.oneof(fc.string({ maxLength: 40 }), fc.integer({ min: -5, max: 2000 }).map(String), fc.constantFrom('1e3', '0x10', ' 7', '+5', '50.0', 'MTA', 'MA', '%00', '%ZZ'));
+  await holds(t, 'GET /admin/alerts?limit=&cursor=', fc.asyncProperty(fc.option(value), fc.option(value), async (limit, cursor) => {
+    const q = new URLSearchParams();
+    if (limit !== null) q.set('limit', limit);
+    if (cursor !== null) q.set('cursor', cursor);
+    const res = await admin(g.url, 'GET', `/admin/alerts?${q.toString()}`);
+    if (res.status === 200) return Array.isArray(res.json.events) && (res.json.next_cursor === null || typeof res.json.next_cursor === 'string');
+    return res.status === 400 && ['invalid_value', 'invalid_type'].includes(res.json.code) && ['limit', 'cursor'].includes(res.json.param);
+  }), 150);
 });
