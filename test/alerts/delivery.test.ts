@@ -272,3 +272,29 @@ t.test('stop() (the SIGTERM drain) lets the attempt in flight finish and records
   t.equal(rx.received.length, 1, 'a stopped worker sends nothing');
   t.equal(await store.alerts.lease(first.id, 'other', 1000, clock.now()), true, 'its leases were given back');
 });
+
+t.test('redis: two gateways, both delivering: each event once per webhook', async (t) => {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const rx1 = await startReceiver();
+  const rx2 = await startReceiver();
+  t.teardown(async () => { await rx1.close(); await rx2.close(); });
+  rx1.mode = { slowMs: 20 };
+  const config = alertsConfig({ wallet_low_units: 950, webhooks: [{ url: rx1.url, secret: SECRET }, { url: rx2.url, secret: SECRET }] },
+    { store: { kind: 'redis', url: redis.url, prefix: 'twogw:' } });
+  const g1 = await startAlertsGateway(config, { pollMs: 10 });
+  const g2 = await startAlertsGateway(config, { pollMs: 10 });
+  t.teardown(async () => { await g1.close(); await g2.close(); });
+  // Events detected on both: the wallet on one, expiring keys swept by both (appended once).
+  t.equal((await spend(g1.url, 'tg_demo_0000000000000000', 100)).status, 200);
+  for (let i = 1; i <= 6; i++) {
+    const g = i % 2 === 0 ? g1 : g2;
+    await admin(g.url, 'POST', '/admin/accounts/demo/keys', { expires_at: new Date(Date.now() + i * 3600_000).toISOString() });
+  }
+  await Promise.all([(await g1.gateway.alerts).sweep(), (await g2.gateway.alerts).sweep()]);
+  const ids = (await admin(g1.url, 'GET', '/admin/alerts')).json.events.map((e: any) => e.id).sort();
+  t.equal(ids.length, 7, 'one wallet.low and six key.expiring, each once though both swept');
+  t.ok(await until(() => rx1.delivered().length >= 7 && rx2.delivered().length >= 7, 10_000));
+  await new Promise((r) => setTimeout(r, 300));
+  for (const rx of [rx1, rx2]) t.strictSame(rx.delivered().map((r) => r.headers['x-tollgate-event-id']).sort(), ids, 'each event once at this webhook');
+});
