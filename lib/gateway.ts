@@ -25,6 +25,7 @@ import { GatewayState } from './state.js';
 import { MemorySlots, RedisSlots, type Slots } from './limits/slots.js';
 import { openStore, type StoreHandle } from './store/index.js';
 import { Health } from './upstream/health.js';
+import { Alerts, type AlertsOptions } from './alerts/alerts.js';
 import { Replicas } from './upstream/balance/index.js';
 
 export type Next = (err?: unknown) => void;
@@ -33,6 +34,8 @@ export type Handler = (req: IncomingMessage, res: ServerResponse, next?: Next) =
 export interface GatewayOptions {
   /** A pino logger; by default one writing JSON lines to stdout. */
   logger?: Logger;
+  /** Alerts' clock, jitter and background work (tests simulate hours with them). */
+  alerts?: AlertsOptions;
 }
 
 export class Gateway {
@@ -55,6 +58,9 @@ export class Gateway {
   #refs = new Map<GatewayState, number>();
   #retired = new Set<GatewayState>();
   #draining = false;
+  /** Alert detection and delivery (alerts/), made with the store; outlives reloads. */
+  #alerts: Alerts | undefined;
+  readonly #alertsOptions: AlertsOptions | undefined;
   #inflight = 0;
   #idleWaiters: Array<() => void> = [];
   /** Tracing as the current config asks (null: off), and what built it. */
@@ -66,6 +72,7 @@ export class Gateway {
   constructor(config: Config | unknown, options: GatewayOptions = {}) {
     this.logger = options.logger ?? createLogger();
     this.#finish = new Finish(this.metrics, this.logger);
+    this.#alertsOptions = options.alerts;
     // A Config validateConfig made (loadConfigFile's, as `serve` passes it) comes back as it is:
     // a config is validated once, where it enters; an embedder's plain object is validated here.
     const valid = validateConfig(config);
@@ -86,6 +93,13 @@ export class Gateway {
     await handle.connected(config.store.timeout_ms);
     await this.#trace(config);
     const state = new GatewayState(config, handle, this.#slots, this.#health, this.logger, this.#replicas);
+    if (this.#alerts === undefined) {
+      const alerts = new Alerts(handle.store, this.logger, this.#alertsOptions);
+      this.#alerts = alerts;
+      this.#replicas.onEject = (provider, url, reason, until) => alerts.ejected(provider, url, reason, until);
+    }
+    if (!this.#draining) this.#alerts.configure(config.alerts);
+    state.alerts = this.#alerts;
     try {
       await state.start();
     } catch (err) {
@@ -287,6 +301,11 @@ export class Gateway {
     return (await this.#store).store.responseBytes(account);
   }
 
+  /** Alert detection and delivery, once the store is open (for operators' checks and tests). */
+  get alerts(): Promise<Alerts> {
+    return this.#pending.then(() => this.#alerts!);
+  }
+
   /** Stops taking new work: /readyz answers 503 from now on. */
   startDrain(): void {
     this.#draining = true;
@@ -312,6 +331,8 @@ export class Gateway {
     this.#tracing = null;
     this.#tracingKey = 'null';
     await Promise.allSettled(tracers.map((t) => t.shutdown()));
+    // Detected events are recorded and a delivery in flight finishes before the store closes.
+    await this.#alerts?.stop();
     await this.#store.then((s) => s.close(), () => undefined);
     this.logger.flush();
   };

@@ -27,6 +27,7 @@ import { UpstreamTokens } from './tokens/upstream.js';
 import type { ChatRequest, PlainPrompts } from './schema/chat.js';
 import type { Circuit, Health } from './upstream/health.js';
 import { Fleet, type FleetView, type Replicas } from './upstream/balance/index.js';
+import type { Alerts } from './alerts/alerts.js';
 
 /** One place a model can be served from: its provider, or one of its fallbacks. */
 export interface Target {
@@ -43,6 +44,8 @@ export class GatewayState {
   readonly admin: AdminApi | null;
   readonly providers: ReadonlyMap<string, Provider>;
   readonly policy: ContentPolicy;
+  /** Alert detection (../alerts/), the gateway's: set by it before the state serves. */
+  alerts: Alerts | null = null;
   /** Made by start() when the config names a passthrough target (the gateway serves a state only once started). */
   passthrough: Passthrough | null = null;
   readonly limits: Limits;

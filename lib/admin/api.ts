@@ -22,6 +22,7 @@ import { windows } from '../billing/meter.js';
 import { MAX_UNITS, TeamNotFoundError, applyPatch, defaultControls, type AccountRecord, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
 import { isCursor } from '../store/usage-records.js';
 import { isObject } from '../objects.js';
+import { alertsPage } from './alerts.js';
 
 const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/;
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,200}$/;
@@ -220,6 +221,9 @@ export class AdminApi {
     } else if (a === 'usage' && b === 'records' && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       send(200, await this.#records(req.url ?? ''));
+    } else if (a === 'alerts' && parts.length === 1) {
+      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
+      send(200, await alertsPage(this.#store, req.url ?? ''));
     } else {
       throw notFound(path);
     }

@@ -11,6 +11,7 @@ import { GatewayError, retryAfterHeaders } from '../errors.js';
 import type { BudgetPeriods, HoldResult, Store } from '../store/types.js';
 import { budgetPeriods, budgetResetsAt } from '../auth/controls.js';
 import { perUtcDay } from '../utc-day.js';
+import type { Alerts } from '../alerts/alerts.js';
 
 const MTOK = 1_000_000n;
 const MAX_UNITS = BigInt(Number.MAX_SAFE_INTEGER);
@@ -129,6 +130,8 @@ export class Charge {
   #done = false;
   /** A settle was sent: whatever came of it, no other is (its figures are the only ones). */
   #sent = false;
+  /** Told of the settlement (alert thresholds, the wallet's low mark): set by the pipeline. */
+  alerts: Alerts | null = null;
   /** Units debited and the available balance after, once settled. */
   charged: number | undefined;
   /** The team whose budget the hold counted against (CONTRACT section 15); null when none. */
@@ -199,6 +202,7 @@ export class Charge {
       throw new GatewayError('service_unavailable', 'The account store lost this account mid-request; retry shortly.', { headers: retryAfterHeaders(1000) });
     }
     // A repeat (the first attempt's answer was lost) reports what that one debited.
+    if (result.applied) this.alerts?.settled(this.#account, this.#key?.id, this.#key?.periods, result);
     this.charged = result.charged_units;
     this.available = result.available_units;
   }

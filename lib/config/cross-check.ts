@@ -135,6 +135,7 @@ export function crossCheck(data: unknown): string[] {
   }
 
   problems.push(...storeProblems(obj(c.store)));
+  problems.push(...alertProblems(obj(c.alerts)));
 
   const jwt = obj(c.auth).jwt;
   if (isObj(jwt)) {
@@ -305,4 +306,22 @@ function passthroughWarnings(c: Config): string[] {
       `are reachable through the gateway unmetered${c.server.passthrough_auth ? '' : ' and without a key (passthrough_auth is false)'}`);
   }
   return out;
+}
+
+/**
+ * alerts.webhooks (CONTRACT section 15): each URL one a request can go to, and each at most once
+ * (a webhook's deliveries are kept by its URL).
+ */
+function alertProblems(alerts: Obj): string[] {
+  const problems: string[] = [];
+  const seen = new Set<string>();
+  list(alerts.webhooks).forEach((w, i) => {
+    const url = obj(w).url;
+    if (!text(url) || !/^https?:\/\/\S+$/.test(url)) return;
+    let parsed: URL;
+    try { parsed = new URL(url); } catch { problems.push(`alerts.webhooks[${i}].url: must be an http:// or https:// URL`); return; }
+    if (seen.has(parsed.href)) problems.push(`alerts.webhooks[${i}].url: the same URL is listed twice`);
+    seen.add(parsed.href);
+  });
+  return problems;
 }

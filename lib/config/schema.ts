@@ -26,6 +26,9 @@ const hostPort = {
 } as const;
 const httpUrl = { type: 'string', pattern: '^https?://[^\\s]+$', 'x-msg': 'must be an http:// or https:// URL' } as const;
 
+/** The alert events a webhook may ask for (CONTRACT section 15). */
+export const ALERT_EVENTS = ['budget.threshold', 'wallet.low', 'key.expiring', 'upstream.ejected'] as const;
+
 function obj(properties: Record<string, unknown>, extra: Record<string, unknown> = {}) {
   return { type: 'object', additionalProperties: false, properties, ...extra };
 }
@@ -292,6 +295,35 @@ export const configSchema = obj({
   ),
   usage: obj(
     { retention_days: { ...posInt, maximum: 36500, default: 90, 'x-max-msg': 'must be at most 36500 (100 years)' } },
+    { default: {} },
+  ),
+  // Alerts (CONTRACT section 15; lib/alerts/): thresholds in percent of a budget, the wallet's
+  // low mark, and the webhooks events are POSTed to (signed with each one's secret).
+  alerts: obj(
+    {
+      thresholds: {
+        type: 'array', items: { type: 'integer', minimum: 1, maximum: 100, 'x-msg': 'must be an integer from 1 to 100' },
+        uniqueItems: true, default: [50, 80, 100], 'x-msg': 'must be a list of distinct integers from 1 to 100',
+      },
+      wallet_low_units: { ...nullableUint, default: null },
+      webhooks: {
+        type: 'array',
+        items: obj(
+          {
+            url: httpUrl,
+            secret: { type: 'string', minLength: 1, 'x-msg': 'must be a non-empty string' },
+            events: {
+              type: 'array', items: { enum: ALERT_EVENTS, 'x-msg': `must be one of ${ALERT_EVENTS.join(', ')}` },
+              default: [...ALERT_EVENTS], 'x-msg': `must be a list of ${ALERT_EVENTS.join(', ')}`,
+            },
+          },
+          { required: ['url', 'secret'] },
+        ),
+        default: [],
+      },
+      delivery_timeout_ms: { ...posMs, default: 10000 },
+      sweep_interval_ms: { ...posMs, default: 60000 },
+    },
     { default: {} },
   ),
   observe: obj(

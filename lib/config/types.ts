@@ -210,6 +210,18 @@ export interface Config {
   responses: { retention_hours: number; max_bytes: number; max_account_bytes: number; max_chain_length: number };
   /** Usage records (one per metered request) are kept at least this many days. */
   usage: { retention_days: number };
+  /** Alerts (CONTRACT section 15, lib/alerts/): what is detected and where it is POSTed. */
+  alerts: {
+    /** Percent of a key's (or team's) budget whose crossing is an event, each once per period. */
+    thresholds: number[];
+    /** An available balance falling below this is a wallet.low event; null: none. */
+    wallet_low_units: number | null;
+    webhooks: AlertWebhookConfig[];
+    /** One delivery attempt's whole time (connect to the end of the answer). */
+    delivery_timeout_ms: number;
+    /** How often keys about to expire are looked for (key.expiring). */
+    sweep_interval_ms: number;
+  };
   /** Tracing: off while otlp_endpoint is null. */
   observe: {
     /** OTLP/HTTP collector: a base URL (`/v1/traces` is appended) or the full traces URL. */
@@ -221,4 +233,15 @@ export interface Config {
     /** Longest wait before a finished span is sent. */
     export_interval_ms: number;
   };
+}
+
+export type AlertEventType = 'budget.threshold' | 'wallet.low' | 'key.expiring' | 'upstream.ejected';
+
+export interface AlertWebhookConfig {
+  /** http:// or https:// URL the events are POSTed to. */
+  url: string;
+  /** HMAC-SHA256 key of x-tollgate-signature. */
+  secret: string;
+  /** The events this webhook gets; all four by default. */
+  events: AlertEventType[];
 }

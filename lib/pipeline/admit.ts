@@ -107,6 +107,7 @@ export async function admitAndHold(
     throw err;
   }
   ctx.charge = charge;
+  charge.alerts = state.alerts;
   if (charge.held) state.auth.held(principal, asked);
   return { grant, charge, deadline };
 }

@@ -26,6 +26,7 @@ import type { AccountConfig } from '../config/types.js';
 import { StoreUnavailableError } from '../errors.js';
 import { notApplied, type RetryQueue } from './retry.js';
 import type { ResponseChain } from './response-chains.js';
+import type { AlertOutbox } from './alerts.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation, SettleResult, Settlement, Store,
   TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
@@ -104,6 +105,17 @@ export class GuardedStore implements Store {
   keyByDigest(digest: string): Promise<KeyRecord | undefined> { return guard(this.#inner.keyByDigest(digest)); }
   keyWithAccount(digest: string, known?: KnownKey): Promise<KeyWithAccount | undefined> { return guard(this.#inner.keyWithAccount(digest, known)); }
   get holdRecordsKeyUse(): boolean { return this.#inner.holdRecordsKeyUse; }
+  /** The outbox, its faults StoreUnavailableError like every call's. */
+  get alerts(): AlertOutbox {
+    const a = this.#inner.alerts;
+    return this.#alerts ??= {
+      append: (e, w, now) => guard(a.append(e, w, now)), due: (now, limit) => guard(a.due(now, limit)), get: (id) => guard(a.get(id)),
+      lease: (id, owner, ttl, now) => guard(a.lease(id, owner, ttl, now)), unlease: (id, owner) => guard(a.unlease(id, owner)),
+      update: (id, d) => guard(a.update(id, d)), list: (limit, cursor) => guard(a.list(limit, cursor)),
+      armWallet: (account, armed) => guard(a.armWallet(account, armed)), expiringKeys: (from, until) => guard(a.expiringKeys(from, until)),
+    };
+  }
+  #alerts: AlertOutbox | undefined;
   revokeKey(id: string): Promise<KeyRecord | undefined> { return guard(this.#inner.revokeKey(id)); }
   revokeSession(sid: string): Promise<void> { return guard(this.#inner.revokeSession(sid)); }
   isSessionRevoked(sid: string): Promise<boolean> { return guard(this.#inner.isSessionRevoked(sid)); }

@@ -8,6 +8,7 @@
 import type { AccountConfig } from '../config/types.js';
 import type { ResponseChain } from './response-chains.js';
 import type { BudgetPeriod, BudgetPeriods, KeyControls, KeyPatch, TeamPatch, TeamRecord, TeamSettings } from './rules.js';
+import type { AlertOutbox } from './alerts.js';
 
 export {
   KEY_PRIORITIES, MAX_UNITS, TEAM_ID, TeamNotFoundError, addSpend, applyPatch, applyTeamPatch, creditRefusal, defaultControls, defaultTeamSettings,
@@ -146,6 +147,11 @@ export interface SettleResult {
   charged_units: number;
   balance_units: number;
   available_units: number;
+  /**
+   * With a key, when applied: its budget and its spend after this settlement, as the store
+   * holds them (alerts compare them with the charge to see a threshold crossed: ../alerts/).
+   */
+  key?: { budget: { units: number; period: BudgetPeriod } | null; spent: { period: string; units: number } };
 }
 
 /**
@@ -384,6 +390,9 @@ export interface Store {
   responseBytes(account: string): Promise<number>;
   /** Deletes response `id` of `account`; false when there was none (or it was deleted). */
   deleteResponse(account: string, id: string): Promise<boolean>;
+
+  /** The alerts outbox (./alerts.ts): events, their deliveries and leases, wallet.low flags. */
+  readonly alerts: AlertOutbox;
 
   /** Calls `listener` on every revocation, by this instance or (redis) any other one. */
   onRevoke(listener: (r: Revocation) => void): () => void;

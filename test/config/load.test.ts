@@ -91,6 +91,7 @@ const EMPTY_DEFAULTS = {
   content_policy: { block: [] },
   responses: { retention_hours: 24, max_bytes: 8388608, max_account_bytes: 67108864, max_chain_length: 1000 },
   usage: { retention_days: 90 },
+  alerts: { thresholds: [50, 80, 100], wallet_low_units: null, webhooks: [], delivery_timeout_ms: 10000, sweep_interval_ms: 60000 },
   observe: { otlp_endpoint: null, otlp_headers: {}, service_name: null, export_interval_ms: 1000 },
 };
 

@@ -2,6 +2,7 @@
 // whatever is read back from disk is checked before it is applied.
 
 import { toSettleEntry, toUnsettleEntry, type SettleEntry, type UnsettleEntry } from './metering.js';
+import { toAlertEntry, type AlertEntry } from './alerts.js';
 import { TEAM_ID, defaultControls, int, isRecord, str, toControls, toTeamSettings, type TeamSettings } from '../rules.js';
 import type { KeyControls, KeyRecord, AccountRecord, TeamRecord } from '../types.js';
 
@@ -19,7 +20,8 @@ export type Entry =
   | { op: 'teamupdate'; id: string; settings: TeamSettings }
   | { op: 'teamdelete'; id: string }
   | SettleEntry
-  | UnsettleEntry;
+  | UnsettleEntry
+  | AlertEntry;
 
 export interface SnapshotState {
   accounts: AccountRecord[];
@@ -31,6 +33,8 @@ export interface SnapshotState {
   teams: TeamRecord[];
   /** A MeteringSnapshot, checked by MemoryMetering.restore(); absent in snapshots from before metering. */
   metering?: unknown;
+  /** The alerts outbox (MemoryAlerts.snapshot()); absent in snapshots from before alerts. */
+  alerts?: unknown;
 }
 
 export function toEntry(v: Record<string, unknown>): Entry | undefined {
@@ -74,6 +78,10 @@ export function toEntry(v: Record<string, unknown>): Entry | undefined {
       return toSettleEntry(v);
     case 'unsettle':
       return toUnsettleEntry(v);
+    case 'alert':
+    case 'alertd':
+    case 'walarm':
+      return toAlertEntry(v);
     default:
       return undefined;
   }
@@ -110,5 +118,5 @@ export function toSnapshotState(v: unknown): SnapshotState {
     return { id: t.id, account: t.account, created_at: t.created_at, ...settings, spent: { period: sp.period, units: sp.units } };
   });
   // The metering part is checked when it is restored (MemoryMetering.restore).
-  return { accounts, keys, sessions, credits, teams, metering: v.metering };
+  return { accounts, keys, sessions, credits, teams, metering: v.metering, ...(v.alerts === undefined ? {} : { alerts: v.alerts }) };
 }

@@ -19,6 +19,7 @@ import type { AccountConfig } from '../../config/types.js';
 import { Journal } from './journal.js';
 import { MemoryMetering, validateHold, validateSettlement, type UnsettleEntry } from './metering.js';
 import { MemoryResponses } from './responses.js';
+import { MemoryAlerts } from './alerts.js';
 import type { ResponseChain } from '../response-chains.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './state.js';
 import {
@@ -70,6 +71,13 @@ export class MemoryStore implements Store {
   readonly #listeners = new Set<(r: Revocation) => void>();
   readonly #metering = new MemoryMetering();
   readonly #responses = new MemoryResponses();
+  /** The alerts outbox (./alerts.ts), journaled with the rest. */
+  readonly alerts: MemoryAlerts = new MemoryAlerts({
+    begin: () => this.#begin(),
+    change: (e) => this.#change(e),
+    settled: () => this.#settled(),
+    keys: () => this.#keys.values(),
+  });
   #usageLog: UsageLog;
   #journal: Journal | null = null;
   /** Set while a durable store is still loading its files. */
@@ -228,6 +236,11 @@ export class MemoryStore implements Store {
       case 'unsettle':
         this.#undo(e);
         return;
+      case 'alert':
+      case 'alertd':
+      case 'walarm':
+        this.alerts.apply(e);
+        return;
     }
   }
 
@@ -239,6 +252,7 @@ export class MemoryStore implements Store {
       credits: Object.fromEntries([...this.#credits].map(([id, used]) => [id, [...used]])),
       teams: [...this.#teams.values()],
       metering: this.#metering.snapshot(),
+      alerts: this.alerts.snapshot(),
     };
   }
 
@@ -252,6 +266,7 @@ export class MemoryStore implements Store {
     for (const [id, used] of Object.entries(s.credits)) this.#credits.set(id, new Set(used));
     for (const t of s.teams) this.#addTeam({ ...t });
     this.#metering.restore(s.metering);
+    this.alerts.restore(s.alerts);
   }
 
   #addTeam(t: TeamRecord): void {
@@ -623,6 +638,7 @@ export class MemoryStore implements Store {
       charged_units: entry.charged,
       balance_units: account.balance_units,
       available_units: account.balance_units - this.#metering.heldUnits(account.id),
+      ...(keyPart === undefined || key === undefined ? {} : { key: { budget: key.controls.budget === null ? null : { ...key.controls.budget }, spent: { ...key.spent } } }),
     };
     await written;
     return result;

@@ -350,6 +350,11 @@ if applied == 1 then
     redis.call('ZREM', KEYS[4], unpack(old))
   end
 end
+-- With a key, after an applied settlement: its budget and spend now (alerts detect crossings).
+if applied == 1 and ARGV[7] ~= '' then
+  local kb = redis.call('HMGET', KEYS[7], 'bu', 'bp', 'sp', 'su')
+  if kb[3] then return {applied, tonumber(charged), tonumber(bal), tonumber(bal) - held, kb[1] or '', kb[2] or '', kb[3], kb[4] or '0'} end
+end
 return {applied, tonumber(charged), tonumber(bal), tonumber(bal) - held}` },
 
   // nil: no account; {outcome, refunded}: 2 the settlement had landed and is given back
@@ -504,8 +509,15 @@ export class RedisMetering {
       ? await this.#wait.eval(METERING_SCRIPTS.tgSettle.lua, [...keys], [...args])
       : await this.#redis.tgSettle(...keys, ...args);
     if (r === null) return undefined;
-    const [applied, charged, balance, available] = tuple(r, 4);
-    return { applied: applied === 1, charged_units: Number(charged), balance_units: Number(balance), available_units: Number(available) };
+    const [applied, charged, balance, available, bu, bp, sp, su] = tuple(r, Array.isArray(r) && r.length === 8 ? 8 : 4);
+    const result: SettleResult = { applied: applied === 1, charged_units: Number(charged), balance_units: Number(balance), available_units: Number(available) };
+    if (typeof sp === 'string') {
+      result.key = {
+        budget: bu === '' ? null : { units: Number(bu), period: bp === '' ? null : bp as BudgetPeriod },
+        spent: { period: sp, units: Number(su) },
+      };
+    }
+    return result;
   }
 
   async unsettle(s: Settlement): Promise<UnsettleResult | undefined> {

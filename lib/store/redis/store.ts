@@ -63,6 +63,7 @@ import type { ResponseChain } from '../response-chains.js';
 import { RedisUsage, USAGE_SCRIPTS } from './records.js';
 import { SCRIPTS, type Scripts } from './scripts.js';
 import { RedisTeams } from './teams.js';
+import { ALERT_SCRIPTS, RedisAlerts, type AlertScripts } from './alerts.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation,
   SettleResult, Settlement, Store, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
@@ -120,7 +121,7 @@ export class RedisStore implements Store {
     // resent after a reconnect (the caller has seen them fail).
     const redis = connect(topology, { connectionName: 'tollgate', commandTimeout: timeout, connectTimeout });
     redis.on('error', onError);
-    for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS)]) {
+    for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS), ...Object.entries(ALERT_SCRIPTS)]) {
       redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
     }
     this.#redis = redis as RedisClient & Scripts;
@@ -141,7 +142,11 @@ export class RedisStore implements Store {
     this.#revocations = new RedisRevocations(this.prefix, topology, connectTimeout, onError);
     this.#keys = new RedisKeys(this.#redis, this.prefix, this.#wait, this.#revocations);
     this.#teams = new RedisTeams(this.#redis, this.prefix, this.#keys, this.#revocations);
+    this.alerts = new RedisAlerts(this.#redis as unknown as RedisClient & AlertScripts, this.prefix, (id) => this.#keys.getKey(id));
   }
+
+  /** The alerts outbox (./alerts.ts). */
+  readonly alerts: RedisAlerts;
 
   /** The command connection, for other shared state of the same deployment (rate limits). */
   get client(): RedisClient {
@@ -201,12 +206,22 @@ export class RedisStore implements Store {
     return this.#keys.addCredits(accountId, units, idempotencyKey);
   }
   accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>> { return this.#keys.accountsOnPlans(plans); }
-  createKey(key: NewKey): Promise<boolean> { return this.#keys.createKey(key); }
+  async createKey(key: NewKey): Promise<boolean> {
+    const created = await this.#keys.createKey(key);
+    // Keys that expire are indexed for the key.expiring sweep (./alerts.ts).
+    const at = key.controls?.expires_at ?? null;
+    if (created && at !== null) await this.alerts.indexExpiry(key.account, key.id, at);
+    return created;
+  }
   keyByDigest(digest: string): Promise<KeyRecord | undefined> { return this.#keys.keyByDigest(digest); }
   keyWithAccount(digest: string, known?: KnownKey): Promise<KeyWithAccount | undefined> { return this.#keys.keyWithAccount(digest, known); }
   getKey(id: string): Promise<KeyRecord | undefined> { return this.#keys.getKey(id); }
   listKeys(account: string): Promise<KeyRecord[] | undefined> { return this.#keys.listKeys(account); }
-  updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> { return this.#keys.updateKey(id, patch); }
+  async updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> {
+    const key = await this.#keys.updateKey(id, patch);
+    if (key !== undefined && patch.expires_at !== undefined) await this.alerts.indexExpiry(key.account, key.id, key.controls.expires_at);
+    return key;
+  }
   rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
     return this.#keys.rotateKey(id, digest, last4, previousUntil);
   }

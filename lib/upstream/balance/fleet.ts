@@ -50,6 +50,8 @@ export function replicaConfigs(name: string, config: ProviderConfig): ReplicaCon
 export class Replicas {
   readonly #all = new Map<string, Replica>();
   readonly #queues = new Map<string, ProviderQueue>();
+  /** Told of each ejection (alerts: upstream.ejected): by outlier detection, or a failed health check. */
+  onEject: ((provider: string, url: string, reason: 'outlier' | 'health_check', until: number) => void) | undefined;
 
   queue(provider: string): ProviderQueue {
     let q = this.#queues.get(provider);
@@ -95,6 +97,7 @@ export class Fleet {
   readonly #logger: Logger | undefined;
   readonly #timers = new Set<NodeJS.Timeout>();
   readonly #controller = new AbortController();
+  readonly #registry: Replicas;
 
   /** Whether replicas are network addresses (false for the built-in echo: its one replica is a name). */
   readonly addressed: boolean;
@@ -103,6 +106,7 @@ export class Fleet {
 
   constructor(provider: string, config: ProviderConfig, registry = new Replicas(), logger?: Logger) {
     this.provider = provider;
+    this.#registry = registry;
     this.#config = config;
     this.#outlier = config.targets === undefined ? null : config.outlier;
     this.#logger = logger;
@@ -166,6 +170,7 @@ export class Fleet {
     replica.end(token, outcome, connectFailure, this.#outlier);
     if (wasHealthy && !replica.healthy(Date.now())) {
       this.#logger?.warn({ provider: this.provider, replica: replica.url, until: new Date(replica.availableAt()).toISOString() }, 'replica ejected');
+      this.#registry.onEject?.(this.provider, replica.url, 'outlier', replica.availableAt());
     }
     // The room it left goes to the next in line at once.
     this.queue?.drain();
@@ -215,6 +220,7 @@ export class Fleet {
     r.checked(ok, Date.now() + intervalMs);
     if (failing === ok) {
       this.#logger?.warn({ provider: this.provider, replica: r.url, healthy: ok }, ok ? 'replica passed its health check' : 'replica failed its health check');
+      if (!ok) this.#registry.onEject?.(this.provider, r.url, 'health_check', r.availableAt());
     }
   }
 
