@@ -162,7 +162,7 @@ export async function discovered(gw: { url: string }, model = 'tiny-qwen2'): Pro
 export const auth = { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' };
 
 /** POST a chat request (or to `path`); the whole body as text (an SSE stream too). */
-export async function post(url: string, body: unknown, headers: Record<string, string> = auth, path = '/v1/chat/completions') {
+export async function post(url: string, body: unknown, headers: Record<string, string> = auth, path = '/v1/chat/completions'): Promise<{ status: number; headers: Headers; text: string }> {
   const res = await fetch(`${url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
