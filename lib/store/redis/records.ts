@@ -4,10 +4,10 @@
 //   P{usage:H}       stream  one entry per record, field "r" = the record's JSON; entry ids are
 //                            Redis's own (XADD *), so they only grow within a stream
 //   P{usage:index}   zset    H scored by H: the hours that have a stream
-//   P{usage:H}:t:C:M hash    the hour's totals (../usage-totals.ts) of column C (*, account, key,
-//                            model, model@), metric M (r, e, p, c, u): field = the id, value =
-//                            the sum; written by the record's own script, so a record is
-//                            counted exactly when it is appended (./totals.ts reads them)
+//   P{usage:H}:t:C   hash    the hour's totals (../usage-totals.ts) of column C (*, account, key,
+//                            model, model@): field = the id, value = its five sums; written by
+//                            the record's own script, so a record is counted exactly when it
+//                            is appended (./totals.ts)
 //
 // Trimmed by time only: a stream expires (PEXPIREAT) at the end of its hour plus the retention,
 // so no record goes before `retention_days` after its time, and nothing is ever trimmed by
@@ -27,7 +27,8 @@ import { randomUUID } from 'node:crypto';
 import type { RedisClient } from './connect.js';
 export { WRITE_MARK_MS } from '../usage-records.js';
 import { WRITE_MARK_MS, pageOf, readRecord, reportOf, retentionMs, validateUsageRecord, type Buckets, type Entry } from '../usage-records.js';
-import { COLUMNS, METRIC_NAMES, RedisTotals, TOTALS_KEYS, totalsArgs, totalsKeys } from './totals.js';
+import { COLUMNS, RedisTotals, TOTALS_KEYS, totalsArgs, totalsKeys } from './totals.js';
+import { METRICS } from '../usage-totals.js';
 import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
 
 export const HOUR_MS = 3_600_000;
@@ -42,24 +43,31 @@ export interface UsageScripts {
 export const USAGE_SCRIPTS: Record<keyof UsageScripts, { keys: number; lua: string }> = {
   // One slot, one round trip: mark the write (2 when it was marked: written before), append the
   // record, (re)set the stream's expiry; 1 when this record created the stream.
-  // Then, the totals: for each column c and metric m (KEYS[2 + (c-1)*#metrics + m]), add the
-  // metric's value (ARGV[3 + m]) to the column's id (ARGV[3 + #metrics + c]; '' adds nothing);
-  // a hash gets the stream's expiry when a field of it is new (so at least when it is created).
+  // Then, the totals: for each column c (KEYS[2 + c]), the record's id in it (ARGV[3 + #metrics
+  // + c]; '' adds nothing) gets the record's metrics (ARGV[4 ..]) added to its sums, kept as
+  // one value "requests errors prompt completion units" (exact to 2^53); a hash gets the
+  // stream's expiry when it gains a field (so at least when it is created).
   tgUsageAdd: { keys: 2 + TOTALS_KEYS, lua: `
 if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then return 2 end
 redis.call('XADD', KEYS[1], '*', 'r', ARGV[1])
 redis.call('PEXPIREAT', KEYS[1], ARGV[2])
-local nm = ${METRIC_NAMES.length}
+local nm = ${METRICS.length}
+local add = {}
+for m = 1, nm do add[m] = tonumber(ARGV[3 + m]) end
 for c = 1, ${COLUMNS.length} do
   local id = ARGV[3 + nm + c]
   if id ~= '' then
-    for m = 1, nm do
-      local v = tonumber(ARGV[3 + m])
-      if v ~= 0 then
-        local key = KEYS[2 + (c - 1) * nm + m]
-        if redis.call('HINCRBY', key, id, v) == v then redis.call('PEXPIREAT', key, ARGV[2]) end
-      end
+    local key = KEYS[2 + c]
+    local old = redis.call('HGET', key, id)
+    local sums = {}
+    local m = 0
+    if old then
+      for v in string.gmatch(old, '%d+') do m = m + 1; sums[m] = string.format('%.0f', tonumber(v) + add[m]) end
+    else
+      for i = 1, nm do sums[i] = string.format('%.0f', add[i]) end
     end
+    redis.call('HSET', key, id, table.concat(sums, ' '))
+    if not old then redis.call('PEXPIREAT', key, ARGV[2]) end
   end
 end
 if redis.call('XLEN', KEYS[1]) == 1 then return 1 end
