@@ -29,6 +29,7 @@ import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { MemoryStore } from '../dist/lib/store/memory/store.js';
 import { RedisStore } from '../dist/lib/store/redis/store.js';
+import { keyIdOf, sha256Hex } from '../dist/lib/store/digest.js';
 import { freePort, log, startGateway, startRedis, stopAll, stopChild } from './procs.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -65,6 +66,9 @@ function rng(seed) {
 }
 
 const accountId = (i) => `acct-${String(i).padStart(4, '0')}`;
+/** Key k (0-4) of account a: a real key in the store (its digest from a made-up plaintext). */
+const keyDigest = (a, k) => sha256Hex(`tg_bench_${a}_${k}`);
+const KEY_IDS = Array.from({ length: ACCOUNTS * 5 }, (_, i) => keyIdOf(keyDigest(Math.floor(i / 5), i % 5)));
 
 /** Record i of RECORDS, its time spread evenly over the last DAYS days (oldest first). */
 function makeRecord(i, now, rand) {
@@ -80,7 +84,7 @@ function makeRecord(i, now, rand) {
     request_id: `bench-${i}`,
     at: now - DAYS * DAY + Math.floor((i / RECORDS) * DAYS * DAY),
     account: accountId(account),
-    key_id: `key_${account.toString(16).padStart(4, '0')}${key}abcdef0123`,
+    key_id: KEY_IDS[account * 5 + key],
     model, provider: 'bench', target: 'http://10.0.0.1:8000/v1', route: '/v1/chat/completions',
     status: error ? (rand() < 0.5 ? 429 : 503) : 200,
     prompt_tokens: prompt, cached_tokens: 0, completion_tokens: completion,
@@ -93,6 +97,12 @@ async function seed(store, now) {
   const t0 = performance.now();
   for (let a = 0; a < ACCOUNTS; a += BATCH) {
     await Promise.all(Array.from({ length: Math.min(BATCH, ACCOUNTS - a) }, (_, j) => store.createAccount({ id: accountId(a + j), plan: 'free', balance_units: 1_000_000 })));
+  }
+  for (let i = 0; i < KEY_IDS.length; i += BATCH) {
+    await Promise.all(KEY_IDS.slice(i, i + BATCH).map((id, j) => {
+      const n = i + j;
+      return store.createKey({ id, account: accountId(Math.floor(n / 5)), digest: keyDigest(Math.floor(n / 5), n % 5) });
+    }));
   }
   const rand = rng(20261127);
   let last = performance.now();
@@ -124,7 +134,7 @@ async function measure(origin, now) {
   const iso = (t) => new Date(t).toISOString();
   const month = `since=${iso(now - 30 * DAY)}&until=${iso(now + 1)}`;
   const acct = accountId(123);
-  const key = `key_${(123).toString(16).padStart(4, '0')}2abcdef0123`;
+  const key = KEY_IDS[123 * 5 + 2];
   const queries = [
     ['usage/hourly (24 h)', '/admin/usage/hourly', (b) => `${b.hours.length} hours, ${b.hours.reduce((n, h) => n + h.requests, 0)} requests`],
     [`usage/hourly (24 h, account=${acct})`, `/admin/usage/hourly?account=${acct}`, (b) => `${b.hours.reduce((n, h) => n + h.requests, 0)} requests`],

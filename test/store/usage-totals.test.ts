@@ -230,11 +230,15 @@ for (const kind of kinds) {
         const h0 = Math.floor(Date.now() / HOUR_MS) * HOUR_MS - 30 * HOUR_MS;
         for (let i = 0; i < 50; i++) await store.recordUsage(rec(i, h0 + i * 1_800_000, { units: i, account: ACCOUNTS[i % 3]!, model: MODELS[i % 2]! }), `w${i}`);
         const q = { since: h0, until: h0 + 30 * HOUR_MS };
+        const filtered = (s: Store) => s.usageRecords({ since: h0, limit: 7, account: 'b', model: MODELS[0] });
         const before = [await store.usageHourly(q), await store.usageTop({ ...q, by: 'model', limit: 5 }), await store.usageTop({ ...q, by: 'key', limit: 5, account: 'b' })];
+        const pageBefore = await filtered(store);
+        t.equal(pageBefore.records.length, 7);
         const again = await reopen!();
         t.teardown(() => again.close());
         const after = [await again.usageHourly(q), await again.usageTop({ ...q, by: 'model', limit: 5 }), await again.usageTop({ ...q, by: 'key', limit: 5, account: 'b' })];
         t.strictSame(after, before);
+        t.strictSame(await filtered(again), pageBefore, 'the postings of filtered pages too');
         t.equal((before[0] as HourTotals[]).reduce((n, h) => n + h.requests, 0), 50);
         await again.recordUsage(rec(99, h0 + 1, { units: 7 }));
         t.equal((await again.usageHourly(q))[0]!.units, (before[0] as HourTotals[])[0]!.units + 7, 'and counts on');

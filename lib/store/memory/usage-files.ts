@@ -8,7 +8,11 @@ import { createInterface } from 'node:readline';
 import { makeDirs } from './make-dirs.js';
 import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
 import { TotalsBook } from '../usage-totals.js';
-import { DAY_MS, PRUNE_EVERY_MS, pageOf, parseRecord, reportOf, retentionMs, type Buckets, type Entry, type UsageLog } from '../usage-records.js';
+import { DAY_MS, PRUNE_EVERY_MS, pageOf, parseRecord, reportOf, retentionMs, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
+import { DayPostings } from './postings.js';
+
+/** Lines a select reads at most per call (at once). */
+const SELECT_READS = 256;
 
 /** The folder of the day files, under the store's path. */
 export const USAGE_DIR = 'usage';
@@ -59,6 +63,8 @@ export class FileUsageLog implements UsageLog, Buckets {
   readonly #handles = new Map<number, Handle>();
   /** Totals per hour and day of the records in the files (../usage-totals.ts). */
   readonly #totals = new TotalsBook();
+  /** Per day, where each account's, key's and model's records are in its file (select()). */
+  readonly #postings = new Map<number, DayPostings>();
   /** Lines waiting for the next write (with their records), and the promise of that write. */
   #pending: Array<[number, string, UsageRecord]> | null = null;
   #pendingDone: Promise<void> = Promise.resolve();
@@ -162,8 +168,10 @@ export class FileUsageLog implements UsageLog, Buckets {
 
   /** Record `r`, now in day `day`'s file at bytes [start, end): counted in the totals. */
   #kept(day: number, r: UsageRecord, start: number, end: number): void {
-    void day; void start; void end;
     this.#totals.add(r);
+    let p = this.#postings.get(day);
+    if (p === undefined) this.#postings.set(day, (p = new DayPostings()));
+    p.add(r, start, end - start);
   }
 
   /** The append handle of `day`, opened (and a torn last line closed off) when first needed. */
@@ -209,6 +217,7 @@ export class FileUsageLog implements UsageLog, Buckets {
       }
       await rm(join(this.#dir, dayName(day)), { force: true });
       this.#days.delete(day);
+      this.#postings.delete(day);
     }
     this.#totals.prune(cutoff);
   }
@@ -220,15 +229,46 @@ export class FileUsageLog implements UsageLog, Buckets {
   async #countAll(): Promise<void> {
     const cutoff = this.#cutoff();
     for (const day of [...this.#days].sort((a, b) => a - b)) {
+      if ((day + 1) * DAY_MS <= cutoff) continue;
       let pos: string | undefined;
       for (;;) {
         const { entries, done } = await this.read(day, pos, 20_000);
         for (const e of entries) {
+          const start = pos === undefined ? 0 : Number(pos);
           pos = e.pos;
-          if (e.record !== undefined && (Math.floor(e.record.at / DAY_MS) + 1) * DAY_MS > cutoff) this.#totals.add(e.record);
+          if (e.record !== undefined) this.#kept(day, e.record, start, Number(e.pos));
         }
         if (done || entries.length === 0) break;
       }
+    }
+  }
+
+  /** A filtered look through the day's postings: only the lines of the shortest list are read. */
+  async select(bucket: number, f: UsageFilter, pos: string | undefined, max: number): Promise<Selection> {
+    await this.#io; // every record acknowledged so far is in its file and its postings
+    const list = this.#postings.get(bucket)?.shortest(f);
+    if (list === undefined) return { entries: [], pos, done: true };
+    const from = list.after(pos === undefined ? 0 : Number(pos));
+    const to = Math.min(list.length, from + Math.min(max, SELECT_READS));
+    if (from >= to) return { entries: [], pos, done: true };
+    let fh: FileHandle;
+    try {
+      fh = await open(join(this.#dir, dayName(bucket)), 'r');
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { entries: [], pos, done: true };
+      throw e;
+    }
+    try {
+      const entries = await Promise.all(Array.from({ length: to - from }, async (_, j): Promise<Entry> => {
+        const [start, length] = list.at(from + j);
+        const buf = Buffer.alloc(length);
+        const { bytesRead } = await fh.read(buf, 0, length, start);
+        const line = buf.toString('utf8', 0, bytesRead).replace(/\n$/, '');
+        return { record: parseRecord(line), pos: String(start + length) };
+      }));
+      return { entries, pos: entries[entries.length - 1]!.pos, done: to >= list.length };
+    } finally {
+      await fh.close();
     }
   }
 

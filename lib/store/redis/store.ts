@@ -228,7 +228,11 @@ export class RedisStore implements Store {
   }
   recordUsage(r: UsageRecord, writeId?: string): Promise<void> { return this.#usage.record(r, writeId); }
   usageReport(account: string | undefined, since: number): Promise<UsageReport> { return this.#usage.report(account, since); }
-  usageRecords(q: UsageQuery): Promise<UsagePage> { return this.#usage.page(q); }
+  async usageRecords(q: UsageQuery): Promise<UsagePage> {
+    // A key's records all carry its account: the hours without that account's key are skipped.
+    const keyAccount = q.keyId !== undefined && q.account === undefined ? (await this.#keys.getKey(q.keyId))?.account : undefined;
+    return this.#usage.page(q, keyAccount);
+  }
   async usageHourly(q: HourlyQuery): Promise<HourTotals[]> {
     checkRange(q.since, q.until);
     return this.#usage.hourly(q.since, q.until, q.account);
