@@ -30,7 +30,7 @@ import YAML from 'yaml';
 import { MemoryStore } from '../dist/lib/store/memory/store.js';
 import { RedisStore } from '../dist/lib/store/redis/store.js';
 import { keyIdOf, sha256Hex } from '../dist/lib/store/digest.js';
-import { freePort, log, startGateway, startRedis, stopAll, stopChild } from './procs.js';
+import { HOST, diedError, freePort, log, spawnChild, startRedis, stopAll, stopChild } from './procs.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const env = (name, fallback) => {
@@ -216,7 +216,7 @@ async function runStore(kind, work) {
   const configPath = join(work, `${kind}.yaml`);
   await writeFile(configPath, YAML.stringify(configFor(storeConfig)));
   const t0 = performance.now();
-  const gw = await startGateway({ root, configPath, logPath: join(work, `${kind}.log`), port: await freePort(), upstream: '', nodeArgs: [], label: `gateway (${kind})` });
+  const gw = await serve(configPath, kind);
   const startS = (performance.now() - t0) / 1000;
   log(`${kind}: gateway ready in ${startS.toFixed(1)} s`);
   const rss = redis === undefined ? undefined : await redisMemory(redis.url);
@@ -226,6 +226,25 @@ async function runStore(kind, work) {
     await stopChild(gw.child);
     if (redis !== undefined) await stopChild(redis.child);
   }
+}
+
+/** `tollgate serve` on `configPath`, ready once /readyz answers 200 (patient: a big store opens slowly). */
+async function serve(configPath, kind) {
+  const port = await freePort();
+  const child = spawnChild(`gateway (${kind})`, process.execPath, [join(root, 'bin/tollgate.js'), 'serve', '--config', configPath, '--host', HOST, '--port', String(port)], { cwd: root });
+  const origin = `http://${HOST}:${port}`;
+  const deadline = Date.now() + 600_000;
+  for (;;) {
+    if (child.exitInfo) throw diedError(child);
+    try {
+      const res = await fetch(`${origin}/readyz`);
+      await res.arrayBuffer();
+      if (res.status === 200) break;
+    } catch { /* not listening yet */ }
+    if (Date.now() > deadline) throw new Error(`gateway (${kind}) not ready in 600 s\n${child.tail}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { child, origin };
 }
 
 async function redisMemory(url) {
