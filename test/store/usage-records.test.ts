@@ -68,7 +68,7 @@ const kinds: Kind[] = [
   {
     name: 'redis',
     open: async (days) => {
-      const s = new RedisStore({ url: redis.url, prefix: `usage${prefixes++}:`, usageRetentionDays: days });
+      const s = new RedisStore({ url: redis.url, prefix: `usage${prefixes++}:`, usageRetentionDays: days, commandTimeoutMs: 10_000 });
       await s.ready();
       return { store: s };
     },

@@ -53,7 +53,7 @@ const kinds: Kind[] = [
   {
     name: 'redis',
     open: async (days) => {
-      const s = new RedisStore({ url: redis.url, prefix: `totals${prefixes++}:`, usageRetentionDays: days });
+      const s = new RedisStore({ url: redis.url, prefix: `totals${prefixes++}:`, usageRetentionDays: days, commandTimeoutMs: 10_000 });
       await s.ready();
       return { store: s };
     },
@@ -65,7 +65,7 @@ if (cluster !== undefined) {
     open: async (days) => {
       // A cluster-enabled server refuses a script whose keys are in two slots; braces in the
       // prefix: the totals still share their hour's slot.
-      const s = new RedisStore({ url: cluster.url, prefix: `tg{c${prefixes++}:`, usageRetentionDays: days });
+      const s = new RedisStore({ url: cluster.url, prefix: `tg{c${prefixes++}:`, usageRetentionDays: days, commandTimeoutMs: 10_000 });
       await s.ready();
       return { store: s };
     },

@@ -27,6 +27,11 @@ export class Postings {
     this.length++;
   }
 
+  /** Adds every posting of `other` after these. */
+  append(other: Postings): void {
+    for (let i = 0; i < other.length; i++) this.push(...other.at(i));
+  }
+
   at(i: number): [number, number] {
     return [this.#starts[i]!, this.#lengths[i]!];
   }
@@ -65,6 +70,11 @@ export class DayPostings {
       if (best === undefined || list.length < best.length) best = list;
     }
     return best;
+  }
+
+  /** Adds `later`'s lists after these (lines written after these). */
+  append(later: DayPostings): void {
+    for (const [name, list] of later.#lists) this.#list(name).append(list);
   }
 
   #list(name: string): Postings {

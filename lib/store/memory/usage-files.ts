@@ -65,6 +65,9 @@ export class FileUsageLog implements UsageLog, Buckets {
   readonly #totals = new TotalsBook();
   /** Per day, where each account's, key's and model's records are in its file (select()). */
   readonly #postings = new Map<number, DayPostings>();
+  /** Whether the files found on open are still being counted (#countAll), and its end. */
+  #counting = true;
+  #counted: Promise<void> = Promise.resolve();
   /** Lines waiting for the next write (with their records), and the promise of that write. */
   #pending: Array<[number, string, UsageRecord]> | null = null;
   #pendingDone: Promise<void> = Promise.resolve();
@@ -95,7 +98,12 @@ export class FileUsageLog implements UsageLog, Buckets {
       if (m !== null) log.#days.add(Math.floor(Date.parse(`${m[1]}T00:00:00Z`) / DAY_MS));
     }
     await log.#prune(log.#now());
-    await log.#countAll();
+    // Counted in the background: the store serves at once (records, debits); totals wait for it,
+    // filtered pages scan meanwhile.
+    const sizes = new Map<number, number>();
+    for (const day of log.#days) sizes.set(day, await fileSize(join(dir, dayName(day))));
+    log.#counted = log.#countAll(sizes).then(() => { log.#counting = false; });
+    log.#counted.catch(() => undefined);
     return log;
   }
 
@@ -226,20 +234,35 @@ export class FileUsageLog implements UsageLog, Buckets {
    * Counts every record of the day files into the totals (on open: totals live in this
    * process only, and the files, read once, are what they sum).
    */
-  async #countAll(): Promise<void> {
+  /**
+   * Counts the records the files held on open (each day up to its size then: later lines are
+   * counted as they are written) into the totals and postings. A day's postings from the files
+   * go before those of lines written meanwhile, so each list stays in file order.
+   */
+  async #countAll(sizes: Map<number, number>): Promise<void> {
     const cutoff = this.#cutoff();
-    for (const day of [...this.#days].sort((a, b) => a - b)) {
-      if ((day + 1) * DAY_MS <= cutoff) continue;
+    for (const day of [...sizes.keys()].sort((a, b) => a - b)) {
+      const size = sizes.get(day)!;
+      if ((day + 1) * DAY_MS <= cutoff || size === 0) continue;
+      const found = new DayPostings();
       let pos: string | undefined;
-      for (;;) {
+      read: for (;;) {
+        if (this.#closed) return;
         const { entries, done } = await this.read(day, pos, 20_000);
         for (const e of entries) {
           const start = pos === undefined ? 0 : Number(pos);
+          if (Number(e.pos) > size) break read;
           pos = e.pos;
-          if (e.record !== undefined) this.#kept(day, e.record, start, Number(e.pos));
+          if (e.record === undefined) continue;
+          this.#totals.add(e.record);
+          found.add(e.record, start, Number(e.pos) - start);
         }
         if (done || entries.length === 0) break;
       }
+      if (!this.#days.has(day)) continue; // pruned meanwhile
+      const live = this.#postings.get(day);
+      if (live !== undefined) found.append(live);
+      this.#postings.set(day, found);
     }
   }
 
@@ -273,12 +296,14 @@ export class FileUsageLog implements UsageLog, Buckets {
   }
 
   async hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]> {
+    await this.#counted;
     await this.#io; // every record acknowledged so far is counted
     this.#totals.prune(this.#cutoff());
     return this.#totals.hourly(since, until, account);
   }
 
   async top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): Promise<TopRow[]> {
+    await this.#counted;
     await this.#io;
     this.#totals.prune(this.#cutoff());
     return this.#totals.top(by, since, until, limit, account);
@@ -340,17 +365,29 @@ export class FileUsageLog implements UsageLog, Buckets {
   }
 
   page(q: UsageQuery): Promise<UsagePage> {
-    return pageOf(this, q, this.#cutoff());
+    // While the files found on open are counted, their postings are incomplete: scan.
+    const buckets: Buckets = this.#counting ? { bucketMs: DAY_MS, list: (a, b) => this.list(a, b), read: (b, p, m) => this.read(b, p, m) } : this;
+    return pageOf(buckets, q, this.#cutoff());
   }
 
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    await this.#counted.catch(() => undefined);
     if (this.#syncTimer !== undefined) clearInterval(this.#syncTimer);
     await this.#io;
     const handles = [...this.#handles.values()];
     this.#handles.clear();
     for (const h of handles) await closeHandle(h);
+  }
+}
+
+async function fileSize(path: string): Promise<number> {
+  try {
+    return (await stat(path)).size;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return 0;
+    throw e;
   }
 }
 
