@@ -23,6 +23,7 @@ import { MAX_UNITS, TeamNotFoundError, applyPatch, defaultControls, type Account
 import { isCursor } from '../store/usage-records.js';
 import { isObject } from '../objects.js';
 import { alertsPage } from './alerts.js';
+import { accountsPage, usageHourly, usageTop } from './insights.js';
 
 const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/;
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,200}$/;
@@ -157,8 +158,10 @@ export class AdminApi {
     const accountView = (acct: AccountRecord) => this.#view(acct);
     const reading = method === 'GET' || method === 'HEAD';
 
-    if (a === 'accounts' && parts.length === 1) {
-      if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
+    if (a === 'accounts' && parts.length === 1 && reading) {
+      send(200, await accountsPage(this.#store, req.url ?? '', accountView));
+    } else if (a === 'accounts' && parts.length === 1) {
+      if (method !== 'POST') throw methodNotAllowed(method, path, 'GET, HEAD, POST');
       send(201, await accountView(await this.#createAccount(await this.#body(req, ACCOUNT_BODY))));
     } else if (a === 'accounts' && b !== undefined && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
@@ -218,6 +221,12 @@ export class AdminApi {
     } else if (a === 'usage' && parts.length === 1) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       send(200, await this.#usage(req.url ?? ''));
+    } else if (a === 'usage' && b === 'hourly' && parts.length === 2) {
+      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
+      send(200, await usageHourly(this.#store, req.url ?? ''));
+    } else if (a === 'usage' && b === 'top' && parts.length === 2) {
+      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
+      send(200, await usageTop(this.#store, req.url ?? ''));
     } else if (a === 'usage' && b === 'records' && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       send(200, await this.#records(req.url ?? ''));

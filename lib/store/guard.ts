@@ -29,7 +29,7 @@ import type { ResponseChain } from './response-chains.js';
 import type { AlertOutbox } from './alerts.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation, SettleResult, Settlement, Store,
-  TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
+  TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals, HourlyQuery, HourTotals, TopQuery, TopRow, AccountsQuery, AccountsPage,
 } from './types.js';
 import { TeamNotFoundError } from './rules.js';
 
@@ -189,6 +189,9 @@ export class GuardedStore implements Store {
   }
   usageReport(account: string | undefined, since: number): Promise<UsageReport> { return guard(this.#inner.usageReport(account, since)); }
   usageRecords(q: UsageQuery): Promise<UsagePage> { return guard(this.#inner.usageRecords(q)); }
+  usageHourly(q: HourlyQuery): Promise<HourTotals[]> { return guard(this.#inner.usageHourly(q)); }
+  usageTop(q: TopQuery): Promise<TopRow[]> { return guard(this.#inner.usageTop(q)); }
+  listAccounts(q: AccountsQuery): Promise<AccountsPage> { return guard(this.#inner.listAccounts(q)); }
   onRevoke(listener: (r: Revocation) => void): () => void { return this.#inner.onRevoke(listener); }
   ping(): Promise<void> { return guard(this.#inner.ping()); }
   close(): Promise<void> { return this.#inner.close(); }

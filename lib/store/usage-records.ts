@@ -14,10 +14,15 @@
 // once across the pages of a query, however many records are written meanwhile (those that
 // land behind the cursor belong to a later query; those ahead of it show up in later pages).
 
-import type { UsagePage, UsageQuery, UsageRecord, UsageReport, UsageSums } from './types.js';
+import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageSums } from './types.js';
 import { DAY_MS } from '../utc-day.js';
 
 export { DAY_MS };
+/**
+ * How long a record's write id is remembered (Store.recordUsage): a repeat later than that may
+ * append it again.
+ */
+export const WRITE_MARK_MS = 300_000;
 /** How often expired buckets are looked for while records are written. */
 export const PRUNE_EVERY_MS = 60_000;
 /** A page reads at most this many records (matching or not) before it answers with a cursor. */
@@ -133,6 +138,19 @@ function sorted(m: Map<string, UsageSums>): Record<string, UsageSums> {
 /** One record read from a bucket, and the position just after it. */
 export interface Entry { record: UsageRecord | undefined; pos: string }
 
+/** The filters of a query that select records by their fields (the time range aside). */
+export type UsageFilter = Pick<UsageQuery, 'account' | 'keyId' | 'model'>;
+
+/** What Buckets.select answers: candidates in order, and where the look stopped. */
+export interface Selection {
+  /** Records after the position asked that may match (every one that does, in order). */
+  entries: Entry[];
+  /** The position the look reached (after the last record it considered); undefined: none. */
+  pos: string | undefined;
+  /** Whether the bucket has nothing more now. */
+  done: boolean;
+}
+
 /** Where records live: time buckets, each read forward from a position. */
 export interface Buckets {
   /** Bucket length in ms (a day, an hour). */
@@ -141,7 +159,20 @@ export interface Buckets {
   list(from: number, to: number): Promise<number[]>;
   /** Up to `max` entries after `pos` (undefined: from the start); done once the bucket has no more now. */
   read(bucket: number, pos: string | undefined, max: number): Promise<{ entries: Entry[]; done: boolean }>;
+  /**
+   * With a filter: the records of `bucket` after `pos` that may match `f`, looking at no more
+   * than about `max` (an index's, or a scan that skips the others without reading them whole).
+   * Absent: a filtered page reads every record.
+   */
+  select?(bucket: number, f: UsageFilter, pos: string | undefined, max: number): Promise<Selection>;
+  /** Which of `buckets` may hold records matching `f` (false: none does); absent: all may. */
+  mayHold?(buckets: number[], f: UsageFilter): Promise<boolean[]>;
 }
+
+/** A filtered page stops looking after this long and answers with what it found and a cursor. */
+export const PAGE_BUDGET_MS = 400;
+/** Records a select looks at per call. */
+const SELECT_BATCH = 5000;
 
 /** One page of a query over `buckets`; records before `cutoff` (past retention) are never shown. */
 export async function pageOf(buckets: Buckets, q: UsageQuery, cutoff: number): Promise<UsagePage> {
@@ -159,6 +190,8 @@ export async function pageOf(buckets: Buckets, q: UsageQuery, cutoff: number): P
   const records: UsageRecord[] = [];
   let scanned = 0;
   if (to < from) return { records, next_cursor: null };
+  const filtered = q.account !== undefined || q.keyId !== undefined || q.model !== undefined;
+  if (filtered && buckets.select !== undefined) return selectPage(buckets, q, cutoff, from, after, to);
   for (const b of await buckets.list(from, to)) {
     let pos = b === from ? after : undefined;
     for (;;) {
@@ -174,6 +207,40 @@ export async function pageOf(buckets: Buckets, q: UsageQuery, cutoff: number): P
       if (done || entries.length === 0) break;
       if (scanned >= SCAN_CAP) return { records, next_cursor: encodeCursor(b, pos!) };
     }
+  }
+  return { records, next_cursor: null };
+}
+
+/**
+ * A filtered page from the buckets' own selection (an index, a scan in the store): buckets that
+ * cannot hold a match are skipped; after PAGE_BUDGET_MS the page answers with a cursor.
+ */
+async function selectPage(buckets: Buckets, q: UsageQuery, cutoff: number, from: number, after: string | undefined, to: number): Promise<UsagePage> {
+  const started = performance.now();
+  const f: UsageFilter = { account: q.account, keyId: q.keyId, model: q.model };
+  const records: UsageRecord[] = [];
+  let list = await buckets.list(from, to);
+  if (buckets.mayHold !== undefined && list.length > 0) {
+    const may = await buckets.mayHold(list, f);
+    // The cursor's own bucket is read from its position whatever the totals say.
+    list = list.filter((b, i) => may[i] === true || (b === from && after !== undefined));
+  }
+  for (let i = 0; i < list.length; i++) {
+    const b = list[i]!;
+    let pos = b === from ? after : undefined;
+    for (;;) {
+      const s = await buckets.select!(b, f, pos, SELECT_BATCH);
+      for (const e of s.entries) {
+        if (e.record !== undefined && matches(q, e.record, cutoff)) {
+          records.push(e.record);
+          if (records.length >= q.limit) return { records, next_cursor: encodeCursor(b, e.pos) };
+        }
+      }
+      if (s.pos !== undefined) pos = s.pos;
+      if (s.done) break;
+      if (performance.now() - started >= PAGE_BUDGET_MS) return { records, next_cursor: encodeCursor(b, pos ?? '0') };
+    }
+    if (i + 1 < list.length && performance.now() - started >= PAGE_BUDGET_MS) return { records, next_cursor: encodeCursor(list[i + 1]!, '0') };
   }
   return { records, next_cursor: null };
 }
@@ -224,6 +291,9 @@ export function retentionMs(days: number | undefined): number {
 
 export interface UsageLog {
   record(r: UsageRecord): Promise<void>;
+  /** Totals per hour (./usage-totals.ts); the range is checked by the caller. */
+  hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]>;
+  top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): Promise<TopRow[]>;
   report(account: string | undefined, since: number): Promise<UsageReport>;
   page(q: UsageQuery): Promise<UsagePage>;
   close(): Promise<void>;

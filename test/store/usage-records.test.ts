@@ -16,6 +16,8 @@ import { DAY_MS, SCAN_CAP } from '../../lib/store/usage-records.js';
 import { MemoryUsageLog } from '../../lib/store/memory/usage-columns.js';
 import { FileUsageLog, LEGACY_USAGE_FILE, USAGE_DIR } from '../../lib/store/memory/usage-files.js';
 import { startRedis } from '../helpers/redis.js';
+import fc from 'fast-check';
+import { holds } from '../property/arbitraries.js';
 
 const dirs: string[] = [];
 t.teardown(async () => { for (const d of dirs) await rm(d, { recursive: true, force: true }); });
@@ -66,7 +68,7 @@ const kinds: Kind[] = [
   {
     name: 'redis',
     open: async (days) => {
-      const s = new RedisStore({ url: redis.url, prefix: `usage${prefixes++}:`, usageRetentionDays: days });
+      const s = new RedisStore({ url: redis.url, prefix: `usage${prefixes++}:`, usageRetentionDays: days, commandTimeoutMs: 10_000 });
       await s.ready();
       return { store: s };
     },
@@ -136,18 +138,62 @@ for (const kind of kinds) {
       t.equal(seen.length, written, `every record, the ${written - 300} written while paging included`);
     });
 
-    t.test('a page reads a bounded number of records: a rare filter still answers, with a cursor', async (t) => {
+    t.test('property: a filtered query pages exactly the records an unfiltered one matches, in its order', async (t) => {
+      const base = Date.now() - 30 * 3_600_000;
+      const gen = fc.record({
+        records: fc.array(fc.record({
+          account: fc.constantFrom('a', 'b', 'c'), key: fc.constantFrom(null, 'k1', 'k2'), model: fc.constantFrom('m1', 'm2', 'rare'),
+          offset: fc.integer({ min: 0, max: 30 * 3_600_000 - 1 }),
+        }), { maxLength: 60 }),
+        filters: fc.array(fc.record({
+          account: fc.option(fc.constantFrom('a', 'b', 'c', 'zz'), { nil: undefined }),
+          keyId: fc.option(fc.constantFrom('key_a_k1', 'key_b_k2', 'key_zz'), { nil: undefined }),
+          model: fc.option(fc.constantFrom('m1', 'rare', 'zz'), { nil: undefined }),
+          limit: fc.integer({ min: 1, max: 7 }),
+        }), { minLength: 1, maxLength: 4 }),
+      });
+      await holds(t, `${kind.name}: filtered pages`, fc.asyncProperty(gen, async ({ records, filters }) => {
+        const { store: s } = await kind.open();
+        try {
+          await s.createAccount({ id: 'a', plan: 'free', balance_units: 0 });
+          await s.createKey({ id: 'key_a_k1', account: 'a', digest: 'ab'.repeat(32) });
+          // In time order per bucket, as a gateway writes them (a cursor's position only grows).
+          const sorted = [...records].sort((x, y) => x.offset - y.offset);
+          for (const [i, g] of sorted.entries()) {
+            await s.recordUsage(rec(i, { at: base + g.offset, account: g.account, key_id: g.key === null ? null : `key_${g.account}_${g.key}`, model: g.model }));
+          }
+          const everything = (await all(s, { since: base, limit: 1000 })).records;
+          for (const f of filters) {
+            const q = { since: base, limit: f.limit, account: f.account, keyId: f.keyId, model: f.model };
+            const got = (await all(s, q)).records.map((r) => r.request_id);
+            const want = everything.filter((r) => (f.account === undefined || r.account === f.account) && (f.keyId === undefined || r.key_id === f.keyId)
+              && (f.model === undefined || r.model === f.model)).map((r) => r.request_id);
+            if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`${JSON.stringify(f)}: ${JSON.stringify(got)} != ${JSON.stringify(want)}`);
+          }
+        } finally {
+          await s.close();
+        }
+      }), kind.name === 'redis' ? 20 : 30);
+    });
+
+    t.test('a rare filter finds its records on the first page (indexes, not a scan), and the pages end', async (t) => {
       const { store: s } = await kind.open();
       t.teardown(() => s.close());
       const since = Date.now() - 1000;
       const n = SCAN_CAP + 600;
       for (let i = 0; i < n; i += 1000) await Promise.all(Array.from({ length: Math.min(1000, n - i) }, (_, j) => s.recordUsage(rec(i + j, { account: 'many' }))));
       await s.recordUsage(rec(n, { account: 'rare' }));
+      await s.recordUsage(rec(n + 1, { account: 'many', model: 'rare-model' }));
       const first = await s.usageRecords({ since, limit: 10, account: 'rare' });
-      t.strictSame(first.records, [], 'the first page scanned its share and found none');
-      t.type(first.next_cursor, 'string');
+      t.strictSame(first.records.map((r) => r.request_id), [`r-${n}`], 'found at once');
       const rest = await all(s, { since, limit: 10, account: 'rare' });
-      t.strictSame(rest.records.map((r) => r.request_id), [`r-${n}`], 'following the cursors finds it');
+      t.strictSame(rest.records.map((r) => r.request_id), [`r-${n}`], 'once, and the pages end');
+      t.strictSame((await s.usageRecords({ since, limit: 10, model: 'rare-model' })).records.map((r) => r.request_id), [`r-${n + 1}`]);
+      t.strictSame((await s.usageRecords({ since, limit: 10, model: 'rare-model', account: 'rare' })).records, []);
+      t.strictSame((await all(s, { since, limit: 10, keyId: 'key_nobody' })).records, []);
+      const many = await all(s, { since, limit: 1000, account: 'many', keyId: 'key_odd' });
+      t.equal(many.records.length, (n + 2) / 2 - 0, 'every odd record of account many');
+      t.ok(many.records.every((r) => r.account === 'many' && r.key_id === 'key_odd'));
     });
 
     t.test('retention: records are trimmed by time only, never before retention_days', async (t) => {
@@ -246,7 +292,11 @@ t.test('redis: an hour stream expires at the end of its hour plus the retention;
   const hour = Math.floor(at / 3_600_000);
   t.equal(await c.pexpiretime(`${prefix}{usage:${hour}}`), (hour + 1) * 3_600_000 + 3 * DAY_MS);
   const keys = await c.keys(`${prefix}*`).then((k) => k.sort());
-  t.strictSame(keys.filter((k) => !k.includes(':w:')), [`${prefix}{usage:${hour}}`, `${prefix}{usage:index}`]);
+  // Beside the stream: its totals (lib/store/redis/totals.ts), expiring with it.
+  const totals = keys.filter((k) => k.startsWith(`${prefix}{usage:${hour}}:t:`));
+  t.ok(totals.length > 0);
+  for (const k of totals) t.equal(await c.pexpiretime(k), (hour + 1) * 3_600_000 + 3 * DAY_MS, `${k} expires with the stream`);
+  t.strictSame(keys.filter((k) => !k.includes(':w:') && !totals.includes(k)), [`${prefix}{usage:${hour}}`, `${prefix}{usage:index}`]);
   const mark = keys.find((k) => k.startsWith(`${prefix}{usage:${hour}}:w:`));
   t.ok(mark !== undefined, "the written record's mark, beside its stream");
   const ttl = await c.pttl(mark!);

@@ -11,8 +11,9 @@
 // bucket layout and the queries are in ../usage-records.ts).
 
 import { flattened } from '../../strings.js';
-import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
-import { DAY_MS, PRUNE_EVERY_MS, pageOf, reportOf, retentionMs, type Buckets, type Entry, type UsageLog } from '../usage-records.js';
+import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import { TotalsBook } from '../usage-totals.js';
+import { DAY_MS, PRUNE_EVERY_MS, pageOf, reportOf, retentionMs, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
 
 const SOURCES: readonly UsageRecord['usage_source'][] = ['upstream', 'counted', 'none'];
 
@@ -97,6 +98,29 @@ export class DayColumns {
     };
   }
 
+  /**
+   * Records from `start` on that match `f`, looking at up to `max` records: their strings are
+   * compared as table indices, and only the matches are rebuilt. Returns where the look stopped.
+   */
+  select(f: UsageFilter, start: number, max: number): { found: Array<[number, UsageRecord]>; end: number } {
+    const want: Array<[number, number]> = [];
+    for (const [offset, text] of [[0, f.account], [1, f.keyId], [2, f.model]] as const) {
+      if (text === undefined) continue;
+      const ref = this.#index.get(text);
+      if (ref === undefined) return { found: [], end: this.#length }; // not in this day at all
+      want.push([offset, ref]);
+    }
+    const refs = this.#refs;
+    const end = Math.min(this.#length, start + max);
+    const found: Array<[number, UsageRecord]> = [];
+    outer: for (let i = start; i < end; i++) {
+      const s = i * REFS;
+      for (const [offset, ref] of want) if (refs[s + offset] !== ref) continue outer;
+      found.push([i, this.get(i)]);
+    }
+    return { found, end };
+  }
+
   #ref(text: string): number {
     let i = this.#index.get(text);
     if (i === undefined) {
@@ -126,6 +150,8 @@ export class MemoryUsageLog implements UsageLog, Buckets {
   readonly #days = new Map<number, DayColumns>();
   readonly #retentionMs: number;
   readonly #now: () => number;
+  /** Totals per hour and day, counted as records are kept (../usage-totals.ts). */
+  readonly #totals = new TotalsBook();
   #prunedAt = 0;
 
   constructor(retentionDays?: number, now: () => number = Date.now) {
@@ -144,6 +170,7 @@ export class MemoryUsageLog implements UsageLog, Buckets {
     let list = this.#days.get(day);
     if (list === undefined) this.#days.set(day, (list = new DayColumns()));
     list.push(r);
+    this.#totals.add(r);
     return Promise.resolve();
   }
 
@@ -151,10 +178,29 @@ export class MemoryUsageLog implements UsageLog, Buckets {
     this.#prunedAt = now;
     const cutoff = now - this.#retentionMs;
     for (const day of this.#days.keys()) if ((day + 1) * DAY_MS <= cutoff) this.#days.delete(day);
+    this.#totals.prune(cutoff);
+  }
+
+  hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]> {
+    this.#prune(this.#now());
+    return Promise.resolve(this.#totals.hourly(since, until, account));
+  }
+
+  top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): Promise<TopRow[]> {
+    this.#prune(this.#now());
+    return Promise.resolve(this.#totals.top(by, since, until, limit, account));
   }
 
   list(from: number, to: number): Promise<number[]> {
     return Promise.resolve([...this.#days.keys()].filter((d) => d >= from && d <= to).sort((a, b) => a - b));
+  }
+
+  select(bucket: number, f: UsageFilter, pos: string | undefined, max: number): Promise<Selection> {
+    const list = this.#days.get(bucket);
+    if (list === undefined) return Promise.resolve({ entries: [], pos, done: true });
+    // Comparing indices is cheap: a call looks at up to 50 times what a read would rebuild.
+    const { found, end } = list.select(f, pos === undefined ? 0 : Number(pos), max * 50);
+    return Promise.resolve({ entries: found.map(([i, record]) => ({ record, pos: String(i + 1) })), pos: String(end), done: end >= list.length });
   }
 
   read(bucket: number, pos: string | undefined, max: number): Promise<{ entries: Entry[]; done: boolean }> {

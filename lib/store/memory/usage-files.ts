@@ -6,8 +6,13 @@ import { mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { makeDirs } from './make-dirs.js';
-import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
-import { DAY_MS, PRUNE_EVERY_MS, pageOf, parseRecord, reportOf, retentionMs, type Buckets, type Entry, type UsageLog } from '../usage-records.js';
+import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import { TotalsBook } from '../usage-totals.js';
+import { DAY_MS, PRUNE_EVERY_MS, pageOf, parseRecord, reportOf, retentionMs, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
+import { DayPostings } from './postings.js';
+
+/** Lines a select reads at most per call (at once). */
+const SELECT_READS = 256;
 
 /** The folder of the day files, under the store's path. */
 export const USAGE_DIR = 'usage';
@@ -18,6 +23,23 @@ const DAY_FILE = /^(\d{4}-\d{2}-\d{2})\.jsonl$/;
 
 function dayName(day: number): string {
   return `${new Date(day * DAY_MS).toISOString().slice(0, 10)}.jsonl`;
+}
+
+/** An append handle of a day file, whether it has unsynced writes, and the file's size. */
+interface Handle { fh: FileHandle; dirty: boolean; size: number }
+
+/**
+ * A write that failed, and the records of it that are in their files all the same (the lines
+ * written before the failure): those are read by every query, and counted.
+ */
+export class UsageWriteError extends Error {
+  readonly landed: ReadonlySet<UsageRecord>;
+
+  constructor(cause: unknown, landed: ReadonlySet<UsageRecord>) {
+    super(`usage records not written: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = 'UsageWriteError';
+    this.landed = landed;
+  }
 }
 
 /**
@@ -38,9 +60,16 @@ export class FileUsageLog implements UsageLog, Buckets {
   /** Days that have a file. */
   readonly #days = new Set<number>();
   /** Append handles of recently written days, and whether each has unsynced writes. */
-  readonly #handles = new Map<number, { fh: FileHandle; dirty: boolean }>();
-  /** Lines waiting for the next write, and the promise of that write. */
-  #pending: Array<[number, string]> | null = null;
+  readonly #handles = new Map<number, Handle>();
+  /** Totals per hour and day of the records in the files (../usage-totals.ts). */
+  readonly #totals = new TotalsBook();
+  /** Per day, where each account's, key's and model's records are in its file (select()). */
+  readonly #postings = new Map<number, DayPostings>();
+  /** Whether the files found on open are still being counted (#countAll), and its end. */
+  #counting = true;
+  #counted: Promise<void> = Promise.resolve();
+  /** Lines waiting for the next write (with their records), and the promise of that write. */
+  #pending: Array<[number, string, UsageRecord]> | null = null;
   #pendingDone: Promise<void> = Promise.resolve();
   /** Tail of the serialized writes (and prunes). */
   #io: Promise<void> = Promise.resolve();
@@ -69,6 +98,12 @@ export class FileUsageLog implements UsageLog, Buckets {
       if (m !== null) log.#days.add(Math.floor(Date.parse(`${m[1]}T00:00:00Z`) / DAY_MS));
     }
     await log.#prune(log.#now());
+    // Counted in the background: the store serves at once (records, debits); totals wait for it,
+    // filtered pages scan meanwhile.
+    const sizes = new Map<number, number>();
+    for (const day of log.#days) sizes.set(day, await fileSize(join(dir, dayName(day))));
+    log.#counted = log.#countAll(sizes).then(() => { log.#counting = false; });
+    log.#counted.catch(() => undefined);
     return log;
   }
 
@@ -80,57 +115,91 @@ export class FileUsageLog implements UsageLog, Buckets {
     if ((day + 1) * DAY_MS <= this.#cutoff()) return Promise.resolve(); // past retention already
     const line = `${JSON.stringify(r)}\n`;
     if (this.#pending === null) {
-      const lines: Array<[number, string]> = [];
+      const lines: Array<[number, string, UsageRecord]> = [];
       this.#pending = lines;
       this.#pendingDone = this.#io.then(() => this.#write(lines));
       // A failed write rejects its own records only; later ones are tried again.
       this.#io = this.#pendingDone.catch(() => undefined);
     }
-    this.#pending.push([day, line]);
+    this.#pending.push([day, line, r]);
     return this.#pendingDone;
   }
 
-  async #write(lines: Array<[number, string]>): Promise<void> {
+  async #write(lines: Array<[number, string, UsageRecord]>): Promise<void> {
     if (this.#pending === lines) this.#pending = null;
     const now = this.#now();
     if (now - this.#prunedAt >= PRUNE_EVERY_MS) await this.#prune(now);
-    const byDay = new Map<number, string[]>();
-    for (const [day, line] of lines) {
+    const byDay = new Map<number, Array<[Buffer, UsageRecord]>>();
+    for (const [day, line, r] of lines) {
       let l = byDay.get(day);
       if (l === undefined) byDay.set(day, (l = []));
-      l.push(line);
+      l.push([Buffer.from(line), r]);
     }
-    for (const [day, dayLines] of byDay) {
-      const h = await this.#handle(day);
-      const buf = Buffer.from(dayLines.join(''));
-      let off = 0;
-      while (off < buf.length) off += (await h.fh.write(buf, off, buf.length - off)).bytesWritten;
-      h.dirty = true;
-      // store.fsync_ms: 0 syncs before acknowledging, as the journal does.
-      if (this.#syncTimer === undefined) {
-        h.dirty = false;
-        await h.fh.datasync();
+    const landed = new Set<UsageRecord>();
+    let day: number | undefined;
+    try {
+      for (const [d, dayLines] of byDay) {
+        day = d;
+        const h = await this.#handle(d);
+        const buf = Buffer.concat(dayLines.map(([line]) => line));
+        let off = 0;
+        let whole = 0;
+        let end = 0;
+        while (off < buf.length) {
+          off += (await h.fh.write(buf, off, buf.length - off)).bytesWritten;
+          h.dirty = true;
+          // Each line now wholly in the file is read by every query: it counts from here on.
+          for (; whole < dayLines.length && end + dayLines[whole]![0].length <= off; whole++) {
+            const [line, r] = dayLines[whole]!;
+            this.#kept(d, r, h.size, h.size + line.length);
+            h.size += line.length;
+            end += line.length;
+            landed.add(r);
+          }
+        }
+        // store.fsync_ms: 0 syncs before acknowledging, as the journal does.
+        if (this.#syncTimer === undefined) {
+          h.dirty = false;
+          await h.fh.datasync();
+        }
       }
+    } catch (e) {
+      // The handle may end in a torn line: closed, the next write reopens it and closes it off.
+      const h = day === undefined ? undefined : this.#handles.get(day);
+      if (h !== undefined) {
+        this.#handles.delete(day!);
+        await h.fh.close().catch(() => undefined);
+      }
+      throw new UsageWriteError(e, landed);
     }
   }
 
+  /** Record `r`, now in day `day`'s file at bytes [start, end): counted in the totals. */
+  #kept(day: number, r: UsageRecord, start: number, end: number): void {
+    this.#totals.add(r);
+    let p = this.#postings.get(day);
+    if (p === undefined) this.#postings.set(day, (p = new DayPostings()));
+    p.add(r, start, end - start);
+  }
+
   /** The append handle of `day`, opened (and a torn last line closed off) when first needed. */
-  async #handle(day: number): Promise<{ fh: FileHandle; dirty: boolean }> {
+  async #handle(day: number): Promise<Handle> {
     let h = this.#handles.get(day);
     if (h !== undefined) return h;
     const fh = await open(join(this.#dir, dayName(day)), 'a+');
+    let size: number;
     try {
-      const { size } = await fh.stat();
+      size = (await fh.stat()).size;
       if (size > 0) {
         const last = Buffer.alloc(1);
         await fh.read(last, 0, 1, size - 1);
-        if (last[0] !== 0x0a) await fh.write('\n');
+        if (last[0] !== 0x0a) size += (await fh.write('\n')).bytesWritten;
       }
     } catch (e) {
       await fh.close();
       throw e;
     }
-    h = { fh, dirty: true };
+    h = { fh, dirty: true, size };
     this.#handles.set(day, h);
     this.#days.add(day);
     // Writes go to today (and a late record to yesterday): older handles are closed.
@@ -156,7 +225,88 @@ export class FileUsageLog implements UsageLog, Buckets {
       }
       await rm(join(this.#dir, dayName(day)), { force: true });
       this.#days.delete(day);
+      this.#postings.delete(day);
     }
+    this.#totals.prune(cutoff);
+  }
+
+  /**
+   * Counts every record of the day files into the totals (on open: totals live in this
+   * process only, and the files, read once, are what they sum).
+   */
+  /**
+   * Counts the records the files held on open (each day up to its size then: later lines are
+   * counted as they are written) into the totals and postings. A day's postings from the files
+   * go before those of lines written meanwhile, so each list stays in file order.
+   */
+  async #countAll(sizes: Map<number, number>): Promise<void> {
+    const cutoff = this.#cutoff();
+    for (const day of [...sizes.keys()].sort((a, b) => a - b)) {
+      const size = sizes.get(day)!;
+      if ((day + 1) * DAY_MS <= cutoff || size === 0) continue;
+      const found = new DayPostings();
+      let pos: string | undefined;
+      read: for (;;) {
+        if (this.#closed) return;
+        const { entries, done } = await this.read(day, pos, 20_000);
+        for (const e of entries) {
+          const start = pos === undefined ? 0 : Number(pos);
+          if (Number(e.pos) > size) break read;
+          pos = e.pos;
+          if (e.record === undefined) continue;
+          this.#totals.add(e.record);
+          found.add(e.record, start, Number(e.pos) - start);
+        }
+        if (done || entries.length === 0) break;
+      }
+      if (!this.#days.has(day)) continue; // pruned meanwhile
+      const live = this.#postings.get(day);
+      if (live !== undefined) found.append(live);
+      this.#postings.set(day, found);
+    }
+  }
+
+  /** A filtered look through the day's postings: only the lines of the shortest list are read. */
+  async select(bucket: number, f: UsageFilter, pos: string | undefined, max: number): Promise<Selection> {
+    await this.#io; // every record acknowledged so far is in its file and its postings
+    const list = this.#postings.get(bucket)?.shortest(f);
+    if (list === undefined) return { entries: [], pos, done: true };
+    const from = list.after(pos === undefined ? 0 : Number(pos));
+    const to = Math.min(list.length, from + Math.min(max, SELECT_READS));
+    if (from >= to) return { entries: [], pos, done: true };
+    let fh: FileHandle;
+    try {
+      fh = await open(join(this.#dir, dayName(bucket)), 'r');
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { entries: [], pos, done: true };
+      throw e;
+    }
+    try {
+      const entries = await Promise.all(Array.from({ length: to - from }, async (_, j): Promise<Entry> => {
+        const [start, length] = list.at(from + j);
+        const buf = Buffer.alloc(length);
+        const { bytesRead } = await fh.read(buf, 0, length, start);
+        const line = buf.toString('utf8', 0, bytesRead).replace(/\n$/, '');
+        return { record: parseRecord(line), pos: String(start + length) };
+      }));
+      return { entries, pos: entries[entries.length - 1]!.pos, done: to >= list.length };
+    } finally {
+      await fh.close();
+    }
+  }
+
+  async hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]> {
+    await this.#counted;
+    await this.#io; // every record acknowledged so far is counted
+    this.#totals.prune(this.#cutoff());
+    return this.#totals.hourly(since, until, account);
+  }
+
+  async top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): Promise<TopRow[]> {
+    await this.#counted;
+    await this.#io;
+    this.#totals.prune(this.#cutoff());
+    return this.#totals.top(by, since, until, limit, account);
   }
 
   async #sync(): Promise<void> {
@@ -215,12 +365,15 @@ export class FileUsageLog implements UsageLog, Buckets {
   }
 
   page(q: UsageQuery): Promise<UsagePage> {
-    return pageOf(this, q, this.#cutoff());
+    // While the files found on open are counted, their postings are incomplete: scan.
+    const buckets: Buckets = this.#counting ? { bucketMs: DAY_MS, list: (a, b) => this.list(a, b), read: (b, p, m) => this.read(b, p, m) } : this;
+    return pageOf(buckets, q, this.#cutoff());
   }
 
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    await this.#counted.catch(() => undefined);
     if (this.#syncTimer !== undefined) clearInterval(this.#syncTimer);
     await this.#io;
     const handles = [...this.#handles.values()];
@@ -229,7 +382,16 @@ export class FileUsageLog implements UsageLog, Buckets {
   }
 }
 
-async function closeHandle(h: { fh: FileHandle; dirty: boolean }): Promise<void> {
+async function fileSize(path: string): Promise<number> {
+  try {
+    return (await stat(path)).size;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return 0;
+    throw e;
+  }
+}
+
+async function closeHandle(h: Handle): Promise<void> {
   try {
     if (h.dirty) await h.fh.datasync();
   } finally {

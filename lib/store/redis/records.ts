@@ -4,6 +4,10 @@
 //   P{usage:H}       stream  one entry per record, field "r" = the record's JSON; entry ids are
 //                            Redis's own (XADD *), so they only grow within a stream
 //   P{usage:index}   zset    H scored by H: the hours that have a stream
+//   P{usage:H}:t:C   hash    the hour's totals (../usage-totals.ts) of column C (*, account, key,
+//                            model, model@): field = the id, value = its five sums; written by
+//                            the record's own script, so a record is counted exactly when it
+//                            is appended (./totals.ts)
 //
 // Trimmed by time only: a stream expires (PEXPIREAT) at the end of its hour plus the retention,
 // so no record goes before `retention_days` after its time, and nothing is ever trimmed by
@@ -21,29 +25,84 @@
 
 import { randomUUID } from 'node:crypto';
 import type { RedisClient } from './connect.js';
-import { pageOf, readRecord, reportOf, retentionMs, validateUsageRecord, type Buckets, type Entry } from '../usage-records.js';
-import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+export { WRITE_MARK_MS } from '../usage-records.js';
+import { WRITE_MARK_MS, pageOf, readRecord, reportOf, retentionMs, validateUsageRecord, type Buckets, type Entry, type Selection, type UsageFilter } from '../usage-records.js';
+import { COLUMNS, RedisTotals, TOTALS_KEYS, totalsArgs, totalsKeys } from './totals.js';
+import { METRICS, SEP } from '../usage-totals.js';
+import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
 
 export const HOUR_MS = 3_600_000;
 
 /** The script of a record: registered by RedisStore with defineCommand. */
 export interface UsageScripts {
-  tgUsageAdd(stream: string, mark: string, record: string, expireAt: string, markMs: string): Promise<unknown>;
+  /** Keys: the stream, the write's mark, then totalsKeys(); args: see the script. */
+  tgUsageAdd(...args: string[]): Promise<unknown>;
+  /** Keys: the stream; args: start, count, needles. See the script. */
+  tgUsageSelect(...args: string[]): Promise<unknown>;
 }
 
-/** How long a record's write id is remembered: a repeat later than that may append it again. */
-export const WRITE_MARK_MS = 300_000;
 
 export const USAGE_SCRIPTS: Record<keyof UsageScripts, { keys: number; lua: string }> = {
   // One slot, one round trip: mark the write (2 when it was marked: written before), append the
   // record, (re)set the stream's expiry; 1 when this record created the stream.
-  tgUsageAdd: { keys: 2, lua: `
+  // Then, the totals: for each column c (KEYS[2 + c]), the record's id in it (ARGV[3 + #metrics
+  // + c]; '' adds nothing) gets the record's metrics (ARGV[4 ..]) added to its sums, kept as
+  // one value "requests errors prompt completion units" (exact to 2^53); a hash gets the
+  // stream's expiry when it gains a field (so at least when it is created).
+  tgUsageAdd: { keys: 2 + TOTALS_KEYS, lua: `
 if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then return 2 end
 redis.call('XADD', KEYS[1], '*', 'r', ARGV[1])
 redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+local nm = ${METRICS.length}
+local add = {}
+for m = 1, nm do add[m] = tonumber(ARGV[3 + m]) end
+for c = 1, ${COLUMNS.length} do
+  local id = ARGV[3 + nm + c]
+  if id ~= '' then
+    local key = KEYS[2 + c]
+    local old = redis.call('HGET', key, id)
+    local sums = {}
+    local m = 0
+    if old then
+      for v in string.gmatch(old, '%d+') do m = m + 1; sums[m] = string.format('%.0f', tonumber(v) + add[m]) end
+    else
+      for i = 1, nm do sums[i] = string.format('%.0f', add[i]) end
+    end
+    redis.call('HSET', key, id, table.concat(sums, ' '))
+    if not old then redis.call('PEXPIREAT', key, ARGV[2]) end
+  end
+end
 if redis.call('XLEN', KEYS[1]) == 1 then return 1 end
 return 0` },
+  // A filtered look at up to ARGV[2] entries of one stream from ARGV[1] ('-' or '(ID'): the
+  // entries whose JSON holds every needle (ARGV[3..]: '"account":"A"' and the like, the exact
+  // text JSON.stringify writes; a needle cannot match inside a string value, whose quotes are
+  // escaped), as {last id looked at ('' for none), 1 when the stream ended, id, json, ...}. Only
+  // the matches cross the network; the caller checks them again.
+  tgUsageSelect: { keys: 1, lua: `
+local count = tonumber(ARGV[2])
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', count)
+local n = #entries
+local out = {'', 0}
+if n < count then out[2] = 1 end
+if n > 0 then out[1] = entries[n][1] end
+for i = 1, n do
+  local fields = entries[i][2]
+  local json = nil
+  for j = 1, #fields - 1, 2 do if fields[j] == 'r' then json = fields[j + 1] end end
+  if json then
+    local all = true
+    for k = 3, #ARGV do
+      if not string.find(json, ARGV[k], 1, true) then all = false; break end
+    end
+    if all then out[#out + 1] = entries[i][1]; out[#out + 1] = json end
+  end
+end
+return out` },
 };
+
+/** Stream entries a select script looks at per call. */
+const SELECT_SCAN = 2000;
 
 export class RedisUsage implements Buckets {
   readonly bucketMs = HOUR_MS;
@@ -53,12 +112,22 @@ export class RedisUsage implements Buckets {
   readonly #retentionMs: number;
   /** Hours this instance has put in the index. */
   readonly #indexed = new Set<number>();
+  readonly #totals: RedisTotals;
 
   constructor(redis: RedisClient & UsageScripts, prefix: string, retentionDays?: number) {
     this.#redis = redis;
     this.#prefix = prefix;
     this.#index = `${prefix}{usage:index}`;
     this.#retentionMs = retentionMs(retentionDays);
+    this.#totals = new RedisTotals(redis, (hour) => this.#key(hour));
+  }
+
+  hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]> {
+    return this.#totals.hourly(since, until, account);
+  }
+
+  top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): Promise<TopRow[]> {
+    return this.#totals.top(by, since, until, limit, account);
   }
 
   #key(hour: number): string { return `${this.#prefix}{usage:${hour}}`; }
@@ -80,7 +149,9 @@ export class RedisUsage implements Buckets {
       for (const h of this.#indexed) if (h <= oldest) this.#indexed.delete(h);
     }
     const key = this.#key(hour);
-    const created = await this.#redis.tgUsageAdd(key, `${key}:w:${writeId}`, JSON.stringify(r), String(expireAt), String(WRITE_MARK_MS));
+    const created = await this.#redis.tgUsageAdd(
+      key, `${key}:w:${writeId}`, ...totalsKeys(key), JSON.stringify(r), String(expireAt), String(WRITE_MARK_MS), ...totalsArgs(r),
+    );
     // A stream this instance thought indexed was created anew (Redis restarted empty): index it.
     if (created === 1) await this.#redis.zadd(this.#index, hour, String(hour));
   }
@@ -99,6 +170,49 @@ export class RedisUsage implements Buckets {
     return { entries, done: page.length < max };
   }
 
+  /** A filtered look at one hour's stream, in Redis (the tgUsageSelect script). */
+  async select(bucket: number, f: UsageFilter, pos: string | undefined, max: number): Promise<Selection> {
+    if (pos !== undefined && !beforeLastId(pos)) return { entries: [], pos, done: true };
+    const needles: string[] = [];
+    if (f.account !== undefined) needles.push(`"account":${JSON.stringify(f.account)}`);
+    if (f.keyId !== undefined) needles.push(`"key_id":${JSON.stringify(f.keyId)}`);
+    if (f.model !== undefined) needles.push(`"model":${JSON.stringify(f.model)}`);
+    const count = Math.min(max, SELECT_SCAN);
+    const out = await this.#redis.tgUsageSelect(this.#key(bucket), pos === undefined ? '-' : `(${pos}`, String(count), ...needles);
+    if (!Array.isArray(out) || out.length < 2) throw new Error('unexpected answer of tgUsageSelect');
+    const entries: Entry[] = [];
+    for (let i = 2; i + 1 < out.length; i += 2) {
+      let record: UsageRecord | undefined;
+      try { record = readRecord(JSON.parse(String(out[i + 1]))); } catch { record = undefined; }
+      entries.push({ record, pos: String(out[i]) });
+    }
+    const last = String(out[0]);
+    return { entries, pos: last === '' ? pos : last, done: Number(out[1]) === 1 };
+  }
+
+  /**
+   * Which hours may hold records of the filter, from their totals (one HEXISTS per hour, sent at
+   * once): the most selective column the filter names. `keyAccount`: the account of the
+   * filter's key, when known (a key's records all carry its account).
+   */
+  async mayHold(hours: number[], f: UsageFilter, keyAccount?: string): Promise<boolean[]> {
+    const account = f.account ?? keyAccount;
+    let column: string;
+    let id: string;
+    if (f.keyId !== undefined && account !== undefined) [column, id] = ['key', `${account}${SEP}${f.keyId}`];
+    else if (f.model !== undefined && account !== undefined) [column, id] = ['model@', `${account}${SEP}${f.model}`];
+    else if (f.model !== undefined) [column, id] = ['model', f.model];
+    else if (account !== undefined) [column, id] = ['account', account];
+    else return hours.map(() => true);
+    // An hour with no totals at all (its records written by a version before them) may hold any.
+    const keys = (h: number) => totalsKeys(this.#key(h));
+    const found = await Promise.all(hours.map((h) => Promise.all([
+      this.#redis.hexists(keys(h)[COLUMNS.indexOf(column)]!, id),
+      this.#redis.exists(keys(h)[0]!),
+    ])));
+    return found.map(([has, totals]) => has === 1 || totals === 0);
+  }
+
   #cutoff(): number { return Date.now() - this.#retentionMs; }
 
   async report(account: string | undefined, since: number): Promise<UsageReport> {
@@ -106,8 +220,16 @@ export class RedisUsage implements Buckets {
     return reportOf(this, account, since, this.#cutoff());
   }
 
-  page(q: UsageQuery): Promise<UsagePage> {
-    return pageOf(this, q, this.#cutoff());
+  /** `keyAccount`: the account of q.keyId, when known (hours without it are skipped). */
+  page(q: UsageQuery, keyAccount?: string): Promise<UsagePage> {
+    const buckets: Buckets = {
+      bucketMs: HOUR_MS,
+      list: (from, to) => this.list(from, to),
+      read: (b, pos, max) => this.read(b, pos, max),
+      select: (b, f, pos, max) => this.select(b, f, pos, max),
+      mayHold: (hours, f) => this.mayHold(hours, f, keyAccount),
+    };
+    return pageOf(buckets, q, this.#cutoff());
   }
 }
 

@@ -11,6 +11,7 @@
 //   P{team:ID}            string "<ms>|<account>": the account of team ID (teams.ts; a team's
 //                                fields are t:ID:<member> in its account's hash, and a key's
 //                                team is tm in the key's hash)
+//   P{accounts}           zset   every account id, score 0 (listAccounts pages it by id: ZRANGEBYLEX)
 //   P{acct:A}:key:ID      hash   key ID's controls and state, in its account's slot so the
 //                                metering scripts read and charge its budget atomically with the
 //                                wallet: account, digest (current), created_at, last4, c (the
@@ -67,7 +68,9 @@ import { ALERT_SCRIPTS, RedisAlerts, type AlertScripts } from './alerts.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation,
   SettleResult, Settlement, Store, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
+  AccountsPage, AccountsQuery, HourTotals, HourlyQuery, TopQuery, TopRow,
 } from '../types.js';
+import { checkRange, checkTop } from '../usage-totals.js';
 
 export interface RedisStoreOptions {
   /** One Redis; ignored when `topology` is given. */
@@ -206,6 +209,7 @@ export class RedisStore implements Store {
     return this.#keys.addCredits(accountId, units, idempotencyKey);
   }
   accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>> { return this.#keys.accountsOnPlans(plans); }
+  listAccounts(q: AccountsQuery): Promise<AccountsPage> { return this.#keys.listAccounts(q); }
   async createKey(key: NewKey): Promise<boolean> {
     const created = await this.#keys.createKey(key);
     // Keys that expire are indexed for the key.expiring sweep (./alerts.ts).
@@ -252,7 +256,20 @@ export class RedisStore implements Store {
   }
   recordUsage(r: UsageRecord, writeId?: string): Promise<void> { return this.#usage.record(r, writeId); }
   usageReport(account: string | undefined, since: number): Promise<UsageReport> { return this.#usage.report(account, since); }
-  usageRecords(q: UsageQuery): Promise<UsagePage> { return this.#usage.page(q); }
+  async usageRecords(q: UsageQuery): Promise<UsagePage> {
+    // A key's records all carry its account: the hours without that account's key are skipped.
+    const keyAccount = q.keyId !== undefined && q.account === undefined ? (await this.#keys.getKey(q.keyId))?.account : undefined;
+    return this.#usage.page(q, keyAccount);
+  }
+  async usageHourly(q: HourlyQuery): Promise<HourTotals[]> {
+    checkRange(q.since, q.until);
+    return this.#usage.hourly(q.since, q.until, q.account);
+  }
+  async usageTop(q: TopQuery): Promise<TopRow[]> {
+    checkRange(q.since, q.until);
+    checkTop(q.by, q.limit);
+    return this.#usage.top(q.by, q.since, q.until, q.limit, q.account);
+  }
   putResponse(account: string, id: string, value: string, parent: string | null, ttlMs: number): Promise<void> {
     return this.#responses.put(account, id, value, parent, ttlMs);
   }
