@@ -27,7 +27,7 @@ import { StoreUnavailableError } from '../errors.js';
 import { notApplied, type RetryQueue } from './retry.js';
 import type { ResponseChain } from './response-chains.js';
 import type {
-  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation, SettleResult, Settlement, Store,
+  AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation, SettleResult, Settlement, Store,
   UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
 } from './types.js';
 
@@ -172,5 +172,7 @@ export class GuardedStore implements Store {
   usageRecords(q: UsageQuery): Promise<UsagePage> { return guard(this.#inner.usageRecords(q)); }
   onRevoke(listener: (r: Revocation) => void): () => void { return this.#inner.onRevoke(listener); }
   ping(): Promise<void> { return guard(this.#inner.ping()); }
+  appendAudit(e: AuditEvent): Promise<void> { return guard(this.#inner.appendAudit(e)); }
+  listAudit(q: AuditQuery): Promise<AuditPage> { return guard(this.#inner.listAudit(q)); }
   close(): Promise<void> { return this.#inner.close(); }
 }

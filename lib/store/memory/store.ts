@@ -17,13 +17,14 @@
 import { keyIdOf } from '../digest.js';
 import type { AccountConfig } from '../../config/types.js';
 import { Journal } from './journal.js';
+import { MemoryAudit } from './audit.js';
 import { MemoryMetering, validateHold, validateSettlement, type UnsettleEntry } from './metering.js';
 import { MemoryResponses } from './responses.js';
 import type { ResponseChain } from '../response-chains.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './state.js';
 import { addSpend, applyPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn } from '../rules.js';
 import type {
-  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation,
+  AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation,
   SettleResult, Settlement, Store, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
 } from '../types.js';
 import { FileUsageLog } from './usage-files.js';
@@ -63,6 +64,7 @@ export class MemoryStore implements Store {
   readonly #listeners = new Set<(r: Revocation) => void>();
   readonly #metering = new MemoryMetering();
   readonly #responses = new MemoryResponses();
+  readonly #audit = new MemoryAudit();
   #usageLog: UsageLog;
   #journal: Journal | null = null;
   /** Set while a durable store is still loading its files. */
@@ -104,9 +106,11 @@ export class MemoryStore implements Store {
         if (entry === undefined) throw new Error(`${dir}: journal entry ${String(raw.seq)} is not a store change`);
         this.#apply(entry);
       }
+      await this.#audit.open(dir);
       this.#usageLog = await FileUsageLog.open(dir, { retentionDays: this.#opts.usageRetentionDays, fsyncMs: this.#opts.fsyncMs ?? 1000 });
     } catch (e) {
       await journal.close();
+      await this.#audit.close();
       throw e;
     }
     this.#journal = journal;
@@ -586,7 +590,17 @@ export class MemoryStore implements Store {
     try {
       await this.#journal?.close();
     } finally {
-      await this.#usageLog.close();
+      await Promise.all([this.#usageLog.close(), this.#audit.close()]);
     }
+  }
+
+  async appendAudit(e: AuditEvent): Promise<void> {
+    await this.#begin();
+    await this.#audit.append(e);
+  }
+
+  async listAudit(q: AuditQuery): Promise<AuditPage> {
+    await this.#begin();
+    return this.#audit.list(q);
   }
 }
