@@ -52,6 +52,10 @@ const EXTRA: Record<string, number> = {
   too_many_connections: 429,
   // CONTRACT section 13: the queue in front of a full fleet.
   model_overloaded: 503,
+  // CONTRACT section 12: the console's sessions, roles and CSRF token.
+  not_signed_in: 401,
+  forbidden: 403,
+  csrf_failed: 403,
 };
 
 t.test('the spec table parses into the 25 codes it lists', async (t) => {
@@ -76,8 +80,8 @@ t.test('the extra codes have their statuses', async (t) => {
 
 t.test('the table holds nothing beyond the spec codes and the extras', async (t) => {
   const expected = new Map([...specTable(), ...Object.entries(EXTRA)]);
-  t.equal(expected.size, 39);
-  t.equal(Object.keys(ERROR_CODES).length, 39, 'count pinned');
+  t.equal(expected.size, 42);
+  t.equal(Object.keys(ERROR_CODES).length, 42, 'count pinned');
   t.strictSame(Object.keys(ERROR_CODES).sort(), [...expected.keys()].sort());
   t.strictSame(Object.fromEntries(Object.entries(ERROR_CODES)), Object.fromEntries(expected));
   t.ok(Object.isFrozen(ERROR_CODES), 'the table cannot be changed at run time');
