@@ -18,7 +18,7 @@ import { keyView, readControls } from '../auth/controls.js';
 import { parseJsonBody } from '../http/json.js';
 import { closeIfBodyUnread, sendJson } from '../http/respond.js';
 import { windows } from '../billing/meter.js';
-import { MAX_UNITS, applyPatch, defaultControls, type AccountRecord, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
+import { MAX_UNITS, applyPatch, type AuditEvent, defaultControls, type AccountRecord, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
 import { isCursor } from '../store/usage-records.js';
 import { isObject } from '../objects.js';
 import { decide, isWrite, outsideAccount, type Principal } from '../console/permissions.js';
@@ -160,6 +160,11 @@ export class AdminApi {
     throw outsideAccount(p);
   }
 
+  /** Whether `given` is the admin token (the console's token sign-in). */
+  isToken(given: string): boolean {
+    return this.#token !== null && sameSecret(given, this.#token);
+  }
+
   /** Appends a write to the audit log (CONTRACT section 12); durable before the answer goes. */
   async audit(p: Principal, action: string, target: string, req: IncomingMessage, requestId: string): Promise<void> {
     await this.#store.appendAudit({
@@ -248,9 +253,12 @@ export class AdminApi {
     } else if (a === 'usage' && parts.length === 1) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       await send(200, await this.#usage(req.url ?? ''));
+    } else if (a === 'audit' && parts.length === 1) {
+      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
+      await send(200, await this.#audit(req.url ?? ''));
     } else if (a === 'usage' && b === 'records' && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      await send(200, await this.#records(req.url ?? ''));
+      await send(200, await this.records(req.url ?? ''));
     } else {
       throw notFound(path);
     }
@@ -286,7 +294,7 @@ export class AdminApi {
    * section 8): one page, `{records, next_cursor}`; next_cursor is null on the last page. Pass a
    * page's next_cursor with the same filters for the next one. `at` is ISO-8601 (ms, UTC).
    */
-  async #records(url: string): Promise<{ records: Array<Omit<UsageRecord, 'at'> & { at: string }>; next_cursor: string | null }> {
+  async records(url: string): Promise<{ records: Array<Omit<UsageRecord, 'at'> & { at: string }>; next_cursor: string | null }> {
     const q = new URL(url, 'http://admin').searchParams;
     const text = (name: string): string | undefined => {
       const v = q.get(name) ?? undefined;
@@ -312,6 +320,27 @@ export class AdminApi {
     }
     const page = await this.#store.usageRecords(query);
     return { records: page.records.map((r) => ({ ...r, at: new Date(r.at).toISOString() })), next_cursor: page.next_cursor };
+  }
+
+  /**
+   * GET /admin/audit?since=&limit=&cursor= (CONTRACT section 12): `{events, next_cursor}`,
+   * newest first; `at` is ISO-8601.
+   */
+  async #audit(url: string): Promise<{ events: Array<Omit<AuditEvent, 'at'> & { at: string }>; next_cursor: string | null }> {
+    const q = new URL(url, 'http://admin').searchParams;
+    const since = recordsTime(q.get('since') ?? undefined, 'since') ?? 0;
+    const limit = recordsLimit(q.get('limit') ?? undefined);
+    const cursor = q.get('cursor') ?? undefined;
+    const bad = () => new GatewayError('invalid_value', "Invalid value for 'cursor': pass a next_cursor of an earlier page, unchanged.", { param: 'cursor' });
+    if (cursor !== undefined && (cursor === '' || cursor.length > 64)) throw bad();
+    let page;
+    try {
+      page = await this.#store.listAudit({ since, limit, cursor });
+    } catch (err) {
+      if (err instanceof RangeError) throw bad();
+      throw err;
+    }
+    return { events: page.events.map((e) => ({ ...e, at: new Date(e.at).toISOString() })), next_cursor: page.next_cursor };
   }
 
   #keyView(k: KeyRecord): Record<string, unknown> {

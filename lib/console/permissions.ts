@@ -5,7 +5,7 @@
 // other features) are read-only for viewers and closed to members: a new route is never open
 // by accident.
 
-import { GatewayError } from '../errors.js';
+import { GatewayError, clip } from '../errors.js';
 
 export type Role = 'admin' | 'viewer' | 'member';
 
@@ -62,6 +62,7 @@ export const PERMISSIONS: readonly Permission[] = [
   // Checking a YAML changes nothing (a POST only for its body): viewers may.
   { route: '/console/api/config/check', methods: ['POST'], roles: STAFF, scope: 'none' },
   { route: '/console/api/reload', methods: ['POST'], roles: ['admin'], scope: 'none' },
+  { route: '/console/api/usage/export', methods: ['GET'], roles: ALL, scope: 'query' },
 ];
 
 /** Whether the method changes something: such requests are audited and need the CSRF token. */
@@ -109,11 +110,11 @@ export function decide(p: Principal, method: string | undefined, parts: readonly
 }
 
 export function forbidden(p: Principal, method: string, route: string): GatewayError {
-  const who = p.role === 'member' ? `a member of account '${p.account ?? ''}'` : `the ${p.role} role`;
+  const who = p.role === 'member' ? `a member of account '${clip(p.account ?? '', 128)}'` : `the ${p.role} role`;
   return new GatewayError('forbidden', `Forbidden: ${who} may not ${method} ${route}.`);
 }
 
 /** A member asking about another account (or without naming theirs where the route needs it). */
 export function outsideAccount(p: Principal): GatewayError {
-  return new GatewayError('forbidden', `Forbidden: a member of account '${p.account ?? ''}' sees and manages only that account.`);
+  return new GatewayError('forbidden', `Forbidden: a member of account '${clip(p.account ?? '', 128)}' sees and manages only that account.`);
 }
