@@ -74,11 +74,11 @@ export function isWrite(method: string | undefined): boolean {
 function matches(route: string, parts: readonly string[]): string | undefined {
   const t = route.split('/').slice(1);
   if (t.length !== parts.length) return undefined;
-  let id: string | undefined = '';
-  t.forEach((seg, i) => {
-    if (seg === '{id}') id = parts[i];
-    else if (seg !== parts[i]) id = undefined as unknown as string;
-  });
+  let id = '';
+  for (let i = 0; i < t.length; i++) {
+    if (t[i] === '{id}') id = parts[i]!;
+    else if (t[i] !== parts[i]) return undefined;
+  }
   return id;
 }
 
