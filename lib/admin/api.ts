@@ -23,6 +23,7 @@ import { isCursor } from '../store/usage-records.js';
 import { isObject } from '../objects.js';
 import { decide, isWrite, outsideAccount, type Principal } from '../console/permissions.js';
 import { addressReader, type AddressOf } from '../auth/client-address.js';
+import { accountsPage, usageHourly, usageTop } from './insights.js';
 
 const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/;
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,200}$/;
@@ -201,8 +202,10 @@ export class AdminApi {
     const accountView = (acct: AccountRecord) => this.#view(acct);
     const reading = method === 'GET' || method === 'HEAD';
 
-    if (a === 'accounts' && parts.length === 1) {
-      if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
+    if (a === 'accounts' && parts.length === 1 && reading) {
+      await send(200, await accountsPage(this.#store, req.url ?? '', accountView));
+    } else if (a === 'accounts' && parts.length === 1) {
+      if (method !== 'POST') throw methodNotAllowed(method, path, 'GET, HEAD, POST');
       await send(201, await accountView(await this.#createAccount(await this.#body(req, ACCOUNT_BODY))));
     } else if (a === 'accounts' && b !== undefined && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
@@ -256,6 +259,12 @@ export class AdminApi {
     } else if (a === 'audit' && parts.length === 1) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       await send(200, await this.#audit(req.url ?? ''));
+    } else if (a === 'usage' && b === 'hourly' && parts.length === 2) {
+      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
+      await send(200, await usageHourly(this.#store, req.url ?? ''));
+    } else if (a === 'usage' && b === 'top' && parts.length === 2) {
+      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
+      await send(200, await usageTop(this.#store, req.url ?? ''));
     } else if (a === 'usage' && b === 'records' && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       await send(200, await this.records(req.url ?? ''));

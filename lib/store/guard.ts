@@ -27,8 +27,7 @@ import { StoreUnavailableError } from '../errors.js';
 import { notApplied, type RetryQueue } from './retry.js';
 import type { ResponseChain } from './response-chains.js';
 import type {
-  AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation, SettleResult, Settlement, Store,
-  UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
+  AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation, SettleResult, Settlement, Store, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals, HourlyQuery, HourTotals, TopQuery, TopRow, AccountsQuery, AccountsPage,
 } from './types.js';
 
 /** store.settle_wait_ms's default. */
@@ -170,6 +169,9 @@ export class GuardedStore implements Store {
   }
   usageReport(account: string | undefined, since: number): Promise<UsageReport> { return guard(this.#inner.usageReport(account, since)); }
   usageRecords(q: UsageQuery): Promise<UsagePage> { return guard(this.#inner.usageRecords(q)); }
+  usageHourly(q: HourlyQuery): Promise<HourTotals[]> { return guard(this.#inner.usageHourly(q)); }
+  usageTop(q: TopQuery): Promise<TopRow[]> { return guard(this.#inner.usageTop(q)); }
+  listAccounts(q: AccountsQuery): Promise<AccountsPage> { return guard(this.#inner.listAccounts(q)); }
   onRevoke(listener: (r: Revocation) => void): () => void { return this.#inner.onRevoke(listener); }
   ping(): Promise<void> { return guard(this.#inner.ping()); }
   appendAudit(e: AuditEvent): Promise<void> { return guard(this.#inner.appendAudit(e)); }

@@ -212,6 +212,34 @@ export interface UsagePage {
   next_cursor: string | null;
 }
 
+/** Totals of one UTC hour (or of a range), kept as records are written (../store/usage-totals.ts). */
+export interface HourTotals {
+  /** Unix ms of the hour's start. */
+  hour: number;
+  requests: number;
+  /** Records with status >= 400. */
+  errors: number;
+  prompt_tokens: number;
+  completion_tokens: number;
+  units: number;
+}
+
+/** Which hours usageHourly answers: those starting in [since, until) (Unix ms), of one account or all. */
+export interface HourlyQuery { since: number; until: number; account?: string }
+
+/** The dimensions totals are kept by (one more here, e.g. 'team', with its line in ./usage-totals.ts). */
+export type TotalsDimension = 'account' | 'key' | 'model';
+
+/** Top ids of a dimension by units over the hours starting in [since, until), optionally within one account. */
+export interface TopQuery { by: TotalsDimension; since: number; until: number; limit: number; account?: string }
+
+export interface TopRow { id: string; requests: number; units: number }
+
+/** A page of accounts in id order; `cursor` from a previous page's next_cursor. */
+export interface AccountsQuery { limit: number; cursor?: string; prefix?: string }
+
+export interface AccountsPage { accounts: AccountRecord[]; next_cursor: string | null }
+
 /**
  * A revocation or a change of a key's controls, seen by every instance sharing the store:
  * caches drop what they hold for the digest.
@@ -355,6 +383,16 @@ export interface Store {
   usageReport(account: string | undefined, since: number): Promise<UsageReport>;
   /** One page of records, oldest bucket first, each record once across pages. */
   usageRecords(q: UsageQuery): Promise<UsagePage>;
+  /**
+   * Totals of every hour starting in [since, until) (at most 31 days), zeros included, oldest
+   * first: kept as records are written (each record counted once, also when its write is
+   * repeated with the same writeId), never summed from records at read time.
+   */
+  usageHourly(q: HourlyQuery): Promise<HourTotals[]>;
+  /** The `limit` ids with the most units over the hours of [since, until) (units desc, then id asc). */
+  usageTop(q: TopQuery): Promise<TopRow[]>;
+  /** Accounts in id order (byte order), `limit` at a time, optionally those whose id starts with `prefix`. */
+  listAccounts(q: AccountsQuery): Promise<AccountsPage>;
 
   // ---- stored responses (Responses API, store: true): chains, see ./response-chains.ts ----
   /**

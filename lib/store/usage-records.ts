@@ -14,10 +14,15 @@
 // once across the pages of a query, however many records are written meanwhile (those that
 // land behind the cursor belong to a later query; those ahead of it show up in later pages).
 
-import type { UsagePage, UsageQuery, UsageRecord, UsageReport, UsageSums } from './types.js';
+import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageSums } from './types.js';
 import { DAY_MS } from '../utc-day.js';
 
 export { DAY_MS };
+/**
+ * How long a record's write id is remembered (Store.recordUsage): a repeat later than that may
+ * append it again.
+ */
+export const WRITE_MARK_MS = 300_000;
 /** How often expired buckets are looked for while records are written. */
 export const PRUNE_EVERY_MS = 60_000;
 /** A page reads at most this many records (matching or not) before it answers with a cursor. */
@@ -214,6 +219,9 @@ export function retentionMs(days: number | undefined): number {
 
 export interface UsageLog {
   record(r: UsageRecord): Promise<void>;
+  /** Totals per hour (./usage-totals.ts); the range is checked by the caller. */
+  hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]>;
+  top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): Promise<TopRow[]>;
   report(account: string | undefined, since: number): Promise<UsageReport>;
   page(q: UsageQuery): Promise<UsagePage>;
   close(): Promise<void>;

@@ -24,12 +24,17 @@ import type { ResponseChain } from '../response-chains.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './state.js';
 import { addSpend, applyPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn } from '../rules.js';
 import type {
-  AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation,
+  AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation, AccountsPage, AccountsQuery, HourTotals, HourlyQuery, TopQuery, TopRow,
   SettleResult, Settlement, Store, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
 } from '../types.js';
-import { FileUsageLog } from './usage-files.js';
+import { FileUsageLog, UsageWriteError } from './usage-files.js';
+import { WRITE_MARK_MS } from '../usage-records.js';
 import { MemoryUsageLog } from './usage-columns.js';
 import { validateUsageRecord, type UsageLog } from '../usage-records.js';
+import { checkRange, checkTop } from '../usage-totals.js';
+import { accountsCursor, checkAccountsQuery } from '../account-pages.js';
+
+const byId = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 
 export interface MemoryStoreOptions {
   /** Directory of the journal and snapshot (created when absent); null keeps nothing on disk. */
@@ -55,6 +60,10 @@ export class MemoryStore implements Store {
   readonly #accounts = new Map<string, AccountRecord>();
   /** One account per plan in use (accounts are never deleted nor moved): accountsOnPlans(). */
   readonly #planUser = new Map<string, string>();
+  /** Account ids in ascending order, for listAccounts: sorted when first asked after a change. */
+  #sortedIds: string[] | null = null;
+  /** Recent usage writes by write id, oldest first (recordUsage). */
+  readonly #writes = new Map<string, { at: number; record: UsageRecord; done: Promise<void> }>();
   readonly #credits = new Map<string, Set<string>>();
   /** Keys by id; key ids by digest (current and previous digests); key ids by account. */
   readonly #keys = new Map<string, KeyRecord>();
@@ -143,6 +152,7 @@ export class MemoryStore implements Store {
       case 'account':
         if (!this.#accounts.has(e.id)) {
           this.#accounts.set(e.id, { id: e.id, plan: e.plan, balance_units: e.balance_units, created_at: e.created_at });
+          this.#sortedIds = null;
           if (!this.#planUser.has(e.plan)) this.#planUser.set(e.plan, e.id);
         }
         return;
@@ -218,6 +228,7 @@ export class MemoryStore implements Store {
   #restore(s: SnapshotState): void {
     for (const a of s.accounts) {
       this.#accounts.set(a.id, { ...a });
+      this.#sortedIds = null;
       if (!this.#planUser.has(a.plan)) this.#planUser.set(a.plan, a.id);
     }
     for (const k of s.keys) this.#addKey({ ...k });
@@ -326,6 +337,32 @@ export class MemoryStore implements Store {
     }
     await this.#settled();
     return found;
+  }
+
+  async listAccounts(q: AccountsQuery): Promise<AccountsPage> {
+    const { after } = checkAccountsQuery(q);
+    await this.#begin();
+    const ids = (this.#sortedIds ??= [...this.#accounts.keys()].sort(byId));
+    const prefix = q.prefix ?? '';
+    const start = after !== undefined && after >= prefix ? after : prefix;
+    // The first id after `start` (or at it, when it is the prefix and no cursor passed it).
+    let lo = 0;
+    let hi = ids.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      const id = ids[mid]!;
+      if (id < start || (id === start && start === after)) lo = mid + 1;
+      else hi = mid;
+    }
+    const accounts: AccountRecord[] = [];
+    let i = lo;
+    for (; i < ids.length && accounts.length < q.limit; i++) {
+      if (!ids[i]!.startsWith(prefix)) break;
+      accounts.push({ ...this.#accounts.get(ids[i]!)! });
+    }
+    const more = i < ids.length && ids[i]!.startsWith(prefix) && accounts.length > 0;
+    await this.#settled();
+    return { accounts, next_cursor: more ? accountsCursor(accounts[accounts.length - 1]!.id) : null };
   }
 
   async createKey(key: NewKey): Promise<boolean> {
@@ -536,10 +573,40 @@ export class MemoryStore implements Store {
     return usage;
   }
 
-  async recordUsage(r: UsageRecord): Promise<void> {
+  /**
+   * With a `writeId` seen in the last WRITE_MARK_MS, a repeat waits for the first write and
+   * appends nothing, unless that write failed with its record not in the file (as Redis marks
+   * write ids): a record, and its totals, land once however often the write is asked.
+   */
+  async recordUsage(r: UsageRecord, writeId?: string): Promise<void> {
     await this.#begin();
     validateUsageRecord(r);
-    await this.#usageLog.record({ ...r });
+    const copy = { ...r };
+    if (writeId === undefined) return this.#usageLog.record(copy);
+    const now = Date.now();
+    for (const [id, w] of this.#writes) {
+      if (now - w.at < WRITE_MARK_MS) break;
+      this.#writes.delete(id);
+    }
+    const first = this.#writes.get(writeId);
+    if (first !== undefined) {
+      try {
+        await first.done;
+        return;
+      } catch (e) {
+        if (e instanceof UsageWriteError && e.landed.has(first.record)) return;
+      }
+    }
+    const write = { at: now, record: copy, done: this.#usageLog.record(copy) };
+    this.#writes.delete(writeId);
+    this.#writes.set(writeId, write);
+    try {
+      await write.done;
+    } catch (e) {
+      const landed = e instanceof UsageWriteError && e.landed.has(copy);
+      if (!landed && this.#writes.get(writeId) === write) this.#writes.delete(writeId);
+      throw e;
+    }
   }
 
   async usageReport(account: string | undefined, since: number): Promise<UsageReport> {
@@ -550,6 +617,19 @@ export class MemoryStore implements Store {
   async usageRecords(q: UsageQuery): Promise<UsagePage> {
     await this.#begin();
     return this.#usageLog.page(q);
+  }
+
+  async usageHourly(q: HourlyQuery): Promise<HourTotals[]> {
+    checkRange(q.since, q.until);
+    await this.#begin();
+    return this.#usageLog.hourly(q.since, q.until, q.account);
+  }
+
+  async usageTop(q: TopQuery): Promise<TopRow[]> {
+    checkRange(q.since, q.until);
+    checkTop(q.by, q.limit);
+    await this.#begin();
+    return this.#usageLog.top(q.by, q.since, q.until, q.limit, q.account);
   }
 
   async putResponse(account: string, id: string, value: string, parent: string | null, ttlMs: number): Promise<void> {

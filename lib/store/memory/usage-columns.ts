@@ -11,7 +11,8 @@
 // bucket layout and the queries are in ../usage-records.ts).
 
 import { flattened } from '../../strings.js';
-import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import { TotalsBook } from '../usage-totals.js';
 import { DAY_MS, PRUNE_EVERY_MS, pageOf, reportOf, retentionMs, type Buckets, type Entry, type UsageLog } from '../usage-records.js';
 
 const SOURCES: readonly UsageRecord['usage_source'][] = ['upstream', 'counted', 'none'];
@@ -124,6 +125,8 @@ export class MemoryUsageLog implements UsageLog, Buckets {
   readonly #days = new Map<number, DayColumns>();
   readonly #retentionMs: number;
   readonly #now: () => number;
+  /** Totals per hour and day, counted as records are kept (../usage-totals.ts). */
+  readonly #totals = new TotalsBook();
   #prunedAt = 0;
 
   constructor(retentionDays?: number, now: () => number = Date.now) {
@@ -142,6 +145,7 @@ export class MemoryUsageLog implements UsageLog, Buckets {
     let list = this.#days.get(day);
     if (list === undefined) this.#days.set(day, (list = new DayColumns()));
     list.push(r);
+    this.#totals.add(r);
     return Promise.resolve();
   }
 
@@ -149,6 +153,17 @@ export class MemoryUsageLog implements UsageLog, Buckets {
     this.#prunedAt = now;
     const cutoff = now - this.#retentionMs;
     for (const day of this.#days.keys()) if ((day + 1) * DAY_MS <= cutoff) this.#days.delete(day);
+    this.#totals.prune(cutoff);
+  }
+
+  hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]> {
+    this.#prune(this.#now());
+    return Promise.resolve(this.#totals.hourly(since, until, account));
+  }
+
+  top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): Promise<TopRow[]> {
+    this.#prune(this.#now());
+    return Promise.resolve(this.#totals.top(by, since, until, limit, account));
   }
 
   list(from: number, to: number): Promise<number[]> {

@@ -6,7 +6,8 @@ import { mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { makeDirs } from './make-dirs.js';
-import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import { TotalsBook } from '../usage-totals.js';
 import { DAY_MS, PRUNE_EVERY_MS, pageOf, parseRecord, reportOf, retentionMs, type Buckets, type Entry, type UsageLog } from '../usage-records.js';
 
 /** The folder of the day files, under the store's path. */
@@ -18,6 +19,23 @@ const DAY_FILE = /^(\d{4}-\d{2}-\d{2})\.jsonl$/;
 
 function dayName(day: number): string {
   return `${new Date(day * DAY_MS).toISOString().slice(0, 10)}.jsonl`;
+}
+
+/** An append handle of a day file, whether it has unsynced writes, and the file's size. */
+interface Handle { fh: FileHandle; dirty: boolean; size: number }
+
+/**
+ * A write that failed, and the records of it that are in their files all the same (the lines
+ * written before the failure): those are read by every query, and counted.
+ */
+export class UsageWriteError extends Error {
+  readonly landed: ReadonlySet<UsageRecord>;
+
+  constructor(cause: unknown, landed: ReadonlySet<UsageRecord>) {
+    super(`usage records not written: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = 'UsageWriteError';
+    this.landed = landed;
+  }
 }
 
 /**
@@ -38,9 +56,11 @@ export class FileUsageLog implements UsageLog, Buckets {
   /** Days that have a file. */
   readonly #days = new Set<number>();
   /** Append handles of recently written days, and whether each has unsynced writes. */
-  readonly #handles = new Map<number, { fh: FileHandle; dirty: boolean }>();
-  /** Lines waiting for the next write, and the promise of that write. */
-  #pending: Array<[number, string]> | null = null;
+  readonly #handles = new Map<number, Handle>();
+  /** Totals per hour and day of the records in the files (../usage-totals.ts). */
+  readonly #totals = new TotalsBook();
+  /** Lines waiting for the next write (with their records), and the promise of that write. */
+  #pending: Array<[number, string, UsageRecord]> | null = null;
   #pendingDone: Promise<void> = Promise.resolve();
   /** Tail of the serialized writes (and prunes). */
   #io: Promise<void> = Promise.resolve();
@@ -69,6 +89,7 @@ export class FileUsageLog implements UsageLog, Buckets {
       if (m !== null) log.#days.add(Math.floor(Date.parse(`${m[1]}T00:00:00Z`) / DAY_MS));
     }
     await log.#prune(log.#now());
+    await log.#countAll();
     return log;
   }
 
@@ -80,57 +101,89 @@ export class FileUsageLog implements UsageLog, Buckets {
     if ((day + 1) * DAY_MS <= this.#cutoff()) return Promise.resolve(); // past retention already
     const line = `${JSON.stringify(r)}\n`;
     if (this.#pending === null) {
-      const lines: Array<[number, string]> = [];
+      const lines: Array<[number, string, UsageRecord]> = [];
       this.#pending = lines;
       this.#pendingDone = this.#io.then(() => this.#write(lines));
       // A failed write rejects its own records only; later ones are tried again.
       this.#io = this.#pendingDone.catch(() => undefined);
     }
-    this.#pending.push([day, line]);
+    this.#pending.push([day, line, r]);
     return this.#pendingDone;
   }
 
-  async #write(lines: Array<[number, string]>): Promise<void> {
+  async #write(lines: Array<[number, string, UsageRecord]>): Promise<void> {
     if (this.#pending === lines) this.#pending = null;
     const now = this.#now();
     if (now - this.#prunedAt >= PRUNE_EVERY_MS) await this.#prune(now);
-    const byDay = new Map<number, string[]>();
-    for (const [day, line] of lines) {
+    const byDay = new Map<number, Array<[Buffer, UsageRecord]>>();
+    for (const [day, line, r] of lines) {
       let l = byDay.get(day);
       if (l === undefined) byDay.set(day, (l = []));
-      l.push(line);
+      l.push([Buffer.from(line), r]);
     }
-    for (const [day, dayLines] of byDay) {
-      const h = await this.#handle(day);
-      const buf = Buffer.from(dayLines.join(''));
-      let off = 0;
-      while (off < buf.length) off += (await h.fh.write(buf, off, buf.length - off)).bytesWritten;
-      h.dirty = true;
-      // store.fsync_ms: 0 syncs before acknowledging, as the journal does.
-      if (this.#syncTimer === undefined) {
-        h.dirty = false;
-        await h.fh.datasync();
+    const landed = new Set<UsageRecord>();
+    let day: number | undefined;
+    try {
+      for (const [d, dayLines] of byDay) {
+        day = d;
+        const h = await this.#handle(d);
+        const buf = Buffer.concat(dayLines.map(([line]) => line));
+        let off = 0;
+        let whole = 0;
+        let end = 0;
+        while (off < buf.length) {
+          off += (await h.fh.write(buf, off, buf.length - off)).bytesWritten;
+          h.dirty = true;
+          // Each line now wholly in the file is read by every query: it counts from here on.
+          for (; whole < dayLines.length && end + dayLines[whole]![0].length <= off; whole++) {
+            const [line, r] = dayLines[whole]!;
+            this.#kept(d, r, h.size, h.size + line.length);
+            h.size += line.length;
+            end += line.length;
+            landed.add(r);
+          }
+        }
+        // store.fsync_ms: 0 syncs before acknowledging, as the journal does.
+        if (this.#syncTimer === undefined) {
+          h.dirty = false;
+          await h.fh.datasync();
+        }
       }
+    } catch (e) {
+      // The handle may end in a torn line: closed, the next write reopens it and closes it off.
+      const h = day === undefined ? undefined : this.#handles.get(day);
+      if (h !== undefined) {
+        this.#handles.delete(day!);
+        await h.fh.close().catch(() => undefined);
+      }
+      throw new UsageWriteError(e, landed);
     }
   }
 
+  /** Record `r`, now in day `day`'s file at bytes [start, end): counted in the totals. */
+  #kept(day: number, r: UsageRecord, start: number, end: number): void {
+    void day; void start; void end;
+    this.#totals.add(r);
+  }
+
   /** The append handle of `day`, opened (and a torn last line closed off) when first needed. */
-  async #handle(day: number): Promise<{ fh: FileHandle; dirty: boolean }> {
+  async #handle(day: number): Promise<Handle> {
     let h = this.#handles.get(day);
     if (h !== undefined) return h;
     const fh = await open(join(this.#dir, dayName(day)), 'a+');
+    let size: number;
     try {
-      const { size } = await fh.stat();
+      size = (await fh.stat()).size;
       if (size > 0) {
         const last = Buffer.alloc(1);
         await fh.read(last, 0, 1, size - 1);
-        if (last[0] !== 0x0a) await fh.write('\n');
+        if (last[0] !== 0x0a) size += (await fh.write('\n')).bytesWritten;
       }
     } catch (e) {
       await fh.close();
       throw e;
     }
-    h = { fh, dirty: true };
+    h = { fh, dirty: true, size };
     this.#handles.set(day, h);
     this.#days.add(day);
     // Writes go to today (and a late record to yesterday): older handles are closed.
@@ -157,6 +210,38 @@ export class FileUsageLog implements UsageLog, Buckets {
       await rm(join(this.#dir, dayName(day)), { force: true });
       this.#days.delete(day);
     }
+    this.#totals.prune(cutoff);
+  }
+
+  /**
+   * Counts every record of the day files into the totals (on open: totals live in this
+   * process only, and the files, read once, are what they sum).
+   */
+  async #countAll(): Promise<void> {
+    const cutoff = this.#cutoff();
+    for (const day of [...this.#days].sort((a, b) => a - b)) {
+      let pos: string | undefined;
+      for (;;) {
+        const { entries, done } = await this.read(day, pos, 20_000);
+        for (const e of entries) {
+          pos = e.pos;
+          if (e.record !== undefined && (Math.floor(e.record.at / DAY_MS) + 1) * DAY_MS > cutoff) this.#totals.add(e.record);
+        }
+        if (done || entries.length === 0) break;
+      }
+    }
+  }
+
+  async hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]> {
+    await this.#io; // every record acknowledged so far is counted
+    this.#totals.prune(this.#cutoff());
+    return this.#totals.hourly(since, until, account);
+  }
+
+  async top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): Promise<TopRow[]> {
+    await this.#io;
+    this.#totals.prune(this.#cutoff());
+    return this.#totals.top(by, since, until, limit, account);
   }
 
   async #sync(): Promise<void> {
@@ -229,7 +314,7 @@ export class FileUsageLog implements UsageLog, Buckets {
   }
 }
 
-async function closeHandle(h: { fh: FileHandle; dirty: boolean }): Promise<void> {
+async function closeHandle(h: Handle): Promise<void> {
   try {
     if (h.dirty) await h.fh.datasync();
   } finally {

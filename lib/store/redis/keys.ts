@@ -42,7 +42,8 @@ import type { RedisRevocations } from './revocations.js';
 import { SCRIPTS, type Scripts } from './scripts.js';
 import type { ReplicaWait } from './wait.js';
 import { defaultControls, requireId, seededKeys, toControls } from '../rules.js';
-import type { AccountRecord, CreditResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey } from '../types.js';
+import { accountsCursor, checkAccountsQuery } from '../account-pages.js';
+import type { AccountRecord, AccountsPage, AccountsQuery, CreditResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey } from '../types.js';
 
 /** The account, key and session calls of one RedisStore, on its command connection. */
 export class RedisKeys {
@@ -66,8 +67,25 @@ export class RedisKeys {
     if (account.balance_units < 0) throw new RangeError('balance_units must not be negative');
     // The plan index first: an account that exists is always found in it (see the header).
     await this.#redis.sadd(this.#plan(account.plan), account.id);
+    // And the id index (listAccounts), for the same reason.
+    await this.#redis.zadd(this.#accountIds(), 0, account.id);
     const r = await this.#redis.tgCreateAccount(this.#acct(account.id), account.id, account.plan, balance, String(Date.now()));
     return r === 1;
+  }
+
+  /**
+   * A page of accounts from the id index: ids after the cursor (or from the prefix), then their
+   * hashes. An id whose account does not exist (a creation in progress) is passed over.
+   */
+  async listAccounts(q: AccountsQuery): Promise<AccountsPage> {
+    const { after } = checkAccountsQuery(q);
+    const prefix = q.prefix ?? '';
+    const min = after !== undefined && after >= prefix ? `(${after}` : prefix === '' ? '-' : `[${prefix}`;
+    const ids = (await this.#redis.zrangebylex(this.#accountIds(), min, '+', 'LIMIT', 0, q.limit + 1)).filter((id) => id.startsWith(prefix));
+    const page = ids.slice(0, q.limit);
+    const records = await Promise.all(page.map((id) => this.getAccount(id)));
+    const accounts = records.filter((a): a is AccountRecord => a !== undefined);
+    return { accounts, next_cursor: ids.length > q.limit ? accountsCursor(page[page.length - 1]!) : null };
   }
 
   async getAccount(id: string): Promise<AccountRecord | undefined> {
@@ -313,6 +331,7 @@ export class RedisKeys {
   #keyId(id: string): string { return `${this.prefix}{keyid:${id}}`; }
   #sess(sid: string): string { return `${this.prefix}{sess:${sid}}`; }
   #plan(name: string): string { return `${this.prefix}{plan:${name}}`; }
+  #accountIds(): string { return `${this.prefix}{accounts}`; }
 }
 
 const DIGEST = /^[0-9a-f]{64}$/;

@@ -4,6 +4,10 @@
 //   P{usage:H}       stream  one entry per record, field "r" = the record's JSON; entry ids are
 //                            Redis's own (XADD *), so they only grow within a stream
 //   P{usage:index}   zset    H scored by H: the hours that have a stream
+//   P{usage:H}:t:C   hash    the hour's totals (../usage-totals.ts) of column C (*, account, key,
+//                            model, model@): field = the id, value = its five sums; written by
+//                            the record's own script, so a record is counted exactly when it
+//                            is appended (./totals.ts)
 //
 // Trimmed by time only: a stream expires (PEXPIREAT) at the end of its hour plus the retention,
 // so no record goes before `retention_days` after its time, and nothing is ever trimmed by
@@ -21,26 +25,51 @@
 
 import { randomUUID } from 'node:crypto';
 import type { RedisClient } from './connect.js';
-import { pageOf, readRecord, reportOf, retentionMs, validateUsageRecord, type Buckets, type Entry } from '../usage-records.js';
-import type { UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+export { WRITE_MARK_MS } from '../usage-records.js';
+import { WRITE_MARK_MS, pageOf, readRecord, reportOf, retentionMs, validateUsageRecord, type Buckets, type Entry } from '../usage-records.js';
+import { COLUMNS, RedisTotals, TOTALS_KEYS, totalsArgs, totalsKeys } from './totals.js';
+import { METRICS } from '../usage-totals.js';
+import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
 
 export const HOUR_MS = 3_600_000;
 
 /** The script of a record: registered by RedisStore with defineCommand. */
 export interface UsageScripts {
-  tgUsageAdd(stream: string, mark: string, record: string, expireAt: string, markMs: string): Promise<unknown>;
+  /** Keys: the stream, the write's mark, then totalsKeys(); args: see the script. */
+  tgUsageAdd(...args: string[]): Promise<unknown>;
 }
 
-/** How long a record's write id is remembered: a repeat later than that may append it again. */
-export const WRITE_MARK_MS = 300_000;
 
 export const USAGE_SCRIPTS: Record<keyof UsageScripts, { keys: number; lua: string }> = {
   // One slot, one round trip: mark the write (2 when it was marked: written before), append the
   // record, (re)set the stream's expiry; 1 when this record created the stream.
-  tgUsageAdd: { keys: 2, lua: `
+  // Then, the totals: for each column c (KEYS[2 + c]), the record's id in it (ARGV[3 + #metrics
+  // + c]; '' adds nothing) gets the record's metrics (ARGV[4 ..]) added to its sums, kept as
+  // one value "requests errors prompt completion units" (exact to 2^53); a hash gets the
+  // stream's expiry when it gains a field (so at least when it is created).
+  tgUsageAdd: { keys: 2 + TOTALS_KEYS, lua: `
 if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then return 2 end
 redis.call('XADD', KEYS[1], '*', 'r', ARGV[1])
 redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+local nm = ${METRICS.length}
+local add = {}
+for m = 1, nm do add[m] = tonumber(ARGV[3 + m]) end
+for c = 1, ${COLUMNS.length} do
+  local id = ARGV[3 + nm + c]
+  if id ~= '' then
+    local key = KEYS[2 + c]
+    local old = redis.call('HGET', key, id)
+    local sums = {}
+    local m = 0
+    if old then
+      for v in string.gmatch(old, '%d+') do m = m + 1; sums[m] = string.format('%.0f', tonumber(v) + add[m]) end
+    else
+      for i = 1, nm do sums[i] = string.format('%.0f', add[i]) end
+    end
+    redis.call('HSET', key, id, table.concat(sums, ' '))
+    if not old then redis.call('PEXPIREAT', key, ARGV[2]) end
+  end
+end
 if redis.call('XLEN', KEYS[1]) == 1 then return 1 end
 return 0` },
 };
@@ -53,12 +82,22 @@ export class RedisUsage implements Buckets {
   readonly #retentionMs: number;
   /** Hours this instance has put in the index. */
   readonly #indexed = new Set<number>();
+  readonly #totals: RedisTotals;
 
   constructor(redis: RedisClient & UsageScripts, prefix: string, retentionDays?: number) {
     this.#redis = redis;
     this.#prefix = prefix;
     this.#index = `${prefix}{usage:index}`;
     this.#retentionMs = retentionMs(retentionDays);
+    this.#totals = new RedisTotals(redis, (hour) => this.#key(hour));
+  }
+
+  hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]> {
+    return this.#totals.hourly(since, until, account);
+  }
+
+  top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): Promise<TopRow[]> {
+    return this.#totals.top(by, since, until, limit, account);
   }
 
   #key(hour: number): string { return `${this.#prefix}{usage:${hour}}`; }
@@ -80,7 +119,9 @@ export class RedisUsage implements Buckets {
       for (const h of this.#indexed) if (h <= oldest) this.#indexed.delete(h);
     }
     const key = this.#key(hour);
-    const created = await this.#redis.tgUsageAdd(key, `${key}:w:${writeId}`, JSON.stringify(r), String(expireAt), String(WRITE_MARK_MS));
+    const created = await this.#redis.tgUsageAdd(
+      key, `${key}:w:${writeId}`, ...totalsKeys(key), JSON.stringify(r), String(expireAt), String(WRITE_MARK_MS), ...totalsArgs(r),
+    );
     // A stream this instance thought indexed was created anew (Redis restarted empty): index it.
     if (created === 1) await this.#redis.zadd(this.#index, hour, String(hour));
   }

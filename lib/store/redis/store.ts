@@ -8,6 +8,7 @@
 //   P{keyid:ID}           string the digest of key ID (revocation is by id, lookup by digest)
 //   P{sess:SID}           string revocation time of session SID
 //   P{plan:NAME}          set    ids of accounts created on plan NAME (see accountsOnPlans)
+//   P{accounts}           zset   every account id, score 0 (listAccounts pages it by id: ZRANGEBYLEX)
 //   P{acct:A}:key:ID      hash   key ID's controls and state, in its account's slot so the
 //                                metering scripts read and charge its budget atomically with the
 //                                wallet: account, digest (current), created_at, last4, c (the
@@ -63,7 +64,9 @@ import { SCRIPTS, type Scripts } from './scripts.js';
 import type {
   AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation,
   SettleResult, Settlement, Store, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
+  AccountsPage, AccountsQuery, HourTotals, HourlyQuery, TopQuery, TopRow,
 } from '../types.js';
+import { checkRange, checkTop } from '../usage-totals.js';
 
 export interface RedisStoreOptions {
   /** One Redis; ignored when `topology` is given. */
@@ -198,6 +201,7 @@ export class RedisStore implements Store {
     return this.#keys.addCredits(accountId, units, idempotencyKey);
   }
   accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>> { return this.#keys.accountsOnPlans(plans); }
+  listAccounts(q: AccountsQuery): Promise<AccountsPage> { return this.#keys.listAccounts(q); }
   createKey(key: NewKey): Promise<boolean> { return this.#keys.createKey(key); }
   keyByDigest(digest: string): Promise<KeyRecord | undefined> { return this.#keys.keyByDigest(digest); }
   keyWithAccount(digest: string, known?: KnownKey): Promise<KeyWithAccount | undefined> { return this.#keys.keyWithAccount(digest, known); }
@@ -228,6 +232,15 @@ export class RedisStore implements Store {
   recordUsage(r: UsageRecord, writeId?: string): Promise<void> { return this.#usage.record(r, writeId); }
   usageReport(account: string | undefined, since: number): Promise<UsageReport> { return this.#usage.report(account, since); }
   usageRecords(q: UsageQuery): Promise<UsagePage> { return this.#usage.page(q); }
+  async usageHourly(q: HourlyQuery): Promise<HourTotals[]> {
+    checkRange(q.since, q.until);
+    return this.#usage.hourly(q.since, q.until, q.account);
+  }
+  async usageTop(q: TopQuery): Promise<TopRow[]> {
+    checkRange(q.since, q.until);
+    checkTop(q.by, q.limit);
+    return this.#usage.top(q.by, q.since, q.until, q.limit, q.account);
+  }
   putResponse(account: string, id: string, value: string, parent: string | null, ttlMs: number): Promise<void> {
     return this.#responses.put(account, id, value, parent, ttlMs);
   }

@@ -11,6 +11,7 @@ import fc from 'fast-check';
 import { keyIdOf, sha256Hex } from '../../../lib/store/digest.js';
 import { RedisStore } from '../../../lib/store/redis/store.js';
 import { SETTLED_KEEP_MS } from '../../../lib/store/redis/metering.js';
+import { totalsKeys } from '../../../lib/store/redis/totals.js';
 import type { Revocation, UsageRecord } from '../../../lib/store/types.js';
 import { startRedis } from '../../helpers/redis.js';
 import { storeContract } from '../contract.js';
@@ -640,6 +641,9 @@ t.test('every key the store writes starts with its prefix', async (t) => {
   await s.recordUsage(usageRecord(1, 'acme', 'm', at));
   await s.usageReport('acme', 0);
   await s.usageRecords({ since: 0, limit: 10 });
+  await s.usageHourly({ since: at - 3_600_000, until: at + 1 });
+  await s.usageTop({ by: 'model', since: at - 3_600_000, until: at + 1, limit: 5, account: 'acme' });
+  await s.listAccounts({ limit: 10 });
 
   const written = (await keysOf(c)).filter((k) => !before.has(k));
   t.strictSame(written.filter((k) => !k.startsWith(prefix)), [], 'nothing outside the prefix');
@@ -648,11 +652,15 @@ t.test('every key the store writes starts with its prefix', async (t) => {
   const hourKey = `{usage:${Math.floor(at / 3_600_000)}}`;
   const marks = written.filter((k) => k.startsWith(`${prefix}${hourKey}:w:`));
   t.equal(marks.length, 1, "the record's write mark");
-  t.strictSame(written.filter((k) => !marks.includes(k)).map((k) => k.slice(prefix.length)).sort(), [
+  // Its totals (lib/store/redis/totals.ts): hashes beside its hour's stream, in its slot.
+  const totals = written.filter((k) => k.startsWith(`${prefix}${hourKey}:t:`));
+  t.ok(totals.length >= 5, "the record's totals");
+  t.strictSame(totals.filter((k) => !totalsKeys(`${prefix}${hourKey}`).includes(k)), [], 'only the documented totals hashes');
+  t.strictSame(written.filter((k) => !marks.includes(k) && !totals.includes(k)).map((k) => k.slice(prefix.length)).sort(), [
     '{acct:acme}', '{acct:acme}:credits', '{acct:seeded}',
     `{key:${d2}}`, `{key:${d}}`, `{keyid:${keyIdOf(d2)}}`, `{keyid:${keyIdOf(d)}}`, '{sess:sid}', '{plan:free}', '{plan:pro}',
     '{acct:acme}:holds', '{acct:acme}:settled', '{acct:acme}:settled:at', `{acct:acme}:usage:D:${DAY}`, `{acct:acme}:usage:M:${MONTH}`,
-    `{usage:${Math.floor(at / 3_600_000)}}`, '{usage:index}',
+    `{usage:${Math.floor(at / 3_600_000)}}`, '{usage:index}', '{accounts}',
     `{acct:acme}:key:${keyIdOf(d)}`, '{acct:acme}:keys', `{acct:seeded}:key:${keyIdOf(d2)}`, '{acct:seeded}:keys',
   ].sort(), 'the documented layout');
 });
