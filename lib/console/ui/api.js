@@ -39,7 +39,8 @@ export async function optional(path) {
   try {
     return await call('GET', path);
   } catch (e) {
-    if (e instanceof ApiError && (e.status === 404 && (e.code === 'unknown_url' || e.code === 'error'))) return null;
+    // 404 unknown_url, or 405 on a path that takes only other methods so far: not there yet.
+    if (e instanceof ApiError && ((e.status === 404 && (e.code === 'unknown_url' || e.code === 'error')) || e.status === 405)) return null;
     throw e;
   }
 }

@@ -76,13 +76,13 @@ function SignIn({ info, onSignedIn }) {
   return html`<main class="signin" id="main">
     <h1>Tollgate console</h1>
     ${ssoMessage && html`<p class="problem" role="alert">${ssoMessage}</p>`}
-    ${info.token && html`<form onSubmit=${submit} aria-label="Sign in with the admin token">
+    ${info.token && html`<form onSubmit=${submit} aria-label="Token sign-in">
       <label for="admin-token">Admin token</label>
       <input id="admin-token" name="token" type="password" autocomplete="current-password" required value=${token} onInput=${(e) => setToken(e.currentTarget.value)} />
       ${error && html`<p class="problem" role="alert">${error}</p>`}
       <button type="submit" disabled=${busy}>Sign in</button>
     </form>`}
-    ${info.sso && html`<form method="get" action="/console/sso" class="sso"><button type="submit">Sign in with SSO</button></form>`}
+    ${info.sso && html`<div class="sso"><button type="button" onClick=${() => location.assign('/console/sso')}>Sign in with SSO</button></div>`}
   </main>`;
 }
 
@@ -166,22 +166,36 @@ function Accounts({ session }) {
   const [state, reload] = useLoad(() => optional(`/admin/accounts${query({ limit: 50, cursor })}`), [cursor]);
   const d = state.data;
   if (d === undefined) return html`<${Loading} state=${state} />`;
-  if (d === null) return html`<p class="empty">The account list is not available on this gateway yet.</p>`;
+  if (d === null) return html`<${AccountLookup} session=${session} />`;
+  return html`<${AccountTable} session=${session} accounts=${d.accounts} state=${state} reload=${reload} open=${open} setOpen=${setOpen} />
+    <div class="pager">
+      ${cursor !== undefined && html`<button type="button" onClick=${() => setCursor(undefined)}>First page</button>`}
+      ${d.next_cursor && html`<button type="button" onClick=${() => setCursor(d.next_cursor)}>Next page</button>`}
+    </div>`;
+}
+
+/** Without the account list (a gateway before GET /admin/accounts): one account by its id. */
+function AccountLookup({ session }) {
+  const [id, setId] = useState(sessionStorage.getItem('tg-account') ?? '');
+  const [open, setOpen] = useState(null);
+  const [state, reload] = useLoad(() => (id ? call('GET', `/admin/accounts/${enc(id)}`) : Promise.resolve(null)), [id]);
+  return html`<form class="field" onSubmit=${(e) => { e.preventDefault(); const v = String(new FormData(e.currentTarget).get('account') ?? '').trim(); sessionStorage.setItem('tg-account', v); setId(v); }}>
+      <label for="lookup-account">Account</label><input id="lookup-account" name="account" value=${id} /><button type="submit">Open</button></form>
+    ${state.error ? html`<${Problem} error=${state.error} />` : state.data ? html`<${AccountTable} session=${session} accounts=${[state.data]} state=${state} reload=${reload} open=${open} setOpen=${setOpen} />` : null}`;
+}
+
+function AccountTable({ session, accounts, state, reload, open, setOpen }) {
   const admin = session.role === 'admin';
   return html`<${Problem} error=${state.error} />
     <div class="scroll"><table>
       <caption class="sr-only">Accounts</caption>
       <thead><tr><th scope="col">Id</th><th scope="col">Plan</th><th scope="col" class="num">Balance (units)</th><th scope="col" class="num">Held</th><th scope="col" class="num">Available</th>${admin && html`<th scope="col"><span class="sr-only">Actions</span></th>`}</tr></thead>
-      <tbody>${d.accounts.map((a) => html`<tr>
+      <tbody>${accounts.map((a) => html`<tr>
         <td class="id">${a.id}</td><td>${a.plan}</td><td class="num">${fmt(a.balance_units)}</td><td class="num">${fmt(a.held_units)}</td><td class="num">${fmt(a.available_units)}</td>
         ${admin && html`<td><button type="button" onClick=${() => setOpen(a.id)} aria-label=${`Top up ${a.id}`}>Top up</button></td>`}
       </tr>`)}</tbody>
     </table></div>
-    ${d.accounts.length === 0 && html`<p class="empty">No accounts yet.</p>`}
-    <div class="pager">
-      ${cursor !== undefined && html`<button type="button" onClick=${() => setCursor(undefined)}>First page</button>`}
-      ${d.next_cursor && html`<button type="button" onClick=${() => setCursor(d.next_cursor)}>Next page</button>`}
-    </div>
+    ${accounts.length === 0 && html`<p class="empty">No accounts yet.</p>`}
     ${open !== null && html`<${TopUp} key=${open} account=${open} onDone=${() => { reload(); }} onClose=${() => setOpen(null)} />`}
     ${open !== null && html`<${Teams} key=${`t-${open}`} account=${open} />`}`;
 }
@@ -266,13 +280,13 @@ function KeyTable({ account, session }) {
   };
   const rotate = (k) => act(async () => {
     const r = await call('POST', `/admin/keys/${enc(k.id)}/rotate`, { grace_seconds: 0 });
-    setSecret({ title: `New key for ${k.name ?? k.id}`, key: r.key });
+    setSecret({ title: `New key for ${k.name ?? k.id}`, plaintext: r.key });
   });
   const revoke = (k) => act(async () => { await call('DELETE', `/admin/keys/${enc(k.id)}`); setConfirm(null); });
   const d = state.data;
   return html`
     ${canWrite && html`<p><button type="button" onClick=${() => { setCreating(true); setSecret(null); }}>Create key</button></p>`}
-    ${creating && html`<${CreateKey} account=${account} onClose=${() => setCreating(false)} onCreated=${(r) => { setCreating(false); setSecret({ title: 'New key', key: r.key }); reload(); }} />`}
+    ${creating && html`<${CreateKey} account=${account} onClose=${() => setCreating(false)} onCreated=${(r) => { setCreating(false); setSecret({ title: 'New key', plaintext: r.key }); reload(); }} />`}
     ${secret && html`<${ShowOnce} ...${secret} onClose=${() => setSecret(null)} />`}
     <${Problem} error=${error} />
     ${d === undefined ? html`<${Loading} state=${state} />` : html`<${Problem} error=${state.error} />
@@ -342,15 +356,15 @@ function CreateKey({ account, onClose, onCreated }) {
 }
 
 /** A new plaintext key, shown once, with a Copy button. */
-function ShowOnce({ title, key, onClose }) {
+function ShowOnce({ title, plaintext, onClose }) {
   const [copied, setCopied] = useState('');
   const copy = async () => {
-    try { await navigator.clipboard.writeText(key); setCopied('Copied.'); } catch { setCopied('Copying is not allowed here: select the key and copy it.'); }
+    try { await navigator.clipboard.writeText(plaintext); setCopied('Copied.'); } catch { setCopied('Copying is not allowed here: select the key and copy it.'); }
   };
   return html`<section class="panel secret" aria-labelledby="h-secret" role="region">
     <h2 id="h-secret">${title}</h2>
     <p>This is the only time the key is shown. Keep it somewhere safe.</p>
-    <p><code class="key" data-testid="new-key">${key}</code></p>
+    <p><code class="key" data-testid="new-key">${plaintext}</code></p>
     <button type="button" onClick=${copy}>Copy</button> <button type="button" class="link" onClick=${onClose}>Done</button>
     <span role="status">${copied}</span>
   </section>`;
@@ -445,7 +459,7 @@ function Config({ session }) {
   };
   return html`<section aria-labelledby="h-effective"><h2 id="h-effective">Effective config</h2>
       <p class="muted">Secrets are shown as ***.</p>
-      ${state.data === undefined ? html`<${Loading} state=${state} />` : html`<pre class="yaml" tabindex="0" aria-label="Effective config">${state.data.yaml}</pre>`}
+      ${state.data === undefined ? html`<${Loading} state=${state} />` : html`<pre class="yaml" tabindex="0" aria-label="Effective config (YAML)">${state.data.yaml}</pre>`}
     </section>
     <section aria-labelledby="h-check"><h2 id="h-check">Check a config</h2>
       <form onSubmit=${(e) => { e.preventDefault(); run(() => call('POST', '/console/api/config/check', { yaml: text }), setCheck); }}>
