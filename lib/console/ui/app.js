@@ -298,8 +298,8 @@ function KeyTable({ account, session }) {
         <td class="id">${k.hint ?? '—'}</td>
         <td>${k.models === null ? html`<span class="muted">all</span>` : k.models.join(', ')}</td>
         <td class="num">${k.budget.units === null ? `${fmt(k.budget.spent_units)} (no budget)` : `${fmt(k.budget.spent_units)} of ${fmt(k.budget.units)}${k.budget.period ? ` / ${k.budget.period}` : ''}`}</td>
-        <td>${when(k.expires_at)}</td>
-        <td>${when(k.last_used_at)}</td>
+        <td class="when">${when(k.expires_at)}</td>
+        <td class="when">${when(k.last_used_at)}</td>
         <td>${k.team ?? '—'}</td>
         ${canWrite && html`<td class="actions">
           <button type="button" onClick=${() => rotate(k)} aria-label=${`Rotate ${k.name ?? k.id}`}>Rotate</button>
@@ -405,7 +405,7 @@ function Usage({ session }) {
       <caption class="sr-only">Usage records</caption>
       <thead><tr><th scope="col">Time</th><th scope="col">Request id</th><th scope="col">Account</th><th scope="col">Key</th><th scope="col">Model</th><th scope="col">Route</th><th scope="col" class="num">Status</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Units</th></tr></thead>
       <tbody>${d.records.map((r) => html`<tr>
-        <td>${when(r.at)}</td><td class="id">${r.request_id}</td><td class="id">${r.account}</td><td class="id">${r.key_id ?? '—'}</td><td>${r.model}</td><td>${r.route}</td>
+        <td class="when">${when(r.at)}</td><td class="id">${r.request_id}</td><td class="id">${r.account}</td><td class="id">${r.key_id ?? '—'}</td><td>${r.model}</td><td>${r.route}</td>
         <td class="num">${r.status}</td><td class="num">${fmt(r.prompt_tokens + r.completion_tokens)}</td><td class="num">${fmt(r.units)}</td>
       </tr>`)}</tbody>
     </table></div>
@@ -489,7 +489,7 @@ function Audit() {
   return html`<${Problem} error=${state.error} /><div class="scroll"><table>
       <caption class="sr-only">Audit log, newest first</caption>
       <thead><tr><th scope="col">When</th><th scope="col">Actor</th><th scope="col">Role</th><th scope="col">Action</th><th scope="col">Target</th><th scope="col">Address</th><th scope="col">Request id</th></tr></thead>
-      <tbody>${d.events.map((e) => html`<tr><td>${when(e.at)}</td><td>${e.actor}</td><td>${e.role}</td><td>${e.action}</td><td class="id">${e.target}</td><td>${e.ip}</td><td class="id">${e.request_id}</td></tr>`)}</tbody>
+      <tbody>${d.events.map((e) => html`<tr><td class="when">${when(e.at)}</td><td>${e.actor}</td><td>${e.role}</td><td>${e.action}</td><td class="id">${e.target}</td><td>${e.ip}</td><td class="id">${e.request_id}</td></tr>`)}</tbody>
     </table></div>
     ${d.events.length === 0 && html`<p class="empty">No writes yet.</p>`}
     <div class="pager">

@@ -16,19 +16,18 @@ export class MemoryAudit {
   /** Writes, strictly in order. */
   #writing: Promise<void> = Promise.resolve();
 
-  /** Reads <dir>/audit.jsonl (a torn last line is skipped) and keeps it open for appending. */
+  /** Reads <dir>/audit.jsonl (a torn last line, one without its newline, is cut off the file) and keeps it open for appending. */
   async open(dir: string): Promise<void> {
     const file = join(dir, AUDIT_FILE);
-    let text = '';
+    let buf = Buffer.alloc(0);
     try {
-      text = await readFile(file, 'utf8');
+      buf = await readFile(file);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     }
-    const lines = text.split('\n');
-    // The text after the last newline is a torn write (or nothing): not an event.
-    lines.pop();
-    for (const line of lines) {
+    const end = buf.lastIndexOf(0x0a) + 1;
+    for (const line of buf.subarray(0, end).toString('utf8').split('\n')) {
+      if (line === '') continue;
       let parsed: unknown;
       try { parsed = JSON.parse(line); } catch { parsed = undefined; }
       const e = toAuditEvent(parsed);
@@ -36,7 +35,7 @@ export class MemoryAudit {
       this.#events.push(e);
     }
     this.#fh = await open(file, 'a');
-    if (!text.endsWith('\n') && text !== '') await this.#fh.write('\n');
+    if (end < buf.length) await this.#fh.truncate(end);
   }
 
   append(e: AuditEvent): Promise<void> {
