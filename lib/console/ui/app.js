@@ -153,8 +153,8 @@ function Overview({ session }) {
 function Top({ title, data }) {
   const rows = data?.rows ?? [];
   return html`<section class="top-list"><h2>${title}</h2>
-    ${rows.length === 0 ? html`<p class="empty">Nothing yet.</p>` : html`<table><thead><tr><th scope="col">Id</th><th scope="col" class="num">Requests</th><th scope="col" class="num">Units</th></tr></thead>
-      <tbody>${rows.map((r) => html`<tr><td class="id">${r.id}</td><td class="num">${fmt(r.requests)}</td><td class="num">${fmt(r.units)}</td></tr>`)}</tbody></table>`}
+    ${rows.length === 0 ? html`<p class="empty">Nothing yet.</p>` : html`<div class="scroll"><table><thead><tr><th scope="col">Id</th><th scope="col" class="num">Requests</th><th scope="col" class="num">Units</th></tr></thead>
+      <tbody>${rows.map((r) => html`<tr><td class="id">${r.id}</td><td class="num">${fmt(r.requests)}</td><td class="num">${fmt(r.units)}</td></tr>`)}</tbody></table></div>`}
   </section>`;
 }
 
