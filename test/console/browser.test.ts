@@ -45,7 +45,7 @@ if (haveChromium(t)) {
   const pick = async (p: Page, id: string) => {
     const field = p.getByLabel('Account', { exact: true });
     await field.waitFor();
-    if (await field.evaluate((e) => e.tagName === 'SELECT')) await field.selectOption(id);
+    if (await field.evaluate((e: any) => e.tagName === 'SELECT')) await field.selectOption(id);
     else { await field.fill(id); await p.getByRole('button', { name: 'Open' }).click(); }
   };
   const go = async (p: Page, name: string) => {
@@ -92,7 +92,7 @@ if (haveChromium(t)) {
     t.match(plaintext, /^tg_[A-Za-z0-9]{40}$/);
     await page.getByRole('button', { name: 'Copy' }).click();
     await page.getByText('Copied.').waitFor();
-    t.equal(await page.evaluate(() => navigator.clipboard.readText()), plaintext, 'the clipboard holds the key');
+    t.equal(await page.evaluate(() => (globalThis as any).navigator.clipboard.readText()), plaintext, 'the clipboard holds the key');
     await shoot(page, 'keys-new-key');
     const row = page.getByRole('row').filter({ hasText: 'console key' });
     await row.waitFor();
@@ -113,7 +113,7 @@ if (haveChromium(t)) {
     const rotated = (await shown.textContent())!;
     t.not(rotated, plaintext);
     const old = new OpenAI({ apiKey: plaintext, baseURL: `${url}/v1`, maxRetries: 0 });
-    await t.rejects(old.chat.completions.create({ model: 'echo-small', messages: [{ role: 'user', content: 'x' }] }), { status: 401 });
+    await t.rejects(old.chat.completions.create({ model: 'echo-small', messages: [{ role: 'user', content: 'x' }] }), { status: 401 } as any);
     const fresh = new OpenAI({ apiKey: rotated, baseURL: `${url}/v1`, maxRetries: 0 });
     t.ok((await fresh.chat.completions.create({ model: 'echo-small', messages: [{ role: 'user', content: 'x' }] })).id);
     await page.getByRole('button', { name: 'Revoke console key' }).click();
@@ -122,7 +122,7 @@ if (haveChromium(t)) {
     t.ok((await fresh.chat.completions.create({ model: 'echo-small', messages: [{ role: 'user', content: 'still' }] })).id, 'nothing revoked before the confirmation');
     await page.getByRole('button', { name: 'Yes, revoke' }).click();
     await page.getByRole('row').filter({ hasText: 'console key' }).waitFor({ state: 'detached' });
-    await t.rejects(fresh.chat.completions.create({ model: 'echo-small', messages: [{ role: 'user', content: 'x' }] }), { status: 401 });
+    await t.rejects(fresh.chat.completions.create({ model: 'echo-small', messages: [{ role: 'user', content: 'x' }] }), { status: 401 } as any);
   });
 
   await t.test('Accounts: top up; a resubmission of the same form credits once', async (t) => {
@@ -160,7 +160,7 @@ if (haveChromium(t)) {
     t.equal(await page.locator('.chart canvas').count(), 3, 'three charts drawn');
     t.ok(await page.getByText(`${hours.reduce((n, h) => n + h.requests, 0).toLocaleString('en-US')} in 24 h`).isVisible(), 'requests total');
     t.equal(await page.getByRole('cell', { name: hostile, exact: true }).count(), 3, 'a hostile id in each top list, as text');
-    t.equal(await page.evaluate(() => (window as any).__pwned), undefined);
+    t.equal(await page.evaluate(() => (globalThis as any).__pwned), undefined);
     await shoot(page, 'overview');
     await page.unrouteAll();
 
@@ -178,7 +178,7 @@ if (haveChromium(t)) {
     await page.getByRole('heading', { name: /^echo/ }).waitFor();
     t.ok(await page.getByText('healthy', { exact: true }).first().isVisible());
     const first = await page.getByText(/last \d\d:\d\d:\d\d UTC/).textContent();
-    await page.waitForFunction((f) => !document.body.textContent!.includes(f!), first, { timeout: 8000 });
+    await page.waitForFunction((f) => !(globalThis as any).document.body.textContent.includes(f!), first, { timeout: 8000 });
     t.pass('the page refreshed within 5 s');
     await shoot(page, 'upstreams');
 
@@ -222,9 +222,9 @@ if (haveChromium(t)) {
     await page.getByRole('row').nth(1).waitFor();
     const shown = await page.locator('td.name').allTextContents();
     for (const name of new Set(created)) t.ok(shown.includes(name), `shown as typed: ${JSON.stringify(name)}`);
-    const tags = await page.locator('main table').evaluate((el) => [...el.querySelectorAll('tbody *')].map((e) => e.tagName.toLowerCase()));
+    const tags = await page.locator('main table').evaluate((el: any) => [...el.querySelectorAll('tbody *')].map((e: any) => String(e.tagName).toLowerCase()));
     t.same([...new Set(tags)].filter((x) => !['tr', 'td', 'span', 'button'].includes(x)), [], 'no element came from the data');
-    t.equal(await page.evaluate(() => (window as any).__pwned), undefined, 'no script ran');
+    t.equal(await page.evaluate(() => (globalThis as any).__pwned), undefined, 'no script ran');
     await shoot(page, 'keys-hostile-names');
   });
 
@@ -259,9 +259,9 @@ if (haveChromium(t)) {
     t.equal(await v.getByRole('button', { name: /^Top up/ }).count(), 0, 'no Top up for a viewer');
     const before = await balance('acme');
     const refused = await v.evaluate(async () => {
-      const s = await (await fetch('/console/api/session')).json();
+      const s = await (await fetch('/console/api/session')).json() as { csrf: string };
       const r = await fetch('/admin/accounts/acme/credits', { method: 'POST', headers: { 'content-type': 'application/json', 'x-csrf-token': s.csrf }, body: JSON.stringify({ units: 1, idempotency_key: 'viewer-try' }) });
-      return { status: r.status, body: await r.json() };
+      return { status: r.status, body: await r.json() as any };
     });
     t.equal(refused.status, 403);
     t.match(refused.body.error, { type: 'permission_error', param: null, code: 'forbidden' });
