@@ -118,6 +118,22 @@ async function serve(argv: string[]): Promise<void> {
     });
   };
   process.on('SIGHUP', () => reload('SIGHUP'));
+  // The console's "Reload": the same reload, in the same queue, answering with its problems.
+  gateway.setReloader(() => {
+    const done = reloading.then(async () => {
+      try {
+        await gateway.reload(await loadConfigFile(path));
+        gateway.logger.info({ config: path, why: 'console' }, 'config reloaded');
+        return [];
+      } catch (err) {
+        const problems = err instanceof ConfigError ? err.problems : err instanceof ConfigValueError ? [err.line] : [String(err)];
+        gateway.logger.error({ config: path, why: 'console', problems }, 'config reload rejected; the previous config stays in force');
+        return problems;
+      }
+    });
+    reloading = done.then(() => undefined);
+    return done;
+  });
   if (config.server.watch_config) {
     // The folder, not the file: editors often save by writing a new file and renaming it.
     const name = basename(path);

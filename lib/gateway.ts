@@ -92,7 +92,7 @@ export class Gateway {
     // the start or a reload up any longer: the state seeds it once it answers.
     await handle.connected(config.store.timeout_ms);
     await this.#trace(config);
-    const state = new GatewayState(config, handle, this.#slots, this.#health, this.logger, this.#replicas);
+    const state = new GatewayState(config, handle, this.#slots, this.#health, this.logger, this.#replicas, () => this.#reloadFromFile());
     if (this.#alerts === undefined) {
       const alerts = new Alerts(handle.store, this.logger, this.#alertsOptions);
       this.#alerts = alerts;
@@ -130,6 +130,21 @@ export class Gateway {
     }
   }
 
+  /** How the console's "Reload" reloads the config (serve sets it: the file, as SIGHUP does). */
+  #reloader: (() => Promise<string[]>) | undefined;
+
+  /** Sets what the console's "Reload" runs; it resolves to the problems, [] when the new config took effect. */
+  setReloader(reload: () => Promise<string[]>): void {
+    this.#reloader = reload;
+  }
+
+  #reloadFromFile(): Promise<string[]> {
+    if (this.#reloader === undefined) {
+      return Promise.resolve(['reload: the gateway was not started with `tollgate serve --config FILE`; there is no file to reload']);
+    }
+    return this.#reloader();
+  }
+
   /** Resolves when tokenizers are loaded and the gateway serves. Rejects if it cannot. */
   get ready(): Promise<void> {
     return this.#pending.then(() => undefined);
@@ -156,6 +171,8 @@ export class Gateway {
       void serveOps(req, res, path, { draining: this.#draining, state: this.#state, metrics: this.metrics, logger: this.logger });
     } else if (path === '/admin' || path.startsWith('/admin/')) {
       void this.#admin(req, res, path);
+    } else if (this.#state?.console?.owns(path) === true) {
+      void this.#console(req, res, path);
     } else {
       void this.#elsewhere(req, res, path, next);
     }
@@ -167,7 +184,20 @@ export class Gateway {
     await this.#track(ctx, res, async () => {
       const state = this.#state ?? (await this.#pending);
       if (state.admin === null) throw new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
-      await state.admin.handle(req, res, path, ctx.id);
+      // A Bearer token is the admin token's request; without one, a console session's.
+      const session = req.headers.authorization === undefined && state.console?.hasCookie(req) === true
+        ? await state.console.signedIn(req) : undefined;
+      await state.admin.handle(req, res, path, ctx.id, session);
+    });
+  }
+
+  /** /console and the SSO callback (lib/console/), when the console is on. */
+  async #console(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const ctx = newContext(requestIdFor(req.headers['x-request-id']), 'console');
+    await this.#track(ctx, res, async () => {
+      const state = this.#state ?? (await this.#pending);
+      if (state.console === null || !state.console.owns(path)) throw new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
+      await state.console.handle(req, res, path, ctx.id);
     });
   }
 

@@ -8,6 +8,7 @@
 // (create-if-absent: it changes nothing that is there).
 
 import { AdminApi } from './admin/api.js';
+import { Console, consoleEnabled } from './console/index.js';
 import { Authenticator } from './auth/authenticator.js';
 import { Catalog } from './catalog/catalog.js';
 import { Discovery } from './catalog/discovery.js';
@@ -40,8 +41,10 @@ export class GatewayState {
   readonly config: Config;
   readonly store: Store;
   readonly auth: Authenticator;
-  /** Null when no admin.token is configured: /admin answers 404. */
+  /** Null when neither admin.token nor the console is configured: /admin answers 404. */
   readonly admin: AdminApi | null;
+  /** The operator console (lib/console/); null when off: /console answers 404. */
+  readonly console: Console | null;
   readonly providers: ReadonlyMap<string, Provider>;
   readonly policy: ContentPolicy;
   /** Alert detection (../alerts/), the gateway's: set by it before the state serves. */
@@ -67,7 +70,7 @@ export class GatewayState {
   readonly #offReady: () => void;
   #closed = false;
 
-  constructor(config: Config, handle: StoreHandle, slots: Slots, health: Health, logger: Logger, replicas?: Replicas) {
+  constructor(config: Config, handle: StoreHandle, slots: Slots, health: Health, logger: Logger, replicas?: Replicas, reloader?: () => Promise<string[]>) {
     const store = handle.store;
     this.config = config;
     this.store = store;
@@ -88,7 +91,9 @@ export class GatewayState {
       ? new OpenMode((msg, err) => logger.error({ err: (err as Error | undefined)?.message }, msg))
       : null;
     this.limits = new Limits(config, handle.redis, slots, logger);
-    this.admin = config.admin.token === null ? null : new AdminApi(store, config, () => this.upstreams());
+    const consoleOn = consoleEnabled(config);
+    this.admin = config.admin.token === null && !consoleOn ? null : new AdminApi(store, config, () => this.upstreams());
+    this.console = consoleOn ? new Console({ config, store, admin: this.admin!, logger, reload: reloader }) : null;
     this.policy = new ContentPolicy(config.content_policy.block);
     this.catalog = new Catalog(config, this.#createdAt, []);
     this.#discovery = new Discovery(providers.values(), (found) => {

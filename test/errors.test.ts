@@ -56,6 +56,10 @@ const EXTRA: Record<string, number> = {
   team_not_found: 404,
   team_exists: 409,
   team_in_use: 409,
+  // CONTRACT section 12: the console's sessions, roles and CSRF token.
+  not_signed_in: 401,
+  forbidden: 403,
+  csrf_failed: 403,
 };
 
 t.test('the spec table parses into the 25 codes it lists', async (t) => {

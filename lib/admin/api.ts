@@ -19,10 +19,12 @@ import { keyView, readControls } from '../auth/controls.js';
 import { parseJsonBody } from '../http/json.js';
 import { closeIfBodyUnread, sendJson } from '../http/respond.js';
 import { windows } from '../billing/meter.js';
-import { MAX_UNITS, TeamNotFoundError, applyPatch, defaultControls, type AccountRecord, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
+import { MAX_UNITS, TeamNotFoundError, applyPatch, type AuditEvent, defaultControls, type AccountRecord, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
 import { isCursor } from '../store/usage-records.js';
 import { isObject } from '../objects.js';
 import { alertsPage } from './alerts.js';
+import { decide, isWrite, outsideAccount, type Principal } from '../console/permissions.js';
+import { addressReader, type AddressOf } from '../auth/client-address.js';
 import { accountsPage, usageHourly, usageTop } from './insights.js';
 
 const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/;
@@ -129,71 +131,121 @@ export interface AccountView {
 export class AdminApi {
   readonly #store: Store;
   readonly #config: Config;
-  readonly #token: string;
+  readonly #token: string | null;
+  readonly #address: AddressOf;
   /** GET /admin/upstreams: every provider's replicas (CONTRACT section 7). */
   readonly #upstreams: () => unknown;
 
   constructor(store: Store, config: Config, upstreams: () => unknown = () => ({ providers: {} })) {
     this.#store = store;
     this.#config = config;
-    this.#token = config.admin.token!;
+    this.#token = config.admin.token;
     this.#upstreams = upstreams;
+    this.#address = addressReader(config.server.trust_proxy);
   }
 
-  async handle(req: IncomingMessage, res: ServerResponse, path: string, requestId: string): Promise<void> {
+  /** The Bearer admin token's principal; 401 without the token (or with no admin.token set). */
+  #tokenPrincipal(req: IncomingMessage): Principal {
     const token = bearer(req.headers.authorization);
-    if (token === undefined || !sameSecret(token, this.#token)) {
+    if (token === undefined || this.#token === null || !sameSecret(token, this.#token)) {
       throw new GatewayError('invalid_api_key', 'Invalid admin token.');
     }
+    return { actor: 'admin-token', role: 'admin', account: null };
+  }
+
+  /**
+   * A member's request must stay inside their account (CONTRACT section 12): the route's
+   * account id, the account of the route's key, or the `account` query parameter.
+   */
+  async #inScope(p: Principal, scope: string, id: string, url: string): Promise<void> {
+    if (p.role !== 'member') return;
+    if (scope === 'path' && id === p.account) return;
+    if (scope === 'query' && new URL(url, 'http://admin').searchParams.get('account') === p.account) return;
+    if (scope === 'key') {
+      const key = await this.#store.getKey(id);
+      if (key === undefined) throw new GatewayError('key_not_found', `No live key with id '${clip(id)}'.`);
+      if (key.account === p.account) return;
+    }
+    throw outsideAccount(p);
+  }
+
+  /** Whether `given` is the admin token (the console's token sign-in). */
+  isToken(given: string): boolean {
+    return this.#token !== null && sameSecret(given, this.#token);
+  }
+
+  /** Appends a write to the audit log (CONTRACT section 12); durable before the answer goes. */
+  async audit(p: Principal, action: string, target: string, req: IncomingMessage, requestId: string): Promise<void> {
+    await this.#store.appendAudit({
+      at: Date.now(), actor: p.actor, role: p.role, action, target, ip: this.#address(req) ?? '', request_id: requestId,
+    });
+  }
+
+  /**
+   * One /admin request: by the Bearer admin token, or (`session`) by a console session the
+   * gateway checked (cookie, revocation, CSRF). Either way through the permission table
+   * (../console/permissions.ts), and every write that succeeds is audited before it is answered.
+   */
+  async handle(req: IncomingMessage, res: ServerResponse, path: string, requestId: string, session?: Principal): Promise<void> {
+    const principal = session ?? this.#tokenPrincipal(req);
     const parts = path.split('/').slice(2).map((p) => {
       // An empty segment (`/admin/keys/`, `//`) names nothing.
       if (p === '') throw notFound(path);
       try { return decodeURIComponent(p); } catch { throw notFound(path); }
     });
     const method = req.method;
+    const decision = decide(principal, method, ['admin', ...parts]);
+    await this.#inScope(principal, decision.scope, decision.id, req.url ?? '');
+    const write = isWrite(method);
+    const audited = async () => {
+      if (write) await this.audit(principal, `${method ?? ''} ${decision.route}`, decision.id, req, requestId);
+    };
     const headers = { 'x-request-id': requestId };
-    const send = (status: number, body: unknown) => sendJson(res, status, JSON.stringify(body), { ...headers });
-    const noContent = () => { res.writeHead(204, headers); res.end(); };
+    const send = async (status: number, body: unknown) => {
+      await audited();
+      sendJson(res, status, JSON.stringify(body), { ...headers });
+    };
+    const noContent = async () => { await audited(); res.writeHead(204, headers); res.end(); };
     const [a, b, c] = parts;
     const accountView = (acct: AccountRecord) => this.#view(acct);
     const reading = method === 'GET' || method === 'HEAD';
 
     if (a === 'accounts' && parts.length === 1 && reading) {
-      send(200, await accountsPage(this.#store, req.url ?? '', accountView));
+      await send(200, await accountsPage(this.#store, req.url ?? '', accountView));
     } else if (a === 'accounts' && parts.length === 1) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'GET, HEAD, POST');
-      send(201, await accountView(await this.#createAccount(await this.#body(req, ACCOUNT_BODY))));
+      await send(201, await accountView(await this.#createAccount(await this.#body(req, ACCOUNT_BODY))));
     } else if (a === 'accounts' && b !== undefined && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      send(200, await accountView(await this.#account(b)));
+      await send(200, await accountView(await this.#account(b)));
     } else if (a === 'accounts' && b !== undefined && c === 'credits' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
       const { applied, account } = await this.#credit(b, await this.#body(req, CREDIT_BODY));
-      send(200, { ...(await accountView(account)), applied });
+      await send(200, { ...(await accountView(account)), applied });
     } else if (a === 'accounts' && b !== undefined && c === 'keys' && parts.length === 3) {
       if (reading) {
         const keys = await this.#store.listKeys(b);
         if (keys === undefined) throw new GatewayError('account_not_found', `No account with id '${clip(b)}'.`);
-        send(200, { keys: keys.map((k) => this.#keyView(k)) });
+        await send(200, { keys: keys.map((k) => this.#keyView(k)) });
         return;
       }
       if (method !== 'POST') throw methodNotAllowed(method, path, 'GET, HEAD, POST');
       const body = hasBody(req) ? await this.#body(req, CONTROLS_BODY) : undefined;
-      send(201, await this.#issueKey(b, body));
+      await send(201, await this.#issueKey(b, body));
     } else if (a === 'keys' && b !== undefined && parts.length === 2) {
       if (method === 'DELETE') {
         if ((await this.#store.revokeKey(b)) === undefined) throw new GatewayError('key_not_found', `No key with id '${clip(b)}'.`);
-        noContent();
+        await noContent();
       } else if (method === 'PATCH') {
         const body = hasBody(req) ? await this.#body(req, CONTROLS_BODY) : undefined;
         const patch = body === undefined ? {} : readControls(body.values, body.roundedValues);
         const updated = await this.#store.updateKey(b, patch).catch(teamRefused);
         if (updated === undefined) throw new GatewayError('key_not_found', `No live key with id '${clip(b)}'.`);
-        send(200, this.#keyView(updated));
+        await send(200, this.#keyView(updated));
       } else if (reading) {
         const key = await this.#store.getKey(b);
         if (key === undefined || key.revoked_at !== null) throw new GatewayError('key_not_found', `No live key with id '${clip(b)}'.`);
-        send(200, this.#keyView(key));
+        await send(200, this.#keyView(key));
       } else {
         throw methodNotAllowed(method, path, 'GET, HEAD, PATCH, DELETE');
       }
@@ -209,30 +261,33 @@ export class AdminApi {
     } else if (a === 'keys' && b !== undefined && c === 'rotate' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
       const body = hasBody(req) ? await this.#body(req, ROTATE_BODY) : undefined;
-      send(200, await this.#rotate(b, body));
+      await send(200, await this.#rotate(b, body));
     } else if (a === 'sessions' && b !== undefined && c === 'revoke' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
       if (hasBody(req)) await this.#body(req, NO_MEMBERS);
       await this.#store.revokeSession(b);
-      noContent();
+      await noContent();
     } else if (a === 'upstreams' && parts.length === 1) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      send(200, this.#upstreams());
+      await send(200, this.#upstreams());
     } else if (a === 'usage' && parts.length === 1) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      send(200, await this.#usage(req.url ?? ''));
+      await send(200, await this.#usage(req.url ?? ''));
+    } else if (a === 'audit' && parts.length === 1) {
+      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
+      await send(200, await this.#audit(req.url ?? ''));
     } else if (a === 'usage' && b === 'hourly' && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      send(200, await usageHourly(this.#store, req.url ?? ''));
+      await send(200, await usageHourly(this.#store, req.url ?? ''));
     } else if (a === 'usage' && b === 'top' && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      send(200, await usageTop(this.#store, req.url ?? ''));
+      await send(200, await usageTop(this.#store, req.url ?? ''));
     } else if (a === 'usage' && b === 'records' && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      send(200, await this.#records(req.url ?? ''));
+      await send(200, await this.records(req.url ?? ''));
     } else if (a === 'alerts' && parts.length === 1) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      send(200, await alertsPage(this.#store, req.url ?? ''));
+      await send(200, await alertsPage(this.#store, req.url ?? ''));
     } else {
       throw notFound(path);
     }
@@ -268,7 +323,7 @@ export class AdminApi {
    * section 8): one page, `{records, next_cursor}`; next_cursor is null on the last page. Pass a
    * page's next_cursor with the same filters for the next one. `at` is ISO-8601 (ms, UTC).
    */
-  async #records(url: string): Promise<{ records: Array<Omit<UsageRecord, 'at'> & { at: string }>; next_cursor: string | null }> {
+  async records(url: string): Promise<{ records: Array<Omit<UsageRecord, 'at'> & { at: string }>; next_cursor: string | null }> {
     const q = new URL(url, 'http://admin').searchParams;
     const text = (name: string): string | undefined => {
       const v = q.get(name) ?? undefined;
@@ -294,6 +349,27 @@ export class AdminApi {
     }
     const page = await this.#store.usageRecords(query);
     return { records: page.records.map((r) => ({ ...r, at: new Date(r.at).toISOString() })), next_cursor: page.next_cursor };
+  }
+
+  /**
+   * GET /admin/audit?since=&limit=&cursor= (CONTRACT section 12): `{events, next_cursor}`,
+   * newest first; `at` is ISO-8601.
+   */
+  async #audit(url: string): Promise<{ events: Array<Omit<AuditEvent, 'at'> & { at: string }>; next_cursor: string | null }> {
+    const q = new URL(url, 'http://admin').searchParams;
+    const since = recordsTime(q.get('since') ?? undefined, 'since') ?? 0;
+    const limit = recordsLimit(q.get('limit') ?? undefined);
+    const cursor = q.get('cursor') ?? undefined;
+    const bad = () => new GatewayError('invalid_value', "Invalid value for 'cursor': pass a next_cursor of an earlier page, unchanged.", { param: 'cursor' });
+    if (cursor !== undefined && (cursor === '' || cursor.length > 64)) throw bad();
+    let page;
+    try {
+      page = await this.#store.listAudit({ since, limit, cursor });
+    } catch (err) {
+      if (err instanceof RangeError) throw bad();
+      throw err;
+    }
+    return { events: page.events.map((e) => ({ ...e, at: new Date(e.at).toISOString() })), next_cursor: page.next_cursor };
   }
 
   #keyView(k: KeyRecord): Record<string, unknown> {

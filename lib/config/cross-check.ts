@@ -152,6 +152,33 @@ export function crossCheck(data: unknown): string[] {
       if (!ok) problems.push('auth.jwt.jwks_url: must be an http:// or https:// URL');
     }
   }
+  problems.push(...consoleProblems(c));
+  return problems;
+}
+
+/** Paths the gateway answers itself: an SSO callback there would never be reached. */
+const OWNED_PATH = /^\/(v1|admin|healthz|readyz|metrics)(\/|$)/;
+
+/** console: enabled needs a way in; oidc's URLs must parse and its callback path be free. */
+function consoleProblems(c: Obj): string[] {
+  const problems: string[] = [];
+  const con = obj(c.console);
+  const oidc = con.oidc;
+  const token = obj(c.admin).token;
+  if (con.enabled === true && !(text(token) && token !== '') && !isObj(oidc)) {
+    problems.push('console.enabled: the console needs admin.token or console.oidc to sign anyone in');
+  }
+  if (!isObj(oidc)) return problems;
+  for (const name of ['issuer', 'redirect_url']) {
+    const v = oidc[name];
+    if (!text(v)) continue;
+    let url: URL | undefined;
+    try { url = new URL(v); } catch { /* not a URL */ }
+    if (url === undefined) { problems.push(`console.oidc.${name}: must be an http:// or https:// URL`); continue; }
+    if (name === 'redirect_url' && (OWNED_PATH.test(url.pathname) || url.pathname === '/console' || url.pathname === '/console/')) {
+      problems.push(`console.oidc.redirect_url: its path ${q(clip(url.pathname, 64))} is one the gateway answers itself; use e.g. /console/callback`);
+    }
+  }
   return problems;
 }
 

@@ -217,3 +217,28 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
   if (config === undefined || problems.length > 0) throw new ConfigError([...new Set(problems)], path);
   return config;
 }
+
+/**
+ * `tollgate check` on a YAML text (the console's Config page): every problem, or none. The
+ * text is interpolated with an empty environment: `${NAME}` is "" (or its default), so a
+ * check can never echo the gateway's environment back in a problem line.
+ */
+export async function checkConfigText(text: string): Promise<{ config: Config | undefined; problems: string[] }> {
+  let data: unknown;
+  try {
+    data = parseDocument(text, {});
+  } catch (err) {
+    if (err instanceof ConfigError) return { config: undefined, problems: err.problems };
+    throw err;
+  }
+  let config: Config | undefined;
+  const problems: string[] = [];
+  try {
+    config = validateConfig(data);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    problems.push(...err.problems);
+  }
+  problems.push(...await localProblems(config ?? data));
+  return { config: problems.length === 0 ? config : undefined, problems: [...new Set(problems)] };
+}

@@ -216,6 +216,31 @@ export const configSchema = obj({
     { default: {} },
   ),
   admin: obj({ token: { ...nullableStr, default: null } }, { default: {} }),
+  // The operator console (CONTRACT section 12, lib/console/): on by default whenever admin.token
+  // or console.oidc is set (enabled: null), off with false. cross-check.ts checks oidc's URLs.
+  console: obj(
+    {
+      enabled: { type: ['boolean', 'null'], default: null, 'x-msg': 'must be true, false or null (on when admin.token or console.oidc is set)' },
+      session_ttl_s: { ...posInt, maximum: 2_592_000, 'x-max-msg': 'must be at most 2592000 s (30 days)', default: 28800 },
+      oidc: {
+        type: ['object', 'null'],
+        additionalProperties: false,
+        default: null,
+        required: ['issuer', 'client_id', 'redirect_url'],
+        properties: {
+          issuer: httpUrl,
+          client_id: { type: 'string', minLength: 1, 'x-msg': 'must be a non-empty string' },
+          client_secret: { ...nullableStr, default: null },
+          redirect_url: httpUrl,
+          roles_claim: { type: 'string', minLength: 1, default: 'roles', 'x-msg': 'must be a non-empty string (a claim of the ID token)' },
+          admin_values: { type: 'array', items: { type: 'string', minLength: 1 }, default: ['admin'], 'x-msg': 'must be a list of non-empty strings' },
+          viewer_values: { type: 'array', items: { type: 'string', minLength: 1 }, default: ['viewer'], 'x-msg': 'must be a list of non-empty strings' },
+          account_claim: { ...nullableStr, default: null },
+        },
+      },
+    },
+    { default: {} },
+  ),
   store: obj(
     {
       kind: { enum: ['memory', 'redis'], default: 'memory', 'x-msg': 'must be memory or redis' },

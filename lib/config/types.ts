@@ -157,6 +157,25 @@ export interface Config {
     trust_proxy: boolean | number | readonly string[];
   };
   admin: { token: string | null };
+  /** The operator console (lib/console/; CONTRACT section 12). */
+  console: {
+    /** null: on when admin.token or console.oidc is set. */
+    enabled: boolean | null;
+    session_ttl_s: number;
+    oidc: {
+      issuer: string;
+      client_id: string;
+      client_secret: string | null;
+      /** The gateway serves the callback at this URL's path. */
+      redirect_url: string;
+      /** The ID token claim holding the user's roles (a string or a list of strings). */
+      roles_claim: string;
+      admin_values: readonly string[];
+      viewer_values: readonly string[];
+      /** The claim naming a member's account (neither admin nor viewer); null: no members. */
+      account_claim: string | null;
+    } | null;
+  };
   store: {
     kind: 'memory' | 'redis';
     path: string | null;

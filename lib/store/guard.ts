@@ -28,7 +28,7 @@ import { notApplied, type RetryQueue } from './retry.js';
 import type { ResponseChain } from './response-chains.js';
 import type { AlertOutbox } from './alerts.js';
 import type {
-  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation, SettleResult, Settlement, Store,
+  AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation, SettleResult, Settlement, Store,
   TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals, HourlyQuery, HourTotals, TopQuery, TopRow, AccountsQuery, AccountsPage,
 } from './types.js';
 import { TeamNotFoundError } from './rules.js';
@@ -194,5 +194,7 @@ export class GuardedStore implements Store {
   listAccounts(q: AccountsQuery): Promise<AccountsPage> { return guard(this.#inner.listAccounts(q)); }
   onRevoke(listener: (r: Revocation) => void): () => void { return this.#inner.onRevoke(listener); }
   ping(): Promise<void> { return guard(this.#inner.ping()); }
+  appendAudit(e: AuditEvent): Promise<void> { return guard(this.#inner.appendAudit(e)); }
+  listAudit(q: AuditQuery): Promise<AuditPage> { return guard(this.#inner.listAudit(q)); }
   close(): Promise<void> { return this.#inner.close(); }
 }

@@ -292,6 +292,34 @@ export interface KnownKey {
   account: string;
 }
 
+/**
+ * One write through the admin API or the console (CONTRACT section 12): who (`actor`: the
+ * SSO subject or "admin-token"), in which role, what (`action`: "METHOD route", e.g.
+ * "POST /admin/accounts/{id}/credits"), on what (`target`: the account or key id, or ""),
+ * when (Unix ms), from which address, and the request's id.
+ */
+export interface AuditEvent {
+  at: number;
+  actor: string;
+  role: string;
+  action: string;
+  target: string;
+  ip: string;
+  request_id: string;
+}
+
+export interface AuditQuery {
+  /** Only events at or after this time (Unix ms). */
+  since: number;
+  /** 1 to 1000. */
+  limit: number;
+  /** A next_cursor of an earlier page of the same query. */
+  cursor?: string;
+}
+
+/** One page of the audit log, newest first; next_cursor null on the last page. */
+export interface AuditPage { events: AuditEvent[]; next_cursor: string | null }
+
 export interface Store {
   /** Creates an account (0 <= balance_units <= MAX_UNITS); false when one with that id exists (nothing changes then). */
   createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean>;
@@ -431,6 +459,11 @@ export interface Store {
 
   /** The alerts outbox (./alerts.ts): events, their deliveries and leases, wallet.low flags. */
   readonly alerts: AlertOutbox;
+  // ---- audit log (CONTRACT section 12): ./memory/audit.ts, ./redis/audit.ts ----------
+  /** Appends one event; durable (memory with a path: written to <path>/audit.jsonl) before it resolves. */
+  appendAudit(e: AuditEvent): Promise<void>;
+  /** One page of events, newest first. A cursor this store did not give is a RangeError. */
+  listAudit(q: AuditQuery): Promise<AuditPage>;
 
   /** Calls `listener` on every revocation, by this instance or (redis) any other one. */
   onRevoke(listener: (r: Revocation) => void): () => void;

@@ -17,6 +17,7 @@
 import { keyIdOf } from '../digest.js';
 import type { AccountConfig } from '../../config/types.js';
 import { Journal } from './journal.js';
+import { MemoryAudit } from './audit.js';
 import { MemoryMetering, validateHold, validateSettlement, type UnsettleEntry } from './metering.js';
 import { MemoryResponses } from './responses.js';
 import { MemoryAlerts } from './alerts.js';
@@ -27,7 +28,7 @@ import {
   toTeamSettings,
 } from '../rules.js';
 import type {
-  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation,
+  AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation,
   SettleResult, Settlement, Store, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord,
   UsageReport, UsageTotals, AccountsPage, AccountsQuery, HourTotals, HourlyQuery, TopQuery, TopRow,
 } from '../types.js';
@@ -87,6 +88,7 @@ export class MemoryStore implements Store {
     settled: () => this.#settled(),
     keys: () => this.#keys.values(),
   });
+  readonly #audit = new MemoryAudit();
   #usageLog: UsageLog;
   #journal: Journal | null = null;
   /** Set while a durable store is still loading its files. */
@@ -128,9 +130,11 @@ export class MemoryStore implements Store {
         if (entry === undefined) throw new Error(`${dir}: journal entry ${String(raw.seq)} is not a store change`);
         this.#apply(entry);
       }
+      await this.#audit.open(dir);
       this.#usageLog = await FileUsageLog.open(dir, { retentionDays: this.#opts.usageRetentionDays, fsyncMs: this.#opts.fsyncMs ?? 1000 });
     } catch (e) {
       await journal.close();
+      await this.#audit.close();
       throw e;
     }
     this.#journal = journal;
@@ -830,7 +834,17 @@ export class MemoryStore implements Store {
     try {
       await this.#journal?.close();
     } finally {
-      await this.#usageLog.close();
+      await Promise.all([this.#usageLog.close(), this.#audit.close()]);
     }
+  }
+
+  async appendAudit(e: AuditEvent): Promise<void> {
+    await this.#begin();
+    await this.#audit.append(e);
+  }
+
+  async listAudit(q: AuditQuery): Promise<AuditPage> {
+    await this.#begin();
+    return this.#audit.list(q);
   }
 }

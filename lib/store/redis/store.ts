@@ -59,6 +59,7 @@ import { RedisKeys } from './keys.js';
 import { METERING_SCRIPTS, RedisMetering } from './metering.js';
 import { ReplicaWait } from './wait.js';
 import { RedisResponses } from './responses.js';
+import { RedisAudit } from './audit.js';
 import { RedisRevocations } from './revocations.js';
 import type { ResponseChain } from '../response-chains.js';
 import { RedisUsage, USAGE_SCRIPTS } from './records.js';
@@ -66,7 +67,7 @@ import { SCRIPTS, type Scripts } from './scripts.js';
 import { RedisTeams } from './teams.js';
 import { ALERT_SCRIPTS, RedisAlerts, type AlertScripts } from './alerts.js';
 import type {
-  AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation,
+  AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation,
   SettleResult, Settlement, Store, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
   AccountsPage, AccountsQuery, HourTotals, HourlyQuery, TopQuery, TopRow,
 } from '../types.js';
@@ -103,6 +104,7 @@ export class RedisStore implements Store {
   readonly #teams: RedisTeams;
   readonly #metering: RedisMetering;
   readonly #responses: RedisResponses;
+  readonly #audit: RedisAudit;
   readonly #usage: RedisUsage;
   /** Rejects on close(), so ready() cannot wait on a connection that will never come. */
   readonly #closing: Promise<never>;
@@ -142,6 +144,7 @@ export class RedisStore implements Store {
     this.#metering = new RedisMetering(this.#redis, this.prefix, this.#wait);
     this.#usage = new RedisUsage(this.#redis, this.prefix, options.usageRetentionDays);
     this.#responses = new RedisResponses(this.#redis, this.prefix);
+    this.#audit = new RedisAudit(this.#redis, this.prefix);
     this.#revocations = new RedisRevocations(this.prefix, topology, connectTimeout, onError);
     this.#keys = new RedisKeys(this.#redis, this.prefix, this.#wait, this.#revocations);
     this.#teams = new RedisTeams(this.#redis, this.prefix, this.#keys, this.#revocations);
@@ -277,6 +280,9 @@ export class RedisStore implements Store {
   responseChain(account: string, id: string, maxDepth: number): Promise<ResponseChain | undefined> { return this.#responses.chain(account, id, maxDepth); }
   responseBytes(account: string): Promise<number> { return this.#responses.bytes(account); }
   deleteResponse(account: string, id: string): Promise<boolean> { return this.#responses.delete(account, id); }
+
+  appendAudit(e: AuditEvent): Promise<void> { return this.#audit.append(e); }
+  listAudit(q: AuditQuery): Promise<AuditPage> { return this.#audit.list(q); }
 
   onRevoke(listener: (r: Revocation) => void): () => void {
     return this.#revocations.listen(listener);

@@ -1,0 +1,30 @@
+// The effective config as the console's Config page shows it (CONTRACT section 12): every
+// secret replaced by "***" — tokens, passwords, API keys, client secrets, account keys and
+// their digests, every header value (they carry credentials), and the user:password part of
+// any URL (a Redis URL may hold one).
+
+const SECRET_KEYS = new Set(['token', 'secret', 'client_secret', 'password', 'sentinel_password', 'api_key', 'keys', 'key_sha256']);
+const HEADER_MAPS = new Set(['headers', 'otlp_headers']);
+const MASK = '***';
+
+function redactUrl(v: string): string {
+  // scheme://user:pass@host... -> scheme://***@host...
+  return v.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/@\s]*@/i, `$1${MASK}@`);
+}
+
+export function redactConfig(value: unknown, key = ''): unknown {
+  if (SECRET_KEYS.has(key)) {
+    if (value === null || value === undefined) return value;
+    if (Array.isArray(value)) return value.map(() => MASK);
+    return MASK;
+  }
+  if (HEADER_MAPS.has(key) && typeof value === 'object' && value !== null && !Array.isArray(value)) {
+    return Object.fromEntries(Object.keys(value).map((k) => [k, MASK]));
+  }
+  if (typeof value === 'string') return redactUrl(value);
+  if (Array.isArray(value)) return value.map((v) => redactConfig(v));
+  if (typeof value === 'object' && value !== null) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, redactConfig(v, k)]));
+  }
+  return value;
+}

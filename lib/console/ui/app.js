@@ -1,0 +1,532 @@
+// The Tollgate operator console (CONTRACT section 12): Preact components in htm templates.
+// Every value from the gateway is rendered as a text child or attribute (Preact escapes it);
+// nothing here ever writes markup from data. Pages: Overview, Accounts, Keys, Usage, Upstreams,
+// Config, Audit; the server decides what each role may do, the page only hides what it may not.
+
+import { html, render } from 'htm/preact';
+import { useCallback, useEffect, useMemo, useState } from 'preact/hooks';
+import { ApiError, call, enc, optional, query, setCsrf } from './api.js';
+import { HourChart } from './chart.js';
+
+const PAGES = ['Overview', 'Accounts', 'Keys', 'Usage', 'Upstreams', 'Config', 'Audit'];
+const MEMBER_PAGES = ['Overview', 'Keys', 'Usage'];
+const HOUR = 3_600_000;
+
+const fmt = (n) => (typeof n === 'number' ? n.toLocaleString('en-US') : n === null || n === undefined ? '—' : String(n));
+const when = (iso) => (iso ? iso.replace('T', ' ').replace(/\.\d+Z$/, 'Z') : '—');
+const newIdempotencyKey = () => `console-${crypto.randomUUID()}`;
+
+function useRoute() {
+  const read = () => decodeURIComponent((location.hash.replace(/^#\/?/, '') || 'Overview').split('?')[0]);
+  const [route, setRoute] = useState(read);
+  useEffect(() => {
+    const on = () => setRoute(read());
+    addEventListener('hashchange', on);
+    return () => removeEventListener('hashchange', on);
+  }, []);
+  return route;
+}
+
+/** Runs `load` and keeps its result, error and a reload function. */
+function useLoad(load, deps) {
+  const [state, setState] = useState({ data: undefined, error: null, loading: true });
+  const run = useCallback(() => {
+    let live = true;
+    setState((s) => ({ ...s, loading: true }));
+    load().then((data) => live && setState({ data, error: null, loading: false }), (error) => live && setState({ data: undefined, error, loading: false }));
+    return () => { live = false; };
+  }, deps);
+  useEffect(run, [run]);
+  return [state, run];
+}
+
+function Problem({ error }) {
+  if (!error) return null;
+  return html`<p class="problem" role="alert">${error instanceof ApiError ? error.message : String(error.message ?? error)}</p>`;
+}
+
+function Loading({ state }) {
+  if (state.loading && state.data === undefined) return html`<p class="muted" aria-live="polite">Loading…</p>`;
+  return html`<${Problem} error=${state.error} />`;
+}
+
+// ---- sign-in ---------------------------------------------------------------------------
+
+function SignIn({ info, onSignedIn }) {
+  const [token, setToken] = useState('');
+  const [error, setError] = useState('');
+  const [busy, setBusy] = useState(false);
+  const sso = new URLSearchParams(location.search).get('sso');
+  const ssoMessage = sso === 'refused' ? 'Your SSO account has no console role and names no account.'
+    : sso === 'failed' ? 'SSO sign-in failed; try again.' : sso === 'unavailable' ? 'The SSO provider could not be reached.' : '';
+  const submit = async (e) => {
+    e.preventDefault();
+    setBusy(true);
+    setError('');
+    try {
+      const s = await call('POST', '/console/api/login', { token });
+      setToken('');
+      onSignedIn(s);
+    } catch (err) {
+      setError(err instanceof ApiError && err.status === 401 ? 'Wrong admin token.' : err.message);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return html`<main class="signin" id="main">
+    <h1>Tollgate console</h1>
+    ${ssoMessage && html`<p class="problem" role="alert">${ssoMessage}</p>`}
+    ${info.token && html`<form onSubmit=${submit} aria-label="Token sign-in">
+      <label for="admin-token">Admin token</label>
+      <input id="admin-token" name="token" type="password" autocomplete="current-password" required value=${token} onInput=${(e) => setToken(e.currentTarget.value)} />
+      ${error && html`<p class="problem" role="alert">${error}</p>`}
+      <button type="submit" disabled=${busy}>Sign in</button>
+    </form>`}
+    ${info.sso && html`<div class="sso"><button type="button" onClick=${() => location.assign('/console/sso')}>Sign in with SSO</button></div>`}
+  </main>`;
+}
+
+// ---- the shell -------------------------------------------------------------------------
+
+function Shell({ session, onSignOut }) {
+  const route = useRoute();
+  const pages = session.role === 'member' ? MEMBER_PAGES : PAGES;
+  const page = pages.includes(route) ? route : 'Overview';
+  useEffect(() => { document.title = `${page} · Tollgate console`; }, [page]);
+  const Page = { Overview, Accounts, Keys, Usage, Upstreams, Config, Audit }[page];
+  return html`<div class="shell">
+    <a class="skip" href="#main">Skip to content</a>
+    <header class="top">
+      <span class="brand">Tollgate</span>
+      <nav aria-label="Console">
+        <ul>${pages.map((p) => html`<li><a href=${`#/${p}`} aria-current=${p === page ? 'page' : undefined}>${p}</a></li>`)}</ul>
+      </nav>
+      <div class="who">
+        <span class="actor" title=${session.actor}>${session.actor}</span>
+        <span class="role">${session.role === 'member' ? `member of ${session.account}` : session.role}</span>
+        <button type="button" class="link" onClick=${onSignOut}>Sign out</button>
+      </div>
+    </header>
+    <main id="main" tabindex="-1"><h1>${page}</h1><${Page} session=${session} /></main>
+  </div>`;
+}
+
+// ---- Overview --------------------------------------------------------------------------
+
+function Overview({ session }) {
+  const acct = session.role === 'member' ? session.account : undefined;
+  const [state] = useLoad(async () => {
+    const until = new Date(Math.ceil(Date.now() / HOUR) * HOUR);
+    const since = new Date(until.getTime() - 24 * HOUR);
+    const range = { since: since.toISOString(), until: until.toISOString(), account: acct };
+    const top = (by) => optional(`/admin/usage/top${query({ by, ...range, limit: 5 })}`);
+    const [hourly, accounts, keys, models, alerts] = await Promise.all([
+      optional(`/admin/usage/hourly${query(range)}`), acct ? null : top('account'), top('key'), top('model'),
+      session.role === 'member' ? null : optional('/admin/alerts?limit=10'),
+    ]);
+    return { hourly, accounts, keys, models, alerts };
+  }, [acct]);
+  const d = state.data;
+  if (d === undefined) return html`<${Loading} state=${state} />`;
+  const hours = d.hourly?.hours ?? [];
+  return html`
+    <section aria-labelledby="h-24">
+      <h2 id="h-24">Last 24 hours</h2>
+      ${hours.length === 0 ? html`<p class="empty">No usage in the last 24 hours yet.</p>` : html`<div class="charts">
+        <${HourChart} title="Requests" hours=${hours} field="requests" color="#2f5fd0" />
+        <${HourChart} title="Errors" hours=${hours} field="errors" color="#c0392b" />
+        <${HourChart} title="Units spent" hours=${hours} field="units" color="#1e8449" />
+      </div>`}
+    </section>
+    <div class="tops">
+      ${!acct && html`<${Top} title="Top accounts" data=${d.accounts} />`}
+      <${Top} title="Top keys" data=${d.keys} />
+      <${Top} title="Top models" data=${d.models} />
+    </div>
+    ${session.role !== 'member' && html`<section aria-labelledby="h-alerts"><h2 id="h-alerts">Alerts</h2>
+      ${(d.alerts?.events ?? []).length === 0 ? html`<p class="empty">No alerts.</p>` : html`<ul class="alerts">
+        ${d.alerts.events.map((e) => html`<li><span class="muted">${when(e.at)}</span> <strong>${e.kind ?? e.type ?? 'alert'}</strong> ${e.account ?? ''} ${e.message ?? ''}</li>`)}
+      </ul>`}
+    </section>`}`;
+}
+
+function Top({ title, data }) {
+  const rows = data?.rows ?? [];
+  return html`<section class="top-list"><h2>${title}</h2>
+    ${rows.length === 0 ? html`<p class="empty">Nothing yet.</p>` : html`<div class="scroll"><table><thead><tr><th scope="col">Id</th><th scope="col" class="num">Requests</th><th scope="col" class="num">Units</th></tr></thead>
+      <tbody>${rows.map((r) => html`<tr><td class="id">${r.id}</td><td class="num">${fmt(r.requests)}</td><td class="num">${fmt(r.units)}</td></tr>`)}</tbody></table></div>`}
+  </section>`;
+}
+
+// ---- Accounts --------------------------------------------------------------------------
+
+function Accounts({ session }) {
+  const [cursor, setCursor] = useState(undefined);
+  const [open, setOpen] = useState(null);
+  const [state, reload] = useLoad(() => optional(`/admin/accounts${query({ limit: 50, cursor })}`), [cursor]);
+  const d = state.data;
+  if (d === undefined) return html`<${Loading} state=${state} />`;
+  if (d === null) return html`<${AccountLookup} session=${session} />`;
+  return html`<${AccountTable} session=${session} accounts=${d.accounts} state=${state} reload=${reload} open=${open} setOpen=${setOpen} />
+    <div class="pager">
+      ${cursor !== undefined && html`<button type="button" onClick=${() => setCursor(undefined)}>First page</button>`}
+      ${d.next_cursor && html`<button type="button" onClick=${() => setCursor(d.next_cursor)}>Next page</button>`}
+    </div>`;
+}
+
+/** Without the account list (a gateway before GET /admin/accounts): one account by its id. */
+function AccountLookup({ session }) {
+  const [id, setId] = useState(sessionStorage.getItem('tg-account') ?? '');
+  const [open, setOpen] = useState(null);
+  const [state, reload] = useLoad(() => (id ? call('GET', `/admin/accounts/${enc(id)}`) : Promise.resolve(null)), [id]);
+  return html`<form class="field" onSubmit=${(e) => { e.preventDefault(); const v = String(new FormData(e.currentTarget).get('account') ?? '').trim(); sessionStorage.setItem('tg-account', v); setId(v); }}>
+      <label for="lookup-account">Account</label><input id="lookup-account" name="account" value=${id} /><button type="submit">Open</button></form>
+    ${state.error ? html`<${Problem} error=${state.error} />` : state.data ? html`<${AccountTable} session=${session} accounts=${[state.data]} state=${state} reload=${reload} open=${open} setOpen=${setOpen} />` : null}`;
+}
+
+function AccountTable({ session, accounts, state, reload, open, setOpen }) {
+  const admin = session.role === 'admin';
+  return html`<${Problem} error=${state.error} />
+    <div class="scroll"><table>
+      <caption class="sr-only">Accounts</caption>
+      <thead><tr><th scope="col">Id</th><th scope="col">Plan</th><th scope="col" class="num">Balance (units)</th><th scope="col" class="num">Held</th><th scope="col" class="num">Available</th>${admin && html`<th scope="col"><span class="sr-only">Actions</span></th>`}</tr></thead>
+      <tbody>${accounts.map((a) => html`<tr>
+        <td class="id">${a.id}</td><td>${a.plan}</td><td class="num">${fmt(a.balance_units)}</td><td class="num">${fmt(a.held_units)}</td><td class="num">${fmt(a.available_units)}</td>
+        ${admin && html`<td><button type="button" onClick=${() => setOpen(a.id)} aria-label=${`Top up ${a.id}`}>Top up</button></td>`}
+      </tr>`)}</tbody>
+    </table></div>
+    ${accounts.length === 0 && html`<p class="empty">No accounts yet.</p>`}
+    ${open !== null && html`<${TopUp} key=${open} account=${open} onDone=${() => { reload(); }} onClose=${() => setOpen(null)} />`}
+    ${open !== null && html`<${Teams} key=${`t-${open}`} account=${open} />`}`;
+}
+
+/** The top-up form: one idempotency key per opening, so a resubmission never credits twice. */
+function TopUp({ account, onDone, onClose }) {
+  const idem = useMemo(newIdempotencyKey, [account]);
+  const [units, setUnits] = useState('');
+  const [busy, setBusy] = useState(false);
+  const [result, setResult] = useState(null);
+  const [error, setError] = useState(null);
+  const submit = async (e) => {
+    e.preventDefault();
+    setBusy(true);
+    setError(null);
+    try {
+      const r = await call('POST', `/admin/accounts/${enc(account)}/credits`, { units: Number(units), idempotency_key: idem });
+      setResult(r);
+      onDone();
+    } catch (err) {
+      setError(err);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return html`<section class="panel" aria-labelledby="h-topup">
+    <h2 id="h-topup">Top up <span class="id">${account}</span></h2>
+    <form onSubmit=${submit}>
+      <label for="topup-units">Amount (units)</label>
+      <input id="topup-units" name="units" type="number" inputmode="numeric" step="1" required value=${units} onInput=${(e) => setUnits(e.currentTarget.value)} />
+      <button type="submit" disabled=${busy}>Top up</button>
+      <button type="button" class="link" onClick=${onClose}>Close</button>
+    </form>
+    <${Problem} error=${error} />
+    ${result && html`<p role="status">${result.applied ? 'Credited.' : 'Already applied: this top-up was credited once.'} Balance now ${fmt(result.balance_units)} units.</p>`}
+  </section>`;
+}
+
+function Teams({ account }) {
+  const [state] = useLoad(() => optional(`/admin/accounts/${enc(account)}/teams`), [account]);
+  const teams = state.data?.teams ?? [];
+  return html`<section class="panel" aria-labelledby="h-teams"><h2 id="h-teams">Teams of <span class="id">${account}</span></h2>
+    ${teams.length === 0 ? html`<p class="empty">No teams.</p>` : html`<ul>${teams.map((t) => html`<li><span class="id">${t.id ?? t.name}</span> ${t.name && t.id ? t.name : ''}</li>`)}</ul>`}
+  </section>`;
+}
+
+// ---- Keys ------------------------------------------------------------------------------
+
+function AccountPicker({ session, value, onChange }) {
+  const [state] = useLoad(() => (session.role === 'member' ? Promise.resolve(null) : optional('/admin/accounts?limit=200')), [session.role]);
+  if (session.role === 'member') return html`<p>Account <span class="id">${session.account}</span></p>`;
+  const list = state.data?.accounts;
+  if (list) {
+    return html`<div class="field"><label for="pick-account">Account</label>
+      <select id="pick-account" value=${value} onChange=${(e) => onChange(e.currentTarget.value)}>
+        <option value="">Choose an account</option>
+        ${list.map((a) => html`<option value=${a.id}>${a.id}</option>`)}
+      </select></div>`;
+  }
+  return html`<form class="field" onSubmit=${(e) => { e.preventDefault(); onChange(new FormData(e.currentTarget).get('account')); }}>
+    <label for="pick-account">Account</label><input id="pick-account" name="account" value=${value} /><button type="submit">Open</button></form>`;
+}
+
+function Keys({ session }) {
+  const [account, setAccount] = useState(session.role === 'member' ? session.account : (sessionStorage.getItem('tg-account') ?? ''));
+  const pick = (a) => { sessionStorage.setItem('tg-account', a); setAccount(a); };
+  return html`<${AccountPicker} session=${session} value=${account} onChange=${pick} />
+    ${account ? html`<${KeyTable} key=${account} account=${account} session=${session} />` : html`<p class="empty">Choose an account to see its keys.</p>`}`;
+}
+
+function KeyTable({ account, session }) {
+  const [state, reload] = useLoad(() => call('GET', `/admin/accounts/${enc(account)}/keys`), [account]);
+  const [creating, setCreating] = useState(false);
+  const [secret, setSecret] = useState(null);
+  const [confirm, setConfirm] = useState(null);
+  const [error, setError] = useState(null);
+  const canWrite = session.role === 'admin' || session.role === 'member';
+  const act = async (fn) => {
+    setError(null);
+    try { await fn(); } catch (err) { setError(err); }
+    reload();
+  };
+  const rotate = (k) => act(async () => {
+    const r = await call('POST', `/admin/keys/${enc(k.id)}/rotate`, { grace_seconds: 0 });
+    setSecret({ title: `New key for ${k.name ?? k.id}`, plaintext: r.key });
+  });
+  const revoke = (k) => act(async () => { await call('DELETE', `/admin/keys/${enc(k.id)}`); setConfirm(null); });
+  const d = state.data;
+  return html`
+    ${canWrite && html`<p><button type="button" onClick=${() => { setCreating(true); setSecret(null); }}>Create key</button></p>`}
+    ${creating && html`<${CreateKey} account=${account} onClose=${() => setCreating(false)} onCreated=${(r) => { setCreating(false); setSecret({ title: 'New key', plaintext: r.key }); reload(); }} />`}
+    ${secret && html`<${ShowOnce} ...${secret} onClose=${() => setSecret(null)} />`}
+    <${Problem} error=${error} />
+    ${d === undefined ? html`<${Loading} state=${state} />` : html`<${Problem} error=${state.error} />
+    <div class="scroll"><table>
+      <caption class="sr-only">Keys of ${account}</caption>
+      <thead><tr><th scope="col">Name</th><th scope="col">Hint</th><th scope="col">Models</th><th scope="col" class="num">Budget spent</th><th scope="col">Expires</th><th scope="col">Last used</th><th scope="col">Team</th>${canWrite && html`<th scope="col"><span class="sr-only">Actions</span></th>`}</tr></thead>
+      <tbody>${d.keys.map((k) => html`<tr>
+        <td class="name">${k.name ?? html`<span class="muted">(no name)</span>`}</td>
+        <td class="id">${k.hint ?? '—'}</td>
+        <td>${k.models === null ? html`<span class="muted">all</span>` : k.models.join(', ')}</td>
+        <td class="num">${k.budget.units === null ? `${fmt(k.budget.spent_units)} (no budget)` : `${fmt(k.budget.spent_units)} of ${fmt(k.budget.units)}${k.budget.period ? ` / ${k.budget.period}` : ''}`}</td>
+        <td class="when">${when(k.expires_at)}</td>
+        <td class="when">${when(k.last_used_at)}</td>
+        <td>${k.team ?? '—'}</td>
+        ${canWrite && html`<td class="actions">
+          <button type="button" onClick=${() => rotate(k)} aria-label=${`Rotate ${k.name ?? k.id}`}>Rotate</button>
+          ${confirm === k.id ? html`<span role="group" aria-label="Confirm revoke">
+              <span>Revoke this key?</span>
+              <button type="button" class="danger" onClick=${() => revoke(k)}>Yes, revoke</button>
+              <button type="button" onClick=${() => setConfirm(null)}>Cancel</button></span>`
+            : html`<button type="button" class="danger" onClick=${() => setConfirm(k.id)} aria-label=${`Revoke ${k.name ?? k.id}`}>Revoke</button>`}
+        </td>`}
+      </tr>`)}</tbody>
+    </table></div>
+    ${d.keys.length === 0 && html`<p class="empty">No keys.</p>`}`}`;
+}
+
+function CreateKey({ account, onClose, onCreated }) {
+  const [error, setError] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const submit = async (e) => {
+    e.preventDefault();
+    const f = new FormData(e.currentTarget);
+    const body = {};
+    const name = String(f.get('name') ?? '').trim();
+    if (name) body.name = name;
+    const models = String(f.get('models') ?? '').split(',').map((m) => m.trim()).filter(Boolean);
+    if (models.length) body.models = models;
+    const units = String(f.get('budget_units') ?? '').trim();
+    const period = String(f.get('budget_period') ?? '');
+    if (units !== '') body.budget = { units: Number(units), period: period === '' ? null : period };
+    const expires = String(f.get('expires') ?? '');
+    if (expires) body.expires_at = new Date(`${expires}T23:59:59Z`).toISOString();
+    setBusy(true);
+    setError(null);
+    try {
+      onCreated(await call('POST', `/admin/accounts/${enc(account)}/keys`, body));
+    } catch (err) {
+      setError(err);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return html`<section class="panel" aria-labelledby="h-create"><h2 id="h-create">Create key</h2>
+    <form onSubmit=${submit} class="grid">
+      <label for="key-name">Name</label><input id="key-name" name="name" maxlength="200" />
+      <label for="key-models">Models</label><input id="key-models" name="models" placeholder="all; or e.g. gpt-4o-mini, llama-*" aria-describedby="key-models-help" />
+      <span id="key-models-help" class="help">Comma-separated; * matches any text.</span>
+      <label for="key-budget">Budget units</label><input id="key-budget" name="budget_units" type="number" min="0" step="1" inputmode="numeric" />
+      <label for="key-period">Budget period</label>
+      <select id="key-period" name="budget_period"><option value="">No reset</option><option value="day">Day</option><option value="week">Week</option><option value="month" selected>Month</option></select>
+      <label for="key-expires">Expires</label><input id="key-expires" name="expires" type="date" />
+      <div class="buttons"><button type="submit" disabled=${busy}>Create</button><button type="button" class="link" onClick=${onClose}>Cancel</button></div>
+    </form>
+    <${Problem} error=${error} />
+  </section>`;
+}
+
+/** A new plaintext key, shown once, with a Copy button. */
+function ShowOnce({ title, plaintext, onClose }) {
+  const [copied, setCopied] = useState('');
+  const copy = async () => {
+    try { await navigator.clipboard.writeText(plaintext); setCopied('Copied.'); } catch { setCopied('Copying is not allowed here: select the key and copy it.'); }
+  };
+  return html`<section class="panel secret" aria-labelledby="h-secret" role="region">
+    <h2 id="h-secret">${title}</h2>
+    <p>This is the only time the key is shown. Keep it somewhere safe.</p>
+    <p><code class="key" data-testid="new-key">${plaintext}</code></p>
+    <button type="button" onClick=${copy}>Copy</button> <button type="button" class="link" onClick=${onClose}>Done</button>
+    <span role="status">${copied}</span>
+  </section>`;
+}
+
+// ---- Usage -----------------------------------------------------------------------------
+
+function Usage({ session }) {
+  const member = session.role === 'member';
+  const [filters, setFilters] = useState({ account: member ? session.account : '', key: '', model: '', since: '', until: '' });
+  const [cursors, setCursors] = useState([undefined]);
+  const cursor = cursors[cursors.length - 1];
+  const params = useMemo(() => ({
+    account: filters.account, key: filters.key, model: filters.model,
+    since: filters.since ? new Date(`${filters.since}Z`).toISOString() : undefined,
+    until: filters.until ? new Date(`${filters.until}Z`).toISOString() : undefined,
+  }), [filters]);
+  const [state] = useLoad(() => call('GET', `/admin/usage/records${query({ ...params, limit: 50, cursor })}`), [params, cursor]);
+  const apply = (e) => {
+    e.preventDefault();
+    const f = new FormData(e.currentTarget);
+    setFilters({ account: member ? session.account : String(f.get('account') ?? ''), key: String(f.get('key') ?? ''), model: String(f.get('model') ?? ''), since: String(f.get('since') ?? ''), until: String(f.get('until') ?? '') });
+    setCursors([undefined]);
+  };
+  const exportUrl = (format) => `/console/api/usage/export${query({ ...params, format })}`;
+  const d = state.data;
+  return html`<form class="filters" onSubmit=${apply} aria-label="Filter usage records">
+      <div class="field"><label for="f-account">Account</label><input id="f-account" name="account" value=${filters.account} disabled=${member} /></div>
+      <div class="field"><label for="f-key">Key id</label><input id="f-key" name="key" value=${filters.key} /></div>
+      <div class="field"><label for="f-model">Model</label><input id="f-model" name="model" value=${filters.model} /></div>
+      <div class="field"><label for="f-since">From (UTC)</label><input id="f-since" name="since" type="datetime-local" value=${filters.since} /></div>
+      <div class="field"><label for="f-until">To (UTC)</label><input id="f-until" name="until" type="datetime-local" value=${filters.until} /></div>
+      <div class="field buttons"><button type="submit">Apply</button></div>
+    </form>
+    <p class="downloads"><a href=${exportUrl('csv')} download="usage.csv">Download CSV</a> <a href=${exportUrl('jsonl')} download="usage.jsonl">Download JSONL</a></p>
+    ${d === undefined ? html`<${Loading} state=${state} />` : html`<${Problem} error=${state.error} />
+    <div class="scroll"><table>
+      <caption class="sr-only">Usage records</caption>
+      <thead><tr><th scope="col">Time</th><th scope="col">Request id</th><th scope="col">Account</th><th scope="col">Key</th><th scope="col">Model</th><th scope="col">Route</th><th scope="col" class="num">Status</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Units</th></tr></thead>
+      <tbody>${d.records.map((r) => html`<tr>
+        <td class="when">${when(r.at)}</td><td class="id">${r.request_id}</td><td class="id">${r.account}</td><td class="id">${r.key_id ?? '—'}</td><td>${r.model}</td><td>${r.route}</td>
+        <td class="num">${r.status}</td><td class="num">${fmt(r.prompt_tokens + r.completion_tokens)}</td><td class="num">${fmt(r.units)}</td>
+      </tr>`)}</tbody>
+    </table></div>
+    ${d.records.length === 0 && html`<p class="empty">No usage records match.</p>`}
+    <div class="pager">
+      ${cursors.length > 1 && html`<button type="button" onClick=${() => setCursors(cursors.slice(0, -1))}>Previous page</button>`}
+      ${d.next_cursor && html`<button type="button" onClick=${() => setCursors([...cursors, d.next_cursor])}>Next page</button>`}
+    </div>`}`;
+}
+
+// ---- Upstreams -------------------------------------------------------------------------
+
+function Upstreams() {
+  const [state, reload] = useLoad(() => call('GET', '/admin/upstreams'), []);
+  const [at, setAt] = useState(new Date());
+  useEffect(() => {
+    const t = setInterval(() => { reload(); setAt(new Date()); }, 4000);
+    return () => clearInterval(t);
+  }, [reload]);
+  const d = state.data;
+  if (d === undefined) return html`<${Loading} state=${state} />`;
+  const providers = Object.entries(d.providers);
+  return html`<p class="muted" aria-live="off">Refreshed every 4 s; last ${at.toISOString().slice(11, 19)} UTC.</p>
+    <${Problem} error=${state.error} />
+    ${providers.length === 0 && html`<p class="empty">No providers.</p>`}
+    ${providers.map(([name, p]) => html`<section class="provider" aria-labelledby=${`p-${name}`}>
+      <h2 id=${`p-${name}`}>${name} <span class="muted">${p.balance ?? ''}${p.queued ? ` · ${p.queued} queued` : ''}</span></h2>
+      <div class="scroll"><table><thead><tr><th scope="col">URL</th><th scope="col">State</th><th scope="col" class="num">Outstanding</th><th scope="col" class="num">Queue depth</th><th scope="col" class="num">KV cache</th><th scope="col" class="num">Failures</th></tr></thead>
+      <tbody>${p.replicas.map((r) => html`<tr>
+        <td class="id">${r.url}</td>
+        <td>${r.ejected_until ? html`<span class="bad">ejected until ${when(r.ejected_until)}</span>` : r.healthy ? html`<span class="good">healthy</span>` : html`<span class="bad">unhealthy</span>`}</td>
+        <td class="num">${fmt(r.outstanding)}</td><td class="num">${fmt(r.queue_depth)}</td>
+        <td class="num">${r.kv_cache_usage === null ? '—' : `${Math.round(r.kv_cache_usage * 100)}%`}</td><td class="num">${fmt(r.failures)}</td>
+      </tr>`)}</tbody></table></div>
+      ${(() => { const open = (p.circuits ?? []).filter((c) => c.open); return open.length === 0 ? html`<p class="muted">No open circuits.</p>`
+        : html`<p class="bad">Open circuits: ${open.map((c) => `${c.upstream_model}${c.open_until ? ` (until ${when(c.open_until)})` : ''}`).join(', ')}</p>`; })()}
+    </section>`)}`;
+}
+
+// ---- Config ----------------------------------------------------------------------------
+
+function Config({ session }) {
+  const [state] = useLoad(() => call('GET', '/console/api/config'), []);
+  const [text, setText] = useState('');
+  const [check, setCheck] = useState(null);
+  const [reload, setReload] = useState(null);
+  const [error, setError] = useState(null);
+  const run = async (fn, set) => {
+    setError(null);
+    try { set(await fn()); } catch (err) { setError(err); }
+  };
+  return html`<section aria-labelledby="h-effective"><h2 id="h-effective">Effective config</h2>
+      <p class="muted">Secrets are shown as ***.</p>
+      ${state.data === undefined ? html`<${Loading} state=${state} />` : html`<pre class="yaml" tabindex="0" aria-label="Effective config (YAML)">${state.data.yaml}</pre>`}
+    </section>
+    <section aria-labelledby="h-check"><h2 id="h-check">Check a config</h2>
+      <form onSubmit=${(e) => { e.preventDefault(); run(() => call('POST', '/console/api/config/check', { yaml: text }), setCheck); }}>
+        <label for="check-yaml">YAML to check</label>
+        <textarea id="check-yaml" rows="10" spellcheck="false" value=${text} onInput=${(e) => setText(e.currentTarget.value)}></textarea>
+        <button type="submit">Check</button>
+      </form>
+      ${check && (check.ok ? html`<p role="status" class="good">No problems.</p>` : html`<ul class="problems" aria-label="Problems">${check.problems.map((p) => html`<li>${p}</li>`)}</ul>`)}
+      ${check && check.warnings.length > 0 && html`<ul class="warnings" aria-label="Warnings">${check.warnings.map((w) => html`<li>${w}</li>`)}</ul>`}
+    </section>
+    ${session.role === 'admin' && html`<section aria-labelledby="h-reload"><h2 id="h-reload">Reload</h2>
+      <p>Reads the config file again, as SIGHUP does.</p>
+      <button type="button" onClick=${() => run(() => call('POST', '/console/api/reload'), setReload)}>Reload</button>
+      ${reload && (reload.reloaded ? html`<p role="status" class="good">Reloaded.</p>` : html`<ul class="problems" aria-label="Reload problems">${reload.problems.map((p) => html`<li>${p}</li>`)}</ul>`)}
+    </section>`}
+    <${Problem} error=${error} />`;
+}
+
+// ---- Audit -----------------------------------------------------------------------------
+
+function Audit() {
+  const [cursors, setCursors] = useState([undefined]);
+  const cursor = cursors[cursors.length - 1];
+  const [state] = useLoad(() => call('GET', `/admin/audit${query({ limit: 50, cursor })}`), [cursor]);
+  const d = state.data;
+  if (d === undefined) return html`<${Loading} state=${state} />`;
+  return html`<${Problem} error=${state.error} /><div class="scroll"><table>
+      <caption class="sr-only">Audit log, newest first</caption>
+      <thead><tr><th scope="col">When</th><th scope="col">Actor</th><th scope="col">Role</th><th scope="col">Action</th><th scope="col">Target</th><th scope="col">Address</th><th scope="col">Request id</th></tr></thead>
+      <tbody>${d.events.map((e) => html`<tr><td class="when">${when(e.at)}</td><td>${e.actor}</td><td>${e.role}</td><td>${e.action}</td><td class="id">${e.target}</td><td>${e.ip}</td><td class="id">${e.request_id}</td></tr>`)}</tbody>
+    </table></div>
+    ${d.events.length === 0 && html`<p class="empty">No writes yet.</p>`}
+    <div class="pager">
+      ${cursors.length > 1 && html`<button type="button" onClick=${() => setCursors(cursors.slice(0, -1))}>Previous page</button>`}
+      ${d.next_cursor && html`<button type="button" onClick=${() => setCursors([...cursors, d.next_cursor])}>Next page</button>`}
+    </div>`;
+}
+
+// ---- the app ---------------------------------------------------------------------------
+
+function App() {
+  const [info, setInfo] = useState(null);
+  const [session, setSession] = useState(undefined);
+  const [error, setError] = useState(null);
+  useEffect(() => {
+    (async () => {
+      try {
+        setInfo(await call('GET', '/console/api/info'));
+        const s = await call('GET', '/console/api/session');
+        setCsrf(s.csrf);
+        setSession(s);
+      } catch (err) {
+        if (err instanceof ApiError && err.status === 401) setSession(null);
+        else setError(err);
+      }
+    })();
+  }, []);
+  const signedIn = (s) => { setCsrf(s.csrf); setSession(s); if (location.search) history.replaceState(null, '', '/console/'); };
+  const signOut = async () => {
+    try { await call('POST', '/console/api/logout'); } catch { /* ended anyway below */ }
+    setCsrf('');
+    setSession(null);
+  };
+  if (error) return html`<main class="signin"><${Problem} error=${error} /></main>`;
+  if (info === null || session === undefined) return html`<p class="muted">Loading the console…</p>`;
+  if (session === null) return html`<${SignIn} info=${info} onSignedIn=${signedIn} />`;
+  return html`<${Shell} session=${session} onSignOut=${signOut} />`;
+}
+
+render(html`<${App} />`, document.getElementById('app'));
