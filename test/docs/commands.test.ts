@@ -45,7 +45,7 @@ set -o pipefail
 curl() { command curl -D "$TG_HDR" "$@"; }
 tollgate_cli() {
   case "$1" in
-    accounts|keys|credits|sessions|usage) command node "$TG_ROOT/bin/tollgate.js" "$@" --url "$TG_URL" ;;
+    accounts|keys|teams|credits|sessions|usage) command node "$TG_ROOT/bin/tollgate.js" "$@" --url "$TG_URL" ;;
     *) command node "$TG_ROOT/bin/tollgate.js" "$@" ;;
   esac
 }

@@ -2,9 +2,10 @@
 // ./records.ts).
 //
 // Key layout (P = the store's prefix; ID = the account id):
-//   P{acct:ID}:holds            hash  requestId -> "units:expiresAtMs[:keyId]" (open holds), and
-//                                     their sums: '#u' units, '#n' count, '#k:<keyId>' units by
-//                                     key, '#e' at or before the earliest expiry (OPEN_HOLDS);
+//   P{acct:ID}:holds            hash  requestId -> "units:expiresAtMs[:keyId[<tab>teamId]]" (open
+//                                     holds), and their sums: '#u' units, '#n' count, '#k:<keyId>'
+//                                     units by key, '#t:<teamId>' units by team (the team the key
+//                                     named at the hold), '#e' at or before the earliest expiry (OPEN_HOLDS);
 //                                     expired holds are purged by the first hold/settle after
 //                                     '#e'; the key expires a minute after its longest hold would
 //   P{acct:ID}:settled          hash  requestId -> units charged by its settlement, or 'x' once it
@@ -14,6 +15,11 @@
 //                                     and both expire 2 h after the account's last settlement
 //   P{acct:ID}:usage:D:<day>    hash  requests, tokens, units of a UTC day ('YYYY-MM-DD'); 40 days
 //   P{acct:ID}:usage:M:<month>  hash  the same for a UTC month ('YYYY-MM'); 400 days
+//
+// Teams (CONTRACT section 15; ./teams.ts): a team's budget and spend are fields of its account's
+// hash (P{acct:ID}, t:<teamId>:bu/bp/sp/su), so the hold reads the key's team (its hash's tm) and
+// holds the team's budget with the key's and the wallet in the same script, and the settle and
+// the undo charge and give back the team the hold named, with no key of their own.
 //
 // Atomicity: hold and settle are one Lua script each, over keys of the account's hash tag only
 // (like every other script of the store, so they run on a cluster too). A hold reads the sums of
