@@ -10,8 +10,9 @@
 // - wallet.low: the available balance after a settlement below alerts.wallet_low_units. The
 //   store keeps an armed flag per account; a fall below disarms it and only the call that found
 //   it armed appends the event; a settlement at or above the mark re-arms it. This instance
-//   remembers what it last set (a disarmed flag for DISARMED_RECHECK_MS, since another
-//   instance may re-arm it), so requests that change nothing write nothing.
+//   remembers what it last set, and sets it again only when the balance changes side or
+//   FLAG_RECHECK_MS passed (another instance may have changed it), so requests that cross
+//   nothing write nothing.
 // - key.expiring: a sweep every alerts.sweep_interval_ms for keys expiring within 7 days.
 // - upstream.ejected: the fleet reports each replica it ejects (outliers or health checks).
 
@@ -26,8 +27,13 @@ import {
   EXPIRING_AHEAD_MS, crossedThresholds, ejectedEvent, expiringEvent, thresholdEvent, walletLowEvent, webhooksFor, type BudgetScope,
 } from './events.js';
 
-/** How long this instance trusts that an account's wallet flag is still disarmed. */
-const DISARMED_RECHECK_MS = 5 * 60_000;
+/**
+ * How long this instance trusts what it last set an account's wallet flag to: another instance
+ * may have changed it since (disarmed it at a fall, or armed it after a top-up that only that
+ * one saw), so it is set again, at most this often per account, while the balance stays on one
+ * side of the mark.
+ */
+const FLAG_RECHECK_MS = 5 * 60_000;
 /** Accounts whose flag state this instance remembers (the oldest are forgotten past it). */
 const MAX_REMEMBERED = 100_000;
 
@@ -45,8 +51,8 @@ export class Alerts {
   #config: Config['alerts'] | undefined;
   /** Per event type, the webhooks that want it (from the config in force). */
   #hooks = new Map<AlertEvent['type'], string[]>();
-  /** account -> the flag as this instance last saw it: 'armed', or the time it saw it disarmed. */
-  readonly #wallet = new Map<string, 'armed' | number>();
+  /** account -> what this instance last set the flag to, and when. */
+  readonly #wallet = new Map<string, { armed: boolean; at: number }>();
   /** Appends in flight (stop() waits for them). */
   readonly #pending = new Set<Promise<unknown>>();
   #sweepTimer: NodeJS.Timeout | undefined;
@@ -132,16 +138,15 @@ export class Alerts {
   #walletAfter(account: string, available: number): void {
     const mark = this.#config?.wallet_low_units ?? null;
     if (mark === null || this.#wanted('wallet.low') === undefined) return;
+    const armed = available >= mark;
     const seen = this.#wallet.get(account);
-    if (available >= mark) {
-      if (seen === 'armed') return;
-      this.#remember(account, 'armed');
+    const now = this.#clock.now();
+    if (seen !== undefined && seen.armed === armed && now - seen.at < FLAG_RECHECK_MS) return;
+    this.#remember(account, { armed, at: now });
+    if (armed) {
       void this.#store.alerts.armWallet(account, true).catch(() => this.#wallet.delete(account));
       return;
     }
-    const now = this.#clock.now();
-    if (typeof seen === 'number' && now - seen < DISARMED_RECHECK_MS) return;
-    this.#remember(account, now);
     const p = this.#store.alerts.armWallet(account, false).then((was) => {
       if (!was) return;
       const hooks = this.#wanted('wallet.low');
@@ -151,7 +156,7 @@ export class Alerts {
     void p.finally(() => this.#pending.delete(p));
   }
 
-  #remember(account: string, state: 'armed' | number): void {
+  #remember(account: string, state: { armed: boolean; at: number }): void {
     this.#wallet.delete(account);
     this.#wallet.set(account, state);
     if (this.#wallet.size > MAX_REMEMBERED) this.#wallet.delete(this.#wallet.keys().next().value!);

@@ -48,7 +48,8 @@ for (const kind of ['memory', 'redis'] as const) {
     const clock = new FakeClock();
     const rx = await startReceiver();
     t.teardown(() => rx.close());
-    const w = worker(outbox, clock, [rx], 300);
+    // Long enough for a loaded machine to connect and answer; the hang waits it out once.
+    const w = worker(outbox, clock, [rx], 2000);
     t.teardown(() => w.stop());
 
     // 500: pending, retried after the first delay (jitter fixed at its middle).
@@ -161,15 +162,15 @@ for (const kind of ['memory', 'redis'] as const) {
     const e = event(clock);
     await outbox.append(e, [rx.url], clock.now());
     // The crashed instance took the lease and never gave it back.
-    t.equal(await outbox.lease(e.id, 'crashed-instance', 400, clock.now()), true);
+    t.equal(await outbox.lease(e.id, 'crashed-instance', 3000, clock.now()), true);
     const w = worker(outbox, clock, [rx]);
     t.teardown(() => w.stop());
     await w.tick();
     t.equal(rx.received.length, 0, 'nobody delivers while the lease holds');
-    t.equal(await outbox.lease(e.id, 'third', 400, clock.now()), false);
+    t.equal(await outbox.lease(e.id, 'third', 3000, clock.now()), false);
     // Redis counts a lease in its own time; the memory store in the worker's clock.
-    clock.advance(500);
-    if (kind === 'redis') await new Promise((r) => setTimeout(r, 500));
+    clock.advance(3100);
+    if (kind === 'redis') await new Promise((r) => setTimeout(r, 3100));
     await w.tick();
     t.equal(rx.delivered().length, 1, 'delivered once the lease ran out');
     t.match((await outbox.get(e.id))!.deliveries[0], { state: 'delivered', attempts: 1 });

@@ -128,3 +128,24 @@ t.test('detection on the request path: only a crossing calls the store', async (
   await alerts.flush();
   t.strictSame(calls, [], 'a repeated settlement: nothing');
 });
+
+t.test('the wallet flag is set again after 5 minutes on one side (another instance may have changed it)', async (t) => {
+  const { store, calls } = countingStore();
+  let now = Date.UTC(2026, 10, 27);
+  const alerts = new Alerts(store, undefined, { background: false, clock: { now: () => now } });
+  alerts.configure(validateConfig({ alerts: { wallet_low_units: 500, webhooks: [{ url: 'http://127.0.0.1:9/h', secret: 'x', events: ['wallet.low'] }] } }).alerts);
+  const settle = (available: number) => ({ applied: true, charged_units: 1, balance_units: available, available_units: available });
+  alerts.settled('a', undefined, undefined, settle(900));
+  now += 4 * 60_000;
+  alerts.settled('a', undefined, undefined, settle(899));
+  await alerts.flush();
+  t.strictSame(calls, ['arm:true'], 'once within 5 minutes');
+  now += 2 * 60_000;
+  alerts.settled('a', undefined, undefined, settle(898));
+  alerts.settled('a', undefined, undefined, settle(897));
+  await alerts.flush();
+  t.strictSame(calls, ['arm:true', 'arm:true'], 'again after 5 minutes, once');
+  alerts.settled('b', undefined, undefined, settle(100));
+  await alerts.flush();
+  t.strictSame(calls.slice(2), ['arm:false', 'append'], 'per account');
+});

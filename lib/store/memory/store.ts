@@ -12,7 +12,8 @@
 // TTL ran out); a settlement is one journal entry; settled request ids are kept for an hour
 // and usage windows for about 40 days / 13 months (pruned at snapshots). Usage records go to
 // their own day files, <path>/usage/YYYY-MM-DD.jsonl, or to columns per day in memory, kept
-// for the retention (../usage-records.ts, ./usage-files.ts, ./usage-columns.ts).
+// for the retention (../usage-records.ts, ./usage-files.ts, ./usage-columns.ts). The alerts
+// outbox (./alerts.ts) is journaled and snapshotted with the rest.
 
 import { keyIdOf } from '../digest.js';
 import type { AccountConfig } from '../../config/types.js';

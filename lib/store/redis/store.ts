@@ -25,6 +25,7 @@
 //   metering (holds, settlements, usage windows): see metering.ts
 //   usage records (P{usage:HOUR}, P{usage:index}): see records.ts
 //   stored responses (P{resp:ACCOUNT}:...): see responses.ts
+//   the alerts outbox (P{alerts}:..., P{acct:ID}:walarm): see alerts.ts
 //
 // Atomicity and Redis Cluster: every mutation is one Lua script, and every script touches keys
 // of one `{...}` hash tag only, so the same scripts work on a cluster. A script's keys all begin
