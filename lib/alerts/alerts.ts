@@ -5,8 +5,9 @@
 // - budget.threshold: after each settlement, from the key's spend the store returns with it:
 //   the spend before is the spend after minus the charge, compared locally, so a request that
 //   crosses nothing costs nothing more; a crossing appends its event (deterministic id, appended
-//   only when absent: once per budget version, period and threshold). budget() takes any scope,
-//   so a team's budget is one more call.
+//   only when absent: once per budget version, period and threshold). Likewise the team's
+//   budget, from the team's spend the same settlement returns (subject {account, team, key_id}:
+//   the key whose request crossed; the event id names the team only, so one per crossing).
 // - wallet.low: the available balance after a settlement below alerts.wallet_low_units. The
 //   store keeps an armed flag per account; a fall below disarms it and only the call that found
 //   it armed appends the event; a settlement at or above the mark re-arms it. This instance
@@ -106,15 +107,23 @@ export class Alerts {
 
   /**
    * After an applied settlement of `account`'s request (with its key, and the budget periods of
-   * its hold): threshold crossings of the key's budget, and the wallet's low mark. Synchronous
-   * and cheap when nothing is crossed; never throws.
+   * its hold): threshold crossings of the key's budget and of its team's, and the wallet's low
+   * mark. Synchronous and cheap when nothing is crossed; never throws.
    */
   settled(account: string, keyId: string | undefined, periods: BudgetPeriods | undefined, r: SettleResult): void {
     if (this.#config === undefined || !r.applied) return;
     try {
-      if (keyId !== undefined && periods !== undefined && r.key !== undefined && r.key.budget !== null && this.#hooks.has('budget.threshold')) {
-        const pid = periodId(r.key.budget.period, periods);
-        if (r.key.spent.period === pid) this.budget({ account, key_id: keyId }, r.key.budget, pid, r.key.spent.units - r.charged_units, r.key.spent.units);
+      if (keyId !== undefined && periods !== undefined && this.#hooks.has('budget.threshold')) {
+        if (r.key !== undefined && r.key.budget !== null) {
+          const pid = periodId(r.key.budget.period, periods);
+          if (r.key.spent.period === pid) this.budget({ account, key_id: keyId }, r.key.budget, pid, r.key.spent.units - r.charged_units, r.key.spent.units);
+        }
+        if (r.team !== undefined && r.team.budget !== null) {
+          const pid = periodId(r.team.budget.period, periods);
+          if (r.team.spent.period === pid) {
+            this.budget({ account, team: r.team.id, key_id: keyId }, r.team.budget, pid, r.team.spent.units - r.charged_units, r.team.spent.units);
+          }
+        }
       }
       this.#walletAfter(account, r.available_units);
     } catch (err) {

@@ -22,8 +22,11 @@ export function eventId(...parts: Array<string | number | null>): string {
   return `evt_${h.digest('hex').slice(0, 32)}`;
 }
 
-/** Whose budget: a key's (key_id), or later a team's (team); always in an account. */
-export type BudgetScope = { account: string; key_id: string; team?: undefined } | { account: string; team: string; key_id?: undefined };
+/**
+ * Whose budget: a key's (key_id), or a team's (team; key_id then names the key whose request
+ * crossed, for the subject only: the event is the team's, whichever key crossed); always in an account.
+ */
+export type BudgetScope = { account: string; key_id: string; team?: undefined } | { account: string; team: string; key_id?: string };
 
 /**
  * The thresholds (percent) a spend going from `before` to `after` units crosses in a budget of
@@ -48,14 +51,14 @@ export function crossedThresholds(thresholds: readonly number[], units: number, 
 export function thresholdEvent(
   scope: BudgetScope, budget: { units: number; period: BudgetPeriod }, periodId: string, threshold: number, spent: number, at: number,
 ): AlertEvent {
-  const who = scope.key_id !== undefined ? `key:${scope.key_id}` : `team:${scope.team}`;
+  const who = scope.team === undefined ? `key:${scope.key_id}` : `team:${scope.team}`;
   const subject: AlertSubject = { account: scope.account, ...(scope.team === undefined ? {} : { team: scope.team }), ...(scope.key_id === undefined ? {} : { key_id: scope.key_id }) };
   return {
     id: eventId('budget.threshold', who, budget.units, budget.period, periodId, threshold),
     type: 'budget.threshold',
     at: new Date(at).toISOString(),
     subject,
-    data: { threshold, scope: scope.key_id !== undefined ? 'key' : 'team', budget_units: budget.units, period: budget.period, period_id: periodId, spent_units: spent },
+    data: { threshold, scope: scope.team === undefined ? 'key' : 'team', budget_units: budget.units, period: budget.period, period_id: periodId, spent_units: spent },
   };
 }
 

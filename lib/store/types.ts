@@ -152,6 +152,11 @@ export interface SettleResult {
    * holds them (alerts compare them with the charge to see a threshold crossed: ../alerts/).
    */
   key?: { budget: { units: number; period: BudgetPeriod } | null; spent: { period: string; units: number } };
+  /**
+   * With a team (Settlement.key.team, while its account still has it), when applied: the team's
+   * budget and spend after this settlement, read in the same step, as for `key`.
+   */
+  team?: { id: string; budget: { units: number; period: BudgetPeriod } | null; spent: { period: string; units: number } };
 }
 
 /**

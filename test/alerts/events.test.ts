@@ -55,6 +55,10 @@ t.test('event ids: the same crossing makes the same id; another budget version, 
   const team = thresholdEvent({ account: 'a', team: 'core' }, b, 'm:2026-11', 80, 85, 1);
   t.strictSame(team.subject, { account: 'a', team: 'core' });
   t.equal(team.data.scope, 'team');
+  const crossedBy = thresholdEvent({ account: 'a', team: 'core', key_id: 'key_1' }, b, 'm:2026-11', 80, 85, 1);
+  t.strictSame(crossedBy.subject, { account: 'a', team: 'core', key_id: 'key_1' }, 'a team\'s event names the key whose request crossed');
+  t.equal(crossedBy.id, team.id, 'but its id is the team\'s: whichever key crosses, one event');
+  t.equal(crossedBy.data.scope, 'team');
 });
 
 t.test('the signature is the hex HMAC-SHA256 of the exact body bytes', async (t) => {
@@ -90,6 +94,37 @@ function countingStore(): { store: Store; calls: string[] } {
   };
   return { store: { alerts } as unknown as Store, calls };
 }
+
+t.test('detection of a team\'s budget from the settlement\'s team part: its own crossings, its own period', async (t) => {
+  const appended: any[] = [];
+  const { store, calls } = countingStore();
+  (store.alerts as any).append = async (e: any) => { calls.push('append'); appended.push(e); return true; };
+  const alerts = new Alerts(store, undefined, { background: false });
+  alerts.configure(validateConfig({ alerts: { webhooks: [{ url: 'http://127.0.0.1:9/h', secret: 'x' }] } }).alerts);
+  const periods = { day: 'd:2026-11-27', week: 'w:2026-11-23', month: 'm:2026-11' };
+  const settle = (charged: number, keySpent: number, teamSpent: number, teamPeriod = 'd:2026-11-27') => ({
+    applied: true, charged_units: charged, balance_units: 1000, available_units: 1000,
+    key: { budget: null, spent: { period: 'n', units: keySpent } },
+    team: { id: 'core', budget: { units: 200, period: 'day' as const }, spent: { period: teamPeriod, units: teamSpent } },
+  });
+  alerts.settled('a', 'key_1', periods, settle(50, 50, 90));
+  await alerts.flush();
+  t.strictSame(calls, [], 'the team at 45%: nothing (the key has no budget)');
+  alerts.settled('a', 'key_2', periods, settle(80, 80, 170));
+  await alerts.flush();
+  t.strictSame(appended.map((e) => [e.data.threshold, e.data.scope, e.subject]), [
+    [50, 'team', { account: 'a', team: 'core', key_id: 'key_2' }],
+    [80, 'team', { account: 'a', team: 'core', key_id: 'key_2' }],
+  ], '90 -> 170 of 200: 50% and 80%, named after the key whose request crossed');
+  t.ok(appended.every((e) => e.data.period === 'day' && e.data.period_id === 'd:2026-11-27' && e.data.spent_units === 170 && e.data.budget_units === 200));
+  appended.length = 0;
+  alerts.settled('a', 'key_1', periods, settle(40, 90, 210, 'd:2026-11-28'));
+  await alerts.flush();
+  t.strictSame(appended, [], 'a team spend of another period than the hold\'s: not compared');
+  alerts.settled('a', 'key_1', periods, { ...settle(40, 90, 210), key: undefined as any });
+  await alerts.flush();
+  t.strictSame(appended.map((e) => e.data.threshold), [100], 'the team part alone is enough (a key with no spend of its own)');
+});
 
 t.test('detection on the request path: only a crossing calls the store', async (t) => {
   const { store, calls } = countingStore();

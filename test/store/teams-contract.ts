@@ -155,6 +155,39 @@ export function teamsContract(t: any, name: string, open: () => Promise<OpenedSt
       t.match(await s.getTeam('red'), { budget: null, spent: { period: 'n', units: 5 } });
     });
 
+    t.test("a settlement returns the team's budget and spend after it, read in the same step (alerts compare them)", async (t: any) => {
+      const s = (await fresh(t)).store();
+      await s.createAccount({ id: 'a', plan: 'free', balance_units: 1000 });
+      await s.createTeam('a', 'red', settings({ budget: { units: 100, period: 'day' } }));
+      await s.createTeam('a', 'gone', settings({ budget: { units: 100, period: 'day' } }));
+      const k1 = await key(s, 'a', 'k1', { team: 'red', budget: { units: 500, period: 'month' } });
+      const k2 = await key(s, 'a', 'k2', { team: 'red' });
+      const p = periods();
+      const settle = (rid: string, units: number, keyId: string, team?: string) => s.settle({
+        account: 'a', requestId: rid, units, promptTokens: 1, completionTokens: 1, day: day(), month: day().slice(0, 7),
+        key: { id: keyId, periods: p, ...(team === undefined ? {} : { team }) },
+      });
+      await s.hold(hold('a', 's1', 40, k1));
+      const first = await settle('s1', 40, k1, 'red');
+      t.strictSame(first!.team, { id: 'red', budget: { units: 100, period: 'day' }, spent: { period: p.day, units: 40 } });
+      t.strictSame(first!.key, { budget: { units: 500, period: 'month' }, spent: { period: p.month, units: 40 } }, "the key's beside it");
+      await s.hold(hold('a', 's2', 60, k2));
+      t.strictSame((await settle('s2', 90, k2, 'red'))!.team, { id: 'red', budget: { units: 100, period: 'day' }, spent: { period: p.day, units: 100 } },
+        "another key of the team, settled above its hold: the team's spend, capped at its budget (60 of the 90 charged)");
+      t.equal((await settle('s2', 90, k2, 'red'))!.team, undefined, 'a repeat: no team part');
+      t.equal((await settle('s3', 5, k2))!.team, undefined, 'a settlement naming no team (its hold counted against none): none');
+      await s.updateTeam('red', { budget: null });
+      t.strictSame((await settle('s4', 0, k2, 'red'))!.team, { id: 'red', budget: null, spent: { period: 'n', units: 0 } },
+        'a team without a budget: its spend in the period that never resets');
+      const k3 = await key(s, 'a', 'k3', { team: 'gone' });
+      await s.hold(hold('a', 's5', 10, k3));
+      await s.revokeKey(k3);
+      t.equal(await s.deleteTeam('gone'), 'deleted');
+      const late = await settle('s5', 10, k3, 'gone');
+      t.match(late, { applied: true, charged_units: 10 });
+      t.equal(late!.team, undefined, 'the team deleted since the hold: no team part');
+    });
+
     t.test('a hold counts against the team the key names at the hold; its settlement pays that team', async (t: any) => {
       const s = (await fresh(t)).store();
       await s.createAccount({ id: 'a', plan: 'free', balance_units: 1000 });

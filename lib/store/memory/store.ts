@@ -681,6 +681,7 @@ export class MemoryStore implements Store {
       balance_units: account.balance_units,
       available_units: account.balance_units - this.#metering.heldUnits(account.id),
       ...(keyPart === undefined || key === undefined ? {} : { key: { budget: key.controls.budget === null ? null : { ...key.controls.budget }, spent: { ...key.spent } } }),
+      ...(teamPart === undefined || team === undefined ? {} : { team: { id: team.id, budget: team.budget === null ? null : { ...team.budget }, spent: { ...team.spent } } }),
     };
     await written;
     return result;

@@ -270,7 +270,9 @@ if ARGV[9] ~= '' then
 end
 return {1, team, available - units}` },
 
-  // nil: no account; {applied, charged, balance, available}. The charge is min(units, balance),
+  // nil: no account; {applied, charged, balance, available}, and after an applied settlement
+  // with a key its budget and spend (bu, bp, sp, su), then its team's when there is one (see
+  // the end of the script). The charge is min(units, balance),
   // and nothing when the balance is not positive; it is kept as a string Redis or the caller
   // wrote, so no digit is lost. A repeat (applied 0) writes nothing but the holds' upkeep (see
   // OPEN_HOLDS). With a key (ARGV[7]), the charge is also capped at what its budget has left in
@@ -295,6 +297,8 @@ if own ~= false then
   local ou = parseHold(own)
   if ou ~= nil then held = held - tonumber(ou) end
 end
+-- The team the hold counted against (ARGV[11]), while its account still has it (texists).
+local tprefix, texists = 't:' .. ARGV[11] .. ':', false
 if applied == 1 then
   local b, u, ustr = tonumber(bal), tonumber(ARGV[2]), ARGV[2]
   local bu, bp, spent, pid, exists, sp = false, false, 0, nil, false, false
@@ -309,9 +313,7 @@ if applied == 1 then
       end
     end
   end
-  -- The team the hold counted against (ARGV[11]), while its account still has it.
-  local tprefix = 't:' .. ARGV[11] .. ':'
-  local tbu, tpid, texists, tsp = false, nil, false, false
+  local tbu, tpid, tsp = false, nil, false
   if ARGV[7] ~= '' and ARGV[11] ~= '' then
     local tspent, tbp
     tbu, tbp, tspent, tpid, texists, tsp = budgetOf(KEYS[1], ARGV[8], ARGV[9], ARGV[10], tprefix)
@@ -356,10 +358,21 @@ if applied == 1 then
     redis.call('ZREM', KEYS[4], unpack(old))
   end
 end
--- With a key, after an applied settlement: its budget and spend now (alerts detect crossings).
+-- With a key, after an applied settlement: its budget and spend now, then its team's ('' where
+-- there is none), read here at no extra round trip (alerts detect crossings).
 if applied == 1 and ARGV[7] ~= '' then
+  local r = {applied, tonumber(charged), tonumber(bal), tonumber(bal) - held}
   local kb = redis.call('HMGET', KEYS[7], 'bu', 'bp', 'sp', 'su')
-  if kb[3] then return {applied, tonumber(charged), tonumber(bal), tonumber(bal) - held, kb[1] or '', kb[2] or '', kb[3], kb[4] or '0'} end
+  if kb[3] then
+    r[5], r[6], r[7], r[8] = kb[1] or '', kb[2] or '', kb[3], kb[4] or '0'
+  else
+    r[5], r[6], r[7], r[8] = '', '', '', ''
+  end
+  if texists then
+    local tb = redis.call('HMGET', KEYS[1], tprefix .. 'bu', tprefix .. 'bp', tprefix .. 'sp', tprefix .. 'su')
+    if tb[3] then r[9], r[10], r[11], r[12] = tb[1] or '', tb[2] or '', tb[3], tb[4] or '0' end
+  end
+  if #r > 4 then return r end
 end
 return {applied, tonumber(charged), tonumber(bal), tonumber(bal) - held}` },
 
@@ -515,14 +528,11 @@ export class RedisMetering {
       ? await this.#wait.eval(METERING_SCRIPTS.tgSettle.lua, [...keys], [...args])
       : await this.#redis.tgSettle(...keys, ...args);
     if (r === null) return undefined;
-    const [applied, charged, balance, available, bu, bp, sp, su] = tuple(r, Array.isArray(r) && r.length === 8 ? 8 : 4);
+    // 4 members; 8 with the key's budget and spend; 12 with its team's too ('' for none).
+    const [applied, charged, balance, available, bu, bp, sp, su, tbu, tbp, tsp, tsu] = tuple(r, Array.isArray(r) && (r.length === 8 || r.length === 12) ? r.length : 4);
     const result: SettleResult = { applied: applied === 1, charged_units: Number(charged), balance_units: Number(balance), available_units: Number(available) };
-    if (typeof sp === 'string') {
-      result.key = {
-        budget: bu === '' ? null : { units: Number(bu), period: bp === '' ? null : bp as BudgetPeriod },
-        spent: { period: sp, units: Number(su) },
-      };
-    }
+    if (typeof sp === 'string' && sp !== '') result.key = { budget: budgetOf(bu, bp), spent: { period: sp, units: Number(su) } };
+    if (typeof tsp === 'string' && tsp !== '') result.team = { id: s.key!.team!, budget: budgetOf(tbu, tbp), spent: { period: tsp, units: Number(tsu) } };
     return result;
   }
 
@@ -606,6 +616,11 @@ function teamArg(key: Settlement['key']): string {
   if (team === undefined) return '';
   if (typeof team !== 'string' || !TEAM_ID.test(team)) throw new TypeError('team must be a team id');
   return team;
+}
+
+/** A budget as a settle script returns it: units and period, '' for none. */
+function budgetOf(units: unknown, period: unknown): { units: number; period: BudgetPeriod } | null {
+  return units === '' ? null : { units: Number(units), period: period === '' ? null : period as BudgetPeriod };
 }
 
 function tuple(reply: unknown, length: number): unknown[] {
