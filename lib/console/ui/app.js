@@ -289,7 +289,7 @@ function KeyTable({ account, session }) {
     ${creating && html`<${CreateKey} account=${account} onClose=${() => setCreating(false)} onCreated=${(r) => { setCreating(false); setSecret({ title: 'New key', plaintext: r.key }); reload(); }} />`}
     ${secret && html`<${ShowOnce} ...${secret} onClose=${() => setSecret(null)} />`}
     <${Problem} error=${error} />
-    ${d === undefined ? html`<${Loading} state=${state} />` : html`<${Problem} error=${state.error} />
+    ${d === undefined ? html`<${Loading} state=${state} />` : d.keys.length === 0 ? html`<p class="empty">No keys.</p>` : html`<${Problem} error=${state.error} />
     <div class="scroll"><table>
       <caption class="sr-only">Keys of ${account}</caption>
       <thead><tr><th scope="col">Name</th><th scope="col">Hint</th><th scope="col">Models</th><th scope="col" class="num">Budget spent</th><th scope="col">Expires</th><th scope="col">Last used</th><th scope="col">Team</th>${canWrite && html`<th scope="col"><span class="sr-only">Actions</span></th>`}</tr></thead>
@@ -310,8 +310,7 @@ function KeyTable({ account, session }) {
             : html`<button type="button" class="danger" onClick=${() => setConfirm(k.id)} aria-label=${`Revoke ${k.name ?? k.id}`}>Revoke</button>`}
         </td>`}
       </tr>`)}</tbody>
-    </table></div>
-    ${d.keys.length === 0 && html`<p class="empty">No keys.</p>`}`}`;
+    </table></div>`}`;
 }
 
 function CreateKey({ account, onClose, onCreated }) {
@@ -400,7 +399,7 @@ function Usage({ session }) {
       <div class="field buttons"><button type="submit">Apply</button></div>
     </form>
     <p class="downloads"><a href=${exportUrl('csv')} download="usage.csv">Download CSV</a> <a href=${exportUrl('jsonl')} download="usage.jsonl">Download JSONL</a></p>
-    ${d === undefined ? html`<${Loading} state=${state} />` : html`<${Problem} error=${state.error} />
+    ${d === undefined ? html`<${Loading} state=${state} />` : d.records.length === 0 ? html`<${Problem} error=${state.error} /><p class="empty">No usage records match.</p>` : html`<${Problem} error=${state.error} />
     <div class="scroll"><table>
       <caption class="sr-only">Usage records</caption>
       <thead><tr><th scope="col">Time</th><th scope="col">Request id</th><th scope="col">Account</th><th scope="col">Key</th><th scope="col">Model</th><th scope="col">Route</th><th scope="col" class="num">Status</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Units</th></tr></thead>
@@ -409,7 +408,6 @@ function Usage({ session }) {
         <td class="num">${r.status}</td><td class="num">${fmt(r.prompt_tokens + r.completion_tokens)}</td><td class="num">${fmt(r.units)}</td>
       </tr>`)}</tbody>
     </table></div>
-    ${d.records.length === 0 && html`<p class="empty">No usage records match.</p>`}
     <div class="pager">
       ${cursors.length > 1 && html`<button type="button" onClick=${() => setCursors(cursors.slice(0, -1))}>Previous page</button>`}
       ${d.next_cursor && html`<button type="button" onClick=${() => setCursors([...cursors, d.next_cursor])}>Next page</button>`}
