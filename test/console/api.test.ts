@@ -171,6 +171,8 @@ t.test('signing out ends the session on the server: the same cookie is refused a
   const replay = await fetch(`${url}/admin/accounts/acme`, { headers: { cookie: s.cookie } });
   t.equal(replay.status, 401);
   t.equal(((await replay.json()) as any).error.code, 'not_signed_in');
+  const events = ((await (await admin('/admin/audit?limit=2')).json()) as any).events;
+  t.same(events.map((e: any) => e.action), ['POST /console/api/logout', 'POST /console/api/login'], 'sign-in and sign-out are audited');
 });
 
 t.test('a member sees and manages only their account', async (t) => {
