@@ -13,7 +13,7 @@ import OpenAI from 'openai';
 import type { Page } from 'playwright-core';
 import { holds } from '../property/arbitraries.js';
 import { haveChromium, launch } from '../helpers/browser.js';
-import { ADMIN_TOKEN, WALLET, startConsole } from '../helpers/console.js';
+import { ADMIN_TOKEN, startConsole } from '../helpers/console.js';
 
 const SHOTS = fileURLToPath(new URL('../../.tap/console-screenshots/', import.meta.url));
 const PAGES = ['Overview', 'Accounts', 'Keys', 'Usage', 'Upstreams', 'Config', 'Audit'];
@@ -309,5 +309,4 @@ if (haveChromium(t)) {
       t.notOk(/dangerouslySetInnerHTML|innerHTML|outerHTML|insertAdjacentHTML|document\.write/.test(text), `${f} never writes markup`);
     }
   });
-  void WALLET;
 }
