@@ -73,7 +73,7 @@ function SignIn({ info, onSignedIn }) {
       setBusy(false);
     }
   };
-  return html`<main class="signin" id="main">
+  return html`<main class="signin">
     <h1>Tollgate console</h1>
     ${ssoMessage && html`<p class="problem" role="alert">${ssoMessage}</p>`}
     ${info.token && html`<form onSubmit=${submit} aria-label="Token sign-in">
