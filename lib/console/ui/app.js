@@ -145,7 +145,9 @@ function Overview({ session }) {
     </div>
     ${session.role !== 'member' && html`<section aria-labelledby="h-alerts"><h2 id="h-alerts">Alerts</h2>
       ${(d.alerts?.events ?? []).length === 0 ? html`<p class="empty">No alerts.</p>` : html`<ul class="alerts">
-        ${d.alerts.events.map((e) => html`<li><span class="muted">${when(e.at)}</span> <strong>${e.kind ?? e.type ?? 'alert'}</strong> ${e.account ?? ''} ${e.message ?? ''}</li>`)}
+        ${d.alerts.events.map((e) => html`<li><span class="muted">${when(e.at)}</span> <strong>${e.type ?? 'alert'}</strong>
+          ${' '}<span class="id">${[e.subject?.account, e.subject?.team, e.subject?.key_id].filter(Boolean).join(' / ')}</span>
+          ${e.data?.threshold !== undefined ? ` at ${e.data.threshold}%` : ''}</li>`)}
       </ul>`}
     </section>`}`;
 }
@@ -238,7 +240,7 @@ function Teams({ account }) {
   const [state] = useLoad(() => optional(`/admin/accounts/${enc(account)}/teams`), [account]);
   const teams = state.data?.teams ?? [];
   return html`<section class="panel" aria-labelledby="h-teams"><h2 id="h-teams">Teams of <span class="id">${account}</span></h2>
-    ${teams.length === 0 ? html`<p class="empty">No teams.</p>` : html`<ul>${teams.map((t) => html`<li><span class="id">${t.id ?? t.name}</span> ${t.name && t.id ? t.name : ''}</li>`)}</ul>`}
+    ${teams.length === 0 ? html`<p class="empty">No teams.</p>` : html`<ul>${teams.map((t) => html`<li><span class="id">${t.id}</span> ${t.name ?? ''}${t.budget?.units != null ? ` · ${fmt(t.budget.spent_units)} of ${fmt(t.budget.units)} units${t.budget.period ? ` / ${t.budget.period}` : ''}` : ''}</li>`)}</ul>`}
   </section>`;
 }
 
