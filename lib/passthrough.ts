@@ -34,6 +34,7 @@ export class Passthrough {
 
   web(req: IncomingMessage, res: ServerResponse, requestId: string): void {
     if (this.#stripAuth) delete req.headers.authorization;
+    dropConsoleCookies(req);
     this.#proxy.web(req, res, {}, (err: Error) => {
       this.#logger.warn({ request_id: requestId, err: err.message, path: req.url }, 'passthrough upstream failed');
       sendError(res, new GatewayError('provider_error', 'The model server behind this gateway did not answer.'), requestId);
@@ -42,6 +43,7 @@ export class Passthrough {
 
   ws(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     if (this.#stripAuth) delete req.headers.authorization;
+    dropConsoleCookies(req);
     this.#proxy.ws(req, socket, head, {}, (err: Error) => {
       this.#logger.warn({ err: err.message, path: req.url }, 'passthrough WebSocket failed');
       socket.destroy();
@@ -52,4 +54,13 @@ export class Passthrough {
     this.#proxy.close();
     this.#agent.destroy();
   }
+}
+
+/** The console's session cookies (Path=/) are the gateway's: never sent on to the model server. */
+function dropConsoleCookies(req: IncomingMessage): void {
+  const header = req.headers.cookie;
+  if (header === undefined || !header.includes('tg_console')) return;
+  const kept = header.split(';').filter((c) => !/^\s*tg_console(_flow)?=/.test(c)).join(';').trim();
+  if (kept === '') delete req.headers.cookie;
+  else req.headers.cookie = kept;
 }

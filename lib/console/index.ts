@@ -115,6 +115,7 @@ export class Console {
     if (path === '/console/api/logout') {
       onlyMethods(method, path, 'POST');
       await this.#d.store.revokeSession(session.sid);
+      await this.#d.admin.audit(session, 'POST /console/api/logout', '', req, requestId);
       this.#d.logger.info({ actor: session.actor, role: session.role }, 'console sign-out');
       res.writeHead(204, { ...SECURITY_HEADERS, 'x-request-id': requestId, 'set-cookie': setCookie(SESSION_COOKIE, '', 0, overTls(req, this.#d.config), 'Strict') });
       res.end();
@@ -195,6 +196,7 @@ export class Console {
     }
     const session = this.#keys.newSession({ actor: 'admin-token', role: 'admin', account: null }, this.#d.config.console.session_ttl_s);
     this.#d.logger.info({ actor: session.actor, role: session.role }, 'console sign-in with the admin token');
+    await this.#d.admin.audit(session, 'POST /console/api/login', '', req, requestId);
     this.#signIn(req, res, session, requestId, undefined);
   }
 
@@ -247,6 +249,7 @@ export class Console {
     }
     const session = this.#keys.newSession(result, this.#d.config.console.session_ttl_s);
     this.#d.logger.info({ actor: session.actor, role: session.role, account: session.account }, 'console sign-in with SSO');
+    await this.#d.admin.audit(session, 'GET /console/sso (sign-in)', session.account ?? '', req, requestId);
     this.#signIn(req, res, session, requestId, '/console/');
   }
 

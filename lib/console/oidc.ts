@@ -5,8 +5,9 @@
 // always used, whatever the token endpoint's transport). The issuer is discovered at the first
 // sign-in and kept; a failed discovery is tried again at the next.
 
-import * as client from 'openid-client';
-import { createRemoteJWKSet, jwtVerify, type JWTPayload } from 'jose';
+// Both libraries are imported at the first SSO sign-in: a gateway without console.oidc never loads them.
+import type * as Client from 'openid-client';
+import type { JWTPayload, createRemoteJWKSet } from 'jose';
 import type { Config } from '../config/types.js';
 import type { Principal } from './permissions.js';
 
@@ -17,9 +18,16 @@ export interface Flow { state: string; nonce: string; verifier: string; exp: num
 
 const LOOPBACK = new Set(['localhost', '127.0.0.1', '[::1]']);
 
+interface Discovered {
+  client: typeof Client;
+  jose: typeof import('jose');
+  config: Client.Configuration;
+  jwks: ReturnType<typeof createRemoteJWKSet>;
+}
+
 export class OidcSignIn {
   readonly #oidc: Oidc;
-  #discovered: Promise<{ config: client.Configuration; jwks: ReturnType<typeof createRemoteJWKSet> }> | undefined;
+  #discovered: Promise<Discovered> | undefined;
 
   constructor(oidc: Oidc) {
     this.#oidc = oidc;
@@ -30,8 +38,9 @@ export class OidcSignIn {
     return new URL(this.#oidc.redirect_url).pathname;
   }
 
-  #discover(): Promise<{ config: client.Configuration; jwks: ReturnType<typeof createRemoteJWKSet> }> {
+  #discover(): Promise<Discovered> {
     this.#discovered ??= (async () => {
+      const [client, jose] = await Promise.all([import('openid-client'), import('jose')]);
       const issuer = new URL(this.#oidc.issuer);
       // Plain http only to a provider on this machine (a development or test provider).
       const insecure = issuer.protocol === 'http:' && LOOPBACK.has(issuer.hostname);
@@ -43,7 +52,7 @@ export class OidcSignIn {
       );
       const jwksUri = config.serverMetadata().jwks_uri;
       if (jwksUri === undefined) throw new Error('the issuer\'s discovery document names no jwks_uri');
-      return { config, jwks: createRemoteJWKSet(new URL(jwksUri), { timeoutDuration: 10_000 }) };
+      return { client, jose, config, jwks: jose.createRemoteJWKSet(new URL(jwksUri), { timeoutDuration: 10_000 }) };
     })();
     this.#discovered.catch(() => { this.#discovered = undefined; });
     return this.#discovered;
@@ -51,7 +60,7 @@ export class OidcSignIn {
 
   /** Where to send the browser, and the flow to keep for the callback. */
   async start(): Promise<{ url: string; flow: Flow }> {
-    const { config } = await this.#discover();
+    const { client, config } = await this.#discover();
     const verifier = client.randomPKCECodeVerifier();
     const flow: Flow = { state: client.randomState(), nonce: client.randomNonce(), verifier, exp: Date.now() + 600_000 };
     const url = client.buildAuthorizationUrl(config, {
@@ -71,14 +80,14 @@ export class OidcSignIn {
    * user is valid but has no role and no account.
    */
   async finish(query: string, flow: Flow): Promise<Omit<Principal, 'sid'> | { refused: string }> {
-    const { config, jwks } = await this.#discover();
+    const { client, jose, config, jwks } = await this.#discover();
     const current = new URL(this.#oidc.redirect_url);
     current.search = query;
     const tokens = await client.authorizationCodeGrant(config, current, {
       pkceCodeVerifier: flow.verifier, expectedState: flow.state, expectedNonce: flow.nonce, idTokenExpected: true,
     });
     if (tokens.id_token === undefined) throw new Error('the token response has no id_token');
-    const { payload } = await jwtVerify(tokens.id_token, jwks, {
+    const { payload } = await jose.jwtVerify(tokens.id_token, jwks, {
       issuer: config.serverMetadata().issuer, audience: this.#oidc.client_id,
     });
     if (payload.nonce !== flow.nonce) throw new Error('the ID token\'s nonce does not match');

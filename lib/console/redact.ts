@@ -8,8 +8,12 @@ const HEADER_MAPS = new Set(['headers', 'otlp_headers']);
 const MASK = '***';
 
 function redactUrl(v: string): string {
-  // scheme://user:pass@host... -> scheme://***@host...
-  return v.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/@\s]*@/i, `$1${MASK}@`);
+  // scheme://user:pass@host... -> scheme://***@host...: everything up to the last @ goes (a
+  // password may hold any character; an @ in the path only masks more than needed).
+  const m = /^[a-z][a-z0-9+.-]*:\/\//i.exec(v);
+  if (m === null) return v;
+  const at = v.lastIndexOf('@');
+  return at < m[0].length ? v : `${m[0]}${MASK}${v.slice(at)}`;
 }
 
 export function redactConfig(value: unknown, key = ''): unknown {

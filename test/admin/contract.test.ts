@@ -185,7 +185,7 @@ t.test('GET /admin/usage: 200 with totals; 404 and 400', async (t) => {
 
 // Every route, with what it answers to the wrong method.
 const ROUTES: Array<[string, string]> = [
-  ['/admin/accounts', 'POST'],
+  ['/admin/accounts', 'GET, HEAD, POST'],
   ['/admin/accounts/c1', 'GET, HEAD'],
   ['/admin/accounts/c1/credits', 'POST'],
   ['/admin/accounts/c1/keys', 'GET, HEAD, POST'],

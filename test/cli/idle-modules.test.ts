@@ -21,6 +21,7 @@ const TINY = fileURLToPath(new URL('../fixtures/tokenizers/tiny-bpe/tokenizer.js
 
 const NEVER = {
   jose: /\/node_modules\/jose\//,
+  'openid-client (the console\'s SSO)': /\/node_modules\/openid-client\//,
   '@huggingface/tokenizers': /\/node_modules\/@huggingface\/tokenizers\//,
   "undici's index": /\/node_modules\/undici\/index\.js$/,
   "rate-limiter-flexible's index": /\/node_modules\/rate-limiter-flexible\/index\.js$/,

@@ -88,24 +88,25 @@ const forbiddenEnvelope = (body: any) => ({
 
 t.test('every write route refuses a viewer and a member of another account: 403 forbidden, nothing changed, nothing audited', async (t) => {
   const key = await newKey('acme', 'victim');
-  const writes: Array<{ method: string; path: string; body?: unknown; memberOnly?: boolean }> = [
-    { method: 'POST', path: '/admin/accounts', body: { id: 'evil', plan: 'free' } },
-    { method: 'POST', path: '/admin/accounts/acme/credits', body: { units: 5, idempotency_key: 'x' } },
-    { method: 'POST', path: '/admin/accounts/acme/keys', body: { name: 'evil' } },
-    { method: 'PATCH', path: `/admin/keys/${key.id}`, body: { name: 'renamed' } },
+  // Each write with a body made from a generated string and amount: the refusal comes first, whatever the body says.
+  const writes: Array<{ method: string; path: string; body?: (g: string, n: number) => unknown; memberOnly?: boolean }> = [
+    { method: 'POST', path: '/admin/accounts', body: (g) => ({ id: 'evil', plan: 'free', wallet_units: g.length }) },
+    { method: 'POST', path: '/admin/accounts/acme/credits', body: (g, n) => ({ units: n, idempotency_key: `k${g}` }) },
+    { method: 'POST', path: '/admin/accounts/acme/keys', body: (g) => ({ name: g }) },
+    { method: 'PATCH', path: `/admin/keys/${key.id}`, body: (g) => ({ name: g }) },
     { method: 'DELETE', path: `/admin/keys/${key.id}` },
-    { method: 'POST', path: `/admin/keys/${key.id}/rotate`, body: {} },
+    { method: 'POST', path: `/admin/keys/${key.id}/rotate`, body: (_g, n) => ({ grace_seconds: n }) },
     { method: 'POST', path: '/admin/sessions/some-session/revoke' },
     { method: 'POST', path: '/console/api/reload' },
-    { method: 'POST', path: '/console/api/config/check', body: { yaml: 'a: 1' }, memberOnly: true },
+    { method: 'POST', path: '/console/api/config/check', body: (g) => ({ yaml: g }), memberOnly: true },
   ];
   const auditBefore = ((await (await admin('/admin/audit?limit=1000')).json()) as any).events.length;
   const before = await balance('acme');
   await holds(t, 'writes refused to viewer and other member', fc.asyncProperty(
-    fc.constantFrom(...writes), fc.constantFrom(viewer, otherMember), fc.string({ maxLength: 40 }),
-    async (w, who, noise) => {
+    fc.constantFrom(...writes), fc.constantFrom(viewer, otherMember), fc.string({ maxLength: 40 }), fc.integer({ min: 1, max: 1_000_000 }),
+    async (w, who, g, n) => {
       if (w.memberOnly && who === viewer) return;
-      const body = w.body === undefined ? undefined : JSON.stringify({ ...w.body as object, ...(noise === '' ? {} : {}) });
+      const body = w.body === undefined ? undefined : JSON.stringify(w.body(g, n));
       const res = await fetch(`${url}${w.path}`, { method: w.method, headers: { ...withSession(who, w.method), 'content-type': 'application/json' }, body });
       const got = await res.json() as any;
       if (res.status !== 403) throw new Error(`${who.role} ${w.method} ${w.path}: ${res.status} ${JSON.stringify(got)}`);
@@ -171,6 +172,8 @@ t.test('signing out ends the session on the server: the same cookie is refused a
   const replay = await fetch(`${url}/admin/accounts/acme`, { headers: { cookie: s.cookie } });
   t.equal(replay.status, 401);
   t.equal(((await replay.json()) as any).error.code, 'not_signed_in');
+  const events = ((await (await admin('/admin/audit?limit=2')).json()) as any).events;
+  t.same(events.map((e: any) => e.action), ['POST /console/api/logout', 'POST /console/api/login'], 'sign-in and sign-out are audited');
 });
 
 t.test('a member sees and manages only their account', async (t) => {

@@ -13,7 +13,7 @@ import OpenAI from 'openai';
 import type { Page } from 'playwright-core';
 import { holds } from '../property/arbitraries.js';
 import { haveChromium, launch } from '../helpers/browser.js';
-import { ADMIN_TOKEN, WALLET, startConsole } from '../helpers/console.js';
+import { ADMIN_TOKEN, startConsole } from '../helpers/console.js';
 
 const SHOTS = fileURLToPath(new URL('../../.tap/console-screenshots/', import.meta.url));
 const PAGES = ['Overview', 'Accounts', 'Keys', 'Usage', 'Upstreams', 'Config', 'Audit'];
@@ -153,13 +153,14 @@ if (haveChromium(t)) {
     const hours = Array.from({ length: 24 }, (_, i) => ({ hour: new Date(start + i * 3_600_000).toISOString(), requests: 10 + i, errors: i % 5, prompt_tokens: 100 * i, completion_tokens: 50 * i, units: 1000 + 37 * i }));
     await page.route('**/admin/usage/hourly?*', (r) => r.fulfill({ json: { hours } }));
     await page.route('**/admin/usage/top?*', (r) => r.fulfill({ json: { by: new URL(r.request().url()).searchParams.get('by'), rows: [{ id: hostile, requests: 7, units: 4200 }, { id: 'acme', requests: 3, units: 99 }] } }));
-    await page.route('**/admin/alerts?*', (r) => r.fulfill({ json: { events: [{ at: new Date().toISOString(), kind: 'balance_low', account: hostile, message: 'balance below 10%' }], next_cursor: null } }));
+    await page.route('**/admin/alerts?*', (r) => r.fulfill({ json: { events: [{ id: 'al_1', type: 'budget.threshold', at: new Date().toISOString(), subject: { account: hostile, key_id: 'key_1' }, data: { threshold: 80 } }], next_cursor: null } }));
     await go(page, 'Accounts');
     await go(page, 'Overview');
     await page.locator('.chart canvas').first().waitFor();
     t.equal(await page.locator('.chart canvas').count(), 3, 'three charts drawn');
     t.ok(await page.getByText(`${hours.reduce((n, h) => n + h.requests, 0).toLocaleString('en-US')} in 24 h`).isVisible(), 'requests total');
     t.equal(await page.getByRole('cell', { name: hostile, exact: true }).count(), 3, 'a hostile id in each top list, as text');
+    t.ok(await page.getByText(`${hostile} / key_1`).isVisible(), 'the alert\'s subject, as text');
     t.equal(await page.evaluate(() => (globalThis as any).__pwned), undefined);
     await shoot(page, 'overview');
     await page.unrouteAll();
@@ -309,5 +310,4 @@ if (haveChromium(t)) {
       t.notOk(/dangerouslySetInnerHTML|innerHTML|outerHTML|insertAdjacentHTML|document\.write/.test(text), `${f} never writes markup`);
     }
   });
-  void WALLET;
 }

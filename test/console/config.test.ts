@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import YAML from 'yaml';
 import { BIN, serveChild } from '../helpers/child.js';
+import { json, startUpstream } from '../helpers/upstream.js';
 
 const dir = await mkdtemp(join(tmpdir(), 'tollgate-console-config-'));
 t.teardown(() => rm(dir, { recursive: true, force: true }));
@@ -87,4 +88,14 @@ t.test('tollgate check: console problems are named', async (t) => {
   t.match(ttl.err, /console\.session_ttl_s: must be a positive integer/);
   const ok = await check(base({ admin: { token: 'x' }, console: { oidc: { issuer: 'https://id.example.com', client_id: 'c', redirect_url: 'https://gw.example.com/console/callback' } } }));
   t.equal(ok.status, 0, ok.err);
+});
+
+t.test('the console\'s cookies are never passed through to a model server', async (t) => {
+  const up = await startUpstream((req, res) => json(res, 200, { cookie: req.headers.cookie ?? null }));
+  t.teardown(() => up.close());
+  const gw = await serveChild(t, await file(base({ admin: { token: 'tok-123456' }, server: { host: '127.0.0.1', port: 0, passthrough: up.baseUrl.replace(/\/v1$/, '') } })));
+  const seen = async (cookie: string) => ((await (await fetch(`${gw.url}/health`, { headers: { cookie } })).json()) as { cookie: string | null }).cookie;
+  t.equal(await seen('tg_console=abc.def; theirs=1; tg_console_flow=x'), 'theirs=1');
+  t.equal(await seen('tg_console=abc.def'), null);
+  t.equal(await seen('theirs=1; other=2'), 'theirs=1; other=2');
 });

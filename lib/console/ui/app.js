@@ -73,7 +73,7 @@ function SignIn({ info, onSignedIn }) {
       setBusy(false);
     }
   };
-  return html`<main class="signin" id="main">
+  return html`<main class="signin">
     <h1>Tollgate console</h1>
     ${ssoMessage && html`<p class="problem" role="alert">${ssoMessage}</p>`}
     ${info.token && html`<form onSubmit=${submit} aria-label="Token sign-in">
@@ -145,7 +145,9 @@ function Overview({ session }) {
     </div>
     ${session.role !== 'member' && html`<section aria-labelledby="h-alerts"><h2 id="h-alerts">Alerts</h2>
       ${(d.alerts?.events ?? []).length === 0 ? html`<p class="empty">No alerts.</p>` : html`<ul class="alerts">
-        ${d.alerts.events.map((e) => html`<li><span class="muted">${when(e.at)}</span> <strong>${e.kind ?? e.type ?? 'alert'}</strong> ${e.account ?? ''} ${e.message ?? ''}</li>`)}
+        ${d.alerts.events.map((e) => html`<li><span class="muted">${when(e.at)}</span> <strong>${e.type ?? 'alert'}</strong>
+          ${' '}<span class="id">${[e.subject?.account, e.subject?.team, e.subject?.key_id].filter(Boolean).join(' / ')}</span>
+          ${e.data?.threshold !== undefined ? ` at ${e.data.threshold}%` : ''}</li>`)}
       </ul>`}
     </section>`}`;
 }
@@ -238,7 +240,7 @@ function Teams({ account }) {
   const [state] = useLoad(() => optional(`/admin/accounts/${enc(account)}/teams`), [account]);
   const teams = state.data?.teams ?? [];
   return html`<section class="panel" aria-labelledby="h-teams"><h2 id="h-teams">Teams of <span class="id">${account}</span></h2>
-    ${teams.length === 0 ? html`<p class="empty">No teams.</p>` : html`<ul>${teams.map((t) => html`<li><span class="id">${t.id ?? t.name}</span> ${t.name && t.id ? t.name : ''}</li>`)}</ul>`}
+    ${teams.length === 0 ? html`<p class="empty">No teams.</p>` : html`<ul>${teams.map((t) => html`<li><span class="id">${t.id}</span> ${t.name ?? ''}${t.budget?.units != null ? ` · ${fmt(t.budget.spent_units)} of ${fmt(t.budget.units)} units${t.budget.period ? ` / ${t.budget.period}` : ''}` : ''}</li>`)}</ul>`}
   </section>`;
 }
 
@@ -289,7 +291,7 @@ function KeyTable({ account, session }) {
     ${creating && html`<${CreateKey} account=${account} onClose=${() => setCreating(false)} onCreated=${(r) => { setCreating(false); setSecret({ title: 'New key', plaintext: r.key }); reload(); }} />`}
     ${secret && html`<${ShowOnce} ...${secret} onClose=${() => setSecret(null)} />`}
     <${Problem} error=${error} />
-    ${d === undefined ? html`<${Loading} state=${state} />` : html`<${Problem} error=${state.error} />
+    ${d === undefined ? html`<${Loading} state=${state} />` : d.keys.length === 0 ? html`<p class="empty">No keys.</p>` : html`<${Problem} error=${state.error} />
     <div class="scroll"><table>
       <caption class="sr-only">Keys of ${account}</caption>
       <thead><tr><th scope="col">Name</th><th scope="col">Hint</th><th scope="col">Models</th><th scope="col" class="num">Budget spent</th><th scope="col">Expires</th><th scope="col">Last used</th><th scope="col">Team</th>${canWrite && html`<th scope="col"><span class="sr-only">Actions</span></th>`}</tr></thead>
@@ -310,8 +312,7 @@ function KeyTable({ account, session }) {
             : html`<button type="button" class="danger" onClick=${() => setConfirm(k.id)} aria-label=${`Revoke ${k.name ?? k.id}`}>Revoke</button>`}
         </td>`}
       </tr>`)}</tbody>
-    </table></div>
-    ${d.keys.length === 0 && html`<p class="empty">No keys.</p>`}`}`;
+    </table></div>`}`;
 }
 
 function CreateKey({ account, onClose, onCreated }) {
@@ -400,7 +401,7 @@ function Usage({ session }) {
       <div class="field buttons"><button type="submit">Apply</button></div>
     </form>
     <p class="downloads"><a href=${exportUrl('csv')} download="usage.csv">Download CSV</a> <a href=${exportUrl('jsonl')} download="usage.jsonl">Download JSONL</a></p>
-    ${d === undefined ? html`<${Loading} state=${state} />` : html`<${Problem} error=${state.error} />
+    ${d === undefined ? html`<${Loading} state=${state} />` : d.records.length === 0 ? html`<${Problem} error=${state.error} /><p class="empty">No usage records match.</p>` : html`<${Problem} error=${state.error} />
     <div class="scroll"><table>
       <caption class="sr-only">Usage records</caption>
       <thead><tr><th scope="col">Time</th><th scope="col">Request id</th><th scope="col">Account</th><th scope="col">Key</th><th scope="col">Model</th><th scope="col">Route</th><th scope="col" class="num">Status</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Units</th></tr></thead>
@@ -409,7 +410,6 @@ function Usage({ session }) {
         <td class="num">${r.status}</td><td class="num">${fmt(r.prompt_tokens + r.completion_tokens)}</td><td class="num">${fmt(r.units)}</td>
       </tr>`)}</tbody>
     </table></div>
-    ${d.records.length === 0 && html`<p class="empty">No usage records match.</p>`}
     <div class="pager">
       ${cursors.length > 1 && html`<button type="button" onClick=${() => setCursors(cursors.slice(0, -1))}>Previous page</button>`}
       ${d.next_cursor && html`<button type="button" onClick=${() => setCursors([...cursors, d.next_cursor])}>Next page</button>`}

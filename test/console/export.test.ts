@@ -1,0 +1,69 @@
+// The usage download's CSV (lib/console/export.ts): any record text comes back from a CSV
+// parser as written, except that a cell a spreadsheet would run as a formula starts with ';
+// the Config page's masking (lib/console/redact.ts) leaves no secret anywhere in the YAML.
+
+import t from 'tap';
+import fc from 'fast-check';
+import YAML from 'yaml';
+import { CSV_COLUMNS, toCsv, toJsonl } from '../../lib/console/export.js';
+import { redactConfig } from '../../lib/console/redact.js';
+import { holds } from '../property/arbitraries.js';
+
+/** RFC 4180 rows (quoted fields may hold commas, quotes and line breaks). */
+function parseCsv(text: string): string[][] {
+  const rows: string[][] = [];
+  let row: string[] = [];
+  let cell = '';
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!;
+    if (quoted) {
+      if (c === '"' && text[i + 1] === '"') { cell += '"'; i++; } else if (c === '"') quoted = false; else cell += c;
+    } else if (c === '"') quoted = true;
+    else if (c === ',') { row.push(cell); cell = ''; } else if (c === '\r' && text[i + 1] === '\n') { row.push(cell); rows.push(row); row = []; cell = ''; i++; } else cell += c;
+  }
+  return rows;
+}
+
+t.test('CSV: every text field round-trips, formula cells neutralised', async (t) => {
+  await holds(t, 'csv round trip', fc.property(
+    fc.array(fc.record({ request_id: fc.string(), account: fc.string(), model: fc.string(), route: fc.string(), units: fc.nat(), status: fc.integer({ min: 100, max: 599 }) }), { maxLength: 8 }),
+    (records) => {
+      const rows = parseCsv(toCsv(records, true));
+      if (rows.length !== records.length + 1) throw new Error(`rows ${rows.length}`);
+      if (rows[0]!.join(',') !== CSV_COLUMNS.join(',')) throw new Error('header');
+      records.forEach((r, i) => {
+        const row = rows[i + 1]!;
+        for (const name of ['request_id', 'account', 'model', 'route'] as const) {
+          const got = row[CSV_COLUMNS.indexOf(name)]!;
+          const want = /^[=+\-@\t\r]/.test(r[name]) ? `'${r[name]}` : r[name];
+          if (got !== want) throw new Error(`${name}: ${JSON.stringify(got)} != ${JSON.stringify(want)}`);
+        }
+        if (row[CSV_COLUMNS.indexOf('units')] !== String(r.units)) throw new Error('units');
+        if (row.some((cell) => /^[=+@\t\r]/.test(cell))) throw new Error(`a formula cell: ${JSON.stringify(row)}`);
+      });
+      const lines = toJsonl(records).split('\n').filter(Boolean).map((l) => JSON.parse(l));
+      if (JSON.stringify(lines) !== JSON.stringify(records)) throw new Error('jsonl');
+    }), 300);
+});
+
+t.test('Config: no secret survives the masking, whatever it is', async (t) => {
+  const secret = fc.string({ minLength: 6, maxLength: 30 }).filter((s) => s.trim().length >= 6 && !s.includes('***'));
+  await holds(t, 'redacted config holds no secret', fc.property(secret, secret, secret, secret, secret, (token, key, pass, hdr, client) => {
+    const config = {
+      admin: { token },
+      accounts: [{ id: 'a', keys: [`tg_${key}`], key_sha256: [key] }],
+      providers: { p: { api_key: key, headers: { authorization: `Bearer ${hdr}` }, base_url: `https://u:${pass}@up.example.com/v1` } },
+      store: { url: `redis://default:${pass}@redis:6379`, password: pass, sentinel: { sentinel_password: pass } },
+      observe: { otlp_headers: { 'x-api-key': hdr } },
+      console: { oidc: { client_secret: client } },
+      auth: { jwt: { secret: token } },
+    };
+    const yaml = YAML.stringify(redactConfig(config));
+    for (const s of [token, key, pass, hdr, client]) {
+      if (yaml.includes(s) || yaml.includes(JSON.stringify(s).slice(1, -1))) throw new Error(`${JSON.stringify(s)} is in ${yaml}`);
+    }
+  }), 200);
+  const shown = redactConfig({ server: { port: 8080 }, admin: { token: null }, providers: { p: { base_url: 'http://h:1/v1' } } });
+  t.same(shown, { server: { port: 8080 }, admin: { token: null }, providers: { p: { base_url: 'http://h:1/v1' } } }, 'what is not secret is shown as it is');
+});
