@@ -20,7 +20,8 @@
 //   P{acct:A}:keys        set    ids of A's keys (for listing)
 //   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>} (./revocations.ts)
 //   metering (holds, settlements, usage windows): see metering.ts
-//   usage records (P{usage:HOUR}, P{usage:index}): see records.ts
+//   usage records (P{usage:HOUR}, P{usage:index}): see records.ts; their totals per hour
+//   (P{usage:HOUR}:t:COLUMN) and day (P{usage:day:DAY}:...): see totals.ts
 //   stored responses (P{resp:ACCOUNT}:...): see responses.ts
 //
 // Atomicity and Redis Cluster: every mutation is one Lua script, and every script touches keys
@@ -59,6 +60,7 @@ import { RedisResponses } from './responses.js';
 import { RedisRevocations } from './revocations.js';
 import type { ResponseChain } from '../response-chains.js';
 import { RedisUsage, USAGE_SCRIPTS } from './records.js';
+import { TOTALS_SCRIPTS } from './totals.js';
 import { SCRIPTS, type Scripts } from './scripts.js';
 import type {
   AccountRecord, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation,
@@ -118,7 +120,7 @@ export class RedisStore implements Store {
     // resent after a reconnect (the caller has seen them fail).
     const redis = connect(topology, { connectionName: 'tollgate', commandTimeout: timeout, connectTimeout });
     redis.on('error', onError);
-    for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS)]) {
+    for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS), ...Object.entries(TOTALS_SCRIPTS)]) {
       redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
     }
     this.#redis = redis as RedisClient & Scripts;
