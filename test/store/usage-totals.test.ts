@@ -343,3 +343,23 @@ t.test('redis: day totals are summed from the hours once, and again when a late 
   t.equal((await c.keys(`${prefix}{usage:day:${yesterday}}:t:account:*`)).length, 1, 'the earlier sums are deleted');
   t.strictSame(await s.usageTop({ ...range, by: 'key', account: 'b' }), [{ id: 'key_b1', requests: 1, units: 7 }]);
 });
+
+t.test('redis: accounts created before the id index are listed (filled from the plan indexes, once)', async (t) => {
+  const prefix = `tg{old${Date.now()}:`;
+  const c = new Redis(redis.url);
+  t.teardown(() => c.disconnect());
+  const first = new RedisStore({ url: redis.url, prefix, commandTimeoutMs: 10_000 });
+  await first.ready();
+  for (const [id, plan] of [['x', 'free'], ['a', 'pro'], ['m', 'free']] as const) await first.createAccount({ id, plan, balance_units: 1 });
+  await first.close();
+  // As an earlier version left them: no id index.
+  await c.del(`${prefix}{accounts}`, `${prefix}{accounts}:filled`);
+  await c.sadd(`${prefix}{plan:free}`, 'ghost'); // in an index, never created: passed over
+  const s = new RedisStore({ url: redis.url, prefix, commandTimeoutMs: 10_000 });
+  await s.ready();
+  t.teardown(() => s.close());
+  t.strictSame((await s.listAccounts({ limit: 10 })).accounts.map((a) => a.id), ['a', 'm', 'x']);
+  t.equal(await c.get(`${prefix}{accounts}:filled`), '1', 'done once');
+  await s.createAccount({ id: 'b', plan: 'pro', balance_units: 1 });
+  t.strictSame((await s.listAccounts({ limit: 2 })).accounts.map((a) => a.id), ['a', 'b']);
+});
