@@ -147,6 +147,10 @@ export class RedisUsage implements Buckets {
       const oldest = Math.floor((now - this.#retentionMs) / HOUR_MS) - 1;
       await this.#redis.zremrangebyscore(this.#index, '-inf', oldest);
       for (const h of this.#indexed) if (h <= oldest) this.#indexed.delete(h);
+      // A new day: once late writes of the last one are past, its totals are summed (./totals.ts).
+      if (hour % 24 === 0 && (hour + 1) * HOUR_MS > now) {
+        setTimeout(() => { void this.#totals.warm(hour / 24 - 1).catch(() => undefined); }, WRITE_MARK_MS).unref();
+      }
     }
     const key = this.#key(hour);
     const created = await this.#redis.tgUsageAdd(

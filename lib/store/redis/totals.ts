@@ -110,8 +110,14 @@ export class RedisTotals {
     const today = Math.floor(Date.now() / DAY_MS);
     // A day not yet over is read by its hours.
     for (const d of days.filter((d) => d >= today)) for (let h = d * 24; h < d * 24 + 24; h++) hours.push(h);
+    const finished = days.filter((d) => d < today);
+    // Which kept days still hold, all asked at once; the others are summed one after another.
+    const metas = await Promise.all(finished.map((d) => Promise.all([this.#redis.get(this.#meta(d, column)), this.#counts(d)])));
+    const kept = finished.filter((_, i) => metas[i]![0] === metas[i]![1]);
+    for (const [i, d] of finished.entries()) if (metas[i]![0] !== metas[i]![1]) await this.#sum(d, column, metas[i]![0]);
     const hashes = [
-      ...(await inBatches(days.filter((d) => d < today), 1, (d) => this.#dayTotals(d, column))),
+      ...(await inBatches(kept, READ_AT_ONCE, (d) => this.#redis.hgetall(this.#hash(d, column, metas[finished.indexOf(d)]![1])))),
+      ...(await inBatches(finished.filter((d) => !kept.includes(d)), READ_AT_ONCE, (d) => this.#dayFromMeta(d, column))),
       ...(await inBatches(hours, READ_AT_ONCE * 3, (h) => this.#redis.hgetall(totalsKey(this.#hourKey(h), column)))),
     ];
     const sums = new Map<string, { requests: number; units: number }>();
@@ -141,17 +147,23 @@ export class RedisTotals {
     return all.map((v) => String(sumsOf(v)[0])).join(',');
   }
 
-  /** A finished day's totals of `column`: the kept ones while they still hold, else summed anew. */
-  async #dayTotals(day: number, column: string): Promise<Record<string, string>> {
-    const [meta, counts] = await Promise.all([this.#redis.get(this.#meta(day, column)), this.#counts(day)]);
-    if (meta === counts) return this.#redis.hgetall(this.#hash(day, column, counts));
+  /** Sums `day`'s totals of every column that lacks them (in the background after a day ends). */
+  async warm(day: number): Promise<void> {
+    for (const column of COLUMNS) {
+      const [meta, counts] = await Promise.all([this.#redis.get(this.#meta(day, column)), this.#counts(day)]);
+      if (meta !== counts) await this.#sum(day, column, meta);
+    }
+  }
+
+  /** Sums a finished day's totals of `column` anew (a concurrent query waits for the same sum). */
+  #sum(day: number, column: string, meta: string | null): Promise<void> {
     const key = `${day}:${column}`;
     let build = this.#building.get(key);
     if (build === undefined) {
       build = this.#sumDay(day, column, meta).finally(() => this.#building.delete(key));
       this.#building.set(key, build);
     }
-    return build.then(() => this.#dayFromMeta(day, column));
+    return build;
   }
 
   async #dayFromMeta(day: number, column: string): Promise<Record<string, string>> {
