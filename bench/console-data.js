@@ -314,8 +314,18 @@ const SECTION_HEAD = `## The operator console's data on a big store
 into the durable memory store (\`store.path\`) and into Redis, starts \`tollgate serve\` on each,
 and times what the console asks over real HTTP: the hourly series and the top accounts, keys
 and models (answered from totals kept as records are written: \`lib/store/usage-totals.ts\`),
-the account list, and pages of usage records with and without filters. The contract asks for
-one second (CONTRACT section 12).
+the account list, and pages of usage records with and without filters (indexes: postings per
+day in the memory store, a filtering script and the hour totals in Redis). The contract asks
+for one second (CONTRACT section 12). How to read it:
+
+- The first tops after the gateway starts are timed apart: the memory store counts its day
+  files on open in the background (the gateway serves meanwhile; totals wait for the count),
+  and Redis sums each finished day's totals from its hours the first time a range needs the
+  day (a gateway that sees a day end sums it then, in the background), so these are one-off.
+- A filtered records page stops looking after about 400 ms and answers with what it found and
+  a \`next_cursor\`: a page with fewer records than asked is one that hit that bound.
+- Seeding writes through the store API, one record at a time in batches of concurrent writes;
+  on Redis each record is one script (the stream entry, its write mark, five totals).
 `;
 
 main().catch((err) => {

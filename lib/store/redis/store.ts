@@ -9,6 +9,7 @@
 //   P{sess:SID}           string revocation time of session SID
 //   P{plan:NAME}          set    ids of accounts created on plan NAME (see accountsOnPlans)
 //   P{accounts}           zset   every account id, score 0 (listAccounts pages it by id: ZRANGEBYLEX)
+//   P{accounts}:filled    string set once the ids of accounts from before the zset were added
 //   P{acct:A}:key:ID      hash   key ID's controls and state, in its account's slot so the
 //                                metering scripts read and charge its budget atomically with the
 //                                wallet: account, digest (current), created_at, last4, c (the
