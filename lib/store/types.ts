@@ -423,8 +423,9 @@ export interface Store {
    * Appends one usage record (memory: day files beside the journal; redis: hourly streams),
    * kept until `retention_days` after its time (./usage-records.ts, ./memory/usage-files.ts, ./redis/records.ts).
    * `writeId`, unique to this record: a write repeated with the same id after a failure whose
-   * outcome was unknown appends nothing if the first one landed (redis, for a few minutes; the
-   * memory store's failed writes never land).
+   * outcome was unknown appends nothing if the first one landed (both stores remember write ids
+   * for WRITE_MARK_MS, a few minutes). The record's usage totals (usageHourly, usageTop) are
+   * counted with it, in the same step: once.
    */
   recordUsage(r: UsageRecord, writeId?: string): Promise<void>;
   /** Totals of the records since `since` (Unix ms), for one account or all. */

@@ -316,3 +316,50 @@ t.test('redis: the totals expire with their hour stream', async (t) => {
   }
   t.equal(n, 5, 'five columns: all, account, key, model, model within account');
 });
+
+t.test('redis: day totals are summed from the hours once, and again when a late record lands in the day', async (t) => {
+  const prefix = `totals-day${Date.now()}:`;
+  const s = new RedisStore({ url: redis.url, prefix, commandTimeoutMs: 10_000 });
+  await s.ready();
+  t.teardown(() => s.close());
+  const c = new Redis(redis.url);
+  t.teardown(() => c.disconnect());
+  const yesterday = Math.floor(Date.now() / DAY_MS) - 1;
+  const at = yesterday * DAY_MS + 5 * HOUR_MS;
+  const range = { since: yesterday * DAY_MS, until: (yesterday + 1) * DAY_MS, limit: 10 };
+  await s.recordUsage(rec(1, at, { units: 5 }), 'd1');
+  await s.recordUsage(rec(2, at + HOUR_MS, { units: 7, account: 'b', key_id: 'key_b1' }), 'd2');
+  t.strictSame(await s.usageTop({ ...range, by: 'account' }), [{ id: 'a', requests: 1, units: 5 }, { id: 'b', requests: 1, units: 7 }].reverse());
+  const meta = await c.get(`${prefix}{usage:day:${yesterday}}:m:account`);
+  t.match(meta, /^(\d+,){23}\d+$/, 'the day is summed and kept, with the hour counts it summed');
+  const kept = await c.keys(`${prefix}{usage:day:${yesterday}}:t:account:*`);
+  t.equal(kept.length, 1);
+  t.ok((await c.pexpiretime(kept[0]!)) >= (yesterday + 1) * DAY_MS + 90 * DAY_MS - 1, 'expires with the records of its day');
+  // Read from the kept sums: changing them shows (a test of where the answer comes from).
+  await c.hset(kept[0]!, 'a', '1 0 0 0 1000');
+  t.strictSame((await s.usageTop({ ...range, by: 'account' }))[0], { id: 'a', requests: 1, units: 1000 }, 'the kept day is read');
+  await s.recordUsage(rec(3, at + 2 * HOUR_MS, { units: 11 }), 'd3'); // late, into the finished day
+  t.strictSame(await s.usageTop({ ...range, by: 'account' }), [{ id: 'a', requests: 2, units: 16 }, { id: 'b', requests: 1, units: 7 }], 'summed again from the hours');
+  t.equal((await c.keys(`${prefix}{usage:day:${yesterday}}:t:account:*`)).length, 1, 'the earlier sums are deleted');
+  t.strictSame(await s.usageTop({ ...range, by: 'key', account: 'b' }), [{ id: 'key_b1', requests: 1, units: 7 }]);
+});
+
+t.test('redis: accounts created before the id index are listed (filled from the plan indexes, once)', async (t) => {
+  const prefix = `tg{old${Date.now()}:`;
+  const c = new Redis(redis.url);
+  t.teardown(() => c.disconnect());
+  const first = new RedisStore({ url: redis.url, prefix, commandTimeoutMs: 10_000 });
+  await first.ready();
+  for (const [id, plan] of [['x', 'free'], ['a', 'pro'], ['m', 'free']] as const) await first.createAccount({ id, plan, balance_units: 1 });
+  await first.close();
+  // As an earlier version left them: no id index.
+  await c.del(`${prefix}{accounts}`, `${prefix}{accounts}:filled`);
+  await c.sadd(`${prefix}{plan:free}`, 'ghost'); // in an index, never created: passed over
+  const s = new RedisStore({ url: redis.url, prefix, commandTimeoutMs: 10_000 });
+  await s.ready();
+  t.teardown(() => s.close());
+  t.strictSame((await s.listAccounts({ limit: 10 })).accounts.map((a) => a.id), ['a', 'm', 'x']);
+  t.equal(await c.get(`${prefix}{accounts}:filled`), '1', 'done once');
+  await s.createAccount({ id: 'b', plan: 'pro', balance_units: 1 });
+  t.strictSame((await s.listAccounts({ limit: 2 })).accounts.map((a) => a.id), ['a', 'b']);
+});

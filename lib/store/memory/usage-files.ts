@@ -248,7 +248,9 @@ export class FileUsageLog implements UsageLog, Buckets {
       let pos: string | undefined;
       read: for (;;) {
         if (this.#closed) return;
-        const { entries, done } = await this.read(day, pos, 20_000);
+        // Small steps, letting requests in between: the count must not stall the gateway.
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        const { entries, done } = await this.read(day, pos, 2000);
         for (const e of entries) {
           const start = pos === undefined ? 0 : Number(pos);
           if (Number(e.pos) > size) break read;

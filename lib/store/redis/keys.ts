@@ -37,6 +37,7 @@
 
 import { keyIdOf } from '../digest.js';
 import type { AccountConfig } from '../../config/types.js';
+import { Cluster } from 'ioredis';
 import type { RedisClient } from './connect.js';
 import type { RedisRevocations } from './revocations.js';
 import { SCRIPTS, type Scripts } from './scripts.js';
@@ -53,6 +54,8 @@ export class RedisKeys {
   /** Waited writes (store.wait_replicas > 0), on connections of their own; else null. */
   readonly #wait: ReplicaWait | null;
   readonly #revocations: RedisRevocations;
+  /** The id index filled from the plan indexes (#fillAccountIds), once per store. */
+  #filled: Promise<void> | null = null;
 
   constructor(redis: RedisClient & Scripts, prefix: string, wait: ReplicaWait | null, revocations: RedisRevocations) {
     this.#redis = redis;
@@ -80,6 +83,7 @@ export class RedisKeys {
    */
   async listAccounts(q: AccountsQuery): Promise<AccountsPage> {
     const { after } = checkAccountsQuery(q);
+    await (this.#filled ??= this.#fillAccountIds().catch((e: unknown) => { this.#filled = null; throw e; }));
     const prefix = q.prefix ?? '';
     const min = after !== undefined && after >= prefix ? `(${after}` : prefix === '' ? '-' : `[${prefix}`;
     const ids = (await this.#redis.zrangebylex(this.#accountIds(), min, '+', 'LIMIT', 0, q.limit + 1)).filter((id) => id.startsWith(prefix));
@@ -87,6 +91,35 @@ export class RedisKeys {
     const records = await Promise.all(page.map((id) => this.getAccount(id)));
     const accounts = records.filter((a): a is AccountRecord => a !== undefined);
     return { accounts, next_cursor: ids.length > q.limit ? accountsCursor(page[page.length - 1]!) : null };
+  }
+
+  /**
+   * Accounts created by a version before the id index are in their plan's index only: the first
+   * listAccounts of a store (ever: a marker beside the index says it was done) adds the ids of
+   * every plan index to it, scanning each primary for P{plan:*}. An id whose account does not
+   * exist is passed over when listed, as in the plan indexes.
+   */
+  async #fillAccountIds(): Promise<void> {
+    const marker = `${this.#accountIds()}:filled`;
+    if ((await this.#redis.exists(marker)) === 1) return;
+    const nodes = this.#redis instanceof Cluster ? this.#redis.nodes('master') : [this.#redis];
+    const pattern = `${this.prefix.replace(/[*?[\]\\]/g, '\\$&')}{plan:*`;
+    for (const node of nodes) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+        cursor = next;
+        for (const key of keys) {
+          let inner = '0';
+          do {
+            const [after, ids] = await this.#redis.sscan(key, inner, 'COUNT', 1000);
+            inner = after;
+            if (ids.length > 0) await this.#redis.zadd(this.#accountIds(), ...ids.flatMap((id) => [0, id]));
+          } while (inner !== '0');
+        }
+      } while (cursor !== '0');
+    }
+    await this.#redis.set(marker, '1');
   }
 
   async getAccount(id: string): Promise<AccountRecord | undefined> {

@@ -27,14 +27,14 @@ import { randomUUID } from 'node:crypto';
 import type { RedisClient } from './connect.js';
 export { WRITE_MARK_MS } from '../usage-records.js';
 import { WRITE_MARK_MS, pageOf, readRecord, reportOf, retentionMs, validateUsageRecord, type Buckets, type Entry, type Selection, type UsageFilter } from '../usage-records.js';
-import { COLUMNS, RedisTotals, TOTALS_KEYS, totalsArgs, totalsKeys } from './totals.js';
+import { COLUMNS, RedisTotals, TOTALS_KEYS, totalsArgs, totalsKeys, type TotalsScripts } from './totals.js';
 import { METRICS, SEP } from '../usage-totals.js';
 import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
 
 export const HOUR_MS = 3_600_000;
 
 /** The script of a record: registered by RedisStore with defineCommand. */
-export interface UsageScripts {
+export interface UsageScripts extends TotalsScripts {
   /** Keys: the stream, the write's mark, then totalsKeys(); args: see the script. */
   tgUsageAdd(...args: string[]): Promise<unknown>;
   /** Keys: the stream; args: start, count, needles. See the script. */
@@ -42,7 +42,7 @@ export interface UsageScripts {
 }
 
 
-export const USAGE_SCRIPTS: Record<keyof UsageScripts, { keys: number; lua: string }> = {
+export const USAGE_SCRIPTS: Record<Exclude<keyof UsageScripts, keyof TotalsScripts>, { keys: number; lua: string }> = {
   // One slot, one round trip: mark the write (2 when it was marked: written before), append the
   // record, (re)set the stream's expiry; 1 when this record created the stream.
   // Then, the totals: for each column c (KEYS[2 + c]), the record's id in it (ARGV[3 + #metrics
@@ -119,7 +119,7 @@ export class RedisUsage implements Buckets {
     this.#prefix = prefix;
     this.#index = `${prefix}{usage:index}`;
     this.#retentionMs = retentionMs(retentionDays);
-    this.#totals = new RedisTotals(redis, (hour) => this.#key(hour));
+    this.#totals = new RedisTotals(redis, (hour) => this.#key(hour), prefix, this.#retentionMs);
   }
 
   hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]> {
@@ -147,6 +147,10 @@ export class RedisUsage implements Buckets {
       const oldest = Math.floor((now - this.#retentionMs) / HOUR_MS) - 1;
       await this.#redis.zremrangebyscore(this.#index, '-inf', oldest);
       for (const h of this.#indexed) if (h <= oldest) this.#indexed.delete(h);
+      // A new day: once late writes of the last one are past, its totals are summed (./totals.ts).
+      if (hour % 24 === 0 && (hour + 1) * HOUR_MS > now) {
+        setTimeout(() => { void this.#totals.warm(hour / 24 - 1).catch(() => undefined); }, WRITE_MARK_MS).unref();
+      }
     }
     const key = this.#key(hour);
     const created = await this.#redis.tgUsageAdd(

@@ -12,6 +12,7 @@
 //                                fields are t:ID:<member> in its account's hash, and a key's
 //                                team is tm in the key's hash)
 //   P{accounts}           zset   every account id, score 0 (listAccounts pages it by id: ZRANGEBYLEX)
+//   P{accounts}:filled    string set once the ids of accounts from before the zset were added
 //   P{acct:A}:key:ID      hash   key ID's controls and state, in its account's slot so the
 //                                metering scripts read and charge its budget atomically with the
 //                                wallet: account, digest (current), created_at, last4, c (the
@@ -23,7 +24,8 @@
 //   P{acct:A}:keys        set    ids of A's keys (for listing)
 //   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>} (./revocations.ts)
 //   metering (holds, settlements, usage windows): see metering.ts
-//   usage records (P{usage:HOUR}, P{usage:index}): see records.ts
+//   usage records (P{usage:HOUR}, P{usage:index}): see records.ts; their totals per hour
+//   (P{usage:HOUR}:t:COLUMN) and day (P{usage:day:DAY}:...): see totals.ts
 //   stored responses (P{resp:ACCOUNT}:...): see responses.ts
 //   the alerts outbox (P{alerts}:..., P{acct:ID}:walarm): see alerts.ts
 //
@@ -64,6 +66,7 @@ import { RedisAudit } from './audit.js';
 import { RedisRevocations } from './revocations.js';
 import type { ResponseChain } from '../response-chains.js';
 import { RedisUsage, USAGE_SCRIPTS } from './records.js';
+import { TOTALS_SCRIPTS } from './totals.js';
 import { SCRIPTS, type Scripts } from './scripts.js';
 import { RedisTeams } from './teams.js';
 import { ALERT_SCRIPTS, RedisAlerts, type AlertScripts } from './alerts.js';
@@ -127,7 +130,7 @@ export class RedisStore implements Store {
     // resent after a reconnect (the caller has seen them fail).
     const redis = connect(topology, { connectionName: 'tollgate', commandTimeout: timeout, connectTimeout });
     redis.on('error', onError);
-    for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS), ...Object.entries(ALERT_SCRIPTS)]) {
+    for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS), ...Object.entries(ALERT_SCRIPTS), ...Object.entries(TOTALS_SCRIPTS)]) {
       redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
     }
     this.#redis = redis as RedisClient & Scripts;

@@ -662,7 +662,7 @@ t.test('every key the store writes starts with its prefix', async (t) => {
     '{acct:acme}', '{acct:acme}:credits', '{acct:seeded}',
     `{key:${d2}}`, `{key:${d}}`, `{keyid:${keyIdOf(d2)}}`, `{keyid:${keyIdOf(d)}}`, '{sess:sid}', '{plan:free}', '{plan:pro}',
     '{acct:acme}:holds', '{acct:acme}:settled', '{acct:acme}:settled:at', `{acct:acme}:usage:D:${DAY}`, `{acct:acme}:usage:M:${MONTH}`,
-    `{usage:${Math.floor(at / 3_600_000)}}`, '{usage:index}', '{accounts}',
+    `{usage:${Math.floor(at / 3_600_000)}}`, '{usage:index}', '{accounts}', '{accounts}:filled',
     `{acct:acme}:key:${keyIdOf(d)}`, '{acct:acme}:keys', `{acct:seeded}:key:${keyIdOf(d2)}`, '{acct:seeded}:keys',
   ].sort(), 'the documented layout');
 });
