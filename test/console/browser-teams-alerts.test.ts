@@ -22,6 +22,8 @@ import { ADMIN_TOKEN, WALLET, ssoSignIn, startConsole, tokenSignIn, withSession,
 
 const SHOTS = fileURLToPath(new URL('../../.tap/console-screenshots/', import.meta.url));
 const SECRET = 'console-alerts-secret';
+// Small, so a few short requests take the team past its 50% threshold.
+const TEAM_UNITS = 60;
 const HOSTILE = ['<img src=x onerror="window.__pwned=1">', '<script>window.__pwned=1</script>', '"><svg onload=window.__pwned=1>', '&lt;b&gt;x'];
 
 if (haveChromium(t)) {
@@ -56,7 +58,7 @@ if (haveChromium(t)) {
   const teamsOf = async (account: string) => ((await (await admin(`/admin/accounts/${account}/teams`)).json()) as { teams: any[] }).teams;
 
   for (const team of [
-    { id: 'search', name: 'Search', budget: { units: 100_000, period: 'month' }, models: ['echo-small'] },
+    { id: 'search', name: 'Search', budget: { units: TEAM_UNITS, period: 'month' }, models: ['echo-small'] },
     { id: 'ops', name: 'Operations' },
   ]) {
     await made(admin('/admin/accounts/acme/teams', 'POST', team));
@@ -95,7 +97,7 @@ if (haveChromium(t)) {
     await teams.waitFor();
     const search = teams.getByRole('row').filter({ hasText: 'search' });
     t.match(await search.textContent(), /Search/);
-    t.match(await search.textContent(), /0 of 100,000 \/ month/);
+    t.match(await search.textContent(), /^search.*Search.*0 of 60 \/ month/);
     t.match(await teams.getByRole('row').filter({ hasText: 'ops' }).textContent(), /0 \(no budget\)/);
     await page.getByRole('button', { name: 'Create key' }).click();
     const choice = page.getByLabel('Team', { exact: true });
@@ -121,14 +123,14 @@ if (haveChromium(t)) {
     t.equal(after.keys.find((k) => k.name === 'no team key')?.team, null);
 
     const openai = new OpenAI({ apiKey: teamKey, baseURL: `${url}/v1`, maxRetries: 0 });
-    await openai.chat.completions.create({ model: 'echo-small', messages: [{ role: 'user', content: 'spend from the team' }] });
+    await openai.chat.completions.create({ model: 'echo-small', max_tokens: 8, messages: [{ role: 'user', content: 'spend from the team' }] });
     const spent = (await teamsOf('acme')).find((x) => x.id === 'search').budget.spent_units as number;
     t.ok(spent > 0, `the team spent ${spent}`);
     await page.getByRole('button', { name: 'Done' }).click();
     await go(page, 'Usage');
     await go(page, 'Keys');
     await page.getByLabel('Account', { exact: true }).selectOption('acme');
-    await page.getByRole('table', { name: 'Teams of acme' }).getByRole('row').filter({ hasText: `${spent.toLocaleString('en-US')} of 100,000 / month` }).waitFor();
+    await page.getByRole('table', { name: 'Teams of acme' }).getByRole('row').filter({ hasText: `${spent} of ${TEAM_UNITS} / month` }).waitFor();
     t.pass('the team\'s spend shown');
     await shoot(page, 'teams-keys');
   });
@@ -145,15 +147,24 @@ if (haveChromium(t)) {
     await shoot(page, 'teams-accounts');
   });
 
-  await t.test('Overview: a wallet.low alert from real requests, with its delivery state', async (t) => {
-    // teamKey's request above already took acme below the mark; its delivery is to the receiver.
+  await t.test('Overview: wallet.low and the team\'s budget.threshold from real requests, with their delivery state', async (t) => {
+    // teamKey's request above already took acme below the mark; more of them take the team past 50%.
+    const openai = new OpenAI({ apiKey: teamKey, baseURL: `${url}/v1`, maxRetries: 0 });
+    for (let i = 0; i < 10; i++) {
+      const spent = (await teamsOf('acme')).find((x) => x.id === 'search').budget.spent_units as number;
+      if (spent * 100 >= TEAM_UNITS * 50) break;
+      await openai.chat.completions.create({ model: 'echo-small', max_tokens: 8, messages: [{ role: 'user', content: `more ${i}` }] });
+    }
     const deadline = Date.now() + 20_000;
     let events: any[] = [];
+    const delivered = (type: string) => events.some((e) => e.type === type && e.delivery.state === 'delivered');
     while (Date.now() < deadline) {
       events = ((await (await admin('/admin/alerts?limit=10')).json()) as { events: any[] }).events;
-      if (events.some((e) => e.type === 'wallet.low' && e.delivery.state === 'delivered')) break;
+      if (delivered('wallet.low') && delivered('budget.threshold')) break;
       await new Promise((r) => setTimeout(r, 200));
     }
+    const crossed = events.find((e) => e.type === 'budget.threshold' && e.data.threshold === 50);
+    t.match(crossed, { subject: { account: 'acme', team: 'search' }, data: { scope: 'team', budget_units: TEAM_UNITS, period: 'month' }, delivery: { state: 'delivered' } });
     const low = events.find((e) => e.type === 'wallet.low');
     t.match(low, { type: 'wallet.low', subject: { account: 'acme' }, data: { wallet_low_units: WALLET - 5 }, delivery: { state: 'delivered', attempts: 1, last_status: 204 } });
     t.ok(received.some((r) => r.signed && r.body.id === low.id), 'the receiver got it, signed');
@@ -167,6 +178,8 @@ if (haveChromium(t)) {
     t.match(text, new RegExp(`available ${(low.data.available_units as number).toLocaleString('en-US')} units, below ${(WALLET - 5).toLocaleString('en-US')}`));
     t.match(text, /delivered \(1 attempt, last HTTP 204\)/);
     t.match(text, new RegExp(low.at.slice(0, 16).replace('T', ' ')), 'the time');
+    const team = table.getByRole('row').filter({ hasText: 'team search' }).filter({ hasText: '50%' });
+    t.match(await team.textContent(), new RegExp(`acme / team search / ${crossed.subject.key_id}.*50% of the team's budget \\(\\d+ of ${TEAM_UNITS} units / month\\)`));
     await shoot(page, 'overview-alerts');
   });
 

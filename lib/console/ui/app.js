@@ -148,8 +148,8 @@ function Overview({ session }) {
         <caption class="sr-only">Alerts, newest first</caption>
         <thead><tr><th scope="col">When</th><th scope="col">Type</th><th scope="col">Subject</th><th scope="col">Detail</th><th scope="col">Delivery</th></tr></thead>
         <tbody>${d.alerts.events.map((e) => html`<tr>
-          <td class="when">${when(e.at)}</td><td><strong>${e.type ?? 'alert'}</strong></td>
-          <td class="id subject">${alertSubject(e.subject)}</td><td>${alertDetail(e)}</td><td>${deliveryText(e.delivery)}</td>
+          <td class="when" data-label="When"><span>${when(e.at)}</span></td><td data-label="Type"><strong>${e.type ?? 'alert'}</strong></td>
+          <td class="id subject" data-label="Subject"><span>${alertSubject(e.subject)}</span></td><td data-label="Detail"><span>${alertDetail(e)}</span></td><td data-label="Delivery"><span>${deliveryText(e.delivery)}</span></td>
         </tr>`)}</tbody>
       </table></div>`}
     </section>`}`;
@@ -301,6 +301,8 @@ function budgetText(b) {
 function AccountPicker({ session, value, onChange }) {
   const [state] = useLoad(() => (session.role === 'member' ? Promise.resolve(null) : optional('/admin/accounts?limit=200')), [session.role]);
   if (session.role === 'member') return html`<p>Account <span class="id">${session.account}</span></p>`;
+  // Still asking: not the id field for a moment (a pick made in it would be lost when the list comes).
+  if (state.data === undefined && state.loading) return html`<p class="muted" aria-live="polite">Loading accounts…</p>`;
   const list = state.data?.accounts;
   if (list) {
     return html`<div class="field"><label for="pick-account">Account</label>
