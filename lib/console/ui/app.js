@@ -144,12 +144,12 @@ function Overview({ session }) {
       <${Top} title="Top models" data=${d.models} />
     </div>
     ${session.role !== 'member' && html`<section aria-labelledby="h-alerts"><h2 id="h-alerts">Alerts</h2>
-      ${(d.alerts?.events ?? []).length === 0 ? html`<p class="empty">No alerts.</p>` : html`<div class="scroll"><table class="alerts">
+      ${(d.alerts?.events ?? []).length === 0 ? html`<p class="empty">No alerts.</p>` : html`<div class="scroll"><table class="alerts cards" role="table">
         <caption class="sr-only">Alerts, newest first</caption>
-        <thead><tr><th scope="col">When</th><th scope="col">Type</th><th scope="col">Subject</th><th scope="col">Detail</th><th scope="col">Delivery</th></tr></thead>
-        <tbody>${d.alerts.events.map((e) => html`<tr>
-          <td class="when" data-label="When"><span>${when(e.at)}</span></td><td data-label="Type"><strong>${e.type ?? 'alert'}</strong></td>
-          <td class="id subject" data-label="Subject"><span>${alertSubject(e.subject)}</span></td><td data-label="Detail"><span>${alertDetail(e)}</span></td><td data-label="Delivery"><span>${deliveryText(e.delivery)}</span></td>
+        <thead role="rowgroup"><tr role="row"><th scope="col" role="columnheader">When</th><th scope="col" role="columnheader">Type</th><th scope="col" role="columnheader">Subject</th><th scope="col" role="columnheader">Detail</th><th scope="col" role="columnheader">Delivery</th></tr></thead>
+        <tbody role="rowgroup">${d.alerts.events.map((e) => html`<tr role="row">
+          <td role="cell" class="when" data-label="When"><span>${when(e.at)}</span></td><td role="cell" data-label="Type"><strong>${e.type ?? 'alert'}</strong></td>
+          <td role="cell" class="id subject" data-label="Subject"><span>${alertSubject(e.subject)}</span></td><td role="cell" data-label="Detail"><span>${alertDetail(e)}</span></td><td role="cell" data-label="Delivery"><span>${deliveryText(e.delivery)}</span></td>
         </tr>`)}</tbody>
       </table></div>`}
     </section>`}`;
@@ -220,12 +220,12 @@ function AccountLookup({ session }) {
 function AccountTable({ session, accounts, state, reload, open, setOpen, teamsOf, setTeamsOf }) {
   const admin = session.role === 'admin';
   return html`<${Problem} error=${state.error} />
-    <div class="scroll"><table>
+    <div class="scroll"><table class="cards" role="table">
       <caption class="sr-only">Accounts</caption>
-      <thead><tr><th scope="col">Id</th><th scope="col">Plan</th><th scope="col" class="num">Balance (units)</th><th scope="col" class="num">Held</th><th scope="col" class="num">Available</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead>
-      <tbody>${accounts.map((a) => html`<tr>
-        <td class="id">${a.id}</td><td>${a.plan}</td><td class="num">${fmt(a.balance_units)}</td><td class="num">${fmt(a.held_units)}</td><td class="num">${fmt(a.available_units)}</td>
-        <td class="actions"><button type="button" aria-pressed=${teamsOf === a.id} onClick=${() => setTeamsOf(teamsOf === a.id ? null : a.id)} aria-label=${`Teams of ${a.id}`}>Teams</button>
+      <thead role="rowgroup"><tr role="row"><th scope="col" role="columnheader">Id</th><th scope="col" role="columnheader">Plan</th><th scope="col" role="columnheader" class="num">Balance (units)</th><th scope="col" role="columnheader" class="num">Held</th><th scope="col" role="columnheader" class="num">Available</th><th scope="col" role="columnheader"><span class="sr-only">Actions</span></th></tr></thead>
+      <tbody role="rowgroup">${accounts.map((a) => html`<tr role="row">
+        <td role="cell" class="id" data-label="Id"><span>${a.id}</span></td><td role="cell" data-label="Plan"><span>${a.plan}</span></td><td role="cell" class="num" data-label="Balance"><span>${fmt(a.balance_units)}</span></td><td role="cell" class="num" data-label="Held"><span>${fmt(a.held_units)}</span></td><td role="cell" class="num" data-label="Available"><span>${fmt(a.available_units)}</span></td>
+        <td role="cell" class="actions"><button type="button" aria-pressed=${teamsOf === a.id} onClick=${() => setTeamsOf(teamsOf === a.id ? null : a.id)} aria-label=${`Teams of ${a.id}`}>Teams</button>
           ${admin && html`<button type="button" onClick=${() => setOpen(a.id)} aria-label=${`Top up ${a.id}`}>Top up</button>`}</td>
       </tr>`)}</tbody>
     </table></div>
@@ -278,13 +278,13 @@ function Teams({ account, state: given }) {
   const teams = state.data.teams;
   const hid = `h-teams-${account}`;
   return html`<section class="panel teams" aria-labelledby=${hid}><h2 id=${hid}>Teams of <span class="id">${account}</span></h2>
-    ${teams.length === 0 ? html`<p class="empty">No teams.</p>` : html`<div class="scroll"><table>
+    ${teams.length === 0 ? html`<p class="empty">No teams.</p>` : html`<div class="scroll"><table class="cards" role="table">
       <caption class="sr-only">Teams of ${account}</caption>
-      <thead><tr><th scope="col">Id</th><th scope="col">Name</th><th scope="col" class="num">Budget spent (units)</th><th scope="col">Models</th></tr></thead>
-      <tbody>${teams.map((t) => html`<tr>
-        <td class="id">${t.id}</td><td class="name">${t.name ?? html`<span class="muted">(no name)</span>`}</td>
-        <td class="num">${budgetText(t.budget)}</td>
-        <td>${t.models === null || t.models === undefined ? html`<span class="muted">all</span>` : t.models.join(', ')}</td>
+      <thead role="rowgroup"><tr role="row"><th scope="col" role="columnheader">Id</th><th scope="col" role="columnheader">Name</th><th scope="col" role="columnheader" class="num">Budget spent (units)</th><th scope="col" role="columnheader">Models</th></tr></thead>
+      <tbody role="rowgroup">${teams.map((t) => html`<tr role="row">
+        <td role="cell" class="id" data-label="Id"><span>${t.id}</span></td><td role="cell" class="name" data-label="Name"><span>${t.name ?? html`<span class="muted">(no name)</span>`}</span></td>
+        <td role="cell" class="num" data-label="Budget spent"><span>${budgetText(t.budget)}</span></td>
+        <td role="cell" data-label="Models"><span>${t.models === null || t.models === undefined ? html`<span class="muted">all</span>` : t.models.join(', ')}</span></td>
       </tr>`)}</tbody>
     </table></div>`}
   </section>`;
