@@ -127,6 +127,8 @@ if (haveChromium(t)) {
 
   await t.test('Accounts: top up; a resubmission of the same form credits once', async (t) => {
     await go(page, 'Accounts');
+    // The list, or (a gateway without GET /admin/accounts) the id field: whichever comes once loaded.
+    await page.getByRole('button', { name: 'Top up other-co' }).or(page.getByLabel('Account', { exact: true })).waitFor();
     if (await page.getByRole('button', { name: 'Top up other-co' }).count() === 0) await pick(page, 'other-co');
     const before = await balance('other-co');
     await page.getByRole('button', { name: 'Top up other-co' }).click();
@@ -255,6 +257,7 @@ if (haveChromium(t)) {
     const v = await sso({ sub: 'victor', email: 'victor@example.com', roles: ['tg-viewer'] });
     await v.getByRole('navigation', { name: 'Console' }).waitFor();
     await go(v, 'Accounts');
+    await v.getByRole('cell', { name: 'acme', exact: true }).or(v.getByLabel('Account', { exact: true })).waitFor();
     if (await v.getByRole('cell', { name: 'acme', exact: true }).count() === 0) await pick(v, 'acme');
     await v.getByRole('cell', { name: 'acme', exact: true }).waitFor();
     t.equal(await v.getByRole('button', { name: /^Top up/ }).count(), 0, 'no Top up for a viewer');

@@ -144,12 +144,41 @@ function Overview({ session }) {
       <${Top} title="Top models" data=${d.models} />
     </div>
     ${session.role !== 'member' && html`<section aria-labelledby="h-alerts"><h2 id="h-alerts">Alerts</h2>
-      ${(d.alerts?.events ?? []).length === 0 ? html`<p class="empty">No alerts.</p>` : html`<ul class="alerts">
-        ${d.alerts.events.map((e) => html`<li><span class="muted">${when(e.at)}</span> <strong>${e.type ?? 'alert'}</strong>
-          ${' '}<span class="id">${[e.subject?.account, e.subject?.team, e.subject?.key_id].filter(Boolean).join(' / ')}</span>
-          ${e.data?.threshold !== undefined ? ` at ${e.data.threshold}%` : ''}</li>`)}
-      </ul>`}
+      ${(d.alerts?.events ?? []).length === 0 ? html`<p class="empty">No alerts.</p>` : html`<div class="scroll"><table class="alerts cards" role="table">
+        <caption class="sr-only">Alerts, newest first</caption>
+        <thead role="rowgroup"><tr role="row"><th scope="col" role="columnheader">When</th><th scope="col" role="columnheader">Type</th><th scope="col" role="columnheader">Subject</th><th scope="col" role="columnheader">Detail</th><th scope="col" role="columnheader">Delivery</th></tr></thead>
+        <tbody role="rowgroup">${d.alerts.events.map((e) => html`<tr role="row">
+          <td role="cell" class="when" data-label="When"><span>${when(e.at)}</span></td><td role="cell" data-label="Type"><strong>${e.type ?? 'alert'}</strong></td>
+          <td role="cell" class="id subject" data-label="Subject"><span>${alertSubject(e.subject)}</span></td><td role="cell" data-label="Detail"><span>${alertDetail(e)}</span></td><td role="cell" data-label="Delivery"><span>${deliveryText(e.delivery)}</span></td>
+        </tr>`)}</tbody>
+      </table></div>`}
     </section>`}`;
+}
+
+/** An alert's subject as one line: account / team / key, or provider / replica (CONTRACT section 15). */
+function alertSubject(s) {
+  if (!s) return '—';
+  const parts = s.provider !== undefined ? [s.provider, s.target] : [s.account, s.team === undefined ? undefined : `team ${s.team}`, s.key_id];
+  return parts.filter((x) => x !== undefined && x !== null && x !== '').map(String).join(' / ') || '—';
+}
+
+/** What crossed, per type (docs/alerts.md's data columns); nothing invented for a type it does not know. */
+function alertDetail(e) {
+  const d = e.data ?? {};
+  if (e.type === 'budget.threshold') {
+    return `${d.threshold}% of ${d.scope === 'team' ? "the team's" : "the key's"} budget (${fmt(d.spent_units)} of ${fmt(d.budget_units)} units${d.period ? ` / ${d.period}` : ''})`;
+  }
+  if (e.type === 'wallet.low') return `available ${fmt(d.available_units)} units, below ${fmt(d.wallet_low_units)}`;
+  if (e.type === 'key.expiring') return `expires ${when(d.expires_at)}`;
+  if (e.type === 'upstream.ejected') return `${d.reason ?? 'ejected'}${d.until ? ` until ${when(d.until)}` : ''}`;
+  return d.threshold !== undefined ? `${d.threshold}%` : '';
+}
+
+function deliveryText(v) {
+  if (!v) return '—';
+  const status = v.last_status === null || v.last_status === undefined ? '' : `, last HTTP ${v.last_status}`;
+  const tries = `${v.attempts} attempt${v.attempts === 1 ? '' : 's'}`;
+  return html`<span class=${v.state === 'delivered' ? 'good' : v.state === 'failed' ? 'bad' : 'muted'}>${v.state}</span> <span class="muted">(${tries}${status})</span>`;
 }
 
 function Top({ title, data }) {
@@ -165,11 +194,12 @@ function Top({ title, data }) {
 function Accounts({ session }) {
   const [cursor, setCursor] = useState(undefined);
   const [open, setOpen] = useState(null);
+  const [teamsOf, setTeamsOf] = useState(null);
   const [state, reload] = useLoad(() => optional(`/admin/accounts${query({ limit: 50, cursor })}`), [cursor]);
   const d = state.data;
   if (d === undefined) return html`<${Loading} state=${state} />`;
   if (d === null) return html`<${AccountLookup} session=${session} />`;
-  return html`<${AccountTable} session=${session} accounts=${d.accounts} state=${state} reload=${reload} open=${open} setOpen=${setOpen} />
+  return html`<${AccountTable} session=${session} accounts=${d.accounts} state=${state} reload=${reload} open=${open} setOpen=${setOpen} teamsOf=${teamsOf} setTeamsOf=${setTeamsOf} />
     <div class="pager">
       ${cursor !== undefined && html`<button type="button" onClick=${() => setCursor(undefined)}>First page</button>`}
       ${d.next_cursor && html`<button type="button" onClick=${() => setCursor(d.next_cursor)}>Next page</button>`}
@@ -180,26 +210,28 @@ function Accounts({ session }) {
 function AccountLookup({ session }) {
   const [id, setId] = useState(sessionStorage.getItem('tg-account') ?? '');
   const [open, setOpen] = useState(null);
+  const [teamsOf, setTeamsOf] = useState(null);
   const [state, reload] = useLoad(() => (id ? call('GET', `/admin/accounts/${enc(id)}`) : Promise.resolve(null)), [id]);
   return html`<form class="field" onSubmit=${(e) => { e.preventDefault(); const v = String(new FormData(e.currentTarget).get('account') ?? '').trim(); sessionStorage.setItem('tg-account', v); setId(v); }}>
       <label for="lookup-account">Account</label><input id="lookup-account" name="account" value=${id} /><button type="submit">Open</button></form>
-    ${state.error ? html`<${Problem} error=${state.error} />` : state.data ? html`<${AccountTable} session=${session} accounts=${[state.data]} state=${state} reload=${reload} open=${open} setOpen=${setOpen} />` : null}`;
+    ${state.error ? html`<${Problem} error=${state.error} />` : state.data ? html`<${AccountTable} session=${session} accounts=${[state.data]} state=${state} reload=${reload} open=${open} setOpen=${setOpen} teamsOf=${teamsOf} setTeamsOf=${setTeamsOf} />` : null}`;
 }
 
-function AccountTable({ session, accounts, state, reload, open, setOpen }) {
+function AccountTable({ session, accounts, state, reload, open, setOpen, teamsOf, setTeamsOf }) {
   const admin = session.role === 'admin';
   return html`<${Problem} error=${state.error} />
-    <div class="scroll"><table>
+    <div class="scroll"><table class="cards" role="table">
       <caption class="sr-only">Accounts</caption>
-      <thead><tr><th scope="col">Id</th><th scope="col">Plan</th><th scope="col" class="num">Balance (units)</th><th scope="col" class="num">Held</th><th scope="col" class="num">Available</th>${admin && html`<th scope="col"><span class="sr-only">Actions</span></th>`}</tr></thead>
-      <tbody>${accounts.map((a) => html`<tr>
-        <td class="id">${a.id}</td><td>${a.plan}</td><td class="num">${fmt(a.balance_units)}</td><td class="num">${fmt(a.held_units)}</td><td class="num">${fmt(a.available_units)}</td>
-        ${admin && html`<td><button type="button" onClick=${() => setOpen(a.id)} aria-label=${`Top up ${a.id}`}>Top up</button></td>`}
+      <thead role="rowgroup"><tr role="row"><th scope="col" role="columnheader">Id</th><th scope="col" role="columnheader">Plan</th><th scope="col" role="columnheader" class="num">Balance (units)</th><th scope="col" role="columnheader" class="num">Held</th><th scope="col" role="columnheader" class="num">Available</th><th scope="col" role="columnheader"><span class="sr-only">Actions</span></th></tr></thead>
+      <tbody role="rowgroup">${accounts.map((a) => html`<tr role="row">
+        <td role="cell" class="id" data-label="Id"><span>${a.id}</span></td><td role="cell" data-label="Plan"><span>${a.plan}</span></td><td role="cell" class="num" data-label="Balance"><span>${fmt(a.balance_units)}</span></td><td role="cell" class="num" data-label="Held"><span>${fmt(a.held_units)}</span></td><td role="cell" class="num" data-label="Available"><span>${fmt(a.available_units)}</span></td>
+        <td role="cell" class="actions"><button type="button" aria-pressed=${teamsOf === a.id} onClick=${() => setTeamsOf(teamsOf === a.id ? null : a.id)} aria-label=${`Teams of ${a.id}`}>Teams</button>
+          ${admin && html`<button type="button" onClick=${() => setOpen(a.id)} aria-label=${`Top up ${a.id}`}>Top up</button>`}</td>
       </tr>`)}</tbody>
     </table></div>
     ${accounts.length === 0 && html`<p class="empty">No accounts yet.</p>`}
     ${open !== null && html`<${TopUp} key=${open} account=${open} onDone=${() => { reload(); }} onClose=${() => setOpen(null)} />`}
-    ${open !== null && html`<${Teams} key=${`t-${open}`} account=${open} />`}`;
+    ${teamsOf !== null && html`<${Teams} key=${`t-${teamsOf}`} account=${teamsOf} />`}`;
 }
 
 /** The top-up form: one idempotency key per opening, so a resubmission never credits twice. */
@@ -236,12 +268,32 @@ function TopUp({ account, onDone, onClose }) {
   </section>`;
 }
 
-function Teams({ account }) {
-  const [state] = useLoad(() => optional(`/admin/accounts/${enc(account)}/teams`), [account]);
-  const teams = state.data?.teams ?? [];
-  return html`<section class="panel" aria-labelledby="h-teams"><h2 id="h-teams">Teams of <span class="id">${account}</span></h2>
-    ${teams.length === 0 ? html`<p class="empty">No teams.</p>` : html`<ul>${teams.map((t) => html`<li><span class="id">${t.id}</span> ${t.name ?? ''}${t.budget?.units != null ? ` · ${fmt(t.budget.spent_units)} of ${fmt(t.budget.units)} units${t.budget.period ? ` / ${t.budget.period}` : ''}` : ''}</li>`)}</ul>`}
+/** An account's teams (CONTRACT section 15), loaded here, or given by a page that loaded them already. */
+function Teams({ account, state: given }) {
+  const [own] = useLoad(() => (given ? Promise.resolve(undefined) : optional(`/admin/accounts/${enc(account)}/teams`)), [account, given === undefined]);
+  const state = given ?? own;
+  if (state.data === undefined) return html`<${Loading} state=${state} />`;
+  // null: a gateway without teams; say nothing.
+  if (state.data === null) return null;
+  const teams = state.data.teams;
+  const hid = `h-teams-${account}`;
+  return html`<section class="panel teams" aria-labelledby=${hid}><h2 id=${hid}>Teams of <span class="id">${account}</span></h2>
+    ${teams.length === 0 ? html`<p class="empty">No teams.</p>` : html`<div class="scroll"><table class="cards" role="table">
+      <caption class="sr-only">Teams of ${account}</caption>
+      <thead role="rowgroup"><tr role="row"><th scope="col" role="columnheader">Id</th><th scope="col" role="columnheader">Name</th><th scope="col" role="columnheader" class="num">Budget spent (units)</th><th scope="col" role="columnheader">Models</th></tr></thead>
+      <tbody role="rowgroup">${teams.map((t) => html`<tr role="row">
+        <td role="cell" class="id" data-label="Id"><span>${t.id}</span></td><td role="cell" class="name" data-label="Name"><span>${t.name ?? html`<span class="muted">(no name)</span>`}</span></td>
+        <td role="cell" class="num" data-label="Budget spent"><span>${budgetText(t.budget)}</span></td>
+        <td role="cell" data-label="Models"><span>${t.models === null || t.models === undefined ? html`<span class="muted">all</span>` : t.models.join(', ')}</span></td>
+      </tr>`)}</tbody>
+    </table></div>`}
   </section>`;
+}
+
+/** A key's or a team's budget: "spent of units / period", or the spend and "(no budget)". */
+function budgetText(b) {
+  if (!b) return '—';
+  return b.units === null || b.units === undefined ? `${fmt(b.spent_units)} (no budget)` : `${fmt(b.spent_units)} of ${fmt(b.units)}${b.period ? ` / ${b.period}` : ''}`;
 }
 
 // ---- Keys ------------------------------------------------------------------------------
@@ -249,6 +301,8 @@ function Teams({ account }) {
 function AccountPicker({ session, value, onChange }) {
   const [state] = useLoad(() => (session.role === 'member' ? Promise.resolve(null) : optional('/admin/accounts?limit=200')), [session.role]);
   if (session.role === 'member') return html`<p>Account <span class="id">${session.account}</span></p>`;
+  // Still asking: not the id field for a moment (a pick made in it would be lost when the list comes).
+  if (state.data === undefined && state.loading) return html`<p class="muted" aria-live="polite">Loading accounts…</p>`;
   const list = state.data?.accounts;
   if (list) {
     return html`<div class="field"><label for="pick-account">Account</label>
@@ -270,6 +324,9 @@ function Keys({ session }) {
 
 function KeyTable({ account, session }) {
   const [state, reload] = useLoad(() => call('GET', `/admin/accounts/${enc(account)}/keys`), [account]);
+  const [teams] = useLoad(() => optional(`/admin/accounts/${enc(account)}/teams`), [account]);
+  const teamList = teams.data?.teams ?? [];
+  const teamName = (id) => { const t = teamList.find((x) => x.id === id); return t && t.name ? `${t.name} (${id})` : id; };
   const [creating, setCreating] = useState(false);
   const [secret, setSecret] = useState(null);
   const [confirm, setConfirm] = useState(null);
@@ -288,7 +345,7 @@ function KeyTable({ account, session }) {
   const d = state.data;
   return html`
     ${canWrite && html`<p><button type="button" onClick=${() => { setCreating(true); setSecret(null); }}>Create key</button></p>`}
-    ${creating && html`<${CreateKey} account=${account} onClose=${() => setCreating(false)} onCreated=${(r) => { setCreating(false); setSecret({ title: 'New key', plaintext: r.key }); reload(); }} />`}
+    ${creating && html`<${CreateKey} account=${account} teams=${teamList} onClose=${() => setCreating(false)} onCreated=${(r) => { setCreating(false); setSecret({ title: 'New key', plaintext: r.key }); reload(); }} />`}
     ${secret && html`<${ShowOnce} ...${secret} onClose=${() => setSecret(null)} />`}
     <${Problem} error=${error} />
     ${d === undefined ? html`<${Loading} state=${state} />` : d.keys.length === 0 ? html`<p class="empty">No keys.</p>` : html`<${Problem} error=${state.error} />
@@ -299,10 +356,10 @@ function KeyTable({ account, session }) {
         <td class="name">${k.name ?? html`<span class="muted">(no name)</span>`}</td>
         <td class="id">${k.hint ?? '—'}</td>
         <td>${k.models === null ? html`<span class="muted">all</span>` : k.models.join(', ')}</td>
-        <td class="num">${k.budget.units === null ? `${fmt(k.budget.spent_units)} (no budget)` : `${fmt(k.budget.spent_units)} of ${fmt(k.budget.units)}${k.budget.period ? ` / ${k.budget.period}` : ''}`}</td>
+        <td class="num">${budgetText(k.budget)}</td>
         <td class="when">${when(k.expires_at)}</td>
         <td class="when">${when(k.last_used_at)}</td>
-        <td>${k.team ?? '—'}</td>
+        <td class="name">${k.team === null || k.team === undefined ? html`<span class="muted">—</span>` : teamName(k.team)}</td>
         ${canWrite && html`<td class="actions">
           <button type="button" onClick=${() => rotate(k)} aria-label=${`Rotate ${k.name ?? k.id}`}>Rotate</button>
           ${confirm === k.id ? html`<span role="group" aria-label="Confirm revoke">
@@ -312,10 +369,11 @@ function KeyTable({ account, session }) {
             : html`<button type="button" class="danger" onClick=${() => setConfirm(k.id)} aria-label=${`Revoke ${k.name ?? k.id}`}>Revoke</button>`}
         </td>`}
       </tr>`)}</tbody>
-    </table></div>`}`;
+    </table></div>`}
+    <${Teams} account=${account} state=${teams} />`;
 }
 
-function CreateKey({ account, onClose, onCreated }) {
+function CreateKey({ account, teams, onClose, onCreated }) {
   const [error, setError] = useState(null);
   const [busy, setBusy] = useState(false);
   const submit = async (e) => {
@@ -331,6 +389,8 @@ function CreateKey({ account, onClose, onCreated }) {
     if (units !== '') body.budget = { units: Number(units), period: period === '' ? null : period };
     const expires = String(f.get('expires') ?? '');
     if (expires) body.expires_at = new Date(`${expires}T23:59:59Z`).toISOString();
+    const team = String(f.get('team') ?? '');
+    if (team) body.team = team;
     setBusy(true);
     setError(null);
     try {
@@ -350,6 +410,8 @@ function CreateKey({ account, onClose, onCreated }) {
       <label for="key-period">Budget period</label>
       <select id="key-period" name="budget_period"><option value="">No reset</option><option value="day">Day</option><option value="week">Week</option><option value="month" selected>Month</option></select>
       <label for="key-expires">Expires</label><input id="key-expires" name="expires" type="date" />
+      ${teams.length > 0 && html`<label for="key-team">Team</label>
+      <select id="key-team" name="team"><option value="">No team</option>${teams.map((t) => html`<option value=${t.id}>${t.name ? `${t.name} (${t.id})` : t.id}</option>`)}</select>`}
       <div class="buttons"><button type="submit" disabled=${busy}>Create</button><button type="button" class="link" onClick=${onClose}>Cancel</button></div>
     </form>
     <${Problem} error=${error} />
