@@ -84,7 +84,7 @@ function makeRecord(i, now, rand) {
     request_id: `bench-${i}`,
     at: now - DAYS * DAY + Math.floor((i / RECORDS) * DAYS * DAY),
     account: accountId(account),
-    key_id: KEY_IDS[account * 5 + key],
+    key_id: KEY_IDS[account * 5 + key], team: null,
     model, provider: 'bench', target: 'http://10.0.0.1:8000/v1', route: '/v1/chat/completions',
     status: error ? (rand() < 0.5 ? 429 : 503) : 200,
     prompt_tokens: prompt, cached_tokens: 0, completion_tokens: completion,
