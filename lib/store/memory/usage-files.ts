@@ -234,9 +234,10 @@ export class FileUsageLog implements UsageLog, Buckets {
     h = { fh, dirty: true, size };
     this.#handles.set(day, h);
     this.#days.add(day);
-    // Writes go to today (and a late record to yesterday): older handles are closed.
+    // Writes go to today (and a late record to yesterday): older handles are closed (never
+    // the one just opened, though it be the oldest: a late record into an older day).
     if (this.#handles.size > 3) {
-      const oldest = Math.min(...this.#handles.keys());
+      const oldest = Math.min(...[...this.#handles.keys()].filter((d) => d !== day));
       const o = this.#handles.get(oldest)!;
       this.#handles.delete(oldest);
       await closeHandle(o);
