@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { makeDirs } from './make-dirs.js';
 import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
-import { TotalsBook } from '../usage-totals.js';
+import { TotalsBook, hoursOf } from '../usage-totals.js';
 import { DAY_MS, PRUNE_EVERY_MS, pageOf, parseRecord, reportOf, retentionMs, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
 import { DayPostings } from './postings.js';
 
@@ -27,6 +27,25 @@ function dayName(day: number): string {
 
 /** An append handle of a day file, whether it has unsynced writes, and the file's size. */
 interface Handle { fh: FileHandle; dirty: boolean; size: number }
+
+/** A day file found on open and not counted yet: what waits for it, settled once it is. */
+interface Uncounted { done: Promise<void>; resolve(): void; reject(e: Error): void }
+
+function uncounted(): Uncounted {
+  let resolve!: () => void;
+  let reject!: (e: Error) => void;
+  const done = new Promise<void>((res, rej) => { resolve = res; reject = rej; });
+  done.catch(() => undefined); // a day nobody waited for
+  return { done, resolve, reject };
+}
+
+export interface FileUsageLogOptions {
+  retentionDays?: number;
+  fsyncMs?: number;
+  now?: () => number;
+  /** Awaited before each day file found on open is counted (tests hold the count with it). */
+  beforeCount?: (day: number) => Promise<void> | void;
+}
 
 /**
  * A write that failed, and the records of it that are in their files all the same (the lines
@@ -65,9 +84,14 @@ export class FileUsageLog implements UsageLog, Buckets {
   readonly #totals = new TotalsBook();
   /** Per day, where each account's, key's and model's records are in its file (select()). */
   readonly #postings = new Map<number, DayPostings>();
-  /** Whether the files found on open are still being counted (#countAll), and its end. */
-  #counting = true;
+  /**
+   * The days whose files found on open are still to be counted (#countAll, newest first): a
+   * totals query waits for the days its range covers, a filtered page scans those days.
+   */
+  readonly #uncounted = new Map<number, Uncounted>();
+  /** The end of the count. */
   #counted: Promise<void> = Promise.resolve();
+  readonly #beforeCount: ((day: number) => Promise<void> | void) | undefined;
   /** Lines waiting for the next write (with their records), and the promise of that write. */
   #pending: Array<[number, string, UsageRecord]> | null = null;
   #pendingDone: Promise<void> = Promise.resolve();
@@ -77,8 +101,9 @@ export class FileUsageLog implements UsageLog, Buckets {
   #closed = false;
   readonly #syncTimer: NodeJS.Timeout | undefined;
 
-  private constructor(dir: string, retentionDays: number | undefined, fsyncMs: number, now: () => number) {
+  private constructor(dir: string, retentionDays: number | undefined, fsyncMs: number, now: () => number, beforeCount: FileUsageLogOptions['beforeCount']) {
     this.#dir = dir;
+    this.#beforeCount = beforeCount;
     this.#retentionMs = retentionMs(retentionDays);
     this.#now = now;
     if (fsyncMs > 0) {
@@ -88,21 +113,28 @@ export class FileUsageLog implements UsageLog, Buckets {
   }
 
   /** Opens the day files under `<storeDir>/usage`, migrating an earlier version's usage.jsonl. */
-  static async open(storeDir: string, opts: { retentionDays?: number; fsyncMs?: number; now?: () => number } = {}): Promise<FileUsageLog> {
+  static async open(storeDir: string, opts: FileUsageLogOptions = {}): Promise<FileUsageLog> {
     const dir = join(storeDir, USAGE_DIR);
     await migrateLegacy(storeDir, dir);
     await makeDirs(dir);
-    const log = new FileUsageLog(dir, opts.retentionDays, opts.fsyncMs ?? 1000, opts.now ?? Date.now);
+    const log = new FileUsageLog(dir, opts.retentionDays, opts.fsyncMs ?? 1000, opts.now ?? Date.now, opts.beforeCount);
     for (const name of await readdir(dir)) {
       const m = DAY_FILE.exec(name);
       if (m !== null) log.#days.add(Math.floor(Date.parse(`${m[1]}T00:00:00Z`) / DAY_MS));
     }
     await log.#prune(log.#now());
-    // Counted in the background: the store serves at once (records, debits); totals wait for it,
-    // filtered pages scan meanwhile.
+    // Counted in the background, newest day first: the store serves at once (records, debits);
+    // a totals query waits for the days of its range only, filtered pages scan a day meanwhile.
+    // Each day is counted up to its size now: lines written later are counted as written.
     const sizes = new Map<number, number>();
-    for (const day of log.#days) sizes.set(day, await fileSize(join(dir, dayName(day))));
-    log.#counted = log.#countAll(sizes).then(() => { log.#counting = false; });
+    const cutoff = log.#cutoff();
+    for (const day of log.#days) {
+      const size = await fileSize(join(dir, dayName(day)));
+      if ((day + 1) * DAY_MS <= cutoff || size === 0) continue;
+      sizes.set(day, size);
+      log.#uncounted.set(day, uncounted());
+    }
+    log.#counted = log.#countAll(sizes);
     log.#counted.catch(() => undefined);
     return log;
   }
@@ -202,9 +234,10 @@ export class FileUsageLog implements UsageLog, Buckets {
     h = { fh, dirty: true, size };
     this.#handles.set(day, h);
     this.#days.add(day);
-    // Writes go to today (and a late record to yesterday): older handles are closed.
+    // Writes go to today (and a late record to yesterday): older handles are closed (never
+    // the one just opened, though it be the oldest: a late record into an older day).
     if (this.#handles.size > 3) {
-      const oldest = Math.min(...this.#handles.keys());
+      const oldest = Math.min(...[...this.#handles.keys()].filter((d) => d !== day));
       const o = this.#handles.get(oldest)!;
       this.#handles.delete(oldest);
       await closeHandle(o);
@@ -231,46 +264,80 @@ export class FileUsageLog implements UsageLog, Buckets {
   }
 
   /**
-   * Counts every record of the day files into the totals (on open: totals live in this
-   * process only, and the files, read once, are what they sum).
-   */
-  /**
-   * Counts the records the files held on open (each day up to its size then: later lines are
-   * counted as they are written) into the totals and postings. A day's postings from the files
-   * go before those of lines written meanwhile, so each list stays in file order.
+   * Counts the records the files held on open into the totals and postings (totals live in this
+   * process only, and the files, read once, are what they sum), newest day first, each day
+   * marked counted as it completes. Each day is read up to its size on open: its later lines
+   * were counted as they were written (#kept), so every record counts once. A day's postings
+   * from the file go before those of lines written meanwhile, so each list stays in file order.
    */
   async #countAll(sizes: Map<number, number>): Promise<void> {
-    const cutoff = this.#cutoff();
-    for (const day of [...sizes.keys()].sort((a, b) => a - b)) {
-      const size = sizes.get(day)!;
-      if ((day + 1) * DAY_MS <= cutoff || size === 0) continue;
-      const found = new DayPostings();
-      let pos: string | undefined;
-      read: for (;;) {
-        if (this.#closed) return;
-        // Small steps, letting requests in between: the count must not stall the gateway.
-        await new Promise<void>((resolve) => setImmediate(resolve));
-        const { entries, done } = await this.read(day, pos, 2000);
-        for (const e of entries) {
-          const start = pos === undefined ? 0 : Number(pos);
-          if (Number(e.pos) > size) break read;
-          pos = e.pos;
-          if (e.record === undefined) continue;
-          this.#totals.add(e.record);
-          found.add(e.record, start, Number(e.pos) - start);
-        }
-        if (done || entries.length === 0) break;
+    try {
+      for (const day of [...sizes.keys()].sort((a, b) => b - a)) {
+        await this.#beforeCount?.(day);
+        if (!(await this.#countDay(day, sizes.get(day)!))) break;
+        this.#uncounted.get(day)?.resolve();
+        this.#uncounted.delete(day);
       }
-      if (!this.#days.has(day)) continue; // pruned meanwhile
-      const live = this.#postings.get(day);
-      if (live !== undefined) found.append(live);
-      this.#postings.set(day, found);
+    } catch (e) {
+      this.#abandonCount(e instanceof Error ? e : new Error(String(e)));
+      throw e;
     }
+    this.#abandonCount(new Error('store closed'));
+  }
+
+  /** Fails whatever waits for a day not counted (the count failed, or the store closed). */
+  #abandonCount(e: Error): void {
+    for (const u of this.#uncounted.values()) u.reject(e);
+    this.#uncounted.clear();
+  }
+
+  /** Counts day `day`'s file up to byte `size`; false: the store closed midway. */
+  async #countDay(day: number, size: number): Promise<boolean> {
+    const found = new DayPostings();
+    let pos: string | undefined;
+    read: for (;;) {
+      if (this.#closed) return false;
+      // Small steps, letting requests in between: the count must not stall the gateway.
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      const { entries, done } = await this.read(day, pos, 2000);
+      for (const e of entries) {
+        const start = pos === undefined ? 0 : Number(pos);
+        if (Number(e.pos) > size) break read;
+        pos = e.pos;
+        if (e.record === undefined) continue;
+        this.#totals.add(e.record);
+        found.add(e.record, start, Number(e.pos) - start);
+      }
+      if (done || entries.length === 0) break;
+    }
+    if (!this.#days.has(day)) return true; // pruned meanwhile
+    const live = this.#postings.get(day);
+    if (live !== undefined) found.append(live);
+    this.#postings.set(day, found);
+    return true;
+  }
+
+  /** Waits until the days of hours [since, until) found on open are counted. */
+  async #countedFor(since: number, until: number): Promise<void> {
+    if (this.#uncounted.size === 0) return;
+    const { from, to } = hoursOf(since, until);
+    if (from >= to) return;
+    const first = Math.floor(from / 24);
+    const last = Math.floor((to - 1) / 24);
+    const waits: Array<Promise<void>> = [];
+    for (const [day, u] of this.#uncounted) if (day >= first && day <= last) waits.push(u.done);
+    await Promise.all(waits);
   }
 
   /** A filtered look through the day's postings: only the lines of the shortest list are read. */
   async select(bucket: number, f: UsageFilter, pos: string | undefined, max: number): Promise<Selection> {
     await this.#io; // every record acknowledged so far is in its file and its postings
+    if (this.#uncounted.has(bucket)) {
+      // The day's postings are not whole until its file is counted: its lines are read.
+      const { entries, done } = await this.read(bucket, pos, max);
+      const last = entries[entries.length - 1];
+      return { entries: entries.filter((e) => e.record !== undefined && fits(e.record, f)), pos: last?.pos ?? pos, done: done || last === undefined };
+    }
     const list = this.#postings.get(bucket)?.shortest(f);
     if (list === undefined) return { entries: [], pos, done: true };
     const from = list.after(pos === undefined ? 0 : Number(pos));
@@ -298,14 +365,14 @@ export class FileUsageLog implements UsageLog, Buckets {
   }
 
   async hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]> {
-    await this.#counted;
+    await this.#countedFor(since, until);
     await this.#io; // every record acknowledged so far is counted
     this.#totals.prune(this.#cutoff());
     return this.#totals.hourly(since, until, account);
   }
 
   async top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): Promise<TopRow[]> {
-    await this.#counted;
+    await this.#countedFor(since, until);
     await this.#io;
     this.#totals.prune(this.#cutoff());
     return this.#totals.top(by, since, until, limit, account);
@@ -367,9 +434,7 @@ export class FileUsageLog implements UsageLog, Buckets {
   }
 
   page(q: UsageQuery): Promise<UsagePage> {
-    // While the files found on open are counted, their postings are incomplete: scan.
-    const buckets: Buckets = this.#counting ? { bucketMs: DAY_MS, list: (a, b) => this.list(a, b), read: (b, p, m) => this.read(b, p, m) } : this;
-    return pageOf(buckets, q, this.#cutoff());
+    return pageOf(this, q, this.#cutoff());
   }
 
   async close(): Promise<void> {
@@ -382,6 +447,10 @@ export class FileUsageLog implements UsageLog, Buckets {
     this.#handles.clear();
     for (const h of handles) await closeHandle(h);
   }
+}
+
+function fits(r: UsageRecord, f: UsageFilter): boolean {
+  return (f.account === undefined || r.account === f.account) && (f.keyId === undefined || r.key_id === f.keyId) && (f.model === undefined || r.model === f.model);
 }
 
 async function fileSize(path: string): Promise<number> {
