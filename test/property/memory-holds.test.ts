@@ -92,7 +92,7 @@ t.test('running hold totals equal a walk over the open holds, through expiries, 
         want = { ok: false, code: 'quota_exceeded', quota_code: 'requests_per_day', available_units: available };
       } else if (budget !== undefined && budget.units - others.filter((x) => x.key === key).reduce((s, x) => s + x.units, 0) < o.units) {
         const remaining = budget.units - others.filter((x) => x.key === key).reduce((s, x) => s + x.units, 0);
-        want = { ok: false, code: 'budget_exceeded', available_units: available, budget_remaining_units: Math.max(0, remaining), budget_period: 'day' };
+        want = { ok: false, code: 'budget_exceeded', available_units: available, budget_remaining_units: Math.max(0, remaining), budget_period: 'day', budget_scope: 'key' };
       } else if (available < o.units) {
         want = { ok: false, code: 'insufficient_credits', available_units: available };
       } else {
