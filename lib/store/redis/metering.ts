@@ -218,25 +218,23 @@ local refused, remaining, period, scope
 if ARGV[5] ~= '' and used(KEYS[3], 'requests') + open >= tonumber(ARGV[5]) then refused = 'requests_per_day'
 elseif ARGV[6] ~= '' and used(KEYS[3], 'tokens') >= tonumber(ARGV[6]) then refused = 'tokens_per_day'
 elseif ARGV[7] ~= '' and used(KEYS[4], 'units') >= tonumber(ARGV[7]) then refused = 'units_per_month' end
+-- A budget (the key's, then its team's) refuses when what it has left beside its open holds is
+-- less than this hold.
+local function budget(bu, bp, spent, heldBy, sc)
+  if bu == false then return end
+  local left = tonumber(bu) - spent - heldBy
+  if left < units then
+    if left < 0 then left = 0 end
+    refused, remaining, period, scope = 'budget_exceeded', left, bp or '', sc
+  end
+end
 if refused == nil and ARGV[9] ~= '' then
   local bu, bp, spent = budgetOf(KEYS[5], ARGV[10], ARGV[11], ARGV[12])
-  if bu ~= false then
-    remaining = tonumber(bu) - spent - keyHeld
-    if remaining < units then
-      if remaining < 0 then remaining = 0 end
-      refused, period, scope = 'budget_exceeded', bp or '', 'key'
-    end
-  end
+  budget(bu, bp, spent, keyHeld, 'key')
 end
 if refused == nil and team ~= '' then
   local bu, bp, spent = budgetOf(KEYS[1], ARGV[10], ARGV[11], ARGV[12], 't:' .. team .. ':')
-  if bu ~= false then
-    remaining = tonumber(bu) - spent - teamHeld
-    if remaining < units then
-      if remaining < 0 then remaining = 0 end
-      refused, period, scope = 'budget_exceeded', bp or '', 'team'
-    end
-  end
+  budget(bu, bp, spent, teamHeld, 'team')
 end
 if refused == nil and available < units then refused = 'insufficient_credits' end
 if refused then
@@ -301,30 +299,23 @@ end
 local tprefix, texists = 't:' .. ARGV[11] .. ':', false
 if applied == 1 then
   local b, u, ustr = tonumber(bal), tonumber(ARGV[2]), ARGV[2]
-  local bu, bp, spent, pid, exists, sp = false, false, 0, nil, false, false
-  if ARGV[7] ~= '' then
-    bu, bp, spent, pid, exists, sp = budgetOf(KEYS[7], ARGV[8], ARGV[9], ARGV[10])
-    if bu ~= false then
-      local left = tonumber(bu) - spent
-      if left < 0 then left = 0 end
-      if left < u then
-        u = left
-        ustr = string.format('%d', left)
-      end
-    end
+  -- The charge is capped at what a budget (the key's, then its team's) has left in the period.
+  local function cap(bu, spent)
+    local left = tonumber(bu) - spent
+    if left < 0 then left = 0 end
+    if left < u then u, ustr = left, string.format('%d', left) end
   end
-  local tbu, tpid, tsp = false, nil, false
+  local bu, spent, pid, exists, sp = false, 0, nil, false, false
+  if ARGV[7] ~= '' then
+    local _
+    bu, _, spent, pid, exists, sp = budgetOf(KEYS[7], ARGV[8], ARGV[9], ARGV[10])
+    if bu ~= false then cap(bu, spent) end
+  end
+  local tpid, tsp = nil, false
   if ARGV[7] ~= '' and ARGV[11] ~= '' then
-    local tspent, tbp
-    tbu, tbp, tspent, tpid, texists, tsp = budgetOf(KEYS[1], ARGV[8], ARGV[9], ARGV[10], tprefix)
-    if tbu ~= false and texists then
-      local left = tonumber(tbu) - tspent
-      if left < 0 then left = 0 end
-      if left < u then
-        u = left
-        ustr = string.format('%d', left)
-      end
-    end
+    local tbu, tspent, _
+    tbu, _, tspent, tpid, texists, tsp = budgetOf(KEYS[1], ARGV[8], ARGV[9], ARGV[10], tprefix)
+    if tbu ~= false and texists then cap(tbu, tspent) end
   end
   if b <= 0 or u == 0 then
     charged = '0'
