@@ -18,6 +18,7 @@
 import { fstatSync, writeSync } from 'node:fs';
 import { isatty } from 'node:tty';
 import pino from 'pino';
+import { ownLogger } from './access-line.js';
 
 export type Logger = pino.Logger;
 
@@ -178,7 +179,7 @@ export function createLogger(level = process.env.TOLLGATE_LOG_LEVEL ?? 'info'): 
   };
   setInterval(() => destination.flush(), FLUSH_MS).unref();
   process.once('exit', () => destination.flushSync());
-  return pino(
+  return ownLogger(pino(
     {
       level,
       base: { service: 'tollgate' },
@@ -188,5 +189,5 @@ export function createLogger(level = process.env.TOLLGATE_LOG_LEVEL ?? 'info'): 
       },
     },
     destination,
-  );
+  ));
 }

@@ -8,6 +8,7 @@ import type { ServerResponse } from 'node:http';
 import { TokenShapeError } from '../auth/jwt-common.js';
 import { StoreUnavailableError, toGatewayError } from '../errors.js';
 import { sendError, sendJson } from '../http/respond.js';
+import { writeAccessLine } from '../observe/access-line.js';
 import type { Logger } from '../observe/log.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { GatewayState } from '../state.js';
@@ -96,7 +97,7 @@ export class Finish {
       provider: ctx.provider, inputTokens: ctx.usage?.prompt_tokens, outputTokens: ctx.usage?.completion_tokens, status, code: ctx.code,
       account: ctx.principal?.accountId, units: charged, requestId: ctx.id, stream: ctx.stream, queueMs: ctx.queueMs,
     });
-    this.#logger.info({
+    writeAccessLine(this.#logger, {
       request_id: ctx.id,
       route: ctx.route,
       account: ctx.principal?.accountId,
@@ -114,7 +115,7 @@ export class Finish {
       completion_tokens: ctx.usage?.completion_tokens,
       usage_source: ctx.usageSource,
       units: charged,
-    }, 'request');
+    });
   }
 
   /**
