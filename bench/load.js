@@ -14,6 +14,8 @@ import { cpuTicks, rssKb } from './procs.js';
 export const FAST = 'bench-k20-d0'; // 20 chunks back to back (the shared upstream's model ids)
 export const SLOW = 'bench-k20-d50'; // 20 chunks 50 ms apart: a stream open about a second
 const PATH = '/v1/chat/completions';
+/** Connections the slow-stream phase opens from one client address (below the gateway's per-address cap of 256). */
+const PER_ADDRESS = 200;
 
 // A short but ordinary chat request: a system prompt and a question, as an app would send.
 const MESSAGES = [
@@ -280,7 +282,14 @@ export async function openStreams(target, n, seconds, headers, body, ticksPerSec
   await sleep(500);
   const rssBefore = rssKb(target.pid);
   const ticksBefore = cpuTicks(target.pid);
-  const pool = new Pool(target.origin, { connections: n + 8, pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: 60_000, bodyTimeout: 60_000 });
+  // The streams come from as many client addresses as real clients would use (127.0.0.2 and up,
+  // at most PER_ADDRESS connections from each): the gateway caps the connections one address
+  // may hold (server.max_connections_per_ip, 256 by default), and 500 clients are not one.
+  const addresses = Math.ceil(n / PER_ADDRESS);
+  const pools = Array.from({ length: addresses }, (_, i) => new Pool(target.origin, {
+    connections: Math.ceil(n / addresses) + 8, pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: 60_000, bodyTimeout: 60_000,
+    localAddress: `127.0.0.${2 + i}`,
+  }));
   let inflight = 0;
   let open = 0;
   let done = 0;
@@ -296,7 +305,7 @@ export async function openStreams(target, n, seconds, headers, body, ticksPerSec
       inflight++;
       let first = false;
       try {
-        const res = await pool.request({ method: 'POST', path: PATH, headers, body });
+        const res = await pools[k % addresses].request({ method: 'POST', path: PATH, headers, body });
         await expectOk(`${target.name} slow stream`, res);
         let tail = '';
         for await (const chunk of res.body) {
@@ -327,7 +336,7 @@ export async function openStreams(target, n, seconds, headers, body, ticksPerSec
     if (failure !== undefined) throw failure;
   } finally {
     clearInterval(sampler);
-    await pool.destroy().catch(() => {});
+    await Promise.all(pools.map((p) => p.destroy().catch(() => {})));
   }
   // Each chunk of these streams arrives on its own, unlike the fast model's burst: the CPU per
   // stream shows the per-chunk cost a real model's pace causes.
