@@ -26,6 +26,7 @@ import { alertsPage } from './alerts.js';
 import { decide, isWrite, outsideAccount, type Principal } from '../console/permissions.js';
 import { addressReader, type AddressOf } from '../auth/client-address.js';
 import { accountsPage, usageHourly, usageTop } from './insights.js';
+import { TokenGuard } from './token-guard.js';
 
 const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/;
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,200}$/;
@@ -133,6 +134,8 @@ export class AdminApi {
   readonly #config: Config;
   readonly #token: string | null;
   readonly #address: AddressOf;
+  /** Wrong admin tokens per client address. */
+  readonly #guard: TokenGuard;
   /** GET /admin/upstreams: every provider's replicas (CONTRACT section 7). */
   readonly #upstreams: () => unknown;
 
@@ -142,14 +145,16 @@ export class AdminApi {
     this.#token = config.admin.token;
     this.#upstreams = upstreams;
     this.#address = addressReader(config.server.trust_proxy);
+    this.#guard = new TokenGuard(this.#address, config.admin.max_token_failures);
   }
 
-  /** The Bearer admin token's principal; 401 without the token (or with no admin.token set). */
-  #tokenPrincipal(req: IncomingMessage): Principal {
+  /**
+   * The Bearer admin token's principal; 401 without the token (or with no admin.token set),
+   * 429 once its address has sent too many wrong ones (./token-guard.ts).
+   */
+  async #tokenPrincipal(req: IncomingMessage): Promise<Principal> {
     const token = bearer(req.headers.authorization);
-    if (token === undefined || this.#token === null || !sameSecret(token, this.#token)) {
-      throw new GatewayError('invalid_api_key', 'Invalid admin token.');
-    }
+    if (token === undefined || !(await this.isToken(req, token))) throw new GatewayError('invalid_api_key', 'Invalid admin token.');
     return { actor: 'admin-token', role: 'admin', account: null };
   }
 
@@ -169,9 +174,14 @@ export class AdminApi {
     throw outsideAccount(p);
   }
 
-  /** Whether `given` is the admin token (the console's token sign-in). */
-  isToken(given: string): boolean {
-    return this.#token !== null && sameSecret(given, this.#token);
+  /**
+   * Whether `given`, sent by `req`, is the admin token (the Bearer token here, and the
+   * console's token sign-in); a wrong one is counted against its address, and an address
+   * that sent too many is refused 429 whatever it sends (./token-guard.ts).
+   */
+  isToken(req: IncomingMessage, given: string): Promise<boolean> {
+    const token = this.#token;
+    return this.#guard.attempt(req, given, (g) => token !== null && sameSecret(g, token));
   }
 
   /** Appends a write to the audit log (CONTRACT section 12); durable before the answer goes. */
@@ -187,7 +197,7 @@ export class AdminApi {
    * (../console/permissions.ts), and every write that succeeds is audited before it is answered.
    */
   async handle(req: IncomingMessage, res: ServerResponse, path: string, requestId: string, session?: Principal): Promise<void> {
-    const principal = session ?? this.#tokenPrincipal(req);
+    const principal = session ?? await this.#tokenPrincipal(req);
     const parts = path.split('/').slice(2).map((p) => {
       // An empty segment (`/admin/keys/`, `//`) names nothing.
       if (p === '') throw notFound(path);

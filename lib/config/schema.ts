@@ -215,7 +215,12 @@ export const configSchema = obj({
     },
     { default: {} },
   ),
-  admin: obj({ token: { ...nullableStr, default: null } }, { default: {} }),
+  admin: obj({
+    token: { ...nullableStr, default: null },
+    // Wrong admin tokens one client address may send in 5 minutes before every token attempt
+    // from it is refused 429 for the rest of that window (lib/admin/token-guard.ts); null: no limit.
+    max_token_failures: { type: ['integer', 'null'], minimum: 1, maximum: 1000000, default: null, 'x-msg': 'must be an integer from 1 to 1000000, or null for no limit' },
+  }, { default: {} }),
   // The operator console (CONTRACT section 12, lib/console/): on by default whenever admin.token
   // or console.oidc is set (enabled: null), off with false. cross-check.ts checks oidc's URLs.
   console: obj(

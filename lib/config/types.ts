@@ -156,7 +156,11 @@ export interface Config {
      */
     trust_proxy: boolean | number | readonly string[];
   };
-  admin: { token: string | null };
+  admin: {
+    token: string | null;
+    /** Wrong admin tokens one address may send per 5 minutes before it is refused 429 (lib/admin/token-guard.ts); null: no limit. */
+    max_token_failures: number | null;
+  };
   /** The operator console (lib/console/; CONTRACT section 12). */
   console: {
     /** null: on when admin.token or console.oidc is set. */

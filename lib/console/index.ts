@@ -191,7 +191,7 @@ export class Console {
   async #login(req: IncomingMessage, res: ServerResponse, requestId: string): Promise<void> {
     const body = await this.#json(req, 8192);
     const token = body.token;
-    if (typeof token !== 'string' || this.#d.config.admin.token === null || !this.#d.admin.isToken(token)) {
+    if (typeof token !== 'string' || this.#d.config.admin.token === null || !(await this.#d.admin.isToken(req, token))) {
       throw new GatewayError('invalid_api_key', 'Invalid admin token.');
     }
     const session = this.#keys.newSession({ actor: 'admin-token', role: 'admin', account: null }, this.#d.config.console.session_ttl_s);

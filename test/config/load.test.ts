@@ -68,7 +68,7 @@ const EMPTY_DEFAULTS = {
     passthrough_auth: false,
     trust_proxy: false,
   },
-  admin: { token: null },
+  admin: { token: null, max_token_failures: null },
   console: { enabled: null, session_ttl_s: 28800, oidc: null },
   store: {
     kind: 'memory', path: null, fsync_ms: 1000, url: 'redis://127.0.0.1:6379', sentinel: null, cluster: null, password: null,
@@ -302,6 +302,15 @@ t.test('admin.token "" becomes null', async (t) => {
   t.equal(validateConfig({ admin: { token: '' } }).admin.token, null);
   t.equal(parseConfig('admin:\n  token: abc\n', {}).admin.token, 'abc');
   t.equal(parseConfig('admin:\n  token: null\n', {}).admin.token, null);
+});
+
+t.test('admin.max_token_failures: a count from 1, or null for no limit', async (t) => {
+  t.equal(parseConfig('admin:\n  token: abc\n  max_token_failures: 20\n', {}).admin.max_token_failures, 20);
+  t.equal(parseConfig('admin:\n  token: abc\n', {}).admin.max_token_failures, null);
+  for (const bad of ['0', '-1', '2.5', 'lots', '1000001']) {
+    t.same(problemsOf(t, `admin:\n  token: abc\n  max_token_failures: ${bad}\n`),
+      ['admin.max_token_failures: must be an integer from 1 to 1000000, or null for no limit'], bad);
+  }
 });
 
 t.test('an environment value YAML cannot parse is still taken as text', async (t) => {
