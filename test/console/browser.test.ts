@@ -102,6 +102,17 @@ if (haveChromium(t)) {
     const openai = new OpenAI({ apiKey: plaintext, baseURL: `${url}/v1`, maxRetries: 0 });
     const answer = await openai.chat.completions.create({ model: 'echo-small', messages: [{ role: 'user', content: 'hello from the console' }] });
     t.ok(answer.choices[0]!.message.content, 'the key works on /v1');
+    // The budget bar shows what that request spent, against the key's budget.
+    await page.getByRole('button', { name: 'Done' }).click();
+    await go(page, 'Overview');
+    await go(page, 'Keys');
+    await pick(page, 'acme');
+    const bar = page.getByRole('row').filter({ hasText: 'console key' }).locator('meter');
+    await bar.waitFor();
+    const spent = Number(await bar.getAttribute('value'));
+    t.equal(await bar.getAttribute('max'), '500000', 'the bar runs to the budget');
+    t.ok(spent > 0 && spent === (answer.usage!.prompt_tokens + answer.usage!.completion_tokens), `the bar holds what the request spent (${spent} units)`);
+    t.match(await bar.getAttribute('aria-label'), new RegExp(`^${spent} of 500,000 units spent this month$`));
     await shoot(page, 'keys');
   });
 
@@ -226,7 +237,7 @@ if (haveChromium(t)) {
     const shown = await page.locator('td.name').allTextContents();
     for (const name of new Set(created)) t.ok(shown.includes(name), `shown as typed: ${JSON.stringify(name)}`);
     const tags = await page.locator('main table').evaluate((el: any) => [...el.querySelectorAll('tbody *')].map((e: any) => String(e.tagName).toLowerCase()));
-    t.same([...new Set(tags)].filter((x) => !['tr', 'td', 'span', 'button'].includes(x)), [], 'no element came from the data');
+    t.same([...new Set(tags)].filter((x) => !['tr', 'td', 'span', 'button', 'meter'].includes(x)), [], 'no element came from the data');
     t.equal(await page.evaluate(() => (globalThis as any).__pwned), undefined, 'no script ran');
     await shoot(page, 'keys-hostile-names');
   });

@@ -283,14 +283,25 @@ function Teams({ account, state: given }) {
       <thead role="rowgroup"><tr role="row"><th scope="col" role="columnheader">Id</th><th scope="col" role="columnheader">Name</th><th scope="col" role="columnheader" class="num">Budget spent (units)</th><th scope="col" role="columnheader">Models</th></tr></thead>
       <tbody role="rowgroup">${teams.map((t) => html`<tr role="row">
         <td role="cell" class="id" data-label="Id"><span>${t.id}</span></td><td role="cell" class="name" data-label="Name"><span>${t.name ?? html`<span class="muted">(no name)</span>`}</span></td>
-        <td role="cell" class="num" data-label="Budget spent"><span>${budgetText(t.budget)}</span></td>
+        <td role="cell" class="num" data-label="Budget spent"><span><${Budget} b=${t.budget} /></span></td>
         <td role="cell" data-label="Models"><span>${t.models === null || t.models === undefined ? html`<span class="muted">all</span>` : t.models.join(', ')}</span></td>
       </tr>`)}</tbody>
     </table></div>`}
   </section>`;
 }
 
-/** A key's or a team's budget: "spent of units / period", or the spend and "(no budget)". */
+/**
+ * A key's or a team's budget: a bar (a <meter>: amber from 80% spent, red when spent) beside
+ * "spent of units / period"; without a budget, the spend and "(no budget)".
+ */
+function Budget({ b }) {
+  const text = budgetText(b);
+  if (!b || b.units === null || b.units === undefined) return text;
+  const label = `${fmt(b.spent_units)} of ${fmt(b.units)} units spent${b.period ? ` this ${b.period}` : ''}`;
+  return html`<span class="budget"><meter min="0" max=${Math.max(b.units, 1)} value=${Math.min(b.spent_units, Math.max(b.units, 1))} low=${0.8 * b.units} high=${0.999 * b.units} optimum="0" aria-label=${label} title=${label}></meter> <span>${text}</span></span>`;
+}
+
+/** A key's or a team's budget as text: "spent of units / period", or the spend and "(no budget)". */
 function budgetText(b) {
   if (!b) return '—';
   return b.units === null || b.units === undefined ? `${fmt(b.spent_units)} (no budget)` : `${fmt(b.spent_units)} of ${fmt(b.units)}${b.period ? ` / ${b.period}` : ''}`;
@@ -349,18 +360,18 @@ function KeyTable({ account, session }) {
     ${secret && html`<${ShowOnce} ...${secret} onClose=${() => setSecret(null)} />`}
     <${Problem} error=${error} />
     ${d === undefined ? html`<${Loading} state=${state} />` : d.keys.length === 0 ? html`<p class="empty">No keys.</p>` : html`<${Problem} error=${state.error} />
-    <div class="scroll"><table>
+    <div class="scroll"><table class="cards" role="table">
       <caption class="sr-only">Keys of ${account}</caption>
-      <thead><tr><th scope="col">Name</th><th scope="col">Hint</th><th scope="col">Models</th><th scope="col" class="num">Budget spent</th><th scope="col">Expires</th><th scope="col">Last used</th><th scope="col">Team</th>${canWrite && html`<th scope="col"><span class="sr-only">Actions</span></th>`}</tr></thead>
-      <tbody>${d.keys.map((k) => html`<tr>
-        <td class="name">${k.name ?? html`<span class="muted">(no name)</span>`}</td>
-        <td class="id">${k.hint ?? '—'}</td>
-        <td>${k.models === null ? html`<span class="muted">all</span>` : k.models.join(', ')}</td>
-        <td class="num">${budgetText(k.budget)}</td>
-        <td class="when">${when(k.expires_at)}</td>
-        <td class="when">${when(k.last_used_at)}</td>
-        <td class="name">${k.team === null || k.team === undefined ? html`<span class="muted">—</span>` : teamName(k.team)}</td>
-        ${canWrite && html`<td class="actions">
+      <thead role="rowgroup"><tr role="row"><th scope="col" role="columnheader">Name</th><th scope="col" role="columnheader">Hint</th><th scope="col" role="columnheader">Models</th><th scope="col" role="columnheader" class="num">Budget spent</th><th scope="col" role="columnheader">Expires</th><th scope="col" role="columnheader">Last used</th><th scope="col" role="columnheader">Team</th>${canWrite && html`<th scope="col" role="columnheader"><span class="sr-only">Actions</span></th>`}</tr></thead>
+      <tbody role="rowgroup">${d.keys.map((k) => html`<tr role="row">
+        <td role="cell" class="name" data-label="Name"><span>${k.name ?? html`<span class="muted">(no name)</span>`}</span></td>
+        <td role="cell" class="id" data-label="Hint"><span>${k.hint ?? '—'}</span></td>
+        <td role="cell" data-label="Models"><span>${k.models === null ? html`<span class="muted">all</span>` : k.models.join(', ')}</span></td>
+        <td role="cell" class="num" data-label="Budget spent"><span><${Budget} b=${k.budget} /></span></td>
+        <td role="cell" class="when" data-label="Expires"><span>${when(k.expires_at)}</span></td>
+        <td role="cell" class="when" data-label="Last used"><span>${when(k.last_used_at)}</span></td>
+        <td role="cell" class="name" data-label="Team"><span>${k.team === null || k.team === undefined ? html`<span class="muted">—</span>` : teamName(k.team)}</span></td>
+        ${canWrite && html`<td role="cell" class="actions">
           <button type="button" onClick=${() => rotate(k)} aria-label=${`Rotate ${k.name ?? k.id}`}>Rotate</button>
           ${confirm === k.id ? html`<span role="group" aria-label="Confirm revoke">
               <span>Revoke this key?</span>
