@@ -71,7 +71,7 @@ function unknownFields(docs: Doc[]): string[] {
     source += `export const d${i}: T${i} = ${JSON.stringify(d.obj, null, 1)};\n`;
   });
   const options: ts.CompilerOptions = {
-    strict: true, noEmit: true, skipLibCheck: true, types: [],
+    strict: true, noEmit: true, skipLibCheck: true, types: [], lib: ['lib.es2022.d.ts'],
     module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, target: ts.ScriptTarget.ES2022,
   };
   const host = ts.createCompilerHost(options);
