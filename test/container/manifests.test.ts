@@ -378,3 +378,14 @@ t.test('the Secret: every reference resolves, and its values are empty until the
     'secret.yaml: admin-token holds a value',
   ]);
 });
+
+t.test('the image\'s default config (config/container.yaml) loads, on every interface, its store in the state volume', async (t) => {
+  const config = await loadConfigFile(join(ROOT, 'config/container.yaml'));
+  t.equal(config.server.host, '0.0.0.0');
+  t.equal(config.server.port, 8080, 'the port the Containerfile exposes and its HEALTHCHECK calls');
+  t.match(config.store, { kind: 'memory', path: '/var/lib/tollgate' });
+  const containerfile = readFileSync(join(ROOT, 'Containerfile'), 'utf8');
+  t.match(containerfile, /^EXPOSE 8080$/m);
+  t.match(containerfile, /^COPY config\/container\.yaml \/etc\/tollgate\/tollgate\.yaml$/m);
+  t.match(containerfile, /http:\/\/127\.0\.0\.1:8080\/healthz/);
+});
