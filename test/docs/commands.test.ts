@@ -30,6 +30,7 @@ const NOT_RUN: [RegExp, string][] = [
   [/^node scripts\/real\//, 'builds llama.cpp'],
   [/^sed -i\b/, 'edits a config file'],
   [/\b(kill|pkill|systemctl)\b/, 'signals a running process (reload and drain are tested in test/cli/serve.test.ts)'],
+  [/^(podman|docker|buildah|kubectl)\b/, 'needs a container engine or a cluster (test/container/ builds and runs the image and the sidecar pod)'],
 ];
 /** `npm start`, with or without variables before it: the page's own gateway, which this test starts. */
 const NPM_START = /^(?:[A-Z_]+=\S*\s+)*npm start$/;
