@@ -9,6 +9,7 @@
 import { publicKeyProblem } from '../auth/jwt-common.js';
 import { parseCidr } from '../auth/controls.js';
 import { clip } from '../errors.js';
+import { secretProblems } from './secrets.js';
 import type { Config } from './types.js';
 
 type Obj = Record<string, unknown>;
@@ -153,6 +154,7 @@ export function crossCheck(data: unknown): string[] {
     }
   }
   problems.push(...consoleProblems(c));
+  problems.push(...secretProblems(c));
   return problems;
 }
 

@@ -222,11 +222,14 @@ export const configSchema = obj({
     max_token_failures: { type: ['integer', 'null'], minimum: 1, maximum: 1000000, default: null, 'x-msg': 'must be an integer from 1 to 1000000, or null for no limit' },
   }, { default: {} }),
   // The operator console (CONTRACT section 12, lib/console/): on by default whenever admin.token
-  // or console.oidc is set (enabled: null), off with false. cross-check.ts checks oidc's URLs.
+  // or console.oidc is set (enabled: null), off with false. cross-check.ts checks oidc's URLs;
+  // secrets.ts every secret (and that an SSO console has a key to sign its sessions with).
   console: obj(
     {
       enabled: { type: ['boolean', 'null'], default: null, 'x-msg': 'must be true, false or null (on when admin.token or console.oidc is set)' },
       session_ttl_s: { ...posInt, maximum: 2_592_000, 'x-max-msg': 'must be at most 2592000 s (30 days)', default: 28800 },
+      // The key console sessions are signed with (CONTRACT section 21); null: admin.token's.
+      session_secret: { ...nullableStr, default: null },
       oidc: {
         type: ['object', 'null'],
         additionalProperties: false,
@@ -341,7 +344,8 @@ export const configSchema = obj({
         items: obj(
           {
             url: httpUrl,
-            secret: { type: 'string', minLength: 1, 'x-msg': 'must be a non-empty string' },
+            // Empty, whitespace and under 16 characters: secrets.ts.
+            secret: { type: 'string', 'x-msg': 'must be a string of at least 16 characters' },
             events: {
               type: 'array', items: { enum: ALERT_EVENTS, 'x-msg': `must be one of ${ALERT_EVENTS.join(', ')}` },
               default: [...ALERT_EVENTS], 'x-msg': `must be a list of ${ALERT_EVENTS.join(', ')}`,

@@ -166,6 +166,8 @@ export interface Config {
     /** null: on when admin.token or console.oidc is set. */
     enabled: boolean | null;
     session_ttl_s: number;
+    /** The key console sessions are signed with (at least 32 bytes); null: admin.token's. */
+    session_secret: string | null;
     oidc: {
       issuer: string;
       client_id: string;

@@ -23,7 +23,11 @@ import { redactConfig } from './redact.js';
 import { FLOW_COOKIE, FLOW_TTL_S, SESSION_COOKIE, SessionKeys, cookie, overTls, setCookie, type Session } from './session.js';
 import { toCsv, toJsonl } from './export.js';
 
-/** Headers of every console answer (CONTRACT section 12): no inline or eval'd script, no framing, no sniffing, no referrer. */
+/**
+ * Headers of every console answer, whatever its status (CONTRACT sections 12 and 21): no inline
+ * or eval'd script, no framing, no sniffing, no referrer. handle() sets them before anything
+ * else, so that the errors the gateway writes (lib/pipeline/finish.ts) carry them too.
+ */
 export const SECURITY_HEADERS: Readonly<Record<string, string>> = Object.freeze({
   'content-security-policy': "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
   'x-frame-options': 'DENY',
@@ -88,6 +92,7 @@ export class Console {
   }
 
   async handle(req: IncomingMessage, res: ServerResponse, path: string, requestId: string): Promise<void> {
+    for (const [name, value] of Object.entries(SECURITY_HEADERS)) res.setHeader(name, value);
     const method = req.method ?? 'GET';
     const send = (status: number, body: unknown, headers: Record<string, string> = {}) =>
       sendJson(res, status, JSON.stringify(body), { ...SECURITY_HEADERS, 'x-request-id': requestId, ...headers });
@@ -170,7 +175,7 @@ export class Console {
     };
     if (name !== 'index.html') headers['cache-control'] = 'no-cache';
     if (req.headers['if-none-match'] === a.etag) {
-      res.writeHead(304, { etag: a.etag, 'x-request-id': requestId });
+      res.writeHead(304, { etag: a.etag, 'cache-control': headers['cache-control']!, 'x-request-id': requestId });
       res.end();
       return;
     }

@@ -2,8 +2,9 @@
 // PKCE (S256), state and nonce, through openid-client (discovery document, token request,
 // the ID token's claims, state and nonce checks) and jose (the ID token's signature against
 // the issuer's JWKS, its issuer, audience and expiry, checked again here so that the JWKS is
-// always used, whatever the token endpoint's transport). The issuer is discovered at the first
-// sign-in and kept; a failed discovery is tried again at the next.
+// always used, whatever the token endpoint's transport). An ID token issued more than
+// IAT_SKEW_S in the future is refused (CONTRACT section 21): neither library checks that. The
+// issuer is discovered at the first sign-in and kept; a failed discovery is tried again at the next.
 
 // Both libraries are imported at the first SSO sign-in: a gateway without console.oidc never loads them.
 import type * as Client from 'openid-client';
@@ -17,6 +18,8 @@ type Oidc = NonNullable<Config['console']['oidc']>;
 export interface Flow { state: string; nonce: string; verifier: string; exp: number }
 
 const LOOPBACK = new Set(['localhost', '127.0.0.1', '[::1]']);
+/** How far in the future an ID token's iat may be (the two clocks' skew), in seconds. */
+export const IAT_SKEW_S = 60;
 
 interface Discovered {
   client: typeof Client;
@@ -91,6 +94,10 @@ export class OidcSignIn {
       issuer: config.serverMetadata().issuer, audience: this.#oidc.client_id,
     });
     if (payload.nonce !== flow.nonce) throw new Error('the ID token\'s nonce does not match');
+    const now = Math.floor(Date.now() / 1000);
+    if (typeof payload.iat !== 'number' || payload.iat > now + IAT_SKEW_S) {
+      throw new Error(`the ID token's iat (${String(payload.iat)}) is more than ${IAT_SKEW_S} s ahead of this clock (${now}), or missing`);
+    }
     return this.principalOf(payload);
   }
 

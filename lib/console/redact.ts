@@ -3,7 +3,7 @@
 // their digests, every header value (they carry credentials), and the user:password part of
 // any URL (a Redis URL may hold one).
 
-const SECRET_KEYS = new Set(['token', 'secret', 'client_secret', 'password', 'sentinel_password', 'api_key', 'keys', 'key_sha256']);
+const SECRET_KEYS = new Set(['token', 'secret', 'client_secret', 'session_secret', 'password', 'sentinel_password', 'api_key', 'keys', 'key_sha256']);
 const HEADER_MAPS = new Set(['headers', 'otlp_headers']);
 const MASK = '***';
 

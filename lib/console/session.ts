@@ -1,10 +1,12 @@
-// Console sessions (CONTRACT section 12): signed and revocable. The cookie carries the session
-// (id, actor, role, member account, expiry) with an HMAC-SHA256 over it; the key is derived
-// from admin.token or console.oidc.client_secret (the secrets every instance of a fleet shares),
-// so any instance accepts a session another signed. Signing out revokes the session id in the
-// gateway's store (Store.revokeSession: memory or Redis, shared by every instance and announced
-// to them), and every request checks it there. With neither secret (SSO as a public client and
-// no admin token) the key is random per process: sessions then hold on that instance only.
+// Console sessions (CONTRACT sections 12 and 21): signed and revocable. The cookie carries the
+// session (id, actor, role, member account, expiry) with an HMAC-SHA256 over it; the key is
+// derived from console.session_secret, else admin.token (secrets every instance of a fleet
+// shares, so any instance accepts a session another signed), never from the OIDC client secret:
+// that one is the identity provider's, and its administrators know it. `check` refuses an SSO
+// console with neither (lib/config/secrets.ts), and an empty or short one. Signing out revokes
+// the session id in the gateway's store (Store.revokeSession: memory or Redis, shared by every
+// instance and announced to them), and every request checks it there. With neither secret no
+// one can sign in at all (check refuses such a console): the key is then random, never empty.
 //
 // The CSRF token is a second HMAC of the session id: the page reads it from
 // GET /console/api/session and sends it in X-CSRF-Token on every write; a cross-site form can
@@ -34,8 +36,8 @@ export class SessionKeys {
   readonly #key: Buffer;
 
   constructor(config: Config) {
-    const secret = config.admin.token ?? config.console.oidc?.client_secret ?? null;
-    const ikm = secret === null ? randomBytes(32) : Buffer.from(secret, 'utf8');
+    const secret = config.console.session_secret ?? config.admin.token;
+    const ikm = secret === null || secret === '' ? randomBytes(32) : Buffer.from(secret, 'utf8');
     this.#key = Buffer.from(hkdfSync('sha256', ikm, 'tollgate-console', 'session-signing', 32));
   }
 

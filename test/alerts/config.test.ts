@@ -1,6 +1,6 @@
 // The `alerts:` section (CONTRACT section 15): its defaults, every problem `check` names
-// (thresholds 1..100 and distinct, URLs http(s) and listed once, secrets non-empty, events of
-// the four), generated sections that never crash validation nor `tollgate check`, and a reload
+// (thresholds 1..100 and distinct, URLs http(s) and listed once, secrets of at least 16
+// characters, events of the four), generated sections that never crash validation nor `tollgate check`, and a reload
 // that changes the webhooks.
 
 import t from 'tap';
@@ -25,6 +25,9 @@ function problems(config: unknown): string[] {
   }
 }
 
+/** A webhook secret check accepts (16 characters or more: lib/config/secrets.ts). */
+const HOOK = 'a-webhook-secret-0123';
+
 const dir = await mkdtemp(join(tmpdir(), 'tollgate-alerts-check-'));
 t.teardown(() => rm(dir, { recursive: true, force: true }));
 
@@ -40,8 +43,8 @@ async function check(name: string, config: unknown): Promise<{ code: number | nu
 
 t.test('defaults', async (t) => {
   t.strictSame(validateConfig({}).alerts, { thresholds: [50, 80, 100], wallet_low_units: null, webhooks: [], delivery_timeout_ms: 10000, sweep_interval_ms: 60000 });
-  t.strictSame(validateConfig({ alerts: { webhooks: [{ url: 'https://example.com/h', secret: 's' }] } }).alerts.webhooks,
-    [{ url: 'https://example.com/h', secret: 's', events: ['budget.threshold', 'wallet.low', 'key.expiring', 'upstream.ejected'] }],
+  t.strictSame(validateConfig({ alerts: { webhooks: [{ url: 'https://example.com/h', secret: HOOK }] } }).alerts.webhooks,
+    [{ url: 'https://example.com/h', secret: HOOK, events: ['budget.threshold', 'wallet.low', 'key.expiring', 'upstream.ejected'] }],
     'a webhook without events gets all four');
 });
 
@@ -51,11 +54,11 @@ t.test('every problem, named by its path', async (t) => {
       thresholds: [0, 101, 50, 50],
       wallet_low_units: -1,
       webhooks: [
-        { url: 'ftp://example.com/h', secret: 's' },
+        { url: 'ftp://example.com/h', secret: HOOK },
         { url: 'http://example.com/h', secret: '' },
-        { url: 'http://example.com/h', secret: 's', events: ['budget.threshold', 'nope'] },
-        { url: 'http://[::1/h', secret: 's' },
-        { secret: 's', colour: 'red' },
+        { url: 'http://example.com/h', secret: HOOK, events: ['budget.threshold', 'nope'] },
+        { url: 'http://[::1/h', secret: HOOK },
+        { secret: HOOK, colour: 'red' },
       ],
       sweep: 1,
     },
@@ -67,7 +70,7 @@ t.test('every problem, named by its path', async (t) => {
     'alerts.thresholds[1]: must be an integer from 1 to 100',
     'alerts.wallet_low_units: must be a non-negative integer or null',
     'alerts.webhooks[0].url: must be an http:// or https:// URL',
-    'alerts.webhooks[1].secret: must be a non-empty string',
+    'alerts.webhooks[1].secret: must not be empty or only whitespace (an unset environment variable?)',
     'alerts.webhooks[2].events[1]: must be one of budget.threshold, wallet.low, key.expiring, upstream.ejected',
     'alerts.webhooks[2].url: the same URL is listed twice',
     'alerts.webhooks[3].url: must be an http:// or https:// URL',
@@ -76,9 +79,9 @@ t.test('every problem, named by its path', async (t) => {
   ].sort());
   const run = await check('bad.yaml', bad);
   t.equal(run.code, 1, '`tollgate check` exits 1');
-  t.match(run.out, 'alerts.webhooks[1].secret: must be a non-empty string');
+  t.match(run.out, 'alerts.webhooks[1].secret: must not be empty or only whitespace (an unset environment variable?)');
   t.notMatch(run.out, /\n\s+at /, 'no stack trace');
-  const good = await check('good.yaml', { alerts: { thresholds: [25, 100], wallet_low_units: 10, webhooks: [{ url: 'https://example.com/h', secret: 'x', events: ['wallet.low'] }] } });
+  const good = await check('good.yaml', { alerts: { thresholds: [25, 100], wallet_low_units: 10, webhooks: [{ url: 'https://example.com/h', secret: HOOK, events: ['wallet.low'] }] } });
   t.equal(good.code, 0, good.out);
 });
 
@@ -86,7 +89,7 @@ t.test('generated alert sections never crash validation', async (t) => {
   const threshold = fc.oneof(fc.integer({ min: -5, max: 110 }), oddValue);
   const webhook = fc.record({
     url: fc.oneof(fc.constantFrom('http://h.example/x', 'https://h.example', 'ftp://x', 'http://[::1', 'http://a b', ''), oddValue),
-    secret: fc.oneof(fc.constantFrom('s', ''), oddValue),
+    secret: fc.oneof(fc.constantFrom('s', '', HOOK, ' '.repeat(16), `${HOOK}\n`), oddValue),
     events: fc.oneof(fc.array(fc.constantFrom('budget.threshold', 'wallet.low', 'key.expiring', 'upstream.ejected', 'other')), oddValue),
   }, { requiredKeys: [] });
   const section = fc.oneof(
@@ -110,7 +113,7 @@ t.test('generated alert sections never crash validation', async (t) => {
     }
     const a = config.alerts;
     return a.thresholds.every((x) => Number.isInteger(x) && x >= 1 && x <= 100) && new Set(a.thresholds).size === a.thresholds.length &&
-      a.webhooks.every((w) => /^https?:\/\//.test(w.url) && w.secret.length > 0);
+      a.webhooks.every((w) => /^https?:\/\//.test(w.url) && [...w.secret].length >= 16 && w.secret.trim() === w.secret);
   }), 400);
   // A few through `tollgate check` itself: exit 0 or 1, lines, never a crash.
   let i = 0;

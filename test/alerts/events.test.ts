@@ -100,7 +100,7 @@ t.test('detection of a team\'s budget from the settlement\'s team part: its own 
   const { store, calls } = countingStore();
   (store.alerts as any).append = async (e: any) => { calls.push('append'); appended.push(e); return true; };
   const alerts = new Alerts(store, undefined, { background: false });
-  alerts.configure(validateConfig({ alerts: { webhooks: [{ url: 'http://127.0.0.1:9/h', secret: 'x' }] } }).alerts);
+  alerts.configure(validateConfig({ alerts: { webhooks: [{ url: 'http://127.0.0.1:9/h', secret: 'events-webhook-secret' }] } }).alerts);
   const periods = { day: 'd:2026-11-27', week: 'w:2026-11-23', month: 'm:2026-11' };
   const settle = (charged: number, keySpent: number, teamSpent: number, teamPeriod = 'd:2026-11-27') => ({
     applied: true, charged_units: charged, balance_units: 1000, available_units: 1000,
@@ -129,7 +129,7 @@ t.test('detection of a team\'s budget from the settlement\'s team part: its own 
 t.test('detection on the request path: only a crossing calls the store', async (t) => {
   const { store, calls } = countingStore();
   const alerts = new Alerts(store, undefined, { background: false });
-  const config = validateConfig({ alerts: { wallet_low_units: 500, webhooks: [{ url: 'http://127.0.0.1:9/h', secret: 'x' }] } }).alerts;
+  const config = validateConfig({ alerts: { wallet_low_units: 500, webhooks: [{ url: 'http://127.0.0.1:9/h', secret: 'events-webhook-secret' }] } }).alerts;
   alerts.configure(config);
   const periods = { day: 'd:2026-11-27', week: 'w:2026-11-23', month: 'm:2026-11' };
   const settle = (charged: number, spent: number, available: number) => ({
@@ -168,7 +168,7 @@ t.test('the wallet flag is set again after 5 minutes on one side (another instan
   const { store, calls } = countingStore();
   let now = Date.UTC(2026, 10, 27);
   const alerts = new Alerts(store, undefined, { background: false, clock: { now: () => now } });
-  alerts.configure(validateConfig({ alerts: { wallet_low_units: 500, webhooks: [{ url: 'http://127.0.0.1:9/h', secret: 'x', events: ['wallet.low'] }] } }).alerts);
+  alerts.configure(validateConfig({ alerts: { wallet_low_units: 500, webhooks: [{ url: 'http://127.0.0.1:9/h', secret: 'events-webhook-secret', events: ['wallet.low'] }] } }).alerts);
   const settle = (available: number) => ({ applied: true, charged_units: 1, balance_units: available, available_units: available });
   alerts.settled('a', undefined, undefined, settle(900));
   now += 4 * 60_000;

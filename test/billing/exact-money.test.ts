@@ -13,7 +13,7 @@ import { DEMO_KEY, baseConfig, postChat, sseData, startGateway, type TestGateway
 import { startRedis } from '../helpers/redis.js';
 import { chunk, completionBody, json, startUpstream, writeSse, type FakeUpstream } from '../helpers/upstream.js';
 
-const ADMIN = 'money-admin';
+const ADMIN = 'money-admin-token-0123';
 const MAX = Number.MAX_SAFE_INTEGER;
 const SEED = Number(process.env.TOLLGATE_FC_SEED ?? 20261123);
 

@@ -8,7 +8,7 @@ import { DEMO_KEY, baseConfig, postChat, sseData, startGateway, type TestGateway
 import { startRedis } from '../helpers/redis.js';
 import { chunk, completionBody, json, startUpstream, streamFrames, writeSse, type FakeUpstream } from '../helpers/upstream.js';
 
-const ADMIN = 'metering-admin';
+const ADMIN = 'metering-admin-token-0123';
 const PRICE = { input_per_mtok: 1000, output_per_mtok: 3000 };
 
 async function setup(t: any, over: { store?: Record<string, unknown>; wallet?: number; quotas?: Record<string, number | null> } = {}) {

@@ -15,6 +15,8 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const BIN = fileURLToPath(new URL('../../bin/tollgate.js', import.meta.url));
 const SHIPPED = fileURLToPath(new URL('../../config/tollgate.yaml', import.meta.url));
 const CONTRACT_EXAMPLE = fileURLToPath(new URL('../fixtures/config/contract-example.yaml', import.meta.url));
+/** An HS256 secret of the 32 bytes check wants. */
+const JWT_SECRET = 'load-test-jwt-secret-0123456789abcdef';
 
 /** The problems a config text is rejected with (fails the test if it is accepted). */
 function problemsOf(t: any, text: string, env: NodeJS.ProcessEnv = {}): string[] {
@@ -69,7 +71,7 @@ const EMPTY_DEFAULTS = {
     trust_proxy: false,
   },
   admin: { token: null, max_token_failures: null },
-  console: { enabled: null, session_ttl_s: 28800, oidc: null },
+  console: { enabled: null, session_ttl_s: 28800, session_secret: null, oidc: null },
   store: {
     kind: 'memory', path: null, fsync_ms: 1000, url: 'redis://127.0.0.1:6379', sentinel: null, cluster: null, password: null,
     wait_replicas: 0, wait_timeout_ms: 500, prefix: 'tollgate:', on_error: 'closed', timeout_ms: 1000, settle_wait_ms: 10000,
@@ -271,11 +273,11 @@ t.test('interpolation in the YAML document', async (t) => {
   t.equal(c.providers.up!.api_key, '');
   t.equal(c.providers.up!.timeout_ms, 2500);
 
-  const set = parseConfig(text, { X: '123', WATCH: 'false', TIMEOUT: '1', PORT: '7000', NAME: 'edge', NO_SUCH_VAR: 's3cret', UPSTREAM_KEY: 'sk-1', BASE: 'https://api.example' });
+  const set = parseConfig(text, { X: '123', WATCH: 'false', TIMEOUT: '1', PORT: '7000', NAME: 'edge', NO_SUCH_VAR: 's3cret-admin-token-0123', UPSTREAM_KEY: 'sk-1', BASE: 'https://api.example' });
   t.equal(set.server.port, 7000);
   t.equal(set.server.watch_config, false);
   t.equal(set.service.name, 'edge');
-  t.equal(set.admin.token, 's3cret');
+  t.equal(set.admin.token, 's3cret-admin-token-0123');
   t.equal(set.providers.up!.api_key, 'sk-1');
   t.equal(set.providers.up!.base_url, 'https://api.example/v1');
 });
@@ -291,7 +293,7 @@ t.test('an unset variable without default is the empty string', async (t) => {
 t.test('values take the type their field wants: numbers for ports, text for secrets', async (t) => {
   t.equal(parseConfig('server:\n  port: "${PORT}"\n', { PORT: '9090' }).server.port, 9090, 'a quoted port is still a port');
   t.equal(parseConfig("store:\n  prefix: '${P}'\n", { P: '42' }).store.prefix, '42');
-  t.equal(parseConfig('admin:\n  token: ${T}\n', { T: '123456' }).admin.token, '123456', 'an all-digit token stays text');
+  t.equal(parseConfig('admin:\n  token: ${T}\n', { T: '0123456789012345' }).admin.token, '0123456789012345', 'an all-digit token stays text');
   t.equal(parseConfig('providers:\n  p:\n    kind: echo\n    api_key: ${K}\n', { K: '0042' }).providers.p!.api_key, '0042', 'leading zeros kept');
   t.equal(parseConfig('server:\n  watch_config: ${W}\n', { W: 'true' }).server.watch_config, true);
   t.strictSame(problemsOf(t, 'server:\n  port: ${PORT}\n', { PORT: '80.5' }), ['server.port: must be an integer from 0 to 65535']);
@@ -300,15 +302,15 @@ t.test('values take the type their field wants: numbers for ports, text for secr
 t.test('admin.token "" becomes null', async (t) => {
   t.equal(parseConfig('admin:\n  token: ""\n', {}).admin.token, null);
   t.equal(validateConfig({ admin: { token: '' } }).admin.token, null);
-  t.equal(parseConfig('admin:\n  token: abc\n', {}).admin.token, 'abc');
+  t.equal(parseConfig('admin:\n  token: abc-0123456789abc\n', {}).admin.token, 'abc-0123456789abc');
   t.equal(parseConfig('admin:\n  token: null\n', {}).admin.token, null);
 });
 
 t.test('admin.max_token_failures: a count from 1, or null for no limit', async (t) => {
-  t.equal(parseConfig('admin:\n  token: abc\n  max_token_failures: 20\n', {}).admin.max_token_failures, 20);
-  t.equal(parseConfig('admin:\n  token: abc\n', {}).admin.max_token_failures, null);
+  t.equal(parseConfig('admin:\n  token: abc-0123456789abc\n  max_token_failures: 20\n', {}).admin.max_token_failures, 20);
+  t.equal(parseConfig('admin:\n  token: abc-0123456789abc\n', {}).admin.max_token_failures, null);
   for (const bad of ['0', '-1', '2.5', 'lots', '1000001']) {
-    t.same(problemsOf(t, `admin:\n  token: abc\n  max_token_failures: ${bad}\n`),
+    t.same(problemsOf(t, `admin:\n  token: abc-0123456789abc\n  max_token_failures: ${bad}\n`),
       ['admin.max_token_failures: must be an integer from 1 to 1000000, or null for no limit'], bad);
   }
 });
@@ -317,7 +319,8 @@ t.test('an environment value YAML cannot parse is still taken as text', async (t
   // `token: ${T}` is an unquoted scalar; the loader re-reads the substituted text as YAML to
   // type numbers and booleans. A value that is not valid YAML on its own must stay the string
   // it is, not crash the loader with a YAMLParseError / ReferenceError (not a ConfigError).
-  for (const value of ['[', '{', '"abc', '@team', '*alias', '`x']) {
+  // Each is long enough to be an admin token (lib/config/secrets.ts).
+  for (const value of ['[', '{', '"abc', '@team', '*alias', '`x'].map((v) => `${v}-0123456789abcdef`)) {
     let result: unknown;
     try {
       result = parseConfig('admin:\n  token: ${T}\n', { T: value }).admin.token;
@@ -432,7 +435,7 @@ t.test('cross-reference problems', async (t) => {
   t.strictSame(with_((c) => { c.models[0].max_images = 2; }), ['models[0].max_images: must be 0 when supports_vision is false']);
   t.strictSame(with_((c) => { c.server = { passthrough: 'ftp://files' }; }), ['server.passthrough: must be an http:// or https:// URL']);
   t.strictSame(with_((c) => { c.auth = { jwt: { issuer: 'me' } }; }), ['auth.jwt: set exactly one of secret, public_key, jwks_url (non-empty)']);
-  t.strictSame(with_((c) => { c.auth = { jwt: { secret: 's', jwks_url: 'https://x/jwks' } }; }), ['auth.jwt: set exactly one of secret, public_key, jwks_url (non-empty)']);
+  t.strictSame(with_((c) => { c.auth = { jwt: { secret: JWT_SECRET, jwks_url: 'https://x/jwks' } }; }), ['auth.jwt: set exactly one of secret, public_key, jwks_url (non-empty)']);
 
   const regex = with_((c) => { c.content_policy = { block: ['ok', '(unclosed'] }; });
   t.equal(regex.length, 1);
@@ -440,7 +443,7 @@ t.test('cross-reference problems', async (t) => {
 
   // the boundaries that are fine
   t.equal(validateConfig({ ...valid(), models: [{ id: 'm', provider: 'echo', context_window: 1000, max_output_tokens: 1000 }], routing: {} }).models[0]!.max_output_tokens, 1000);
-  t.equal(validateConfig({ ...valid(), auth: { jwt: { secret: 's', issuer: 'me' } } }).auth.jwt!.secret, 's');
+  t.equal(validateConfig({ ...valid(), auth: { jwt: { secret: JWT_SECRET, issuer: 'me' } } }).auth.jwt!.secret, JWT_SECRET);
 });
 
 t.test('invalid YAML is reported as (yaml) problems', async (t) => {
@@ -488,9 +491,9 @@ t.test('the shipped config and the CONTRACT example load', async (t) => {
   t.strictSame(shipped.models.map((m) => m.id), ['echo-small', 'echo-vision', 'echo-embed', 'echo-rerank', 'echo-whisper']);
   t.equal((await loadConfigFile(SHIPPED, { TOLLGATE_PORT: '0', TOLLGATE_HOST: '0.0.0.0' })).server.port, 0);
 
-  const example = await loadConfigFile(CONTRACT_EXAMPLE, { TOLLGATE_ADMIN_TOKEN: 'adm', JWT_SECRET: 'jwt-s' });
-  t.equal(example.admin.token, 'adm');
-  t.strictSame(example.auth.jwt, { secret: 'jwt-s', issuer: null, audience: null });
+  const example = await loadConfigFile(CONTRACT_EXAMPLE, { TOLLGATE_ADMIN_TOKEN: 'contract-admin-token', JWT_SECRET });
+  t.equal(example.admin.token, 'contract-admin-token');
+  t.strictSame(example.auth.jwt, { secret: JWT_SECRET, issuer: null, audience: null });
   t.equal(example.store.path, './data/state');
   t.equal(example.store.prefix, 'tollgate:');
   t.equal(example.providers.local!.api_key, '');

@@ -30,12 +30,12 @@ async function file(config: Record<string, unknown>): Promise<string> {
 }
 
 t.test('on by default with admin.token; session_ttl_s is the cookie\'s Max-Age', async (t) => {
-  const gw = await serveChild(t, await file(base({ admin: { token: 'tok-123456' }, console: { session_ttl_s: 600 } })));
+  const gw = await serveChild(t, await file(base({ admin: { token: 'tok-123456-console' }, console: { session_ttl_s: 600 } })));
   const page = await fetch(`${gw.url}/console/`);
   t.equal(page.status, 200);
   t.match(await page.text(), /<script type="module" src="\/console\/assets\/console\.js"><\/script>/);
   t.same(await (await fetch(`${gw.url}/console/api/info`)).json(), { sso: false, token: true });
-  const login = await fetch(`${gw.url}/console/api/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"token":"tok-123456"}' });
+  const login = await fetch(`${gw.url}/console/api/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"token":"tok-123456-console"}' });
   t.match(login.headers.getSetCookie()[0], /Max-Age=600(;|$)/);
   t.notMatch(login.headers.getSetCookie()[0], /Secure/, 'plain http: not Secure');
   const redirect = await fetch(`${gw.url}/console`, { redirect: 'manual' });
@@ -51,22 +51,22 @@ t.test('on by default with admin.token; session_ttl_s is the cookie\'s Max-Age',
 });
 
 t.test('console.enabled: false, or neither admin.token nor console.oidc: 404 everywhere under /console', async (t) => {
-  for (const config of [base({ admin: { token: 'tok-123456' }, console: { enabled: false } }), base({})]) {
+  for (const config of [base({ admin: { token: 'tok-123456-console' }, console: { enabled: false } }), base({})]) {
     const gw = await serveChild(t, await file(config));
     for (const path of ['/console', '/console/', '/console/api/info', '/console/assets/console.js']) {
       const res = await fetch(`${gw.url}${path}`);
       t.equal(res.status, 404, path);
       t.equal(((await res.json()) as any).error.code, 'unknown_url', path);
     }
-    const login = await fetch(`${gw.url}/console/api/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"token":"tok-123456"}' });
+    const login = await fetch(`${gw.url}/console/api/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"token":"tok-123456-console"}' });
     t.equal(login.status, 404);
     t.same(login.headers.getSetCookie(), []);
   }
 });
 
 t.test('behind TLS (a trusted proxy says https) the cookie is Secure', async (t) => {
-  const gw = await serveChild(t, await file(base({ admin: { token: 'tok-123456' }, server: { host: '127.0.0.1', port: 0, trust_proxy: true } })));
-  const login = await fetch(`${gw.url}/console/api/login`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-forwarded-proto': 'https' }, body: '{"token":"tok-123456"}' });
+  const gw = await serveChild(t, await file(base({ admin: { token: 'tok-123456-console' }, server: { host: '127.0.0.1', port: 0, trust_proxy: true } })));
+  const login = await fetch(`${gw.url}/console/api/login`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-forwarded-proto': 'https' }, body: '{"token":"tok-123456-console"}' });
   t.match(login.headers.getSetCookie()[0], /; Secure$/);
 });
 
@@ -84,16 +84,16 @@ t.test('tollgate check: console problems are named', async (t) => {
   const missing = await check(base({ console: { oidc: { issuer: 'https://id.example.com' } } }));
   t.equal(missing.status, 1);
   t.match(missing.err, /console\.oidc/);
-  const ttl = await check(base({ admin: { token: 'x' }, console: { session_ttl_s: 0 } }));
+  const ttl = await check(base({ admin: { token: 'console-config-admin-token' }, console: { session_ttl_s: 0 } }));
   t.match(ttl.err, /console\.session_ttl_s: must be a positive integer/);
-  const ok = await check(base({ admin: { token: 'x' }, console: { oidc: { issuer: 'https://id.example.com', client_id: 'c', redirect_url: 'https://gw.example.com/console/callback' } } }));
+  const ok = await check(base({ admin: { token: 'console-config-admin-token' }, console: { oidc: { issuer: 'https://id.example.com', client_id: 'c', redirect_url: 'https://gw.example.com/console/callback' } } }));
   t.equal(ok.status, 0, ok.err);
 });
 
 t.test('the console\'s cookies are never passed through to a model server', async (t) => {
   const up = await startUpstream((req, res) => json(res, 200, { cookie: req.headers.cookie ?? null }));
   t.teardown(() => up.close());
-  const gw = await serveChild(t, await file(base({ admin: { token: 'tok-123456' }, server: { host: '127.0.0.1', port: 0, passthrough: up.baseUrl.replace(/\/v1$/, '') } })));
+  const gw = await serveChild(t, await file(base({ admin: { token: 'tok-123456-console' }, server: { host: '127.0.0.1', port: 0, passthrough: up.baseUrl.replace(/\/v1$/, '') } })));
   const seen = async (cookie: string) => ((await (await fetch(`${gw.url}/health`, { headers: { cookie } })).json()) as { cookie: string | null }).cookie;
   t.equal(await seen('tg_console=abc.def; theirs=1; tg_console_flow=x'), 'theirs=1');
   t.equal(await seen('tg_console=abc.def'), null);

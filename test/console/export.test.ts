@@ -56,7 +56,7 @@ t.test('Config: no secret survives the masking, whatever it is', async (t) => {
       providers: { p: { api_key: key, headers: { authorization: `Bearer ${hdr}` }, base_url: `https://u:${pass}@up.example.com/v1` } },
       store: { url: `redis://default:${pass}@redis:6379`, password: pass, sentinel: { sentinel_password: pass } },
       observe: { otlp_headers: { 'x-api-key': hdr } },
-      console: { oidc: { client_secret: client } },
+      console: { session_secret: client, oidc: { client_secret: client } },
       auth: { jwt: { secret: token } },
     };
     const yaml = YAML.stringify(redactConfig(config));

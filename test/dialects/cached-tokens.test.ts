@@ -15,7 +15,7 @@ import { schemas } from '../helpers/schemas.js';
 import { startRedis } from '../helpers/redis.js';
 import { holds } from '../property/arbitraries.js';
 
-const ADMIN = 'cached-admin';
+const ADMIN = 'cached-admin-token-0123';
 // 3 units per uncached input token, 0.3 per cache read, 3.75 per cache write, 15 per output token.
 const PRICE = { input_per_mtok: 3_000_000, output_per_mtok: 15_000_000, cached_input_per_mtok: 300_000, cache_write_per_mtok: 3_750_000 };
 // Uncached 397, reads 2001, writes 102 (prompt 2500); output 41 of which 25 reasoning.

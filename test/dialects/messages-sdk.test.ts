@@ -9,7 +9,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import { DEMO_KEY, baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { chunk, completionBody, json, startUpstream, streamFrames, writeSse, type FakeUpstream } from '../helpers/upstream.js';
 
-const ADMIN = 'messages-admin';
+const ADMIN = 'messages-admin-token-0123';
 const PRICE = { input_per_mtok: 1_000_000, output_per_mtok: 2_000_000 };
 const TIGHT_KEY = 'tg_tight_2222222222222222';
 const POOR_KEY = 'tg_poor_33333333333333333';

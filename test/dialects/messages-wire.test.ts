@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { DEMO_KEY, baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { chunk, json, startUpstream, writeSse, type FakeUpstream } from '../helpers/upstream.js';
 
-const ADMIN = 'wire-admin';
+const ADMIN = 'wire-admin-token-0123';
 const PRICE = { input_per_mtok: 1_000_000, output_per_mtok: 2_000_000 };
 let up: FakeUpstream;
 let gw: TestGateway;

@@ -15,7 +15,7 @@ import { completionBody, json, startUpstream, streamFrames, writeSse, type FakeU
 import { schemas } from '../helpers/schemas.js';
 import { startRedis, type TestRedis } from '../helpers/redis.js';
 
-const ADMIN = 'bounded-admin';
+const ADMIN = 'bounded-admin-token-0123';
 const MB = 1024 * 1024;
 
 let up: FakeUpstream;

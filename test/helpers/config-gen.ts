@@ -73,10 +73,22 @@ function serverPart(p: GenPlaces, all: boolean): fc.Arbitrary<Part> {
 function jwtPart(all: boolean): fc.Arbitrary<Part> {
   return pick<Part>(all, [
     valid(undefined),
-    valid({ jwt: { secret: 'a-secret-of-some-length' } }),
+    valid({ jwt: { secret: 'a-secret-of-some-length-0123456789' } }),
+    invalid({ jwt: { secret: 'a-secret-of-some-length' } }), // 23 bytes: HS256 wants 32
     valid({ jwt: { jwks_url: 'http://127.0.0.1:9/jwks.json', issuer: 'me' } }),
     invalid({ jwt: { public_key: 'not a PEM key' } }),
     invalid({ jwt: { secret: 's', jwks_url: 'http://127.0.0.1:9/jwks.json' } }),
+  ]);
+}
+
+/** admin.token: none, one long enough, too short, only whitespace (lib/config/secrets.ts). */
+function adminPart(all: boolean): fc.Arbitrary<Part> {
+  return pick<Part>(all, [
+    valid(undefined),
+    valid({ token: 'generated-admin-token-0123' }),
+    valid({ token: '' }),
+    invalid({ token: 'short-token' }),
+    invalid({ token: ' '.repeat(20) }),
   ]);
 }
 
@@ -114,6 +126,7 @@ export function configArb(p: GenPlaces): fc.Arbitrary<GenConfig> {
     store: storePart(p, all),
     server: serverPart(p, all),
     auth: jwtPart(all),
+    admin: adminPart(all),
     tokenizer: tokenizerPart(p, all),
     defaultsTokenizer: fc.option(tokenizerPart(p, all), { nil: undefined }),
     observe: observePart(p, all),
@@ -136,9 +149,10 @@ export function configArb(p: GenPlaces): fc.Arbitrary<GenConfig> {
     };
     if (g.store[0] !== undefined) config.store = g.store[0];
     if (g.auth[0] !== undefined) config.auth = g.auth[0];
+    if (g.admin[0] !== undefined) config.admin = g.admin[0];
     if (g.observe[0] !== undefined) config.observe = g.observe[0];
     if (g.unknownTop) config.extras = { a: 1 };
-    const ok = g.store[1] && g.server[1] && g.auth[1] && g.tokenizer[1] && (g.defaultsTokenizer?.[1] ?? true) && g.observe[1] &&
+    const ok = g.store[1] && g.server[1] && g.auth[1] && g.admin[1] && g.tokenizer[1] && (g.defaultsTokenizer?.[1] ?? true) && g.observe[1] &&
       !g.badModel && !g.badPlan && !g.unknownTop;
     return { config, valid: ok };
   });

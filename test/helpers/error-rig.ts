@@ -14,7 +14,7 @@ import { countTokens } from 'gpt-tokenizer/encoding/o200k_base';
 import { baseConfig, startGateway, type TestGateway } from './gateway.js';
 import { chunk, json, startUpstream, writeSse, type FakeUpstream } from './upstream.js';
 
-export const ADMIN = 'error-rig-admin';
+export const ADMIN = 'error-rig-admin-token-0123';
 export const SECRET = 'an-error-rig-dashboard-secret-0123456789';
 const jwtKey = new TextEncoder().encode(SECRET);
 /** Output at 1 unit a token, input free: a charge for a cut stream is its delivered tokens. */

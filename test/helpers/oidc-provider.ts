@@ -3,7 +3,8 @@
 // redirect_uri only; PKCE S256 required; state and nonce passed through) and /token (the
 // client's secret, the code once, the same redirect_uri, the PKCE verifier checked against the
 // challenge) answering an RS256 ID token with iss, aud, sub, nonce, iat, exp and the claims of
-// the user the test signs in next (`provider.user = {...}`). No login form: /authorize signs
+// the user the test signs in next (`provider.user = {...}`), issued `provider.iatOffsetS` seconds
+// from now (0; a test of the gateway's clock check moves it). No login form: /authorize signs
 // that user in at once. `refusals` lists why any request was refused, so a test can see the
 // checks ran.
 
@@ -18,6 +19,8 @@ export interface TestProvider {
   clientSecret: string;
   /** The claims of the next user to sign in (sub is required). */
   user: Record<string, unknown>;
+  /** Seconds added to the ID token's iat (and exp): a provider whose clock runs ahead. */
+  iatOffsetS: number;
   /** Why requests were refused, in order. */
   refusals: string[];
   /** Codes issued and redeemed. */
@@ -36,7 +39,7 @@ export async function startProvider(redirectUri: string, opts: { clientId?: stri
   const clientSecret = opts.clientSecret ?? 'op-client-secret';
   let issuer = '';
   const provider: TestProvider = {
-    issuer: '', clientId, clientSecret, user: { sub: 'nobody' }, refusals: [], redeemed: 0,
+    issuer: '', clientId, clientSecret, user: { sub: 'nobody' }, iatOffsetS: 0, refusals: [], redeemed: 0,
     close: () => new Promise((r) => { server.closeAllConnections(); server.close(() => r()); }),
   };
   const json = (res: import('node:http').ServerResponse, status: number, body: unknown) => {
@@ -96,7 +99,7 @@ export async function startProvider(redirectUri: string, opts: { clientId?: stri
         const verifier = f.get('code_verifier') ?? '';
         if (createHash('sha256').update(verifier).digest('base64url') !== grant.challenge) return refuse(res, 'PKCE verifier does not match the challenge', 'invalid_grant');
         provider.redeemed++;
-        const now = Math.floor(Date.now() / 1000);
+        const now = Math.floor(Date.now() / 1000) + provider.iatOffsetS;
         const idToken = await new SignJWT({ ...grant.user, ...(grant.nonce === null ? {} : { nonce: grant.nonce }) })
           .setProtectedHeader({ alg: 'RS256', kid, typ: 'JWT' })
           .setIssuer(issuer).setAudience(clientId).setSubject(String(grant.user.sub)).setIssuedAt(now).setExpirationTime(now + 300)

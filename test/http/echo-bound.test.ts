@@ -10,7 +10,7 @@ import { DEMO_KEY, authHeaders, baseConfig, startGateway, type TestGateway } fro
 import { startUpstream, type FakeUpstream } from '../helpers/upstream.js';
 import { schemas } from '../helpers/schemas.js';
 
-const ADMIN = 'echo-admin';
+const ADMIN = 'echo-admin-token-0123';
 const MAX_ECHO = 256;
 
 let gw: TestGateway;

@@ -9,7 +9,7 @@ import { startRedis } from '../helpers/redis.js';
 import { completionBody, json, startUpstream, streamFrames, writeSse } from '../helpers/upstream.js';
 import { schemas } from '../helpers/schemas.js';
 
-const ADMIN = 'limits-admin';
+const ADMIN = 'limits-admin-token-0123';
 
 function config(plan: Record<string, unknown>, store?: Record<string, unknown>) {
   const c = baseConfig();

@@ -22,7 +22,7 @@ const FREE = 'tg_free_0000000000000000000';
 function config(store: string): string {
   return `
 server: { port: 0, max_body_bytes: 41943040 }
-admin: { token: admin-secret }
+admin: { token: admin-secret-token-0123 }
 store: ${store}
 plans:
   tight: { requests_per_minute: 5 }

@@ -125,12 +125,12 @@ async function check(data: Buffer): Promise<void> {
 
 t.test('through a gateway: a contract status, never a 500; only a 200 is charged, at its price', async (t) => {
   const c = baseConfig();
-  c.admin = { token: 'prop-admin' };
+  c.admin = { token: 'prop-admin-token-0123' };
   c.server.max_audio_bytes = 64 * 1024;
   c.models.push({ id: 'whisper-echo', type: 'transcription', provider: 'echo', price: { audio_per_minute: 60 } }); // 1 unit a second
   const gw = await startGateway(c);
   t.teardown(() => gw.close());
-  const balance = async () => ((await (await fetch(`${gw.url}/admin/accounts/demo`, { headers: { authorization: 'Bearer prop-admin' } })).json()) as any);
+  const balance = async () => ((await (await fetch(`${gw.url}/admin/accounts/demo`, { headers: { authorization: 'Bearer prop-admin-token-0123' } })).json()) as any);
   const allowed = new Set([200, 400, 404, 413, 415]);
   let answered = 0;
   await holds(t, 'audio requests', fc.asyncProperty(hostileForm, async (f) => {

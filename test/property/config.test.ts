@@ -52,7 +52,7 @@ const nullableCount = fc.oneof(fc.constant(null), fc.integer({ min: 0, max: 1e6 
 const validConfig = fc.record({
   service: fc.record({ name: fc.stringMatching(/^[a-z0-9][a-z0-9._-]{0,10}$/), key_prefix: fc.constantFrom('tg', 'sk', 'Key9') }),
   server: fc.record({ host: fc.constantFrom('127.0.0.1', '::1', 'localhost'), port: fc.integer({ min: 0, max: 65535 }), max_body_bytes: fc.integer({ min: 1, max: 2 ** 31 }), sse_keepalive_ms: fc.integer({ min: 1, max: 1e6 }), watch_config: fc.boolean(), passthrough: fc.constantFrom(null, 'http://127.0.0.1:9', 'https://example.com/app') }, { requiredKeys: [] }),
-  admin: fc.record({ token: fc.constantFrom(null, 'admin-token', '${TOLLGATE_ADMIN_TOKEN:-}') }),
+  admin: fc.record({ token: fc.constantFrom(null, 'admin-token-0123456789', '${TOLLGATE_ADMIN_TOKEN:-}') }),
   plans: fc.record({
     free: fc.record({ paid: fc.constant(false), requests_per_minute: nullableCount, max_concurrent: nullableCount, quotas: fc.record({ requests_per_day: nullableCount, units_per_month: nullableCount }, { requiredKeys: [] }) }, { requiredKeys: [] }),
     pro: fc.record({ paid: fc.constant(true), tokens_per_minute: nullableCount }, { requiredKeys: [] }),

@@ -16,7 +16,7 @@ import { schemas } from '../helpers/schemas.js';
 /** Units as the wallet and headers show them (the formula is exact in BigInt). */
 const cost = (p: number, c: number, price: { input_per_mtok: number; output_per_mtok: number }) => Number(exactCost(p, c, price));
 
-const ADMIN = 'bounded-admin';
+const ADMIN = 'bounded-admin-token-0123';
 /** One unit per completion token, prompts free: a charge counts delivered tokens exactly. */
 const PRICE = { input_per_mtok: 0, output_per_mtok: 1_000_000 };
 const SMALL_LIMIT = 65536;

@@ -8,7 +8,7 @@ import { PRO_KEY, baseConfig, postChat, sseData, startGateway } from '../helpers
 import { chunk, completionBody, json, startUpstream, writeSse } from '../helpers/upstream.js';
 import { schemas } from '../helpers/schemas.js';
 
-const ADMIN = 'servers-admin';
+const ADMIN = 'servers-admin-token-0123';
 const ask = (extra: Record<string, any> = {}) => ({ model: 'm', messages: [{ role: 'user', content: 'think' }], max_tokens: 50, ...extra });
 
 async function setup(t: any, kind: 'openai' | 'anthropic' = 'openai', provider: Record<string, any> = {}) {

@@ -6,7 +6,7 @@ import t from 'tap';
 import { DEMO_KEY, baseConfig, postChat, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { schemas } from '../helpers/schemas.js';
 
-const ADMIN = 'policy-admin';
+const ADMIN = 'policy-admin-token-0123';
 let gw: TestGateway;
 
 t.before(async () => {

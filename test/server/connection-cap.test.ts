@@ -20,7 +20,7 @@ import { serveChild } from '../helpers/child.js';
 import { rawConnect, type RawConnection, type RawResponse } from '../helpers/raw-http.js';
 import { schemas } from '../helpers/schemas.js';
 
-const ADMIN = 'cap-admin';
+const ADMIN = 'cap-admin-token-0123';
 
 function config(server: Record<string, unknown>): Record<string, any> {
   const c = baseConfig();

@@ -10,7 +10,7 @@ import { IMAGE_BYTES_PER_TOKEN, imageCost } from '../../lib/tokens/count.js';
 import { DEMO_KEY, baseConfig, postChat, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { schemas } from '../helpers/schemas.js';
 
-const ADMIN = 'image-admin';
+const ADMIN = 'image-admin-token-0123';
 const MB = 1024 * 1024;
 
 function dataUrl(bytes: number, type = 'png'): string {

@@ -14,7 +14,7 @@ const tripWire = (err: unknown) => { rejections.push(err); };
 process.on('unhandledRejection', tripWire);
 t.teardown(() => { process.off('unhandledRejection', tripWire); });
 
-const ADMIN = 'outage-admin';
+const ADMIN = 'outage-admin-token-0123';
 const LATE_KEY = 'tg_late_22222222222222222222';
 const STRANGER_KEY = 'tg_stranger_3333333333333333';
 const UNAVAILABLE = { message: 'The account store is unavailable; retry shortly.', type: 'server_error', param: null, code: 'service_unavailable' };

@@ -23,7 +23,7 @@ async function onRedis(t: any, name: string) {
   const redis = await startRedis();
   t.teardown(() => redis.stop());
   const c = baseConfig();
-  c.admin = { token: 'rt-admin' };
+  c.admin = { token: 'rt-admin-token-0123' };
   c.store = { kind: 'redis', url: redis.url, prefix: `rt-${name}-${process.pid}:` };
   return { redis, c };
 }
@@ -104,7 +104,7 @@ t.test('the limits refuse a request whose hold went out with them: 429, the hold
   const a = await startGateway(c);
   const b = await startGateway(c);
   t.teardown(async () => { await a.close(); await b.close(); });
-  const account = async () => (await fetch(`${a.url}/admin/accounts/demo`, { headers: { authorization: 'Bearer rt-admin' } })).json() as Promise<any>;
+  const account = async () => (await fetch(`${a.url}/admin/accounts/demo`, { headers: { authorization: 'Bearer rt-admin-token-0123' } })).json() as Promise<any>;
   const ask = (i: number) => ({ model: 'echo-small', max_tokens: 20, messages: [{ role: 'user', content: `burst ${i}` }] });
   t.equal((await postChat(b.url, ask(0))).status, 200);
   for (let i = 1; i < 20; i++) t.equal((await postChat(a.url, ask(i))).status, 200);
@@ -127,7 +127,7 @@ t.test("a key's last use is in Redis once its request is answered: written by th
   t.teardown(() => gw.close());
   const id = keyIdOf(sha256Hex(DEMO_KEY));
   const lastUsed = async () => {
-    const res = await fetch(`${gw.url}/admin/keys/${id}`, { headers: { authorization: 'Bearer rt-admin' } });
+    const res = await fetch(`${gw.url}/admin/keys/${id}`, { headers: { authorization: 'Bearer rt-admin-token-0123' } });
     t.equal(res.status, 200);
     return ((await res.json()) as { last_used_at: string | null }).last_used_at;
   };

@@ -12,7 +12,7 @@ import { startRedis } from '../../helpers/redis.js';
 import { readsAt } from '../../helpers/store-client.js';
 import { CACHE_TTL_MS, TOUCH_FLUSH_MS } from '../../../lib/auth/authenticator.js';
 
-const ADMIN = 'teams-rt-admin';
+const ADMIN = 'teams-rt-admin-token-0123';
 
 t.test('three round trips per request for a key of a team with a budget and limits, as for a key without one', async (t) => {
   const redis = await startRedis();
