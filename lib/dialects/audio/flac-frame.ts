@@ -39,8 +39,11 @@ const CRC8 = (() => {
   return t;
 })();
 
-/** The frame header at `p` if it is one (CRC-8 included), else undefined. */
-export function flacHeader(b: Uint8Array, p: number, info: FlacInfo): FlacHeader | undefined {
+/**
+ * The frame header at `p` if it is one (CRC-8 included), else undefined; written into `into`
+ * when given (a walk of a million frames allocates nothing per frame).
+ */
+export function flacHeader(b: Uint8Array, p: number, info: FlacInfo, into?: FlacHeader): FlacHeader | undefined {
   if (p + 6 > b.length || b[p] !== 0xff || (b[p + 1]! & 0xfe) !== 0xf8) return undefined;
   const b2 = b[p + 2]!, b3 = b[p + 3]!;
   const bsCode = b2 >> 4, rateCode = b2 & 15, assignment = b3 >> 4, bpsCode = (b3 >> 1) & 7;
@@ -75,7 +78,14 @@ export function flacHeader(b: Uint8Array, p: number, info: FlacInfo): FlacHeader
   let crc = 0;
   for (let i = p; i < q; i++) crc = CRC8[crc ^ b[i]!]!;
   if (crc !== b[q]) return undefined;
-  return { size: q + 1 - p, blockSize, rate, channels: assignment < 8 ? assignment + 1 : 2, assignment, bps };
+  const h = into ?? { size: 0, blockSize: 0, rate: 0, channels: 0, assignment: 0, bps: 0 };
+  h.size = q + 1 - p;
+  h.blockSize = blockSize;
+  h.rate = rate;
+  h.channels = assignment < 8 ? assignment + 1 : 2;
+  h.assignment = assignment;
+  h.bps = bps;
+  return h;
 }
 
 /**
@@ -89,16 +99,38 @@ export interface FrameEnd {
   work: number;
 }
 
-/** Where the frame whose header is `h` at `p` ends (after its CRC-16), read through its subframes. */
+/** Reused by every call of flacFrameEnd (its answer is read before the next call). */
+const reader: { bits: Bits | undefined; end: FrameEnd } = { bits: undefined, end: { state: 'ok', end: 0, work: 0 } };
+
+/**
+ * Where the frame whose header is `h` at `p` ends (after its CRC-16), read through its
+ * subframes. The answer is one object reused by the next call: read it before.
+ */
 export function flacFrameEnd(b: Uint8Array, p: number, h: FlacHeader): FrameEnd {
-  const r = new Bits(b, (p + h.size) * 8);
-  for (let ch = 0; ch < h.channels; ch++) {
+  const r = reader.bits?.reset(b, (p + h.size) * 8) ?? (reader.bits = new Bits(b, (p + h.size) * 8));
+  const out = reader.end;
+  let state: FrameEnd['state'] = 'ok';
+  let end = 0;
+  for (let ch = 0; ch < h.channels && state === 'ok'; ch++) {
     const side = (h.assignment === 8 && ch === 1) || (h.assignment === 9 && ch === 0) || (h.assignment === 10 && ch === 1);
     const stop = subframe(r, h.blockSize, h.bps + (side ? 1 : 0));
-    if (stop !== undefined) return { state: stop, end: Math.min(b.length, Math.ceil(r.pos / 8)), work: r.work };
+    if (stop !== undefined) {
+      state = stop;
+      end = Math.min(b.length, Math.ceil(r.pos / 8));
+    }
   }
-  const end = Math.ceil(r.pos / 8) + 2;
-  return end > b.length ? { state: 'cut', end: b.length, work: r.work } : { state: 'ok', end, work: r.work };
+  if (state === 'ok') {
+    end = Math.ceil(r.pos / 8) + 2;
+    if (end > b.length) {
+      state = 'cut';
+      end = b.length;
+    }
+  }
+  out.state = state;
+  out.end = end;
+  out.work = r.work;
+  reader.bits = r.release();
+  return out;
 }
 
 /** Reads one subframe; undefined when it was whole, else what stopped it. */
@@ -108,7 +140,7 @@ function subframe(r: Bits, blockSize: number, bps: number): 'cut' | 'bad' | unde
   const type = r.read(6);
   if (r.read(1) === 1) {
     const wasted = r.unary();
-    if (wasted < 0) return 'cut';
+    if (wasted < 0) return r.absurd ? 'bad' : 'cut';
     bps -= wasted + 1;
     if (bps <= 0) return 'bad';
   }
@@ -147,24 +179,46 @@ function residual(r: Bits, blockSize: number, order: number): 'cut' | 'bad' | un
     if (k === escape) {
       if (r.left < 5) return 'cut';
       r.skip(n * r.read(5));
-    } else if (!r.rice(n, k)) return 'cut';
+    } else if (!r.rice(n, k)) return r.absurd ? 'bad' : 'cut';
     if (r.left < 0) return 'cut';
   }
   return undefined;
 }
 
+const EMPTY = new Uint8Array(0);
+
+/** The longest run of zero bytes read as one Rice quotient (512 kbit). */
+const MAX_UNARY_BYTES = 64 * 1024;
+
 /** An MSB-first bit reader over a buffer; reads past the end give zeros, and `left` goes below 0. */
 class Bits {
-  readonly #b: Uint8Array;
-  readonly #end: number;
+  #b: Uint8Array;
+  #end: number;
   pos: number;
   /** Bytes scanned by rice(). */
   work = 0;
+  /** A Rice code longer than any encoder writes was met. */
+  absurd = false;
 
   constructor(b: Uint8Array, pos: number) {
     this.#b = b;
     this.#end = b.length * 8;
     this.pos = pos;
+  }
+
+  reset(b: Uint8Array, pos: number): this {
+    this.#b = b;
+    this.#end = b.length * 8;
+    this.pos = pos;
+    this.work = 0;
+    this.absurd = false;
+    return this;
+  }
+
+  /** Lets go of the buffer (kept for reuse, the reader holds no request's bytes). */
+  release(): this {
+    this.#b = EMPTY;
+    return this;
   }
 
   get left(): number {
@@ -197,17 +251,21 @@ class Bits {
     const b = this.#b;
     const len = b.length;
     let pos = this.pos;
+    // Bit positions fit 32 bits (files under 512 MiB: walkFlac refuses larger): integer ops.
     for (let i = 0; i < count; i++) {
-      let byte = Math.floor(pos / 8);
+      let byte = pos >>> 3;
       if (byte >= len) {
         pos = Math.max(pos, this.#end + 1);
         break;
       }
-      let v = (b[byte]! << (pos % 8)) & 0xff;
+      let v = (b[byte]! << (pos & 7)) & 0xff;
       if (v === 0) {
-        byte++;
-        while (byte < len && b[byte] === 0) byte++;
-        if (byte >= len) {
+        const from = ++byte;
+        const stop = Math.min(len, from + MAX_UNARY_BYTES);
+        while (byte < stop && b[byte] === 0) byte++;
+        if (byte >= stop) {
+          // No encoder writes a quotient of megabits: not a frame (and no long stall to find out).
+          if (byte < len) this.absurd = true;
           pos = this.#end + 1;
           break;
         }

@@ -9,7 +9,7 @@
 // syncs is bounded: more undecodable bytes than twice the file's is refused rather than walked.
 
 import { flacFrameEnd, flacHeader, type FlacHeader, type FlacInfo } from './flac-frame.js';
-import { MAX_RATE, Tally, unreadable, type Walk } from './walk.js';
+import { MAX_RATE, Tally, unreadable, type Walk, YIELD_WORK } from './walk.js';
 
 /** STREAMINFO's rate and sample size from its 34 bytes at `p` (rate 0 when it names none). */
 export function streamInfo(b: Uint8Array, p: number): FlacInfo {
@@ -53,12 +53,14 @@ function nextSync(b: Buffer, p: number): number {
  * holds none but by a chance of about one in 10^10 a byte (a sync code, reserved bits, these
  * codes and a CRC-8 all matching).
  */
+const INNER: FlacHeader = { size: 0, blockSize: 0, rate: 0, channels: 0, assignment: 0, bps: 0 };
+
 function hidden(b: Buffer, p: number, end: number, h: FlacHeader, info: FlacInfo): number {
   let samples = 0;
   for (let q = p + h.size; ;) {
     const i = b.indexOf(0xff, q);
     if (i === -1 || i >= end - 2) return samples;
-    const inner = (b[i + 1]! & 0xfe) === 0xf8 ? flacHeader(b, i, info) : undefined;
+    const inner = (b[i + 1]! & 0xfe) === 0xf8 ? flacHeader(b, i, info, INNER) : undefined;
     if (inner !== undefined && inner.rate === h.rate && inner.channels === h.channels && inner.bps === h.bps) {
       samples += inner.blockSize;
       q = i + inner.size + inner.channels;
@@ -68,18 +70,24 @@ function hidden(b: Buffer, p: number, end: number, h: FlacHeader, info: FlacInfo
 
 /** The FLAC stream whose `fLaC` marker is at `start`. */
 export function* walkFlac(b: Buffer, start: number): Walk<Tally> {
+  let work = 0;
+  if (b.length >= 2 ** 29) throw unreadable('a FLAC file of 512 MiB or more');
   const { end, info } = metadata(b, start + 4);
   const tally = new Tally();
   const budget = 2 * b.length + 1024 * 1024;
   let wasted = 0;
   let p = end;
+  const header = { size: 0, blockSize: 0, rate: 0, channels: 0, assignment: 0, bps: 0 };
   while (p < b.length) {
-    const h = flacHeader(b, p, info);
+    const h = flacHeader(b, p, info, header);
     if (h !== undefined) {
       const f = flacFrameEnd(b, p, h);
       if (f.state === 'ok') {
         tally.add(Math.max(h.blockSize, hidden(b, p, f.end, h, info)), h.rate);
-        yield f.end - p;
+        if ((work += f.end - p + 1) >= YIELD_WORK) {
+          yield work;
+          work = 0;
+        }
         p = f.end;
         continue;
       }
@@ -91,7 +99,10 @@ export function* walkFlac(b: Buffer, start: number): Walk<Tally> {
       if (wasted > budget) throw unreadable('too many bytes that are not FLAC frames');
     }
     const q = nextSync(b, p + 1);
-    yield q - p;
+    if ((work += q - p + 1) >= YIELD_WORK) {
+      yield work;
+      work = 0;
+    }
     p = q;
   }
   return tally;

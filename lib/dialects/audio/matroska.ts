@@ -17,7 +17,7 @@ import { streamInfo } from './flac.js';
 import { walkMpeg } from './mpeg.js';
 import { opusHead, opusPacketSamples } from './opus.js';
 import { vorbisId, vorbisModes, VorbisPackets } from './vorbis.js';
-import { MAX_RATE, OPUS_RATE, runSync, Tally, unreadable, type Walk } from './walk.js';
+import { MAX_RATE, OPUS_RATE, runSync, Tally, unreadable, type Walk, YIELD_WORK } from './walk.js';
 
 const ID = {
   EBML: 0x1a45dfa3, Segment: 0x18538067, Cluster: 0x1f43b675, Tracks: 0x1654ae6b, TrackEntry: 0xae, TrackNumber: 0xd7, TrackType: 0x83,
@@ -25,6 +25,15 @@ const ID = {
   ContentEncodings: 0x6d80, SimpleBlock: 0xa3, BlockGroup: 0xa0, Block: 0xa1,
 } as const;
 const CLUSTER_ID = Buffer.from([0x1f, 0x43, 0xb6, 0x75]);
+/** The largest Tracks element read (a Vorbis track's CodecPrivate is a few kilobytes). */
+const MAX_TRACKS_BYTES = 256 * 1024;
+
+/** Whether a Cluster's ID is in b[from, to). */
+function passesCluster(b: Buffer, from: number, to: number): boolean {
+  if (to - from > 256) return b.subarray(from, to).indexOf(CLUSTER_ID) !== -1;
+  for (let i = from; i + 4 <= to; i++) if (b[i] === 0x1f && b[i + 1] === 0x43 && b[i + 2] === 0xb6 && b[i + 3] === 0x75) return true;
+  return false;
+}
 
 /** The IDs of a Matroska file's structure; anything else is not an element but garbage. */
 const KNOWN = new Set([
@@ -217,6 +226,7 @@ function blockFrames(b: Buffer, p: number, end: number, frame: (at: number, leng
 
 /** The WebM or Matroska file whose EBML header is at `start`: its length in seconds. */
 export function* walkMatroska(b: Buffer, start: number): Walk<number> {
+  let work = 0;
   let total = 0;
   let counters: Map<number, Counter> | undefined;
   const finish = () => {
@@ -243,7 +253,10 @@ export function* walkMatroska(b: Buffer, start: number): Walk<number> {
     if (e === undefined || !KNOWN.has(id) || (!synced && id !== ID.Cluster && id !== ID.Segment && id !== ID.SimpleBlock && id !== ID.Block)) {
       synced = false;
       p++;
-      yield 1;
+      if ((work += 2) >= YIELD_WORK) {
+        yield work;
+        work = 0;
+      }
       continue;
     }
     if (id === ID.Segment || id === ID.Cluster || id === ID.BlockGroup) {
@@ -253,13 +266,16 @@ export function* walkMatroska(b: Buffer, start: number): Walk<number> {
       }
       synced = true;
       p = e.start;
-      yield 1;
+      if ((work += 2) >= YIELD_WORK) {
+        yield work;
+        work = 0;
+      }
       continue;
     }
     const end = e.size === undefined ? undefined : e.start + e.size;
     // A size is trusted when another element, or the very end of the file, is where it says.
     // Nor is a size that would pass over a Cluster's ID: a forged size never hides a Cluster.
-    const trusted: boolean = synced && end !== undefined && (end === b.length || (end < b.length && known(end))) && b.subarray(e.start, end).indexOf(CLUSTER_ID) === -1;
+    const trusted: boolean = synced && end !== undefined && (end === b.length || (end < b.length && known(end))) && !passesCluster(b, e.start, end);
     if (id === ID.SimpleBlock || id === ID.Block) {
       const stop = Math.min(end ?? b.length, b.length);
       const track = vint(b, e.start);
@@ -267,6 +283,8 @@ export function* walkMatroska(b: Buffer, start: number): Walk<number> {
       const c = track === undefined ? undefined : counters.get(track.value);
       if (c !== undefined) blockFrames(b, e.start, stop, (at, n) => c.frame(b, at, n));
     } else if (id === ID.Tracks && end !== undefined) {
+      // Read at once: bounded, so that reading it never holds the event loop.
+      if (e.size! > MAX_TRACKS_BYTES) throw unreadable('a Matroska track list larger than 256 KiB');
       counters = new Map();
       for (const t of tracks(b, e.start, Math.min(end, b.length))) {
         counters.set(t.number, counter(t));
@@ -275,7 +293,10 @@ export function* walkMatroska(b: Buffer, start: number): Walk<number> {
     }
     synced = trusted;
     const next = trusted && end !== undefined ? end : p + 1;
-    yield next - p;
+    if ((work += next - p + 1) >= YIELD_WORK) {
+      yield work;
+      work = 0;
+    }
     p = next;
   }
   finish();

@@ -10,7 +10,7 @@
 // or a forged length never hides frames. A last frame cut short is counted whole. Free-format
 // frames (no bitrate) are not read.
 
-import { Tally, type Walk } from './walk.js';
+import { Tally, type Walk, YIELD_WORK } from './walk.js';
 
 export interface MpegHeader {
   version: 1 | 2 | 25;
@@ -98,6 +98,7 @@ function nextSync(b: Uint8Array, p: number, end: number): number {
  * the first frame may be a Xing/Info/VBRI header (an MP3 file; not a block of a container).
  */
 export function* walkMpeg(b: Uint8Array, start: number, end: number, tally: Tally, skipInfo: boolean): Walk<number> {
+  let work = 0;
   let p = start;
   let last: MpegHeader | undefined;
   let frames = 0;
@@ -112,7 +113,10 @@ export function* walkMpeg(b: Uint8Array, start: number, end: number, tally: Tall
     const h = frameAt(p, last);
     if (h === undefined) {
       const q = nextSync(b, p + 1, end);
-      yield q - p;
+      if ((work += q - p + 1) >= YIELD_WORK) {
+        yield work;
+        work = 0;
+      }
       p = q;
       continue;
     }
@@ -123,7 +127,10 @@ export function* walkMpeg(b: Uint8Array, start: number, end: number, tally: Tall
     // the search goes on inside it, so that no frame can swallow the frames after it.
     const next = p + h.length;
     const q = next >= end || frameAt(next, h) !== undefined ? next : nextSync(b, p + 1, end);
-    yield q - p;
+    if ((work += q - p + 1) >= YIELD_WORK) {
+      yield work;
+      work = 0;
+    }
     p = q;
   }
   return frames;

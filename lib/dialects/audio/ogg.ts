@@ -15,12 +15,12 @@ import { flacHeader, type FlacInfo } from './flac-frame.js';
 import { streamInfo } from './flac.js';
 import { opusHead, opusPacketSamples } from './opus.js';
 import { vorbisId, vorbisModes, VorbisPackets, type VorbisId } from './vorbis.js';
-import { OPUS_MAX_PACKET_SAMPLES, OPUS_RATE, Tally, unreadable, type Walk } from './walk.js';
+import { OPUS_MAX_PACKET_SAMPLES, OPUS_RATE, Tally, unreadable, type Walk, YIELD_WORK } from './walk.js';
 
 /** How much of an audio packet is kept to read it (its TOC, its frame header). */
 const KEEP = 24;
-/** The largest header packet read whole (a Vorbis setup header is a few kilobytes). */
-const MAX_HEADER = 4 * 1024 * 1024;
+/** The largest header packet read whole, at once (a Vorbis setup header is a few kilobytes). */
+const MAX_HEADER = 256 * 1024;
 
 /** First bytes of the streams that hold no audio. */
 const NOT_AUDIO = ['\x80theora', 'fishead\0', 'fisbone\0', '\x80kate', 'BBCD\0', '\x80daala', 'CMML\0\0\0\0', 'index\0'];
@@ -93,6 +93,11 @@ function packet(s: Stream, data: Buffer, length: number): number {
   return 0;
 }
 
+/** The stream's next packet is an Opus or Vorbis audio packet (its headers read). */
+function audioPacket(s: Stream): boolean {
+  return (s.kind === 'opus' && s.packets >= 2) || (s.kind === 'vorbis' && s.packets >= 3 && s.vorbis!.packets !== undefined);
+}
+
 function wantsWhole(s: Stream): boolean {
   return s.packets === 0 || (s.kind === 'vorbis' && s.packets === 2);
 }
@@ -105,7 +110,7 @@ function append(s: Stream, b: Buffer, from: number, to: number): void {
     s.kept += take.length;
   }
   s.length += to - from;
-  if (s.length > MAX_HEADER && wantsWhole(s)) throw unreadable('an Ogg header packet larger than 4 MiB');
+  if (s.length > MAX_HEADER && wantsWhole(s)) throw unreadable('an Ogg header packet larger than 256 KiB');
 }
 
 /** Finishes the packet being put together. */
@@ -134,13 +139,17 @@ function seconds(s: Stream): number {
 
 /** The Ogg file whose first page is at `start`: its length in seconds. */
 export function* walkOgg(b: Buffer, start: number): Walk<number> {
+  let work = 0;
   const links: Array<Map<number, Stream>> = [new Map()];
   let p = start;
   while (p + 27 <= b.length) {
     if (b.readUInt32BE(p) !== 0x4f676753 || b[p + 4] !== 0) {
       const q = b.indexOf('OggS', p + 1, 'latin1');
       const next = q === -1 ? b.length : q;
-      yield next - p;
+      if ((work += next - p + 1) >= YIELD_WORK) {
+        yield work;
+        work = 0;
+      }
       p = next;
       continue;
     }
@@ -166,7 +175,13 @@ export function* walkOgg(b: Buffer, start: number): Walk<number> {
       for (let i = 0; i < count && at < b.length; i++) {
         const lace = b[table + i]!;
         const to = Math.min(b.length, at + lace);
-        if (!skipping) {
+        if (!skipping && !s.open && lace < 255 && audioPacket(s)) {
+          // A whole audio packet on this page (nearly all are): read where it is.
+          const n = s.kind === 'opus' ? opusPacketSamples(b, at, to - at) : s.vorbis!.packets!.samples(b, at, to - at);
+          s.packets++;
+          s.samples += n;
+          onPage += n;
+        } else if (!skipping) {
           append(s, b, at, to);
           s.open = true;
           if (lace < 255) onPage += close(s);
@@ -179,7 +194,10 @@ export function* walkOgg(b: Buffer, start: number): Walk<number> {
         s.onGranulePage = onPage;
       }
     } else for (let i = 0; i < count; i++) at += b[table + i]!;
-    yield at - p;
+    if ((work += at - p + 1) >= YIELD_WORK) {
+      yield work;
+      work = 0;
+    }
     p = Math.min(at, b.length);
   }
   let total = 0;

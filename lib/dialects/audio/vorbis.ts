@@ -186,10 +186,11 @@ export class VorbisPackets {
   /** Samples the packet b[p, p + length) returns (none for the first, a header or an unreadable one). */
   samples(b: Uint8Array, p: number, length: number): number {
     if (length === 0) return 0;
-    const r = new Bits(b.subarray(p, p + Math.min(length, 4)), 0);
-    if (r.read(1) !== 0) return 0;
-    const mode = this.modes[r.read(this.#modeBits)];
-    if (mode === undefined || r.over) return 0;
+    // The packet type bit, then the mode number (at most 6 bits): all in the first byte.
+    const first = b[p]!;
+    if ((first & 1) !== 0) return 0;
+    const mode = this.modes[(first >> 1) & ((1 << this.#modeBits) - 1)];
+    if (mode === undefined) return 0;
     const size = mode ? this.id.long : this.id.short;
     const out = this.#previous === 0 ? 0 : (this.#previous + size) / 4;
     this.#previous = size;

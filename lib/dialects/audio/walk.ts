@@ -1,7 +1,7 @@
 // What every audio frame walker shares: the tally of samples by rate (integers, so that a
 // file of exactly ten seconds is ten seconds, not 10.000000001), the refusal of a file whose
 // frames cannot be read, and the driver that runs a walker in slices. A walker is a
-// generator that yields the work it did since its last yield (bytes, roughly); the driver
+// generator that yields the work it did (bytes, roughly) every YIELD_WORK of it; the driver
 // hands the event loop back every few milliseconds, so that measuring a 25 MiB body never
 // holds /healthz (CONTRACT §16, §21).
 
@@ -20,8 +20,11 @@ export const OPUS_MAX_PACKET_SAMPLES = 5760;
 
 /** The longest the driver runs a walker before it yields the event loop (ms). */
 const SLICE_MS = 4;
-/** Work between two looks at the clock (a look costs about as much as 100 bytes of walking). */
-const WORK_PER_LOOK = 16 * 1024;
+/**
+ * Work a walker does between two yields, and so between two looks at the clock: each yield
+ * costs an allocation and each look about as much as 100 bytes of walking.
+ */
+export const YIELD_WORK = 16 * 1024;
 
 export function unreadable(why: string): GatewayError {
   return badValue('file', `could not read the audio's length (${why}); send WAV, MP3, FLAC, OGG or WebM`);
@@ -30,24 +33,31 @@ export function unreadable(why: string): GatewayError {
 /** Samples counted by rate: what one stream (a track, a logical bitstream) holds. */
 export class Tally {
   readonly #byRate = new Map<number, number>();
+  /** The rate of the frames just counted and their samples not yet in the map (a frame at a time is hot). */
+  #rate = 0;
+  #pending = 0;
 
   add(samples: number, rate: number): void {
     if (samples <= 0) return;
-    this.#byRate.set(rate, (this.#byRate.get(rate) ?? 0) + samples);
+    if (rate !== this.#rate) this.#flush(rate);
+    this.#pending += samples;
+  }
+
+  #flush(next: number): void {
+    if (this.#pending > 0) this.#byRate.set(this.#rate, (this.#byRate.get(this.#rate) ?? 0) + this.#pending);
+    this.#rate = next;
+    this.#pending = 0;
   }
 
   /** Takes `samples` off at `rate` (a codec's delay), never below nothing. */
   trim(samples: number, rate: number): void {
+    this.#flush(0);
     const have = this.#byRate.get(rate);
     if (have !== undefined) this.#byRate.set(rate, Math.max(0, have - samples));
   }
 
-  get empty(): boolean {
-    for (const n of this.#byRate.values()) if (n > 0) return false;
-    return true;
-  }
-
   get seconds(): number {
+    this.#flush(0);
     let s = 0;
     for (const [rate, n] of this.#byRate) s += n / rate;
     return s;
@@ -61,8 +71,8 @@ export async function drive<T>(walk: Walk<T>): Promise<T> {
   for (;;) {
     const step = walk.next();
     if (step.done === true) return step.value;
-    work += step.value + 1;
-    if (work < WORK_PER_LOOK) continue;
+    work += step.value;
+    if (work < YIELD_WORK) continue;
     work = 0;
     if (performance.now() - sliceStart < SLICE_MS) continue;
     await new Promise<void>((resolve) => setImmediate(resolve));

@@ -9,7 +9,7 @@
 // decoders compute them from the block size), MPEG audio (its frames, mpeg.ts); others refused.
 
 import { walkMpeg } from './mpeg.js';
-import { MAX_RATE, Tally, unreadable, type Walk } from './walk.js';
+import { MAX_RATE, Tally, unreadable, type Walk, YIELD_WORK } from './walk.js';
 
 interface Fmt { code: number; channels: number; rate: number; blockAlign: number; bits: number; }
 
@@ -45,6 +45,7 @@ function adpcm(bytes: number, align: number, channels: number, head: number, fir
 
 /** The WAV file (RIFF, RF64 or BW64 form of type WAVE): its length in seconds. */
 export function* walkWav(b: Buffer): Walk<number> {
+  let work = 0;
   let fmt: Fmt | undefined;
   let ds64: number | undefined;
   const data: Array<[number, number]> = [];
@@ -67,7 +68,10 @@ export function* walkWav(b: Buffer): Walk<number> {
       else if (id === 'ds64' && size >= 16 && start + 16 <= b.length) ds64 = b.readUInt32LE(start + 8) + b.readUInt32LE(start + 12) * 2 ** 32;
       p = start + size + (size & 1);
     }
-    yield 8;
+    if ((work += 9) >= YIELD_WORK) {
+      yield work;
+      work = 0;
+    }
   }
   if (fmt === undefined) throw unreadable('a WAV file without its fmt chunk');
   if (data.length === 0) throw unreadable('a WAV file without its data chunk');
