@@ -118,6 +118,12 @@ t.test('Ogg: trims, pre-skip, links, streams side by side, codecs', async (t) =>
   const code3 = Buffer.from([0x1b, 0x02]); // two 60 ms SILK frames
   const liar = oggStream(9, [opusHead(0), Buffer.from('OpusTags\0\0\0\0\0\0\0\0'), ...Array.from({ length: 50 }, () => code3)], () => 0n, 50, 2);
   close(t, await audioSeconds(Buffer.concat(liar)), 6, 'a granule that would trim the whole last page is not taken');
+  // Pages of a serial whose first page never came (ffmpeg plays them as the lone stream's).
+  const stray = oggStream(0x5151, [Buffer.from([0xf8]), ...Array.from({ length: 149 }, () => Buffer.from([0xf8]))], () => 0n, 50, 0)
+    .map((page) => { const p = Buffer.from(page); p[5] = 0; return p; });
+  close(t, await audioSeconds(Buffer.concat([a.data, ...stray])), a.seconds + 3, 'pages of an unseen serial continue the last audio stream');
+  const flood = Buffer.concat(Array.from({ length: 100 }, (_, i) => oggStream(1000 + i, [opusHead(0)], () => 0n, 50, 1)[0]!));
+  await refused(t, flood, /more than 64 Ogg streams/, 'a hundred streams');
   const speex = oggStream(3, [Buffer.concat([Buffer.from('Speex   '), Buffer.alloc(72)]), Buffer.alloc(10)], () => 0n, 50, 1);
   await refused(t, Buffer.concat(speex), /codec this gateway does not read/, 'Ogg Speex');
   const theora = oggStream(4, [Buffer.concat([Buffer.from('\x80theora', 'latin1'), Buffer.alloc(40)])], () => 0n, 50, 1);
@@ -167,6 +173,11 @@ t.test('WebM: lacing, unknown sizes, codec delay, codecs', async (t) => {
   const aac = Buffer.from(webmOpus({ blocks: 10 }).data);
   aac.write('A_XYZW', aac.indexOf('A_OPUS'), 'latin1');
   await refused(t, aac, /codec this gateway does not read \(A_XYZW\)/, 'an unknown codec');
+  // A second track list after the clusters neither resets nor adds to what was counted.
+  const twice = webmOpus({ blocks: 60 });
+  const tracksAt = twice.data.indexOf(Buffer.from([0x16, 0x54, 0xae, 0x6b]));
+  const tracksLen = 4 + 8 + Number(twice.data.readBigUInt64BE(tracksAt + 4) & ((1n << 56n) - 1n));
+  close(t, await audioSeconds(Buffer.concat([twice.data, twice.data.subarray(tracksAt, tracksAt + tracksLen)])), twice.seconds, 'a second Tracks element');
   const noTracks = Buffer.concat([ebml(0x1a45dfa3, ebml(0x4282, Buffer.from('webm'))), ebml(0x18538067, ebml(0x1549a966, Buffer.alloc(0)))]);
   await refused(t, noTracks, /no audio track/, 'no audio track');
 });

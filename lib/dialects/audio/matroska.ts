@@ -27,6 +27,8 @@ const ID = {
 const CLUSTER_ID = Buffer.from([0x1f, 0x43, 0xb6, 0x75]);
 /** The largest Tracks element read (a Vorbis track's CodecPrivate is a few kilobytes). */
 const MAX_TRACKS_BYTES = 256 * 1024;
+/** The most audio tracks read in one Segment. */
+const MAX_TRACKS = 64;
 
 /** Whether a Cluster's ID is in b[from, to). */
 function passesCluster(b: Buffer, from: number, to: number): boolean {
@@ -282,12 +284,14 @@ export function* walkMatroska(b: Buffer, start: number): Walk<number> {
       if (counters === undefined) throw unreadable('Matroska blocks before the track list');
       const c = track === undefined ? undefined : counters.get(track.value);
       if (c !== undefined) blockFrames(b, e.start, stop, (at, n) => c.frame(b, at, n));
-    } else if (id === ID.Tracks && end !== undefined) {
-      // Read at once: bounded, so that reading it never holds the event loop.
+    } else if (id === ID.Tracks && end !== undefined && counters === undefined) {
+      // The Segment's first track list is its tracks (demuxers read no second one). Read at
+      // once: bounded, so that reading it never holds the event loop.
       if (e.size! > MAX_TRACKS_BYTES) throw unreadable('a Matroska track list larger than 256 KiB');
       counters = new Map();
       for (const t of tracks(b, e.start, Math.min(end, b.length))) {
-        counters.set(t.number, counter(t));
+        if (counters.size >= MAX_TRACKS) throw unreadable(`more than ${MAX_TRACKS} Matroska audio tracks`);
+        if (!counters.has(t.number)) counters.set(t.number, counter(t));
         audio = true;
       }
     }

@@ -8,8 +8,9 @@
 // video, subtitles and skeletons, which hold no audio and are left out. Streams side by side
 // in one link (all their first pages come first) are charged the longest; chained links one
 // after another are added up. Bytes that are not a page are searched through for the next
-// `OggS`; page CRCs are not checked (a page that fails one can only add to the count); a page
-// of a stream whose first page was never seen is left out, as decoders leave it.
+// `OggS`; page CRCs are not checked (a page that fails one can only add to the count). A page
+// of a serial whose first page is not in its link continues the stream of that serial, or
+// else the last audio stream (ffmpeg gives a lone stream a page's new serial so).
 
 import { flacHeader, type FlacInfo } from './flac-frame.js';
 import { streamInfo } from './flac.js';
@@ -19,6 +20,8 @@ import { OPUS_MAX_PACKET_SAMPLES, OPUS_RATE, Tally, unreadable, type Walk, YIELD
 
 /** How much of an audio packet is kept to read it (its TOC, its frame header). */
 const KEEP = 24;
+/** The most logical streams read in one file (a recording has one or two). */
+const MAX_STREAMS = 64;
 /** The largest header packet read whole, at once (a Vorbis setup header is a few kilobytes). */
 const MAX_HEADER = 256 * 1024;
 
@@ -34,8 +37,6 @@ interface Stream {
   kept: number;
   length: number;
   open: boolean;
-  /** Seen a page after its first: a BOS page from now on starts a new link. */
-  started: boolean;
   samples: number;
   frames: Tally;
   preSkip: number;
@@ -49,7 +50,7 @@ interface Stream {
 
 function newStream(): Stream {
   return {
-    kind: 'none', packets: 0, parts: [], kept: 0, length: 0, open: false, started: false, samples: 0, frames: new Tally(), preSkip: 0,
+    kind: 'none', packets: 0, parts: [], kept: 0, length: 0, open: false, samples: 0, frames: new Tally(), preSkip: 0,
     granule: -1, atGranule: -1, onGranulePage: 0,
   };
 }
@@ -137,10 +138,22 @@ function seconds(s: Stream): number {
   return Math.max(0, n - s.preSkip) / rate;
 }
 
+/** The audio stream begun last, if any. */
+function lastAudio(links: Array<Map<number, Stream>>): Stream | undefined {
+  for (let i = links.length - 1; i >= 0; i--) {
+    const all = [...links[i]!.values()];
+    for (let j = all.length - 1; j >= 0; j--) if (all[j]!.kind !== 'none') return all[j];
+  }
+  return undefined;
+}
+
 /** The Ogg file whose first page is at `start`: its length in seconds. */
 export function* walkOgg(b: Buffer, start: number): Walk<number> {
   let work = 0;
   const links: Array<Map<number, Stream>> = [new Map()];
+  const bySerial = new Map<number, Stream>();
+  let started = false;
+  let streams = 0;
   let p = start;
   while (p + 27 <= b.length) {
     if (b.readUInt32BE(p) !== 0x4f676753 || b[p + 4] !== 0) {
@@ -161,11 +174,21 @@ export function* walkOgg(b: Buffer, start: number): Walk<number> {
     const table = p + 27;
     if (table + count > b.length) break;
     let link = links[links.length - 1]!;
-    let s = link.get(serial);
+    let s: Stream | undefined = link.get(serial);
     if ((flags & 2) !== 0) {
-      if (s !== undefined || [...link.values()].some((x) => x.started)) links.push((link = new Map()));
+      if (s !== undefined || started) {
+        links.push((link = new Map()));
+        started = false;
+      }
+      if (++streams > MAX_STREAMS) throw unreadable(`more than ${MAX_STREAMS} Ogg streams`);
       link.set(serial, (s = newStream()));
-    } else if (s !== undefined) s.started = true;
+      bySerial.set(serial, s);
+    } else {
+      // A page of a stream whose first page was not in this link: the stream of that serial
+      // before, or else the last audio stream (ffmpeg gives a lone stream a new serial so).
+      s ??= bySerial.get(serial) ?? lastAudio(links);
+      started = true;
+    }
     let at = table + count;
     if (s !== undefined) {
       // A page that does not continue a packet ends the one left open (cut short: counted as it is).
