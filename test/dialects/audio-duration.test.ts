@@ -95,7 +95,7 @@ t.test('MP3: tags, garbage, cut frames, free format', async (t) => {
   close(t, await audioSeconds(frames.subarray(0, frames.length - 300)), (60 * 1152) / 44100, 'a last frame cut short counts');
   const free = mp3(10);
   for (let i = 0; i < 10; i++) free[i * 417 + 2] = 0x00 | (free[i * 417 + 2]! & 0x0f);
-  await refused(t, free, /not an audio file/, 'free-format frames');
+  close(t, await audioSeconds(free), (10 * 1152) / 44100, 'free-format frames (no bitrate): each runs to the next header');
   close(t, await audioSeconds(mp3Xing(1, 1).data), 0.072, 'one frame after the Xing frame');
   t.equal(DENSE_MP3_FRAME_SECONDS, 0.072);
 });

@@ -89,8 +89,9 @@ export function flacHeader(b: Uint8Array, p: number, info: FlacInfo, into?: Flac
 }
 
 /**
- * Where a frame ends: `ok` with the offset after its CRC-16; `cut` when the file ends inside it;
- * `bad` when it is not a frame (a reserved code), `end` then being how far it was read.
+ * Where a frame ends: `ok` with the offset after its CRC-16; `cut` when the file ends inside it
+ * (or a Rice quotient runs past 64 KiB of zeros: read no further); `bad` when it is not a frame
+ * (a reserved code), `end` then being how far it was read.
  */
 export interface FrameEnd {
   state: 'ok' | 'cut' | 'bad';
@@ -140,7 +141,7 @@ function subframe(r: Bits, blockSize: number, bps: number): 'cut' | 'bad' | unde
   const type = r.read(6);
   if (r.read(1) === 1) {
     const wasted = r.unary();
-    if (wasted < 0) return r.absurd ? 'bad' : 'cut';
+    if (wasted < 0) return 'cut';
     bps -= wasted + 1;
     if (bps <= 0) return 'bad';
   }
@@ -179,7 +180,7 @@ function residual(r: Bits, blockSize: number, order: number): 'cut' | 'bad' | un
     if (k === escape) {
       if (r.left < 5) return 'cut';
       r.skip(n * r.read(5));
-    } else if (!r.rice(n, k)) return r.absurd ? 'bad' : 'cut';
+    } else if (!r.rice(n, k)) return 'cut';
     if (r.left < 0) return 'cut';
   }
   return undefined;
@@ -187,7 +188,7 @@ function residual(r: Bits, blockSize: number, order: number): 'cut' | 'bad' | un
 
 const EMPTY = new Uint8Array(0);
 
-/** The longest run of zero bytes read as one Rice quotient (512 kbit). */
+/** The longest run of zero bytes read as one Rice quotient (512 kbit) before reading stops. */
 const MAX_UNARY_BYTES = 64 * 1024;
 
 /** An MSB-first bit reader over a buffer; reads past the end give zeros, and `left` goes below 0. */
@@ -197,8 +198,6 @@ class Bits {
   pos: number;
   /** Bytes scanned by rice(). */
   work = 0;
-  /** A Rice code longer than any encoder writes was met. */
-  absurd = false;
 
   constructor(b: Uint8Array, pos: number) {
     this.#b = b;
@@ -211,7 +210,6 @@ class Bits {
     this.#end = b.length * 8;
     this.pos = pos;
     this.work = 0;
-    this.absurd = false;
     return this;
   }
 
@@ -264,8 +262,8 @@ class Bits {
         const stop = Math.min(len, from + MAX_UNARY_BYTES);
         while (byte < stop && b[byte] === 0) byte++;
         if (byte >= stop) {
-          // No encoder writes a quotient of megabits: not a frame (and no long stall to find out).
-          if (byte < len) this.absurd = true;
+          // No encoder writes a quotient of megabits, but a decoder would read on: the frame
+          // counts as one the file ends inside (whole), and the search for frames goes on.
           pos = this.#end + 1;
           break;
         }

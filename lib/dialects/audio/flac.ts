@@ -68,6 +68,21 @@ function hidden(b: Buffer, p: number, end: number, h: FlacHeader, info: FlacInfo
   }
 }
 
+/**
+ * The frames one after another in a container's packet or block `data` (one, as muxers write
+ * them; more, as a decoder given more would play them), into `tally`.
+ */
+export function countFlacFrames(data: Uint8Array, info: FlacInfo, tally: Tally): void {
+  for (let p = 0; p < data.length;) {
+    const h = flacHeader(data, p, info);
+    if (h === undefined) return;
+    tally.add(h.blockSize, h.rate);
+    const f = flacFrameEnd(data, p, h);
+    if (f.state !== 'ok') return;
+    p = f.end;
+  }
+}
+
 /** The FLAC stream whose `fLaC` marker is at `start`. */
 export function* walkFlac(b: Buffer, start: number): Walk<Tally> {
   let work = 0;

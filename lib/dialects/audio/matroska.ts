@@ -2,18 +2,19 @@
 // clusters' and blocks' timecodes (fields a file sets as it likes: all clusters at 0 would make
 // hours look like nothing). Each SimpleBlock and Block is split into its frames (no lacing,
 // Xiph, EBML or fixed lacing) and each frame counted by its track's codec: Opus by its TOC,
-// Vorbis by the modes of the setup header in CodecPrivate, FLAC by its frame header, MPEG audio
-// by its frames, PCM by its bytes, AAC at 1,024 samples a frame. Other codecs, and audio tracks
-// with a content encoding (compression, encryption), are refused. Tracks side by side are
-// charged the longest; Segments one after another are added up. An element's size is followed
-// only when another element, or the end of the file, is where it says, and it passes over no
-// Cluster's ID; otherwise the search
-// goes on from inside it a byte at a time, counting the blocks it finds and following no size
-// until the next Cluster, so no garbage and no forged size hides the blocks after it.
-// Opus's CodecDelay (or its OpusHead pre-skip) is taken off.
+// Vorbis by the modes of the setup header in CodecPrivate, FLAC and MPEG audio by their
+// frames, PCM by its bytes. Other codecs (AAC among them: its rate is in a config that the
+// track's SamplingFrequency need not match), and audio tracks with a content encoding
+// (compression, encryption), are refused. Tracks side by side are charged the longest;
+// Segments one after another are added up; a Segment's first track list is its tracks. An
+// element's size is followed only when another element, or the end of the file, is where it
+// says, and it passes over no Cluster's ID; otherwise the search goes on from inside it a byte
+// at a time, counting the blocks it finds and following no size until the next Cluster, so no
+// garbage and no forged size hides the blocks after it. Opus's CodecDelay (or its OpusHead
+// pre-skip, at most 65,535 samples) is taken off.
 
-import { flacHeader, type FlacInfo } from './flac-frame.js';
-import { streamInfo } from './flac.js';
+import { type FlacInfo } from './flac-frame.js';
+import { countFlacFrames, streamInfo } from './flac.js';
 import { walkMpeg } from './mpeg.js';
 import { opusHead, opusPacketSamples } from './opus.js';
 import { vorbisId, vorbisModes, VorbisPackets } from './vorbis.js';
@@ -114,14 +115,7 @@ function counter(t: Track): Counter {
   }
   if (codec === 'A_FLAC') {
     const info: FlacInfo = t.priv !== undefined && t.priv.length >= 42 && t.priv.toString('latin1', 0, 4) === 'fLaC' ? streamInfo(t.priv, 8) : { rate: 0, bps: 0 };
-    return {
-      tally,
-      frame: (b, p, n) => {
-        const h = flacHeader(b.subarray(p, p + n), 0, info);
-        if (h !== undefined) tally.add(h.blockSize, h.rate);
-      },
-      trim: () => {},
-    };
+    return { tally, frame: (b, p, n) => countFlacFrames(b.subarray(p, p + n), info, tally), trim: () => {} };
   }
   if (codec === 'A_MPEG/L3' || codec === 'A_MPEG/L2' || codec === 'A_MPEG/L1') {
     return { tally, frame: (b, p, n) => void runSync(walkMpeg(b.subarray(p, p + n), 0, n, tally, false)), trim: () => {} };
@@ -133,7 +127,6 @@ function counter(t: Track): Counter {
     if (frameBytes <= 0) throw unreadable('a PCM track without channels or bit depth');
     return { tally, frame: (_b, _p, n) => tally.add(Math.floor(n / frameBytes), rate), trim: () => {} };
   }
-  if (codec.startsWith('A_AAC')) return { tally, frame: () => tally.add(1024, rate), trim: () => {} };
   throw unreadable(`a Matroska audio track of a codec this gateway does not read (${/^[A-Z0-9_/]{1,32}$/.test(codec) ? codec : 'unknown'})`);
 }
 

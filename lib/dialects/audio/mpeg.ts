@@ -7,8 +7,8 @@
 // length says), so a stray 0xFF in a cover picture or in garbage is not taken for a frame. A
 // frame's length is trusted only when another frame (or the end) follows where it says;
 // otherwise the search for the next header goes on from inside it, so garbage, a tag at the end
-// or a forged length never hides frames. A last frame cut short is counted whole. Free-format
-// frames (no bitrate) are not read.
+// or a forged length never hides frames. A last frame cut short is counted whole. A
+// free-format frame (no bitrate in its header) runs to the next header the search finds.
 
 import { Tally, type Walk, YIELD_WORK } from './walk.js';
 
@@ -17,6 +17,7 @@ export interface MpegHeader {
   layer: 1 | 2 | 3;
   rate: number;
   samples: number;
+  /** 0 for a free-format frame (no bitrate): its length is up to the next header. */
   length: number;
   mono: boolean;
   crc: boolean;
@@ -42,7 +43,7 @@ export function mpegHeader(b: Uint8Array, p: number): MpegHeader | undefined {
   const l = (b1 >> 1) & 3;
   const bri = b2 >> 4;
   const sri = (b2 >> 2) & 3;
-  if (v === 1 || l === 0 || bri === 0 || bri === 15 || sri === 3) return undefined;
+  if (v === 1 || l === 0 || bri === 15 || sri === 3) return undefined;
   const version = v === 3 ? 1 : v === 2 ? 2 : 25;
   const layer = (4 - l) as 1 | 2 | 3;
   const kbps = BITRATES[(version === 1 ? 0 : 3) + layer - 1]![bri]!;
@@ -57,6 +58,7 @@ export function mpegHeader(b: Uint8Array, p: number): MpegHeader | undefined {
     samples = layer === 3 && version !== 1 ? 576 : 1152;
     length = Math.floor(((samples / 8) * kbps * 1000) / rate) + pad;
   }
+  if (kbps === 0) length = 0;
   return { version, layer, rate, samples, length, mono: b3 >> 6 === 3, crc: (b1 & 1) === 0 };
 }
 
@@ -78,8 +80,9 @@ function isInfoFrame(b: Uint8Array, p: number, h: MpegHeader): boolean {
 export function mpegStartsAt(b: Uint8Array, p: number, end = b.length): boolean {
   const h = mpegHeader(b, p);
   if (h === undefined) return false;
-  if (p + h.length >= end) return true;
-  const next = mpegHeader(b, p + h.length);
+  const at = h.length > 0 ? p + h.length : nextSync(b, p + 4, end);
+  if (at >= end) return true;
+  const next = mpegHeader(b, at);
   return next !== undefined && same(h, next);
 }
 
@@ -106,7 +109,7 @@ export function* walkMpeg(b: Uint8Array, start: number, end: number, tally: Tall
   const frameAt = (q: number, ref: MpegHeader | undefined): MpegHeader | undefined => {
     const h = mpegHeader(b, q);
     if (h === undefined || ref === undefined || same(h, ref)) return h;
-    const after = mpegHeader(b, q + h.length);
+    const after = mpegHeader(b, h.length > 0 ? q + h.length : nextSync(b, q + 4, end));
     return after !== undefined && same(h, after) ? h : undefined;
   };
   while (p + 4 <= end) {
@@ -125,8 +128,9 @@ export function* walkMpeg(b: Uint8Array, start: number, end: number, tally: Tall
     last = h;
     // A frame's length is trusted when another frame (or the end) is where it says; otherwise
     // the search goes on inside it, so that no frame can swallow the frames after it.
+    // A free-format frame runs to the next header, wherever the search finds it.
     const next = p + h.length;
-    const q = next >= end || frameAt(next, h) !== undefined ? next : nextSync(b, p + 1, end);
+    const q = h.length > 0 && (next >= end || frameAt(next, h) !== undefined) ? next : nextSync(b, p + (h.length > 0 ? 1 : 4), end);
     if ((work += q - p + 1) >= YIELD_WORK) {
       yield work;
       work = 0;

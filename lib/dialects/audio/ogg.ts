@@ -12,8 +12,8 @@
 // of a serial whose first page is not in its link continues the stream of that serial, or
 // else the last audio stream (ffmpeg gives a lone stream a page's new serial so).
 
-import { flacHeader, type FlacInfo } from './flac-frame.js';
-import { streamInfo } from './flac.js';
+import { type FlacInfo } from './flac-frame.js';
+import { countFlacFrames, streamInfo } from './flac.js';
 import { opusHead, opusPacketSamples } from './opus.js';
 import { vorbisId, vorbisModes, VorbisPackets, type VorbisId } from './vorbis.js';
 import { OPUS_MAX_PACKET_SAMPLES, OPUS_RATE, Tally, unreadable, type Walk, YIELD_WORK } from './walk.js';
@@ -87,10 +87,7 @@ function packet(s: Stream, data: Buffer, length: number): number {
     }
     return index > 2 && v.packets !== undefined ? v.packets.samples(data, 0, length) : 0;
   }
-  if (s.kind === 'flac' && data[0] === 0xff) {
-    const h = flacHeader(data, 0, s.flac!);
-    if (h !== undefined) s.frames.add(h.blockSize, h.rate);
-  }
+  if (s.kind === 'flac' && data[0] === 0xff) countFlacFrames(data.subarray(0, length), s.flac!, s.frames);
   return 0;
 }
 
@@ -100,7 +97,7 @@ function audioPacket(s: Stream): boolean {
 }
 
 function wantsWhole(s: Stream): boolean {
-  return s.packets === 0 || (s.kind === 'vorbis' && s.packets === 2);
+  return s.packets === 0 || (s.kind === 'vorbis' && s.packets === 2) || s.kind === 'flac';
 }
 
 function append(s: Stream, b: Buffer, from: number, to: number): void {
@@ -111,7 +108,7 @@ function append(s: Stream, b: Buffer, from: number, to: number): void {
     s.kept += take.length;
   }
   s.length += to - from;
-  if (s.length > MAX_HEADER && wantsWhole(s)) throw unreadable('an Ogg header packet larger than 256 KiB');
+  if (s.length > MAX_HEADER && wantsWhole(s)) throw unreadable('an Ogg header or FLAC packet larger than 256 KiB');
 }
 
 /** Finishes the packet being put together. */

@@ -64,7 +64,7 @@ export function* walkWav(b: Buffer): Walk<number> {
       data.push([start, start + declared]);
       p = after;
     } else {
-      if (id === 'fmt ') fmt = fmtChunk(b, start, size);
+      if (id === 'fmt ') fmt ??= fmtChunk(b, start, size); // the first, as decoders read it
       else if (id === 'ds64' && size >= 16 && start + 16 <= b.length) ds64 = b.readUInt32LE(start + 8) + b.readUInt32LE(start + 12) * 2 ** 32;
       p = start + size + (size & 1);
     }
