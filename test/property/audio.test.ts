@@ -3,8 +3,8 @@
 //   bytes: the form parser answers a 400 of the contract's codes or a form, never another
 //   error, never a hang, never a crash (a truncated file part once crashed the process);
 // - audio headers that lie (WAV rates, sizes and chunk lengths, MPEG frame headers, random
-//   bytes after a real header): the length charged is never below the file's bytes over the
-//   densest rate any format is allowed (192,000 bytes a second), or the file is refused;
+//   bytes after a real header): a finite length above zero, or the file refused 400
+//   invalid_value, param file (that the length is the frames' is audio-frames.test.ts);
 // - the same bodies through a real gateway: a contract status and code, never a 500, and the
 //   wallet charged only for a 200, exactly its audio's price.
 
@@ -12,13 +12,12 @@ import t from 'tap';
 import fc from 'fast-check';
 import { GatewayError } from '../../lib/errors.js';
 import { parseAudioForm } from '../../lib/dialects/audio/form.js';
-import { audioSeconds, MAX_BYTES_PER_SECOND } from '../../lib/dialects/audio/duration.js';
+import { audioSeconds } from '../../lib/dialects/audio/duration.js';
 import { DEMO_KEY, baseConfig, startGateway } from '../helpers/gateway.js';
 import { mp3, multipart, wav } from '../helpers/audio.js';
 import { holds } from './arbitraries.js';
 
 const FORM_CODES = new Set(['invalid_value', 'missing_required_parameter', 'unsupported_value', 'invalid_type']);
-const DENSEST = Math.max(...Object.values(MAX_BYTES_PER_SECOND));
 
 /** Rejects after `ms`: a parse that never settles is a failure, not a stuck test. */
 function within<T>(p: Promise<T>, ms = 2000): Promise<T> {
@@ -92,7 +91,7 @@ const lyingWav = fc.record({
   tail: fc.uint8Array({ maxLength: 64 }),
 });
 
-t.test('audio headers: the length charged is never below bytes / the densest rate', async (t) => {
+t.test('audio headers that lie: a finite length, or a 400 naming the file', async (t) => {
   await holds(t, 'lying WAV headers', fc.asyncProperty(lyingWav, async (w) => {
     const file = wav(w.seconds);
     file.writeUInt16LE(w.format, 20);
@@ -120,7 +119,7 @@ async function check(data: Buffer): Promise<void> {
     if (err instanceof GatewayError && err.code === 'invalid_value' && err.param === 'file') return;
     throw err;
   }
-  if (!Number.isFinite(seconds) || seconds < data.length / DENSEST) throw new Error(`${seconds} s for ${data.length} bytes`);
+  if (!Number.isFinite(seconds) || seconds <= 0) throw new Error(`${seconds} s for ${data.length} bytes`);
 }
 
 t.test('through a gateway: a contract status, never a 500; only a 200 is charged, at its price', async (t) => {

@@ -1,9 +1,9 @@
 // POST /v1/audio/transcriptions and /translations: the official openai SDK's
 // audio.transcriptions.create with WAV and MP3 files made in the test, every response_format,
 // the charge by the audio's length (ceil(ceil(seconds) x audio_per_minute / 60)), a WAV whose
-// header lies about its rate charged by its bytes, the form re-sent to an OpenAI-compatible
-// upstream with only the model rewritten, and every refusal with its exact envelope, the
-// wallet untouched. A 413 from a declared length comes before the body is read.
+// data size lies charged by its samples and one of an impossible rate refused, the form re-sent
+// to an OpenAI-compatible upstream with only the model rewritten, and every refusal with its
+// exact envelope, the wallet untouched. A 413 from a declared length comes before the body is read.
 
 import t from 'tap';
 import OpenAI, { toFile } from 'openai';
@@ -96,16 +96,24 @@ t.test('echo: WAV and MP3 through the SDK, every response_format, charged by the
   t.equal(after.held_units, 0);
 });
 
-t.test('a WAV whose header lies about its rate is charged by its bytes', async (t) => {
-  // 4 s of 16 kHz audio (128,000 bytes) claiming 4 MHz: 0.016 s by its header.
-  const liar = wav(4, 16000, 4_000_000);
+t.test('a WAV whose header lies is charged by its samples, or refused', async (t) => {
+  // 4 s of 16 kHz audio (128,000 bytes) whose data chunk says 1 s: the samples run to the end.
+  const liar = wav(4);
+  liar.writeUInt32LE(32_000, 40);
   const r = await postForm('/v1/audio/transcriptions', multipart([['model', 'whisper-echo']], { filename: 'liar.wav', type: 'audio/wav', data: liar }));
   t.equal(r.status, 200);
-  const floor = Math.ceil(liar.length / 192_000);
-  t.equal(r.headers.get('x-tollgate-audio-seconds'), String(floor), 'at least bytes / 192,000 (48 kHz stereo 16-bit)');
-  t.equal(r.headers.get('x-tollgate-units-charged'), String(audioCost(floor, PRICE)));
-  t.ok(floor >= 1);
-  // MP3 frames claiming nothing unusual: the true length stands (it is above the floor).
+  t.equal(r.headers.get('x-tollgate-audio-seconds'), '4', 'the samples that are there, not the data size');
+  t.equal(r.headers.get('x-tollgate-units-charged'), String(audioCost(4, PRICE)));
+  // A rate no recording has (4 MHz): 400 invalid_value, param file, nothing charged.
+  const before = await account();
+  const fast = await postForm('/v1/audio/transcriptions', multipart([['model', 'whisper-echo']], { filename: 'fast.wav', type: 'audio/wav', data: wav(4, 16000, 4_000_000) }));
+  t.equal(fast.status, 400);
+  t.match(fast.body, { code: 'invalid_value', param: 'file', message: /sample rate of 4000000 Hz/ });
+  t.same(schemas.error(fast.body), []);
+  const after = await account();
+  t.equal(after.balance_units, before.balance_units);
+  t.equal(after.held_units, 0);
+  // MP3 frames claiming nothing unusual: their length.
   const honest = await postForm('/v1/audio/transcriptions', multipart([['model', 'whisper-echo']], { filename: 'a.mp3', type: 'audio/mpeg', data: mp3(400) }));
   t.equal(honest.headers.get('x-tollgate-audio-seconds'), String(Math.ceil(400 * MP3_FRAME_SECONDS)));
 });

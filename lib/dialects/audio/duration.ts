@@ -1,55 +1,44 @@
 // How long an uploaded audio file plays, read before the upstream is called: what an audio
-// request is held and charged for. The file's own headers are read by a maintained parser
-// (music-metadata: WAV, MP3, FLAC, Ogg, WebM and more); but a header can lie, so the length is
-// never taken below the file's size over the most bytes a second its format can carry. A file
-// that claims one second while its bytes would play for ten minutes is charged ten minutes.
+// request is held and charged for (CONTRACT §14, §21). The length is the stream's own, counted
+// from its frames, never a header field (a FLAC STREAMINFO total, a Xing frame count, an Ogg
+// granule, a Matroska Duration or timecode, a WAV data size) that the frames contradict. The
+// format is told by the content (the client's file name and media type are not trusted), and
+// each has its frame walker: wav.ts, mpeg.ts, flac.ts, ogg.ts, matroska.ts. The walk runs in
+// slices that hand the event loop back (walk.ts), in time linear in the file, on the buffer the
+// route already holds. A file no walker reads, or that holds no audio, is 400 invalid_value,
+// param file.
 
-import { badValue } from '../../schema/params.js';
+import { walkFlac } from './flac.js';
+import { walkMatroska } from './matroska.js';
+import { mpegHeader, mpegStartsAt, walkMpeg } from './mpeg.js';
+import { walkOgg } from './ogg.js';
+import { walkWav } from './wav.js';
+import { drive, skipId3v2, Tally, unreadable, type Walk } from './walk.js';
 
-/**
- * The parser, loaded by the first audio request: a gateway that serves none never loads it (with
- * its readers, about 2.4 MB of heap; test/cli/idle-modules.test.ts).
- */
-let musicMetadata: Promise<typeof import('music-metadata')> | undefined;
+/** Bytes of zeros after ID3v2 tags that are still taken as padding before MPEG frames. */
+const MAX_PADDING = 64 * 1024;
 
-/**
- * The most bytes one second of audio takes, by format: lossless and PCM at 48 kHz, stereo,
- * 16-bit (a denser file, hi-res say, is charged as if it played at this rate); MPEG Layer III at
- * 320 kbit/s, its highest; Layers I and II at 448 kbit/s; anything else compressed (Opus, Vorbis,
- * AAC: at most about 510 kbit/s) at 64,000 bytes a second.
- */
-export const MAX_BYTES_PER_SECOND = { pcm: 192_000, mp3: 40_000, mpeg: 56_000, compressed: 64_000 } as const;
-
-/** The densest a file of this format can be, in bytes per second. */
-export function maxBytesPerSecond(container: string | undefined, codec: string | undefined, lossless: boolean | undefined): number {
-  const c = (container ?? '').toLowerCase();
-  const k = (codec ?? '').toLowerCase();
-  if (lossless === true || c === 'wave' || c === 'flac' || c.startsWith('aiff') || k.includes('pcm')) return MAX_BYTES_PER_SECOND.pcm;
-  if (k.includes('layer 3') || k === 'mp3') return MAX_BYTES_PER_SECOND.mp3;
-  if (c === 'mpeg' || k.startsWith('mpeg')) return MAX_BYTES_PER_SECOND.mpeg;
-  return MAX_BYTES_PER_SECOND.compressed;
+function* walkAudio(b: Buffer): Walk<number> {
+  const head = b.toString('latin1', 0, 4);
+  if ((head === 'RIFF' || head === 'RF64' || head === 'BW64') && b.toString('latin1', 8, 12) === 'WAVE') return yield* walkWav(b);
+  if (head === 'OggS') return yield* walkOgg(b, 0);
+  if (b.length >= 4 && b.readUInt32BE(0) === 0x1a45dfa3) return yield* walkMatroska(b, 0);
+  let p = skipId3v2(b, 0);
+  if (b.toString('latin1', p, p + 4) === 'fLaC') return (yield* walkFlac(b, p)).seconds;
+  // After an ID3v2 tag, one frame header is enough to say MPEG; without one, a second must follow.
+  const tagged = p > 0;
+  for (const stop = Math.min(b.length, p + MAX_PADDING); tagged && p < stop && b[p] === 0;) p++;
+  if (tagged ? mpegHeader(b, p) !== undefined : mpegStartsAt(b, p)) {
+    const tally = new Tally();
+    yield* walkMpeg(b, p, b.length, tally, true);
+    return tally.seconds;
+  }
+  throw unreadable('not an audio file this gateway reads');
 }
 
-function unreadable(why: string) {
-  return badValue('file', `could not read the audio's length (${why}); send WAV, MP3, FLAC, OGG or WebM`);
-}
-
-/**
- * The file's length in seconds, at least its bytes over its format's densest rate. An
- * unrecognized or unreadable file is 400 invalid_value, param file.
- */
+/** The file's length in seconds, from its frames; 400 invalid_value (param file) when it has none. */
 export async function audioSeconds(data: Buffer): Promise<number> {
-  const { parseBuffer } = await (musicMetadata ??= import('music-metadata'));
-  let format;
-  try {
-    // The client's file name and media type are not trusted: the content says what it is.
-    format = (await parseBuffer(data, { size: data.length }, { duration: true, skipCovers: true })).format;
-  } catch {
-    throw unreadable('not an audio file this gateway reads');
-  }
-  const duration = format.duration;
-  if (format.container === undefined || duration === undefined || !Number.isFinite(duration) || duration < 0) {
-    throw unreadable('no length in its headers');
-  }
-  return Math.max(duration, data.length / maxBytesPerSecond(format.container, format.codec, format.lossless));
+  const seconds = await drive(walkAudio(data));
+  if (!Number.isFinite(seconds) || seconds <= 0) throw unreadable('it holds no audio');
+  return seconds;
 }
