@@ -2,7 +2,7 @@
 // without auth.jwt, tokenizer.json files, metrics scraping, Redis, tracing or a passthrough
 // never loads jose, @huggingface/tokenizers, undici's or rate-limiter-flexible's or prom-client's
 // index, the Prometheus text parser, ioredis, OpenTelemetry (SDK or API), http-proxy-3, Ajv or the
-// audio routes' parsers (busboy, music-metadata), even after serving
+// audio routes' form parser (busboy), even after serving
 // a request; one that sets auth.jwt and names a tokenizer.json loads jose and the tokenizer
 // library when it starts, before its first request.
 
@@ -32,9 +32,8 @@ const NEVER = {
   'OpenTelemetry SDK': /\/node_modules\/@opentelemetry\/sdk-trace-base\//,
   // prom-client's process CPU counters' module loads it for exemplars: observe/prom-client.ts makes them.
   'OpenTelemetry API': /\/node_modules\/@opentelemetry\/api\//,
-  // The audio routes' form parser and length reader, loaded by the first audio request.
+  // The audio routes' form parser, loaded by the first audio request.
   '@fastify/busboy': /\/node_modules\/@fastify\/busboy\//,
-  'music-metadata': /\/node_modules\/(music-metadata|strtok3|file-type)\//,
   'http-proxy-3': /\/node_modules\/http-proxy-3\//,
   'fast-check': /\/node_modules\/fast-check\//,
   "Ajv's compiler (the config validator is compiled ahead of time)": /\/node_modules\/ajv\/dist\/(ajv|core)\.js$/,
