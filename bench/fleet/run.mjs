@@ -54,7 +54,8 @@
 // FLEET_OUT; for (c): FLEET_BATCH_CLIENTS (4 x replicas x max seqs), FLEET_BATCH_PROMPT_TOKENS (20),
 // FLEET_BATCH_OUTPUT_TOKENS (64), FLEET_INTERACTIVE_RPS (10), FLEET_INTERACTIVE_PROMPT_TOKENS
 // (300), FLEET_INTERACTIVE_OUTPUT_TOKENS (16), FLEET_OVERLOAD_WARMUP_SECONDS (4),
-// FLEET_OVERLOAD_SECONDS (10).
+// FLEET_OVERLOAD_SECONDS (10), FLEET_OVERLOAD_METRICS_MS (200: the gateway's
+// metrics_interval_ms, and the scrape interval in simulated time); FLEET_SIM_BASELINE.
 
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -88,11 +89,12 @@ const OVERLOAD = {
   batchOutputTokens: env('FLEET_BATCH_OUTPUT_TOKENS', 64), interactiveRps: env('FLEET_INTERACTIVE_RPS', 10),
   interactivePromptTokens: env('FLEET_INTERACTIVE_PROMPT_TOKENS', 300), interactiveOutputTokens: env('FLEET_INTERACTIVE_OUTPUT_TOKENS', 16),
   warmup: env('FLEET_OVERLOAD_WARMUP_SECONDS', 4), seconds: env('FLEET_OVERLOAD_SECONDS', 10),
+  metricsMs: env('FLEET_OVERLOAD_METRICS_MS', 200),
 };
 const WORKLOADS = new Set((process.env.FLEET_WORKLOADS ?? 'conversations,unique,overload,overload-sim').split(',').map((w) => w.trim()));
 /** Simulated time (c'): the servers' scrape interval as the live runs' metrics_interval_ms, 0.5 ms a hop. */
 const SIMULATED = {
-  replicas: REPLICAS, maxSeqs: SIM.maxSeqs, prefillUs: SIM.prefillUs, decodeMs: SIM.decodeMs, scrapeMs: env('FLEET_SIM_SCRAPE_MS', 200), hopMs: 0.5, jitter: 0.1,
+  replicas: REPLICAS, maxSeqs: SIM.maxSeqs, prefillUs: SIM.prefillUs, decodeMs: SIM.decodeMs, scrapeMs: OVERLOAD.metricsMs, hopMs: 0.5, jitter: 0.1,
   batchClients: OVERLOAD.batchClients, batchOutputTokens: OVERLOAD.batchOutputTokens, interactiveRps: OVERLOAD.interactiveRps,
   // As the servers count a prompt: the chat template adds about 8 tokens.
   batchPromptTokens: OVERLOAD.batchPromptTokens + 8, interactivePromptTokens: OVERLOAD.interactivePromptTokens + 10,
@@ -130,7 +132,7 @@ function overloadYaml(variant, replicas) {
     '    kind: openai',
     '    timeout_ms: 120000',
     '    balance: least_outstanding',
-    '    metrics_interval_ms: 200',
+    `    metrics_interval_ms: ${OVERLOAD.metricsMs}`,
     ...(variant.queue ? [`    max_outstanding: ${SIM.maxSeqs}`, '    queue: { max_wait_ms: 60000, max_queued: 10000, fairness: account }'] : []),
     '    targets:',
     ...replicas.map((r) => `      - { url: ${r.url}/v1, metrics_url: ${r.url}/metrics }`),
