@@ -28,7 +28,14 @@
 //       interactive plan priority: high). Reported: the interactive p50/p90 TTFT and its ratio
 //       to idle, the batch tenant's throughput, the fleet's (all requests) and its utilisation
 //       (sequence-time run over the replicas' capacity, in the measured window); and the queue's
-//       CPU per request with 1,000 waiting. FLEET_WORKLOADS picks workloads (default all three).
+//       CPU per request with 1,000 waiting. Also: slot use as the mean batch (sequences run
+//       at once per replica) and the requests waiting in the gateway (sampled /admin/upstreams).
+//   (c') overload-sim (issue #46): the same four runs of (c) in simulated time
+//       (bench/fleet/simulate.mjs: the built Fleet, Replica and ProviderQueue around a model of
+//       the servers, no sockets, no wall clock), so that what the queue decides is measured
+//       apart from the CPU the processes get on a shared machine; with FLEET_SIM_BASELINE=DIR
+//       (another checkout, built), the same runs with that build's code too, in the same table.
+// FLEET_WORKLOADS picks workloads (default conversations,unique,overload,overload-sim).
 //
 // Every request streams; time to first token is taken at the client (first body byte: the
 // gateway sends nothing before the first token). For each workload and policy: throughput
@@ -47,7 +54,8 @@
 // FLEET_OUT; for (c): FLEET_BATCH_CLIENTS (4 x replicas x max seqs), FLEET_BATCH_PROMPT_TOKENS (20),
 // FLEET_BATCH_OUTPUT_TOKENS (64), FLEET_INTERACTIVE_RPS (10), FLEET_INTERACTIVE_PROMPT_TOKENS
 // (300), FLEET_INTERACTIVE_OUTPUT_TOKENS (16), FLEET_OVERLOAD_WARMUP_SECONDS (4),
-// FLEET_OVERLOAD_SECONDS (10).
+// FLEET_OVERLOAD_SECONDS (10), FLEET_OVERLOAD_METRICS_MS (200: the gateway's
+// metrics_interval_ms, and the scrape interval in simulated time); FLEET_SIM_BASELINE.
 
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -56,6 +64,7 @@ import { fileURLToPath } from 'node:url';
 import { freePort, log, startGateway, startNodeScript, stopAll, stopChild } from '../procs.js';
 import { conversations, runWorkload, uniquePrompts } from './workload.mjs';
 import { measureQueueCpu, runOverload } from './overload.mjs';
+import { simulateOverload } from './simulate.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const OUT = resolve(process.env.FLEET_OUT || join(ROOT, 'bench', 'fleet-results.json'));
@@ -80,12 +89,22 @@ const OVERLOAD = {
   batchOutputTokens: env('FLEET_BATCH_OUTPUT_TOKENS', 64), interactiveRps: env('FLEET_INTERACTIVE_RPS', 10),
   interactivePromptTokens: env('FLEET_INTERACTIVE_PROMPT_TOKENS', 300), interactiveOutputTokens: env('FLEET_INTERACTIVE_OUTPUT_TOKENS', 16),
   warmup: env('FLEET_OVERLOAD_WARMUP_SECONDS', 4), seconds: env('FLEET_OVERLOAD_SECONDS', 10),
+  metricsMs: env('FLEET_OVERLOAD_METRICS_MS', 200),
 };
-const WORKLOADS = new Set((process.env.FLEET_WORKLOADS ?? 'conversations,unique,overload').split(',').map((w) => w.trim()));
+const WORKLOADS = new Set((process.env.FLEET_WORKLOADS ?? 'conversations,unique,overload,overload-sim').split(',').map((w) => w.trim()));
+/** Simulated time (c'): the servers' scrape interval as the live runs' metrics_interval_ms, 0.5 ms a hop. */
+const SIMULATED = {
+  replicas: REPLICAS, maxSeqs: SIM.maxSeqs, prefillUs: SIM.prefillUs, decodeMs: SIM.decodeMs, scrapeMs: OVERLOAD.metricsMs, hopMs: 0.5, jitter: 0.1,
+  batchClients: OVERLOAD.batchClients, batchOutputTokens: OVERLOAD.batchOutputTokens, interactiveRps: OVERLOAD.interactiveRps,
+  // As the servers count a prompt: the chat template adds about 8 tokens.
+  batchPromptTokens: OVERLOAD.batchPromptTokens + 8, interactivePromptTokens: OVERLOAD.interactivePromptTokens + 10,
+  interactiveOutputTokens: OVERLOAD.interactiveOutputTokens, warmupSeconds: OVERLOAD.warmup, seconds: OVERLOAD.seconds, seed: 0x0dd,
+};
 const POLICIES = ['round_robin', 'least_outstanding', 'prefix_affinity'];
 const KEY = 'tg_fleetbench_000000000000000000';
 const BATCH_KEY = 'tg_fleetbatch_00000000000000000';
 const INTERACTIVE_KEY = 'tg_fleetinteractive_00000000000';
+const ADMIN_TOKEN = 'fleet-bench-admin-token-0000000';
 /** The overload runs: no batch tenant; no queue; the queue with fairness; and with priority too. */
 const OVERLOAD_RUNS = [
   { run: 'idle', batch: false, queue: false, priority: false },
@@ -101,6 +120,7 @@ function overloadYaml(variant, replicas) {
     // One client process holds more than 256 connections (the default cap per address).
     'server: { sse_keepalive_ms: 60000, max_connections_per_ip: null }',
     'store: { kind: memory }',
+    `admin: { token: ${ADMIN_TOKEN} }`,
     'plans:',
     '  batch: { paid: true, requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }',
     `  interactive: ${interactivePlan}`,
@@ -112,7 +132,7 @@ function overloadYaml(variant, replicas) {
     '    kind: openai',
     '    timeout_ms: 120000',
     '    balance: least_outstanding',
-    '    metrics_interval_ms: 200',
+    `    metrics_interval_ms: ${OVERLOAD.metricsMs}`,
     ...(variant.queue ? [`    max_outstanding: ${SIM.maxSeqs}`, '    queue: { max_wait_ms: 60000, max_queued: 10000, fairness: account }'] : []),
     '    targets:',
     ...replicas.map((r) => `      - { url: ${r.url}/v1, metrics_url: ${r.url}/metrics }`),
@@ -163,7 +183,8 @@ async function main() {
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-fleet-'));
   const replicas = [];
   try {
-    for (let i = 0; i < REPLICAS; i++) {
+    const live = ['conversations', 'unique', 'overload'].some((w) => WORKLOADS.has(w));
+    for (let i = 0; live && i < REPLICAS; i++) {
       const port = await freePort();
       const child = await startNodeScript(`sim r${i}`, join(ROOT, 'bench', 'fleet', 'server.mjs'), [
         '--port', String(port), '--name', `r${i}`, '--max-seqs', String(SIM.maxSeqs), '--prefill-us', String(SIM.prefillUs),
@@ -219,13 +240,29 @@ async function main() {
         log(`overload / ${variant.run}: ${batchClients} batch clients, ${OVERLOAD.interactiveRps} interactive req/s, ${OVERLOAD.warmup} s of warm-up, ${OVERLOAD.seconds} s measured`);
         try {
           const marks = {};
+          // Requests waiting in the gateway's queue, sampled through the window.
+          const waiting = [];
+          let sampling = false;
+          const sample = async () => {
+            while (sampling) {
+              const view = await fetch(`${gw.origin}/admin/upstreams`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }).then((r) => r.json());
+              waiting.push(view.providers.sim.queued);
+              await new Promise((r) => setTimeout(r, 250));
+            }
+          };
+          let sampler;
           const run = await runOverload({
             origin: gw.origin, batchKey: BATCH_KEY, interactiveKey: INTERACTIVE_KEY, batchClients, interactiveRps: OVERLOAD.interactiveRps,
             warmupSeconds: OVERLOAD.warmup, seconds: OVERLOAD.seconds, seed: 0x0dd,
             batch: { promptTokens: OVERLOAD.batchPromptTokens, outputTokens: OVERLOAD.batchOutputTokens },
             interactive: { promptTokens: OVERLOAD.interactivePromptTokens, outputTokens: OVERLOAD.interactiveOutputTokens },
-            onWindow: async (edge) => { marks[edge] = await busy(replicas); },
+            onWindow: async (edge) => {
+              marks[edge] = await busy(replicas);
+              sampling = edge === 'start';
+              if (sampling) sampler = sample();
+            },
           });
+          await sampler;
           const ttft = [...run.ttftMs].sort((a, b) => a - b);
           const window = (marks.end.at - marks.start.at) / 1000;
           overload.push({
@@ -234,6 +271,7 @@ async function main() {
             batch_rps: run.batchDone / OVERLOAD.seconds, batch_refused: run.batchRefused,
             fleet_rps: (run.batchDone + run.interactiveDone) / OVERLOAD.seconds,
             utilisation: (marks.end.seqMs - marks.start.seqMs) / (window * 1000 * REPLICAS * SIM.maxSeqs),
+            gateway_waiting: waiting.length === 0 ? 0 : waiting.reduce((a, b) => a + b, 0) / waiting.length,
           });
         } catch (err) {
           throw new Error(`overload / ${variant.run}: ${err.message}\n--- gateway log (tail) ---\n${gw.child.output()}`, { cause: err });
@@ -243,11 +281,22 @@ async function main() {
       }
       queueCpu = await measureQueueCpu(ROOT, { waiting: 1000 });
     }
-    const report = summarize(results, overload, queueCpu);
+    const simulated = [];
+    if (WORKLOADS.has('overload-sim')) {
+      const builds = [['this', ROOT], ...(process.env.FLEET_SIM_BASELINE ? [['baseline', resolve(process.env.FLEET_SIM_BASELINE)]] : [])];
+      for (const [build, root] of builds) {
+        // And a reference: the queue by its own requests in flight alone (no metrics_url).
+        for (const variant of [...OVERLOAD_RUNS, { ...OVERLOAD_RUNS.at(-1), run: 'queue, fairness + priority, no metrics_url', metrics: false }]) {
+          log(`overload in simulated time / ${build} / ${variant.run}`);
+          simulated.push({ build, ...(await simulateOverload(root, variant, SIMULATED)) });
+        }
+      }
+    }
+    const report = summarize(results, overload, queueCpu, simulated);
     process.stdout.write(`${report.table}\n\n${report.goals.map((g) => `${g.met ? 'MET ' : 'MISS'} ${g.text}`).join('\n')}\n`);
     writeFileSync(OUT, `${JSON.stringify({
       at: new Date().toISOString(), seconds: (Date.now() - started) / 1000, replicas: REPLICAS, sim: SIM, load: LOAD, overload_load: OVERLOAD,
-      results, overload, queue_cpu: queueCpu, goals: report.goals,
+      results, overload, queue_cpu: queueCpu, simulated, simulated_load: SIMULATED, goals: report.goals,
     }, null, 2)}\n`);
     log(`written to ${OUT}`);
   } finally {
@@ -272,28 +321,55 @@ function summarizeOverload(overload, cpu) {
   const rows = overload.map((r) => [
     r.run, `${Math.round(r.interactive_ttft_p50_ms)}`, `${Math.round(r.interactive_ttft_p90_ms)}`,
     `${(r.interactive_ttft_p90_ms / idle.interactive_ttft_p90_ms).toFixed(2)}x`, r.batch_rps.toFixed(1), r.fleet_rps.toFixed(1),
-    `${(100 * r.utilisation).toFixed(0)}%`, `${r.batch_refused + r.interactive_refused}`,
+    `${(100 * r.utilisation).toFixed(0)}%`, (r.utilisation * SIM.maxSeqs).toFixed(1), r.gateway_waiting.toFixed(0), `${r.batch_refused + r.interactive_refused}`,
   ]);
-  const header = ['overload run', 'interactive TTFT p50 ms', 'p90 ms', 'p90 vs idle', 'batch req/s', 'fleet req/s', 'utilisation', 'refused'];
+  const header = ['overload run', 'interactive TTFT p50 ms', 'p90 ms', 'p90 vs idle', 'batch req/s', 'fleet req/s', 'slot use', 'mean batch', 'waiting in gateway', 'refused'];
   const none = by('no queue');
   const queued = by('queue, fairness + priority');
   const tail = queued.interactive_ttft_p90_ms / idle.interactive_ttft_p90_ms;
   const kept = queued.fleet_rps / none.fleet_rps;
+  const use = queued.utilisation;
   return {
     table: `${table(header, rows, 1)}\n\nqueue CPU per request with ${cpu.waiting} waiting: ${cpu.cpuUsPerRequest.toFixed(2)} us`,
     goals: [
       { text: `(c) interactive p90 TTFT under overload with the queue ${tail.toFixed(2)}x idle (goal <= 1.5x)`, value: tail, met: tail <= 1.5 },
       { text: `(c) fleet throughput with the queue ${(100 * kept).toFixed(1)}% of without (goal >= 95%)`, value: kept, met: kept >= 0.95 },
+      { text: `(c) slot use with the queue ${(100 * use).toFixed(1)}% (goal >= 95%: no replica idles while requests wait)`, value: use, met: use >= 0.95 },
       { text: `(c) queue CPU ${cpu.cpuUsPerRequest.toFixed(2)} us per request at ${cpu.waiting} waiting (goal < 20 us)`, value: cpu.cpuUsPerRequest, met: cpu.cpuUsPerRequest < 20 },
     ],
   };
 }
 
-function summarize(results, overload, queueCpu) {
-  const o = summarizeOverload(overload, queueCpu);
-  if (results.length === 0) return o;
-  const p = summarizePolicies(results);
-  return { table: [p.table, o.table].filter((x) => x !== '').join('\n\n'), goals: [...p.goals, ...o.goals] };
+function summarize(results, overload, queueCpu, simulated) {
+  const parts = [results.length === 0 ? { table: '', goals: [] } : summarizePolicies(results), summarizeOverload(overload, queueCpu), summarizeSimulated(simulated)];
+  return { table: parts.map((p) => p.table).filter((x) => x !== '').join('\n\n'), goals: parts.flatMap((p) => p.goals) };
+}
+
+/** (c') in simulated time: per build, the same columns as (c), the goals of #46 for this build. */
+function summarizeSimulated(simulated) {
+  if (simulated.length === 0) return { table: '', goals: [] };
+  const by = (build, run) => simulated.find((r) => r.build === build && r.run === run);
+  const rows = simulated.map((r) => {
+    const idle = by(r.build, 'idle');
+    const none = by(r.build, 'no queue');
+    return [
+      r.build, r.run, `${Math.round(r.interactive_ttft_p50_ms)}`, `${Math.round(r.interactive_ttft_p90_ms)}`,
+      `${(r.interactive_ttft_p90_ms / idle.interactive_ttft_p90_ms).toFixed(2)}x`, `${Math.round(r.interactive_gateway_p90_ms)}`, `${Math.round(r.interactive_server_wait_p90_ms)}`,
+      r.fleet_rps.toFixed(1), `${(r.fleet_rps / none.fleet_rps).toFixed(2)}x`, `${(100 * r.utilisation).toFixed(1)}%`, (r.utilisation * SIMULATED.maxSeqs).toFixed(1), r.gateway_waiting.toFixed(0),
+    ];
+  });
+  const header = ['build', 'overload run (simulated time)', 'TTFT p50 ms', 'p90 ms', 'p90 vs idle', 'of it: gateway p90', 'server p90', 'fleet req/s', 'vs no queue', 'slot use', 'mean batch', 'waiting in gateway'];
+  const q = by('this', 'queue, fairness + priority');
+  const tail = q.interactive_ttft_p90_ms / by('this', 'idle').interactive_ttft_p90_ms;
+  const kept = q.fleet_rps / by('this', 'no queue').fleet_rps;
+  return {
+    table: table(header, rows, 2),
+    goals: [
+      { text: `(c') simulated: slot use with the queue ${(100 * q.utilisation).toFixed(1)}% (goal >= 95%)`, value: q.utilisation, met: q.utilisation >= 0.95 },
+      { text: `(c') simulated: interactive p90 TTFT with the queue ${tail.toFixed(2)}x idle (goal <= 1.5x)`, value: tail, met: tail <= 1.5 },
+      { text: `(c') simulated: fleet throughput with the queue ${kept.toFixed(2)}x without (goal >= 0.95x)`, value: kept, met: kept >= 0.95 },
+    ],
+  };
 }
 
 function summarizePolicies(results) {

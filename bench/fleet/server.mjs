@@ -10,7 +10,10 @@
 //   - Prefill is compute-bound, so prefills run one at a time: PREFILL_US microseconds per
 //     prompt token NOT found in the cache. Then DECODE_MS per output token, all running
 //     sequences in parallel. Tokens are taken as 4 characters.
-//   - GET /metrics in vLLM's names (queue, running, KV-cache use, prefix-cache queries and hits);
+//   - GET /metrics in vLLM's names (queue, running, KV-cache use, prefix-cache queries and hits).
+//     As vLLM's scheduler counts it, `vllm:num_requests_waiting` is every request not started
+//     yet: those queued for a sequence and those whose prefill has not begun (behind another's
+//     prefill), so a replica that is not full can show a short queue while prefills line up;
 //     GET /v1/models for health checks; POST /reset empties the cache and the counters;
 //     GET /stats the counters and the sequence-milliseconds run so far (busy_seq_ms: utilisation).
 //
@@ -59,6 +62,13 @@ function account() {
   busyAt = now;
 }
 let prefillFreeAt = 0;
+/** When each admitted request's prefill begins (those still ahead count as waiting in /metrics). */
+let prefillStarts = [];
+function prefillWaiting() {
+  const now = Date.now();
+  prefillStarts = prefillStarts.filter((at) => at > now);
+  return prefillStarts.length;
+}
 
 function fnv(h, text, from, to) {
   for (let i = from; i < to; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
@@ -132,6 +142,7 @@ async function serve(job) {
   counters.queries += promptTokens;
   counters.hits += cached;
   const begin = Math.max(Date.now(), prefillFreeAt);
+  if (begin > Date.now()) prefillStarts.push(begin);
   prefillFreeAt = begin + ((promptTokens - cached) * PREFILL_US) / 1000;
   await sleep(prefillFreeAt - Date.now());
   insert(hashes);
@@ -165,10 +176,10 @@ function metrics() {
   return [
     '# HELP vllm:num_requests_running Number of requests in model execution batches.',
     '# TYPE vllm:num_requests_running gauge',
-    `vllm:num_requests_running{${m}} ${running}`,
+    `vllm:num_requests_running{${m}} ${running - prefillWaiting()}`,
     '# HELP vllm:num_requests_waiting Number of requests waiting to be processed.',
     '# TYPE vllm:num_requests_waiting gauge',
-    `vllm:num_requests_waiting{${m}} ${waiting.filter((j) => !j.gone).length}`,
+    `vllm:num_requests_waiting{${m}} ${waiting.filter((j) => !j.gone).length + prefillWaiting()}`,
     '# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.',
     '# TYPE vllm:kv_cache_usage_perc gauge',
     `vllm:kv_cache_usage_perc{${m}} ${(cache.size / CACHE_BLOCKS).toFixed(4)}`,

@@ -39,7 +39,8 @@ interface Attempt { target: Target; admission: Admission; replica: Replica; toke
  * when every one is, the answer is 503 with the time until the first of them may take
  * requests again. A target whose provider has a queue and whose replicas are all full (or
  * that has others waiting already) is waited for there, its timeout_ms counted from the end of
- * the wait; a wait refused (max_queued, max_wait_ms) ends the request in 503 model_overloaded.
+ * the wait; a wait refused (max_queued, its place given up, max_wait_ms) ends the request in
+ * 503 model_overloaded.
  */
 export class Attempts {
   readonly request: ChatRequest;
@@ -161,9 +162,7 @@ export class Attempts {
     const headers = retryAfterHeaders('retryMs' in result ? result.retryMs : queue.retryAfterMs());
     headers['x-tollgate-queue-ms'] = String(Math.round(this.#ctx.queueMs));
     if ('gone' in result) throw new GatewayError('model_overloaded', 'The client left while its request was queued.', { headers });
-    throw new GatewayError('model_overloaded', result.refused === 'full'
-      ? `The model '${this.model.id}' is overloaded: its queue is full; retry later.`
-      : `The model '${this.model.id}' is overloaded: no replica had room within ${queue.config.max_wait_ms} ms; retry later.`, { headers });
+    throw new GatewayError('model_overloaded', overloaded(this.model.id, result.refused, queue.config.max_wait_ms), { headers });
   }
 
   /** Settles the current target's circuit with how its last attempt went. */
@@ -242,6 +241,15 @@ export class Attempts {
    */
   canFallBack(err: unknown): boolean {
     return err instanceof GatewayError && FALLBACK_CODES.has(err.code) && !this.#res.destroyed;
+  }
+}
+
+/** Why a queued request was refused (WaitResult of ../upstream/balance/queue.ts). */
+function overloaded(model: string, why: 'full' | 'displaced' | 'timeout', maxWaitMs: number): string {
+  switch (why) {
+    case 'full': return `The model '${model}' is overloaded: its queue is full; retry later.`;
+    case 'displaced': return `The model '${model}' is overloaded: its queue is full and this request gave its place to one of a higher priority or of a tenant under its share; retry later.`;
+    case 'timeout': return `The model '${model}' is overloaded: no replica had room within ${maxWaitMs} ms; retry later.`;
   }
 }
 

@@ -171,20 +171,24 @@ t.test('metrics pages: vLLM, SGLang and llama.cpp names; anything else leaves no
     '# TYPE vllm:num_requests_waiting gauge',
     'vllm:num_requests_waiting{engine="0",model_name="a"} 2.0',
     'vllm:num_requests_waiting{engine="1",model_name="a"} 3.0',
+    '# HELP vllm:num_requests_running Number of requests in model execution batches.',
+    '# TYPE vllm:num_requests_running gauge',
+    'vllm:num_requests_running{engine="0",model_name="a"} 30.0',
+    'vllm:num_requests_running{engine="1",model_name="a"} 32.0',
     '# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.',
     '# TYPE vllm:kv_cache_usage_perc gauge',
     'vllm:kv_cache_usage_perc{engine="0",model_name="a"} 0.25',
     'vllm:kv_cache_usage_perc{engine="1",model_name="a"} 0.5',
     '# TYPE vllm:time_to_first_token_seconds histogram',
     'vllm:time_to_first_token_seconds_bucket{le="0.001",model_name="a"} 0.0',
-  ].join('\n')), { queueDepth: 5, kvCacheUsage: 0.5 }, 'vLLM V1: queues summed, the fullest cache');
+  ].join('\n')), { queueDepth: 5, running: 62, kvCacheUsage: 0.5 }, 'vLLM V1: queues and batches summed, the fullest cache');
   t.strictSame(parseServerLoad('vllm:num_requests_waiting{model_name="a"} 1\nvllm:gpu_cache_usage_perc{model_name="a"} 0.75\n'),
-    { queueDepth: 1, kvCacheUsage: 0.75 }, 'vLLM V0 names');
-  t.strictSame(parseServerLoad('# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name="q"} 4.0\n# TYPE sglang:token_usage gauge\nsglang:token_usage{model_name="q"} 0.31\n'),
-    { queueDepth: 4, kvCacheUsage: 0.31 }, 'SGLang');
-  t.strictSame(parseServerLoad('# HELP llamacpp:requests_deferred Number of requests deferred.\n# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 6\n# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio 0.125\n'),
-    { queueDepth: 6, kvCacheUsage: 0.125 }, 'llama.cpp');
-  t.strictSame(parseServerLoad('process_cpu_seconds_total 12\n'), { queueDepth: null, kvCacheUsage: null }, 'no known metric');
-  t.strictSame(parseServerLoad('<html>not metrics</html>'), { queueDepth: null, kvCacheUsage: null });
-  t.strictSame(parseServerLoad('vllm:num_requests_waiting NaN\n'), { queueDepth: null, kvCacheUsage: null }, 'not a number: no figure');
+    { queueDepth: 1, running: null, kvCacheUsage: 0.75 }, 'vLLM V0 names; no running count: null');
+  t.strictSame(parseServerLoad('# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name="q"} 4.0\n# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name="q"} 7.0\n# TYPE sglang:token_usage gauge\nsglang:token_usage{model_name="q"} 0.31\n'),
+    { queueDepth: 4, running: 7, kvCacheUsage: 0.31 }, 'SGLang');
+  t.strictSame(parseServerLoad('# HELP llamacpp:requests_deferred Number of requests deferred.\n# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 6\n# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 4\n# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio 0.125\n'),
+    { queueDepth: 6, running: 4, kvCacheUsage: 0.125 }, 'llama.cpp');
+  t.strictSame(parseServerLoad('process_cpu_seconds_total 12\n'), { queueDepth: null, running: null, kvCacheUsage: null }, 'no known metric');
+  t.strictSame(parseServerLoad('<html>not metrics</html>'), { queueDepth: null, running: null, kvCacheUsage: null });
+  t.strictSame(parseServerLoad('vllm:num_requests_waiting NaN\n'), { queueDepth: null, running: null, kvCacheUsage: null }, 'not a number: no figure');
 });

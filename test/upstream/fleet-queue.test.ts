@@ -17,7 +17,9 @@ const LOW = 'tg_low_00000000000000000000';
 
 /** One replica (or `n`) held by its script, behind a queue; three more accounts on their plans. */
 async function queued(t: any, provider: Record<string, any> = {}, n = 1): Promise<Fleet & { hold: ReturnType<typeof holding>[] }> {
-  const f = await startFleet(t, n, { balance: 'least_outstanding', max_outstanding: 1, ...provider }, {
+  // A held request must outlast the test's steps on a loaded machine: timeout_ms is not what
+  // these tests are about (the one that is sets its own).
+  const f = await startFleet(t, n, { balance: 'least_outstanding', max_outstanding: 1, timeout_ms: 60_000, ...provider }, {
     config: (c) => {
       c.plans.batch = { priority: 'normal', fair_weight: 1 };
       c.plans.vip = { priority: 'high' };
@@ -222,8 +224,8 @@ t.test('with no queue (queue: null) a full fleet is skipped as before', async (t
 });
 
 t.test('a wait does not eat the provider\'s timeout_ms: the target\'s time starts once it has a replica', async (t) => {
-  // timeout_ms 2000 (startFleet): 1.2 s queued, then 1.2 s upstream, is still answered.
-  const f = await queued(t, { queue: { max_wait_ms: 1500 } });
+  // timeout_ms 2000: 1.2 s queued, then 1.2 s upstream, is still answered.
+  const f = await queued(t, { timeout_ms: 2000, queue: { max_wait_ms: 1500 } });
   const first = postChat(f.gw.url, ask('busy'));
   t.ok(await until(() => f.hold[0]!.waiting() === 1));
   const waiting = postChat(f.gw.url, ask('patient'), authHeaders(FLOOD));

@@ -117,7 +117,7 @@ export class Fleet {
       r.weight = rc.weight;
       r.maxOutstanding = config.max_outstanding ?? null;
       r.metricsUrl = rc.metrics_url;
-      if (r.metricsUrl === undefined) { r.queueDepth = null; r.kvCacheUsage = null; }
+      if (r.metricsUrl === undefined) { r.scraped(null, null); r.kvCacheUsage = null; }
       return r;
     });
     if (config.max_outstanding !== null && config.max_outstanding !== undefined && config.queue !== null && config.queue !== undefined) {
@@ -171,6 +171,8 @@ export class Fleet {
     if (wasHealthy && !replica.healthy(Date.now())) {
       this.#logger?.warn({ provider: this.provider, replica: replica.url, until: new Date(replica.availableAt()).toISOString() }, 'replica ejected');
       this.#registry.onEject?.(this.provider, replica.url, 'outlier', replica.availableAt());
+      // Back at the end of its ejection: the queue hears of it then, not at its next poll.
+      if (this.queue !== undefined) this.#after(replica.availableAt() - Date.now(), () => this.queue?.drain());
     }
     // The room it left goes to the next in line at once.
     this.queue?.drain();
@@ -193,6 +195,13 @@ export class Fleet {
     this.#controller.abort();
     for (const t of this.#timers) clearTimeout(t);
     this.#timers.clear();
+  }
+
+  /** Runs `fn` once after `ms` (unless stop() comes first). */
+  #after(ms: number, fn: () => void): void {
+    const timer = setTimeout(() => { this.#timers.delete(timer); fn(); }, Math.max(0, ms));
+    timer.unref();
+    this.#timers.add(timer);
   }
 
   /** Runs `task` now and then every `intervalMs` after it finished, until stop(). */
@@ -221,6 +230,8 @@ export class Fleet {
     if (failing === ok) {
       this.#logger?.warn({ provider: this.provider, replica: r.url, healthy: ok }, ok ? 'replica passed its health check' : 'replica failed its health check');
       if (!ok) this.#registry.onEject?.(this.provider, r.url, 'health_check', r.availableAt());
+      // Back: requests waiting go to it now.
+      else this.queue?.drain();
     }
   }
 
@@ -234,12 +245,14 @@ export class Fleet {
       const text = await readCapped(res.body, MAX_METRICS_BYTES);
       if (res.statusCode !== 200) throw new Error(`status ${res.statusCode}`);
       const load = parseServerLoad(text);
-      r.queueDepth = load.queueDepth;
+      r.scraped(load.queueDepth, load.running);
       r.kvCacheUsage = load.kvCacheUsage;
     } catch {
       // Stale figures would mislead the balancer more than none.
-      r.queueDepth = null;
+      r.scraped(null, null);
       r.kvCacheUsage = null;
     }
+    // A shorter queue on the server may let the replica take requests waiting here: at once.
+    this.queue?.drain();
   }
 }

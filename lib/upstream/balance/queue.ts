@@ -4,12 +4,15 @@
 // the balancer picks. Work-conserving: a replica's request ending dispatches at once (Fleet.end
 // calls drain), and a short poll catches replicas that come back from ejection or report a
 // shorter queue. With prefix_affinity, the first in line may let one just behind it take a
-// replica that is that one's home and not its own, for a bounded time. One queue per provider
-// and gateway, kept across config reloads like the replicas themselves.
+// replica that is that one's home and not its own, for a bounded time. A full queue is shared:
+// ./shares.ts decides whether a newcomer takes someone's place (a flow under its share of
+// max_queued, or a higher priority) or is refused. One queue per provider and gateway, kept
+// across config reloads like the replicas themselves.
 
 import type { QueueConfig, QueuePriority } from '../../config/types.js';
 import { FairQueue, PRIORITIES, type QueueEntry } from './fair-queue.js';
 import type { Replica } from './replica.js';
+import { Shares, type Held } from './shares.js';
 
 /** How often waiting requests look for a replica besides the moments one frees up. */
 const POLL_MS = 100;
@@ -24,10 +27,14 @@ const MAX_RETRY_MS = 300_000;
 /** A replica given to a request: its `begin` token, to go back to Fleet.end. */
 export interface Slot { replica: Replica; token: number }
 
-/** How a wait ended: a slot, or a refusal (the queue full, or max_wait_ms passed), or the client gone. */
+/**
+ * How a wait ended: a slot; or a refusal: the queue full (on arrival), its place given to a
+ * newcomer of a higher priority or of a flow under its share (./shares.ts), or max_wait_ms
+ * passed; or the client gone.
+ */
 export type WaitResult =
   | { slot: Slot; waitedMs: number }
-  | { refused: 'full' | 'timeout'; retryMs: number; waitedMs: number }
+  | { refused: 'full' | 'displaced' | 'timeout'; retryMs: number; waitedMs: number }
   | { gone: true; waitedMs: number };
 
 export interface WaitRequest {
@@ -50,7 +57,7 @@ export interface Waiting {
   leave(): void;
 }
 
-interface Waiter extends QueueEntry {
+interface Waiter extends QueueEntry, Held {
   readonly request: WaitRequest;
   readonly since: number;
   timer: NodeJS.Timeout | undefined;
@@ -62,6 +69,7 @@ export class ProviderQueue {
   /** The config in force (a reload may change it). */
   config: QueueConfig = { max_wait_ms: 30000, max_queued: 1000, fairness: 'account' };
   readonly #fair = new FairQueue<Waiter>();
+  readonly #shares = new Shares<Waiter>();
   #poll: NodeJS.Timeout | undefined;
   /** performance.now() of the last dispatch, and the mean time between dispatches (ms; 0: none yet). */
   #lastDispatch = 0;
@@ -94,14 +102,20 @@ export class ProviderQueue {
    */
   wait(request: WaitRequest): Waiting {
     if (this.#fair.size >= this.config.max_queued) {
+      // Full: a place is given up for this one, or this one is refused (./shares.ts).
+      const victim = this.#shares.victim(request.flow, request.priority, request.weight, this.config.max_queued);
       this.refused++;
-      return { result: Promise.resolve({ refused: 'full', retryMs: this.retryAfterMs(), waitedMs: 0 }), leave: noop };
+      if (victim === undefined) return { result: Promise.resolve({ refused: 'full', retryMs: this.retryAfterMs(), waitedMs: 0 }), leave: noop };
+      const done = victim.done!;
+      this.#leave(victim);
+      done({ refused: 'displaced', retryMs: this.retryAfterMs(), waitedMs: performance.now() - victim.since });
     }
     let resolve!: (result: WaitResult) => void;
     const result = new Promise<WaitResult>((r) => { resolve = r; });
     const w: Waiter = {
       flow: request.flow, priority: request.priority, cost: Math.max(1, request.cost), weight: request.weight,
-      start: 0, finish: 0, seq: 0, index: -1, request, since: performance.now(), timer: undefined, done: resolve,
+      start: 0, finish: 0, seq: 0, index: -1, arrival: 0, older: undefined, newer: undefined,
+      request, since: performance.now(), timer: undefined, done: resolve,
     };
     w.timer = setTimeout(() => {
       this.#leave(w);
@@ -109,6 +123,7 @@ export class ProviderQueue {
       resolve({ refused: 'timeout', retryMs: this.retryAfterMs(), waitedMs: performance.now() - w.since });
     }, Math.max(0, request.waitMs));
     this.#fair.push(w);
+    this.#shares.add(w);
     if (this.#poll === undefined) {
       this.#poll = setInterval(() => this.drain(), POLL_MS);
       this.#poll.unref();
@@ -139,6 +154,7 @@ export class ProviderQueue {
         }
       }
       this.#fair.take(chosen);
+      this.#shares.remove(chosen);
       this.#settle(chosen);
       const now = performance.now();
       if (this.#lastDispatch > 0) {
@@ -174,6 +190,7 @@ export class ProviderQueue {
 
   #leave(w: Waiter): void {
     this.#fair.drop(w);
+    this.#shares.remove(w);
     this.#settle(w);
     w.done = undefined;
     this.#idle();

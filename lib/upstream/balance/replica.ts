@@ -43,9 +43,14 @@ export class Replica {
   /** Requests sent, and those that failed through the upstream's fault, since start. */
   requests = 0;
   failures = 0;
-  /** From the replica's /metrics: requests waiting in its queue, and KV-cache use (0..1). */
-  queueDepth: number | null = null;
+  /** From the replica's /metrics: KV-cache use (0..1). */
   kvCacheUsage: number | null = null;
+  /** From the replica's /metrics: requests waiting in its own queue, and running (null: not said). */
+  #queueDepth: number | null = null;
+  #running: number | null = null;
+  /** This gateway's requests on the replica when it was scraped, and those that ended since. */
+  #ownAtScrape = 0;
+  #endedSince = 0;
   #consecutive = 0;
   #ejections = 0;
   #ejectedUntil = 0;
@@ -62,6 +67,33 @@ export class Replica {
     this.seed = seedOf(url);
   }
 
+  /** From the replica's /metrics: requests waiting in its own queue, as last scraped (null: none). */
+  get queueDepth(): number | null {
+    return this.#queueDepth;
+  }
+
+  /** A queue depth alone (no running count), as a scrape that says only that would. */
+  set queueDepth(depth: number | null) {
+    this.scraped(depth, null);
+  }
+
+  /** What a scrape of the replica's /metrics said (null: not said, or no scrape). */
+  scraped(queueDepth: number | null, running: number | null): void {
+    this.#queueDepth = queueDepth;
+    this.#running = running;
+    this.#ownAtScrape = this.outstanding;
+    this.#endedSince = 0;
+  }
+
+  /**
+   * The server's own queue as this gateway knows it now: the scraped depth less the requests of
+   * this gateway that ended on it since, each of which let one of those waiting run. A figure
+   * scraped a moment before requests ended must not keep the replica idle until the next scrape.
+   */
+  get waiting(): number {
+    return Math.max(0, (this.#queueDepth ?? 0) - this.#endedSince);
+  }
+
   /** Neither ejected nor failing its health checks. */
   healthy(now: number): boolean {
     return !this.#checkDown && now >= this.#ejectedUntil;
@@ -75,14 +107,21 @@ export class Replica {
   }
 
   /**
-   * At max_outstanding; or, with max_outstanding set, the server's own scraped queue is not empty
-   * while this gateway has a request on it (what it was sent waits there, where no one can
-   * reorder it). A stale figure never stops a replica this gateway has nothing on.
+   * At max_outstanding; or, with max_outstanding set and a request of this gateway on it, the
+   * server's own queue is not empty (as scraped, less the requests of this gateway that ended
+   * since: each let one of those waiting run) while the server also carries requests that are not
+   * this gateway's (it ran and queued more than this gateway had on it): more sent now would wait
+   * there behind those, where no one can reorder them. A queue of this gateway's own requests
+   * alone (waiting for their prefill on a server that said as much) does not stop it; a server
+   * that does not say what it runs is taken to carry others'. A figure never stops a replica
+   * this gateway has nothing on.
    */
   get full(): boolean {
     const max = this.maxOutstanding;
     if (max === null) return false;
-    return this.outstanding >= max || (this.outstanding > 0 && (this.queueDepth ?? 0) > 0);
+    if (this.outstanding >= max) return true;
+    if (this.outstanding === 0 || this.waiting === 0) return false;
+    return this.#running === null || this.#running + (this.#queueDepth ?? 0) > this.#ownAtScrape;
   }
 
   /** When the replica may take requests again (<= now: it may): the end of its ejection or its next health check. */
@@ -92,7 +131,7 @@ export class Replica {
 
   /** What least_outstanding weighs: requests in flight, plus the server's own queue when scraped. */
   get load(): number {
-    return this.outstanding + (this.queueDepth ?? 0);
+    return this.outstanding + this.waiting;
   }
 
   /** A request is sent; returns the token that `end` takes back. */
@@ -110,6 +149,7 @@ export class Replica {
    */
   end(generation: number, outcome: Outcome, connectFailure: boolean, options: OutlierOptions | null, now = Date.now()): void {
     this.outstanding--;
+    this.#endedSince++;
     const current = generation === this.#generation;
     if (current) this.#probing = false;
     if (outcome === 'success') {
