@@ -1,0 +1,76 @@
+// The admin API's key writes (CONTRACT sections 5 and 8): issue a key with its controls,
+// change them (PATCH), rotate its plaintext, revoke it. Keys are returned in plaintext exactly
+// once; only their SHA-256 is stored.
+
+import { randomInt } from 'node:crypto';
+import type { Config } from '../config/types.js';
+import { GatewayError, clip } from '../errors.js';
+import { keyIdOf, sha256Hex } from '../store/digest.js';
+import { TeamNotFoundError, applyPatch, defaultControls, type KeyRecord, type Store } from '../store/types.js';
+import { readControls } from '../auth/controls.js';
+import { integerParam, type Body } from './body.js';
+import { keyTeamNotFound } from './teams.js';
+
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+/** Random characters in an issued key: 40 of base62 is about 238 bits. */
+const KEY_CHARS = 40;
+/** The longest grace a rotation may give the old plaintext: 30 days. */
+export const MAX_GRACE_SECONDS = 30 * 86_400;
+
+export function newKey(prefix: string): string {
+  let out = `${prefix}_`;
+  for (let i = 0; i < KEY_CHARS; i++) out += BASE62[randomInt(62)];
+  return out;
+}
+
+/** What a key write needs: the store and the config. */
+export interface KeyWrite { store: Store; config: Config }
+
+/** A key create or PATCH naming a team its account lacks: 404 team_not_found (CONTRACT section 15). */
+function teamRefused(err: unknown): never {
+  if (err instanceof TeamNotFoundError) throw keyTeamNotFound(err.team);
+  throw err;
+}
+
+/**
+ * POST /admin/accounts/{id}/keys: a key with the controls the body names, all checked before
+ * anything is stored (a key asked for with restrictions never comes out without them). The
+ * answer is the contract's `{id, account, key}`; the controls show in the key list.
+ */
+export async function issueKey(w: KeyWrite, account: string, body: Body | undefined): Promise<{ id: string; account: string; key: string }> {
+  const controls = applyPatch(defaultControls(), body === undefined ? {} : readControls(body.values, body.roundedValues));
+  const key = newKey(w.config.service.key_prefix);
+  const digest = sha256Hex(key);
+  const id = keyIdOf(digest);
+  if (!(await w.store.createKey({ id, account, digest, last4: key.slice(-4), controls }).catch(teamRefused))) {
+    throw new GatewayError('account_not_found', `No account with id '${clip(account)}'.`);
+  }
+  return { id, account, key };
+}
+
+/** PATCH /admin/keys/{id}: the controls the body names. */
+export async function patchKey(w: KeyWrite, id: string, body: Body | undefined): Promise<KeyRecord> {
+  const patch = body === undefined ? {} : readControls(body.values, body.roundedValues);
+  const updated = await w.store.updateKey(id, patch).catch(teamRefused);
+  if (updated === undefined) throw new GatewayError('key_not_found', `No live key with id '${clip(id)}'.`);
+  return updated;
+}
+
+/**
+ * POST /admin/keys/{id}/rotate {grace_seconds}: a new plaintext for the same key id (and its
+ * controls, budget and usage); the old one works until the grace ends, then 401.
+ */
+export async function rotateKey(w: KeyWrite, id: string, body: Body | undefined): Promise<Record<string, unknown>> {
+  const grace = body === undefined || body.values.grace_seconds === null ? 0
+    : integerParam(body, 'grace_seconds', 0, MAX_GRACE_SECONDS, `an integer from 0 to ${MAX_GRACE_SECONDS} (30 days)`) ?? 0;
+  const key = newKey(w.config.service.key_prefix);
+  const until = Date.now() + grace * 1000;
+  const rotated = await w.store.rotateKey(id, sha256Hex(key), key.slice(-4), until);
+  if (rotated === undefined) throw new GatewayError('key_not_found', `No live key with id '${clip(id)}'.`);
+  return { id, account: rotated.account, key, previous_key_valid_until: new Date(until).toISOString() };
+}
+
+/** DELETE /admin/keys/{id}: 204 (revoking twice keeps the first time). */
+export async function revokeKey(w: KeyWrite, id: string): Promise<void> {
+  if ((await w.store.revokeKey(id)) === undefined) throw new GatewayError('key_not_found', `No key with id '${clip(id)}'.`);
+}
