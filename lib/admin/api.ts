@@ -4,7 +4,8 @@
 // revocations (204, no body); errors use the envelope. Amounts are exact integers of at most
 // 2^53-1 in size, and a balance never leaves 0..2^53-1 (CONTRACT sections 9 and 10). A body
 // holds only the members its route's shape names, at any depth (./body-shape.ts; CONTRACT
-// section 16).
+// section 16). Every write is recorded in the audit log in the same store step as the write,
+// before it is answered (./audit.ts; CONTRACT section 21).
 
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -16,14 +17,14 @@ import { createTeam, deleteTeam, getTeam, listTeams, updateTeam } from './teams.
 import { keyView } from '../auth/controls.js';
 import { sendJson } from '../http/respond.js';
 import { windows } from '../billing/meter.js';
-import { MAX_UNITS, type AccountRecord, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
+import { MAX_UNITS, type AccountRecord, type AuditEvent, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
 import { isCursor } from '../store/usage-records.js';
 import { alertsPage } from './alerts.js';
 import { decide, isWrite, outsideAccount, type Principal } from '../console/permissions.js';
 import { addressReader, type AddressOf } from '../auth/client-address.js';
 import { accountsPage, usageHourly, usageTop } from './insights.js';
 import { TokenGuard } from './token-guard.js';
-import { auditPage } from './audit.js';
+import { WriteAudit, auditEvent, auditPage } from './audit.js';
 import { adminBody, hasBody, integerParam, type Body } from './body.js';
 import { issueKey, patchKey, revokeKey, rotateKey, type KeyWrite } from './keys.js';
 
@@ -138,17 +139,16 @@ export class AdminApi {
     return this.#guard.attempt(req, given, (g) => token !== null && sameSecret(g, token));
   }
 
-  /** Appends a write to the audit log (CONTRACT section 12); durable before the answer goes. */
-  async audit(p: Principal, action: string, target: string, req: IncomingMessage, requestId: string): Promise<void> {
-    await this.#store.appendAudit({
-      at: Date.now(), actor: p.actor, role: p.role, action, target, ip: this.#address(req) ?? '', request_id: requestId,
-    });
+  /** The event of a write by `p` (the console's sign-ins, check and reload record it alone, ./audit.ts). */
+  auditEvent(p: Principal, action: string, target: string, req: IncomingMessage, requestId: string): AuditEvent {
+    return auditEvent(p, action, target, req, this.#address, requestId);
   }
 
   /**
    * One /admin request: by the Bearer admin token, or (`session`) by a console session the
    * gateway checked (cookie, revocation, CSRF). Either way through the permission table
-   * (../console/permissions.ts), and every write that succeeds is audited before it is answered.
+   * (../console/permissions.ts); every write that succeeds is recorded in the audit log with
+   * the write, in one store step, before it is answered (./audit.ts).
    */
   async handle(req: IncomingMessage, res: ServerResponse, path: string, requestId: string, session?: Principal): Promise<void> {
     const principal = session ?? await this.#tokenPrincipal(req);
@@ -160,18 +160,17 @@ export class AdminApi {
     const method = req.method;
     const decision = decide(principal, method, ['admin', ...parts]);
     await this.#inScope(principal, decision.scope, decision.id, req.url ?? '');
-    const write = isWrite(method);
-    const audited = async () => {
-      if (write) await this.audit(principal, `${method ?? ''} ${decision.route}`, decision.id, req, requestId);
-    };
+    const audit = isWrite(method) ? new WriteAudit(this.auditEvent(principal, `${method ?? ''} ${decision.route}`, decision.id, req, requestId)) : undefined;
     const headers = { 'x-request-id': requestId };
+    // A write's answer goes once its event is recorded: with the write, or alone.
     const send = async (status: number, body: unknown) => {
-      await audited();
+      await audit?.done(this.#store);
       sendJson(res, status, JSON.stringify(body), { ...headers });
     };
-    const noContent = async () => { await audited(); res.writeHead(204, headers); res.end(); };
+    const noContent = async () => { await audit?.done(this.#store); res.writeHead(204, headers); res.end(); };
+    const event = () => audit?.take();
     const body = (shape: BodyShape) => adminBody(req, shape, this.#config.server.body_timeout_ms);
-    const keys: KeyWrite = { store: this.#store, config: this.#config };
+    const keys: KeyWrite | undefined = audit === undefined ? undefined : { store: this.#store, config: this.#config, principal, audit };
     const [a, b, c] = parts;
     const accountView = (acct: AccountRecord) => this.#view(acct);
     const reading = method === 'GET' || method === 'HEAD';
@@ -180,28 +179,29 @@ export class AdminApi {
       await send(200, await accountsPage(this.#store, req.url ?? '', accountView));
     } else if (a === 'accounts' && parts.length === 1) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'GET, HEAD, POST');
-      await send(201, await accountView(await this.#createAccount(await body(ACCOUNT_BODY))));
+      await send(201, await accountView(await this.#createAccount(await body(ACCOUNT_BODY), event())));
     } else if (a === 'accounts' && b !== undefined && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       await send(200, await accountView(await this.#account(b)));
     } else if (a === 'accounts' && b !== undefined && c === 'credits' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
-      const { applied, account } = await this.#credit(b, await body(CREDIT_BODY));
+      const { applied, account } = await this.#credit(b, await body(CREDIT_BODY), event());
       await send(200, { ...(await accountView(account)), applied });
     } else if (a === 'accounts' && b !== undefined && c === 'keys' && parts.length === 3) {
       if (reading) {
         const list = await this.#store.listKeys(b);
         if (list === undefined) throw new GatewayError('account_not_found', `No account with id '${clip(b)}'.`);
         await send(200, { keys: list.map((k) => this.#keyView(k)) });
-        return;
+      } else if (method === 'POST' && keys !== undefined) {
+        await send(201, await issueKey(keys, b, hasBody(req) ? await body(CONTROLS_BODY) : undefined));
+      } else {
+        throw methodNotAllowed(method, path, 'GET, HEAD, POST');
       }
-      if (method !== 'POST') throw methodNotAllowed(method, path, 'GET, HEAD, POST');
-      await send(201, await issueKey(keys, b, hasBody(req) ? await body(CONTROLS_BODY) : undefined));
     } else if (a === 'keys' && b !== undefined && parts.length === 2) {
-      if (method === 'DELETE') {
+      if (method === 'DELETE' && keys !== undefined) {
         await revokeKey(keys, b);
         await noContent();
-      } else if (method === 'PATCH') {
+      } else if (method === 'PATCH' && keys !== undefined) {
         await send(200, this.#keyView(await patchKey(keys, b, hasBody(req) ? await body(CONTROLS_BODY) : undefined)));
       } else if (reading) {
         const key = await this.#store.getKey(b);
@@ -211,21 +211,21 @@ export class AdminApi {
         throw methodNotAllowed(method, path, 'GET, HEAD, PATCH, DELETE');
       }
     } else if (a === 'accounts' && b !== undefined && c === 'teams' && parts.length === 3) {
-      if (reading) send(200, await listTeams(this.#store, b));
-      else if (method === 'POST') send(201, await createTeam(this.#store, b, await body(TEAM_BODY)));
+      if (reading) await send(200, await listTeams(this.#store, b));
+      else if (method === 'POST') await send(201, await createTeam(this.#store, b, await body(TEAM_BODY), event()));
       else throw methodNotAllowed(method, path, 'GET, HEAD, POST');
     } else if (a === 'teams' && b !== undefined && parts.length === 2) {
-      if (reading) send(200, await getTeam(this.#store, b));
-      else if (method === 'PATCH') send(200, await updateTeam(this.#store, b, hasBody(req) ? await body(TEAM_PATCH_BODY) : undefined));
-      else if (method === 'DELETE') { await deleteTeam(this.#store, b); noContent(); }
+      if (reading) await send(200, await getTeam(this.#store, b));
+      else if (method === 'PATCH') await send(200, await updateTeam(this.#store, b, hasBody(req) ? await body(TEAM_PATCH_BODY) : undefined, event()));
+      else if (method === 'DELETE') { await deleteTeam(this.#store, b, event()); await noContent(); }
       else throw methodNotAllowed(method, path, 'GET, HEAD, PATCH, DELETE');
     } else if (a === 'keys' && b !== undefined && c === 'rotate' && parts.length === 3) {
-      if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
+      if (method !== 'POST' || keys === undefined) throw methodNotAllowed(method, path, 'POST');
       await send(200, await rotateKey(keys, b, hasBody(req) ? await body(ROTATE_BODY) : undefined));
     } else if (a === 'sessions' && b !== undefined && c === 'revoke' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
       if (hasBody(req)) await body(NO_MEMBERS);
-      await this.#store.revokeSession(b);
+      await this.#store.revokeSession(b, event());
       await noContent();
     } else if (a === 'upstreams' && parts.length === 1) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
@@ -322,7 +322,7 @@ export class AdminApi {
     return account;
   }
 
-  async #createAccount(body: Body): Promise<AccountRecord> {
+  async #createAccount(body: Body, audit: AuditEvent | undefined): Promise<AccountRecord> {
     const { id, plan } = body.values;
     if (id === undefined) throw new GatewayError('missing_required_parameter', "Missing required parameter: 'id'.", { param: 'id' });
     if (typeof id !== 'string') throw new GatewayError('invalid_type', "Invalid type for 'id': expected a string.", { param: 'id' });
@@ -334,13 +334,13 @@ export class AdminApi {
       throw new GatewayError('unsupported_value', `Unsupported value for 'plan': ${clip(JSON.stringify(plan))}. Supported values are: ${plans.map((p) => `'${p}'`).join(', ')}.`, { param: 'plan' });
     }
     const units = body.values.wallet_units === null ? 0 : integerParam(body, 'wallet_units', 0, MAX_UNITS, `an integer from 0 to ${MAX_UNITS}`) ?? 0;
-    if (!(await this.#store.createAccount({ id, plan, balance_units: units }))) {
+    if (!(await this.#store.createAccount({ id, plan, balance_units: units }, audit))) {
       throw new GatewayError('account_exists', `An account with id '${clip(id)}' exists.`, { param: 'id' });
     }
     return this.#account(id);
   }
 
-  async #credit(id: string, body: Body): Promise<{ applied: boolean; account: AccountRecord }> {
+  async #credit(id: string, body: Body, audit: AuditEvent | undefined): Promise<{ applied: boolean; account: AccountRecord }> {
     const { idempotency_key: key } = body.values;
     const units = integerParam(body, 'units', -MAX_UNITS, MAX_UNITS, `a non-zero integer from -${MAX_UNITS} to ${MAX_UNITS}`);
     if (units === undefined) throw new GatewayError('missing_required_parameter', "Missing required parameter: 'units'.", { param: 'units' });
@@ -348,7 +348,7 @@ export class AdminApi {
     if (key === undefined) throw new GatewayError('missing_required_parameter', "Missing required parameter: 'idempotency_key'.", { param: 'idempotency_key' });
     if (typeof key !== 'string') throw new GatewayError('invalid_type', "Invalid type for 'idempotency_key': expected a string.", { param: 'idempotency_key' });
     if (!IDEMPOTENCY_KEY.test(key)) throw new GatewayError('invalid_value', "Invalid value for 'idempotency_key': 1-200 printable characters.", { param: 'idempotency_key' });
-    const result = await this.#store.addCredits(id, units, key);
+    const result = await this.#store.addCredits(id, units, key, audit);
     if (result === undefined) throw new GatewayError('account_not_found', `No account with id '${clip(id)}'.`);
     if (result.refused === 'below_zero') {
       throw new GatewayError('invalid_value', `Invalid value for 'units': deducting ${-units} units would take the balance (${result.balance_units}) below zero; nothing changed.`, { param: 'units' });

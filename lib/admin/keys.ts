@@ -1,5 +1,6 @@
-// The admin API's key writes (CONTRACT sections 5 and 8): issue a key with its controls,
-// change them (PATCH), rotate its plaintext, revoke it. Keys are returned in plaintext exactly
+// The admin API's key writes (CONTRACT sections 5, 8 and 21): issue a key with its controls,
+// change them (PATCH), rotate its plaintext, revoke it. Each hands the write's audit event to
+// the store call that makes the write (./audit.ts). Keys are returned in plaintext exactly
 // once; only their SHA-256 is stored.
 
 import { randomInt } from 'node:crypto';
@@ -8,6 +9,8 @@ import { GatewayError, clip } from '../errors.js';
 import { keyIdOf, sha256Hex } from '../store/digest.js';
 import { TeamNotFoundError, applyPatch, defaultControls, type KeyRecord, type Store } from '../store/types.js';
 import { readControls } from '../auth/controls.js';
+import type { Principal } from '../console/permissions.js';
+import type { WriteAudit } from './audit.js';
 import { integerParam, type Body } from './body.js';
 import { keyTeamNotFound } from './teams.js';
 
@@ -23,8 +26,8 @@ export function newKey(prefix: string): string {
   return out;
 }
 
-/** What a key write needs: the store and the config. */
-export interface KeyWrite { store: Store; config: Config }
+/** What a key write needs: the store, the config, who asks, and the write's audit event. */
+export interface KeyWrite { store: Store; config: Config; principal: Principal; audit: WriteAudit }
 
 /** A key create or PATCH naming a team its account lacks: 404 team_not_found (CONTRACT section 15). */
 function teamRefused(err: unknown): never {
@@ -42,7 +45,7 @@ export async function issueKey(w: KeyWrite, account: string, body: Body | undefi
   const key = newKey(w.config.service.key_prefix);
   const digest = sha256Hex(key);
   const id = keyIdOf(digest);
-  if (!(await w.store.createKey({ id, account, digest, last4: key.slice(-4), controls }).catch(teamRefused))) {
+  if (!(await w.store.createKey({ id, account, digest, last4: key.slice(-4), controls }, w.audit.take()).catch(teamRefused))) {
     throw new GatewayError('account_not_found', `No account with id '${clip(account)}'.`);
   }
   return { id, account, key };
@@ -51,7 +54,7 @@ export async function issueKey(w: KeyWrite, account: string, body: Body | undefi
 /** PATCH /admin/keys/{id}: the controls the body names. */
 export async function patchKey(w: KeyWrite, id: string, body: Body | undefined): Promise<KeyRecord> {
   const patch = body === undefined ? {} : readControls(body.values, body.roundedValues);
-  const updated = await w.store.updateKey(id, patch).catch(teamRefused);
+  const updated = await w.store.updateKey(id, patch, w.audit.take()).catch(teamRefused);
   if (updated === undefined) throw new GatewayError('key_not_found', `No live key with id '${clip(id)}'.`);
   return updated;
 }
@@ -65,12 +68,12 @@ export async function rotateKey(w: KeyWrite, id: string, body: Body | undefined)
     : integerParam(body, 'grace_seconds', 0, MAX_GRACE_SECONDS, `an integer from 0 to ${MAX_GRACE_SECONDS} (30 days)`) ?? 0;
   const key = newKey(w.config.service.key_prefix);
   const until = Date.now() + grace * 1000;
-  const rotated = await w.store.rotateKey(id, sha256Hex(key), key.slice(-4), until);
+  const rotated = await w.store.rotateKey(id, sha256Hex(key), key.slice(-4), until, w.audit.take());
   if (rotated === undefined) throw new GatewayError('key_not_found', `No live key with id '${clip(id)}'.`);
   return { id, account: rotated.account, key, previous_key_valid_until: new Date(until).toISOString() };
 }
 
 /** DELETE /admin/keys/{id}: 204 (revoking twice keeps the first time). */
 export async function revokeKey(w: KeyWrite, id: string): Promise<void> {
-  if ((await w.store.revokeKey(id)) === undefined) throw new GatewayError('key_not_found', `No key with id '${clip(id)}'.`);
+  if ((await w.store.revokeKey(id, w.audit.take())) === undefined) throw new GatewayError('key_not_found', `No key with id '${clip(id)}'.`);
 }
