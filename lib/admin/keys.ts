@@ -1,10 +1,11 @@
 // The admin API's key writes (CONTRACT sections 5, 8 and 21): issue a key with its controls,
 // change them (PATCH), rotate its plaintext, revoke it. Each hands the write's audit event to
-// the store call that makes the write (./audit.ts). Keys are returned in plaintext exactly
-// once; only their SHA-256 is stored.
+// the store call that makes the write (./audit.ts). A console member's writes may only narrow
+// what an admin set, and a member's new key stays within its plan and its account's teams
+// (./narrowing.ts). Keys are returned in plaintext exactly once; only their SHA-256 is stored.
 
 import { randomInt } from 'node:crypto';
-import type { Config } from '../config/types.js';
+import type { Config, QueuePriority } from '../config/types.js';
 import { GatewayError, clip } from '../errors.js';
 import { keyIdOf, sha256Hex } from '../store/digest.js';
 import { TeamNotFoundError, applyPatch, defaultControls, type KeyRecord, type Store } from '../store/types.js';
@@ -12,6 +13,7 @@ import { readControls } from '../auth/controls.js';
 import type { Principal } from '../console/permissions.js';
 import type { WriteAudit } from './audit.js';
 import { integerParam, type Body } from './body.js';
+import { refuseMemberKey, refuseWidening } from './narrowing.js';
 import { keyTeamNotFound } from './teams.js';
 
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
@@ -35,6 +37,13 @@ function teamRefused(err: unknown): never {
   throw err;
 }
 
+/** The queue priority of an account's plan (a member's keys stay at or below it). */
+async function planPriority(w: KeyWrite, account: string): Promise<QueuePriority> {
+  const a = await w.store.getAccount(account);
+  if (a === undefined) throw new GatewayError('account_not_found', `No account with id '${clip(account)}'.`);
+  return w.config.plans[a.plan]?.priority ?? 'normal';
+}
+
 /**
  * POST /admin/accounts/{id}/keys: a key with the controls the body names, all checked before
  * anything is stored (a key asked for with restrictions never comes out without them). The
@@ -42,6 +51,11 @@ function teamRefused(err: unknown): never {
  */
 export async function issueKey(w: KeyWrite, account: string, body: Body | undefined): Promise<{ id: string; account: string; key: string }> {
   const controls = applyPatch(defaultControls(), body === undefined ? {} : readControls(body.values, body.roundedValues));
+  if (w.principal.role === 'member') {
+    const priority = await planPriority(w, account);
+    const teams = await w.store.listTeams(account) ?? [];
+    refuseMemberKey(controls, priority, teams.map((t) => t.id));
+  }
   const key = newKey(w.config.service.key_prefix);
   const digest = sha256Hex(key);
   const id = keyIdOf(digest);
@@ -51,10 +65,15 @@ export async function issueKey(w: KeyWrite, account: string, body: Body | undefi
   return { id, account, key };
 }
 
-/** PATCH /admin/keys/{id}: the controls the body names. */
+/** PATCH /admin/keys/{id}: the controls the body names; a member's may only narrow (./narrowing.ts). */
 export async function patchKey(w: KeyWrite, id: string, body: Body | undefined): Promise<KeyRecord> {
   const patch = body === undefined ? {} : readControls(body.values, body.roundedValues);
-  const updated = await w.store.updateKey(id, patch, w.audit.take()).catch(teamRefused);
+  let check: ((current: KeyRecord) => void) | undefined;
+  if (w.principal.role === 'member' && w.principal.account !== null) {
+    const priority = await planPriority(w, w.principal.account);
+    check = (current) => refuseWidening(current, patch, priority);
+  }
+  const updated = await w.store.updateKey(id, patch, w.audit.take(), check).catch(teamRefused);
   if (updated === undefined) throw new GatewayError('key_not_found', `No live key with id '${clip(id)}'.`);
   return updated;
 }
