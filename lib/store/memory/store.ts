@@ -645,11 +645,12 @@ export class MemoryStore implements Store {
   async seed(accounts: readonly AccountConfig[]): Promise<void> {
     await this.#begin();
     // All checks and changes happen in one synchronous pass; then one wait for the writes.
+    const writes: Array<Promise<void> | undefined> = [];
     for (const a of accounts) {
-      this.#createAccount({ id: a.id, plan: a.plan, balance_units: a.wallet_units });
-      for (const key of seededKeys(a)) this.#createKey({ id: keyIdOf(key.digest), account: a.id, ...key });
+      writes.push(this.#createAccount({ id: a.id, plan: a.plan, balance_units: a.wallet_units }));
+      for (const key of seededKeys(a)) writes.push(this.#createKey({ id: keyIdOf(key.digest), account: a.id, ...key }));
     }
-    await this.#settled();
+    await Promise.all([...writes, this.#settled()]);
   }
 
   async hold(h: HoldRequest): Promise<HoldResult | undefined> {
