@@ -24,10 +24,13 @@
 // The since filter is by the event's time, which the entry id's milliseconds follow (both this
 // instant's clock: Redis's and the gateway's may differ a little, so the filter also checks `at`).
 //
-// Events without a write of their own (sign-ins, config checks and reloads) go to P{audit}
-// directly (append).
+// With store.wait_replicas, a move is confirmed by the replicas before its entry leaves the
+// outbox (the two keys may be on two primaries of a Cluster: a failover of the log's must not
+// lose an event whose outbox entry is gone). Events without a write of their own (sign-ins,
+// config checks and reloads) go to P{audit} directly (append).
 
 import type { RedisClient } from './connect.js';
+import type { ReplicaWait } from './wait.js';
 import { requireAuditEvent, requireAuditQuery, toAuditEvent } from '../rules.js';
 import type { AuditEvent, AuditPage, AuditQuery } from '../types.js';
 
@@ -91,9 +94,11 @@ export class RedisAudit {
   readonly #key: string;
   readonly #outboxes: string;
   readonly #moved: string;
+  readonly #wait: ReplicaWait | null;
 
-  constructor(redis: RedisClient & AuditScripts, prefix: string) {
+  constructor(redis: RedisClient & AuditScripts, prefix: string, wait: ReplicaWait | null = null) {
     this.#redis = redis;
+    this.#wait = wait;
     this.#key = `${prefix}{audit}`;
     this.#outboxes = `${prefix}{audit}:outboxes`;
     this.#moved = `${prefix}{audit}:moved`;
@@ -126,22 +131,34 @@ export class RedisAudit {
       for (const [id, fields] of entries) {
         const i = fields.indexOf('e');
         const now = Date.now();
-        if (i >= 0) await this.#redis.tgAuditMove(this.#key, this.#moved, `${outbox} ${id}`, fields[i + 1]!, String(now), String(now - MOVED_KEEP_MS));
+        const args = [`${outbox} ${id}`, fields[i + 1]!, String(now), String(now - MOVED_KEEP_MS)] as const;
+        if (i >= 0) {
+          if (this.#wait !== null) await this.#wait.eval(AUDIT_SCRIPTS.tgAuditMove.lua, [this.#key, this.#moved], [...args]);
+          else await this.#redis.tgAuditMove(this.#key, this.#moved, ...args);
+        }
         await this.#redis.xdel(outbox, id);
       }
       if (entries.length < MOVE_BATCH) return;
     }
   }
 
-  /** Step 3: the events every named outbox still holds are moved; idle empty outboxes are forgotten. */
+  /**
+   * Step 3: the events every named outbox still holds are moved; idle empty outboxes are
+   * forgotten. An outbox that cannot be moved now (its node down, a WAIT unconfirmed) keeps its
+   * events for the next listing: the log is read as it stands.
+   */
   async #sweep(): Promise<void> {
     const named = await this.#redis.zrange(this.#outboxes, 0, -1, 'WITHSCORES');
     const idle = Date.now() - OUTBOX_KEEP_MS;
     const outboxes: Array<[string, number]> = [];
     for (let i = 0; i + 1 < named.length; i += 2) outboxes.push([named[i]!, Number(named[i + 1])]);
     await Promise.all(outboxes.map(async ([outbox, at]) => {
-      await this.#move(outbox);
-      if (at < idle) await this.#redis.tgAuditForget(this.#outboxes, outbox, String(idle));
+      try {
+        await this.#move(outbox);
+        if (at < idle) await this.#redis.tgAuditForget(this.#outboxes, outbox, String(idle));
+      } catch {
+        // Moved by a later listing.
+      }
     }));
   }
 

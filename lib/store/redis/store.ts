@@ -153,7 +153,7 @@ export class RedisStore implements Store {
     this.#metering = new RedisMetering(this.#redis, this.prefix, this.#wait);
     this.#usage = new RedisUsage(this.#redis, this.prefix, options.usageRetentionDays);
     this.#responses = new RedisResponses(this.#redis, this.prefix);
-    this.#audit = new RedisAudit(this.#redis as unknown as RedisClient & AuditScripts, this.prefix);
+    this.#audit = new RedisAudit(this.#redis as unknown as RedisClient & AuditScripts, this.prefix, this.#wait);
     this.#revocations = new RedisRevocations(this.prefix, topology, connectTimeout, onError);
     this.#keys = new RedisKeys(this.#redis, this.prefix, this.#wait, this.#revocations, this.#audit);
     this.#teams = new RedisTeams(this.#redis, this.prefix, this.#keys, this.#revocations, this.#audit);
