@@ -65,6 +65,15 @@ async function serve(argv: string[]): Promise<void> {
   // The config was validated above: the gateway takes it as it is. The signals are handled
   // from here on, while it starts too.
   const gateway = createGateway(config);
+  // The last resort (CONTRACT section 21: no store fault ends the process). Node ends a process
+  // on a rejection nobody handled; every path of the gateway handles its own (a store fault is a
+  // 503), so one reaching here is a bug, and ending the process for it would cut every tenant
+  // off for a result no code was waiting for. Logged at error level, with the reason, and the
+  // gateway serves on. Only `serve` installs it: an embedder owns its process. A thrown
+  // exception (uncaughtException) still ends the process: state may be half-changed then.
+  process.on('unhandledRejection', (reason) => {
+    gateway.logger.error({ err: reason instanceof Error ? reason : String(reason) }, 'unhandled rejection (a bug in the gateway: please report it); serving on');
+  });
   let running: RunningServer | undefined;
   let stopping = false;
   const stop = (signal: string) => {

@@ -42,6 +42,7 @@ export const ERROR_CODES = Object.freeze({
   model_not_allowed: 403,
   ip_not_allowed: 403,
   forbidden: 403,
+  permission_denied: 403,
   csrf_failed: 403,
   model_not_found: 404,
   unknown_url: 404,

@@ -60,6 +60,8 @@ const EXTRA: Record<string, number> = {
   not_signed_in: 401,
   forbidden: 403,
   csrf_failed: 403,
+  // CONTRACT section 21: a console member may only narrow the controls an admin set on a key.
+  permission_denied: 403,
 };
 
 t.test('the spec table parses into the 25 codes it lists', async (t) => {
@@ -84,8 +86,8 @@ t.test('the extra codes have their statuses', async (t) => {
 
 t.test('the table holds nothing beyond the spec codes and the extras', async (t) => {
   const expected = new Map([...specTable(), ...Object.entries(EXTRA)]);
-  t.equal(expected.size, 45);
-  t.equal(Object.keys(ERROR_CODES).length, 45, 'count pinned');
+  t.equal(expected.size, 46);
+  t.equal(Object.keys(ERROR_CODES).length, 46, 'count pinned');
   t.strictSame(Object.keys(ERROR_CODES).sort(), [...expected.keys()].sort());
   t.strictSame(Object.fromEntries(Object.entries(ERROR_CODES)), Object.fromEntries(expected));
   t.ok(Object.isFrozen(ERROR_CODES), 'the table cannot be changed at run time');

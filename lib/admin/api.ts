@@ -1,44 +1,35 @@
 // The admin API (CONTRACT sections 5 and 8): accounts, credits, developer keys with their
-// controls (list, PATCH, rotation), and session revocation, under /admin with Bearer admin.token. Every answer is JSON, except the two
-// revocations (204, no body); errors use the envelope. Keys are returned in plaintext exactly
-// once; only their SHA-256 is stored. Amounts are exact integers of at most 2^53-1 in size,
-// and a balance never leaves 0..2^53-1 (CONTRACT sections 9 and 10). A body holds only the
-// members its route's shape names, at any depth (./body-shape.ts; CONTRACT section 16).
+// controls (list, PATCH, rotation: ./keys.ts), teams (./teams.ts) and session revocation, under
+// /admin with Bearer admin.token, or a console session. Every answer is JSON, except the two
+// revocations (204, no body); errors use the envelope. Amounts are exact integers of at most
+// 2^53-1 in size, and a balance never leaves 0..2^53-1 (CONTRACT sections 9 and 10). A body
+// holds only the members its route's shape names, at any depth (./body-shape.ts; CONTRACT
+// section 16). Every write is recorded in the audit log in the same store step as the write,
+// before it is answered (./audit.ts; CONTRACT section 21).
 
-import { createHash, randomInt, timingSafeEqual } from 'node:crypto';
+import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { bearer } from '../auth/bearer.js';
-import { keyIdOf, sha256Hex } from '../store/digest.js';
 import type { Config } from '../config/types.js';
 import { GatewayError, MAX_ECHO, clip } from '../errors.js';
-import { isJsonContentType, readBody } from '../http/body.js';
-import { ACCOUNT_BODY, CONTROLS_BODY, CREDIT_BODY, NO_MEMBERS, ROTATE_BODY, TEAM_BODY, TEAM_PATCH_BODY, refuseUnknownMembers, type BodyShape } from './body-shape.js';
-import { createTeam, deleteTeam, getTeam, keyTeamNotFound, listTeams, updateTeam } from './teams.js';
-import { roundedMembers, roundedValues } from '../http/exact-json.js';
-import { keyView, readControls } from '../auth/controls.js';
-import { parseJsonBody } from '../http/json.js';
-import { closeIfBodyUnread, sendJson } from '../http/respond.js';
+import { ACCOUNT_BODY, CONTROLS_BODY, CREDIT_BODY, NO_MEMBERS, ROTATE_BODY, TEAM_BODY, TEAM_PATCH_BODY, type BodyShape } from './body-shape.js';
+import { createTeam, deleteTeam, getTeam, listTeams, updateTeam } from './teams.js';
+import { keyView } from '../auth/controls.js';
+import { sendJson } from '../http/respond.js';
 import { windows } from '../billing/meter.js';
-import { MAX_UNITS, TeamNotFoundError, applyPatch, type AuditEvent, defaultControls, type AccountRecord, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
+import { MAX_UNITS, type AccountRecord, type AuditEvent, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
 import { isCursor } from '../store/usage-records.js';
-import { isObject } from '../objects.js';
 import { alertsPage } from './alerts.js';
 import { decide, isWrite, outsideAccount, type Principal } from '../console/permissions.js';
 import { addressReader, type AddressOf } from '../auth/client-address.js';
 import { accountsPage, usageHourly, usageTop } from './insights.js';
 import { TokenGuard } from './token-guard.js';
+import { WriteAudit, auditEvent, auditPage } from './audit.js';
+import { adminBody, hasBody, integerParam, type Body } from './body.js';
+import { issueKey, patchKey, revokeKey, rotateKey, type KeyWrite } from './keys.js';
 
 const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/;
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,200}$/;
-const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
-/** Random characters in an issued key: 40 of base62 is about 238 bits. */
-const KEY_CHARS = 40;
-
-export function newKey(prefix: string): string {
-  let out = `${prefix}_`;
-  for (let i = 0; i < KEY_CHARS; i++) out += BASE62[randomInt(62)];
-  return out;
-}
 
 /** Compares digests so neither the length nor the content of the token leaks through timing. */
 function sameSecret(given: string, expected: string): boolean {
@@ -47,48 +38,12 @@ function sameSecret(given: string, expected: string): boolean {
   return timingSafeEqual(a, b);
 }
 
-
-/**
- * A parsed JSON object body, which of its members had a number literal JSON.parse rounded, and
- * the values of every rounded literal at any depth (for nested amounts).
- */
-interface Body { values: Record<string, unknown>; rounded: Set<string>; roundedValues: Set<number> }
-
-/** The longest grace a rotation may give the old plaintext: 30 days. */
-export const MAX_GRACE_SECONDS = 30 * 86_400;
-
-/**
- * An integer member from `min` to `max` (both at most 2^53-1 in size), given exactly; undefined
- * when absent. Anything else is 400 naming the member: invalid_type for a non-number,
- * invalid_value for a fraction, a rounded literal or a value out of range.
- */
-function integerParam(body: Body, name: string, min: number, max: number, range: string): number | undefined {
-  const v = body.values[name];
-  if (v === undefined) return undefined;
-  if (typeof v !== 'number') throw new GatewayError('invalid_type', `Invalid type for '${name}': expected an integer.`, { param: name });
-  if (!Number.isSafeInteger(v) || body.rounded.has(name) || v < min || v > max) {
-    throw new GatewayError('invalid_value', `Invalid value for '${name}': must be ${range}.`, { param: name });
-  }
-  return v;
-}
-
-/** A key create or PATCH naming a team its account lacks: 404 team_not_found (CONTRACT section 15). */
-function teamRefused(err: unknown): never {
-  if (err instanceof TeamNotFoundError) throw keyTeamNotFound(err.team);
-  throw err;
-}
-
 function notFound(path: string): GatewayError {
   return new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
 }
 
 function methodNotAllowed(method: string | undefined, path: string, allow: string): GatewayError {
   return new GatewayError('method_not_allowed', `Method ${clip(method ?? '', 16)} is not allowed on ${clip(path, MAX_ECHO - 16)}; use ${allow}.`, { headers: { allow } });
-}
-
-function hasBody(req: IncomingMessage): boolean {
-  const length = req.headers['content-length'];
-  return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
 }
 
 /** Records pages hold 1 to RECORDS_MAX_LIMIT records; RECORDS_DEFAULT_LIMIT unless asked. */
@@ -184,17 +139,16 @@ export class AdminApi {
     return this.#guard.attempt(req, given, (g) => token !== null && sameSecret(g, token));
   }
 
-  /** Appends a write to the audit log (CONTRACT section 12); durable before the answer goes. */
-  async audit(p: Principal, action: string, target: string, req: IncomingMessage, requestId: string): Promise<void> {
-    await this.#store.appendAudit({
-      at: Date.now(), actor: p.actor, role: p.role, action, target, ip: this.#address(req) ?? '', request_id: requestId,
-    });
+  /** The event of a write by `p` (the console's sign-ins, check and reload record it alone, ./audit.ts). */
+  auditEvent(p: Principal, action: string, target: string, req: IncomingMessage, requestId: string): AuditEvent {
+    return auditEvent(p, action, target, req, this.#address, requestId);
   }
 
   /**
    * One /admin request: by the Bearer admin token, or (`session`) by a console session the
    * gateway checked (cookie, revocation, CSRF). Either way through the permission table
-   * (../console/permissions.ts), and every write that succeeds is audited before it is answered.
+   * (../console/permissions.ts); every write that succeeds is recorded in the audit log with
+   * the write, in one store step, before it is answered (./audit.ts).
    */
   async handle(req: IncomingMessage, res: ServerResponse, path: string, requestId: string, session?: Principal): Promise<void> {
     const principal = session ?? await this.#tokenPrincipal(req);
@@ -206,16 +160,17 @@ export class AdminApi {
     const method = req.method;
     const decision = decide(principal, method, ['admin', ...parts]);
     await this.#inScope(principal, decision.scope, decision.id, req.url ?? '');
-    const write = isWrite(method);
-    const audited = async () => {
-      if (write) await this.audit(principal, `${method ?? ''} ${decision.route}`, decision.id, req, requestId);
-    };
+    const audit = isWrite(method) ? new WriteAudit(this.auditEvent(principal, `${method ?? ''} ${decision.route}`, decision.id, req, requestId)) : undefined;
     const headers = { 'x-request-id': requestId };
+    // A write's answer goes once its event is recorded: with the write, or alone.
     const send = async (status: number, body: unknown) => {
-      await audited();
+      await audit?.done(this.#store);
       sendJson(res, status, JSON.stringify(body), { ...headers });
     };
-    const noContent = async () => { await audited(); res.writeHead(204, headers); res.end(); };
+    const noContent = async () => { await audit?.done(this.#store); res.writeHead(204, headers); res.end(); };
+    const event = () => audit?.take();
+    const body = (shape: BodyShape) => adminBody(req, shape, this.#config.server.body_timeout_ms);
+    const keys: KeyWrite | undefined = audit === undefined ? undefined : { store: this.#store, config: this.#config, principal, audit };
     const [a, b, c] = parts;
     const accountView = (acct: AccountRecord) => this.#view(acct);
     const reading = method === 'GET' || method === 'HEAD';
@@ -224,34 +179,30 @@ export class AdminApi {
       await send(200, await accountsPage(this.#store, req.url ?? '', accountView));
     } else if (a === 'accounts' && parts.length === 1) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'GET, HEAD, POST');
-      await send(201, await accountView(await this.#createAccount(await this.#body(req, ACCOUNT_BODY))));
+      await send(201, await accountView(await this.#createAccount(await body(ACCOUNT_BODY), event())));
     } else if (a === 'accounts' && b !== undefined && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       await send(200, await accountView(await this.#account(b)));
     } else if (a === 'accounts' && b !== undefined && c === 'credits' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
-      const { applied, account } = await this.#credit(b, await this.#body(req, CREDIT_BODY));
+      const { applied, account } = await this.#credit(b, await body(CREDIT_BODY), event());
       await send(200, { ...(await accountView(account)), applied });
     } else if (a === 'accounts' && b !== undefined && c === 'keys' && parts.length === 3) {
       if (reading) {
-        const keys = await this.#store.listKeys(b);
-        if (keys === undefined) throw new GatewayError('account_not_found', `No account with id '${clip(b)}'.`);
-        await send(200, { keys: keys.map((k) => this.#keyView(k)) });
-        return;
+        const list = await this.#store.listKeys(b);
+        if (list === undefined) throw new GatewayError('account_not_found', `No account with id '${clip(b)}'.`);
+        await send(200, { keys: list.map((k) => this.#keyView(k)) });
+      } else if (method === 'POST' && keys !== undefined) {
+        await send(201, await issueKey(keys, b, hasBody(req) ? await body(CONTROLS_BODY) : undefined));
+      } else {
+        throw methodNotAllowed(method, path, 'GET, HEAD, POST');
       }
-      if (method !== 'POST') throw methodNotAllowed(method, path, 'GET, HEAD, POST');
-      const body = hasBody(req) ? await this.#body(req, CONTROLS_BODY) : undefined;
-      await send(201, await this.#issueKey(b, body));
     } else if (a === 'keys' && b !== undefined && parts.length === 2) {
-      if (method === 'DELETE') {
-        if ((await this.#store.revokeKey(b)) === undefined) throw new GatewayError('key_not_found', `No key with id '${clip(b)}'.`);
+      if (method === 'DELETE' && keys !== undefined) {
+        await revokeKey(keys, b);
         await noContent();
-      } else if (method === 'PATCH') {
-        const body = hasBody(req) ? await this.#body(req, CONTROLS_BODY) : undefined;
-        const patch = body === undefined ? {} : readControls(body.values, body.roundedValues);
-        const updated = await this.#store.updateKey(b, patch).catch(teamRefused);
-        if (updated === undefined) throw new GatewayError('key_not_found', `No live key with id '${clip(b)}'.`);
-        await send(200, this.#keyView(updated));
+      } else if (method === 'PATCH' && keys !== undefined) {
+        await send(200, this.#keyView(await patchKey(keys, b, hasBody(req) ? await body(CONTROLS_BODY) : undefined)));
       } else if (reading) {
         const key = await this.#store.getKey(b);
         if (key === undefined || key.revoked_at !== null) throw new GatewayError('key_not_found', `No live key with id '${clip(b)}'.`);
@@ -260,22 +211,21 @@ export class AdminApi {
         throw methodNotAllowed(method, path, 'GET, HEAD, PATCH, DELETE');
       }
     } else if (a === 'accounts' && b !== undefined && c === 'teams' && parts.length === 3) {
-      if (reading) send(200, await listTeams(this.#store, b));
-      else if (method === 'POST') send(201, await createTeam(this.#store, b, await this.#body(req, TEAM_BODY)));
+      if (reading) await send(200, await listTeams(this.#store, b));
+      else if (method === 'POST') await send(201, await createTeam(this.#store, b, await body(TEAM_BODY), event()));
       else throw methodNotAllowed(method, path, 'GET, HEAD, POST');
     } else if (a === 'teams' && b !== undefined && parts.length === 2) {
-      if (reading) send(200, await getTeam(this.#store, b));
-      else if (method === 'PATCH') send(200, await updateTeam(this.#store, b, hasBody(req) ? await this.#body(req, TEAM_PATCH_BODY) : undefined));
-      else if (method === 'DELETE') { await deleteTeam(this.#store, b); noContent(); }
+      if (reading) await send(200, await getTeam(this.#store, b));
+      else if (method === 'PATCH') await send(200, await updateTeam(this.#store, b, hasBody(req) ? await body(TEAM_PATCH_BODY) : undefined, event()));
+      else if (method === 'DELETE') { await deleteTeam(this.#store, b, event()); await noContent(); }
       else throw methodNotAllowed(method, path, 'GET, HEAD, PATCH, DELETE');
     } else if (a === 'keys' && b !== undefined && c === 'rotate' && parts.length === 3) {
-      if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
-      const body = hasBody(req) ? await this.#body(req, ROTATE_BODY) : undefined;
-      await send(200, await this.#rotate(b, body));
+      if (method !== 'POST' || keys === undefined) throw methodNotAllowed(method, path, 'POST');
+      await send(200, await rotateKey(keys, b, hasBody(req) ? await body(ROTATE_BODY) : undefined));
     } else if (a === 'sessions' && b !== undefined && c === 'revoke' && parts.length === 3) {
       if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
-      if (hasBody(req)) await this.#body(req, NO_MEMBERS);
-      await this.#store.revokeSession(b);
+      if (hasBody(req)) await body(NO_MEMBERS);
+      await this.#store.revokeSession(b, event());
       await noContent();
     } else if (a === 'upstreams' && parts.length === 1) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
@@ -285,7 +235,8 @@ export class AdminApi {
       await send(200, await this.#usage(req.url ?? ''));
     } else if (a === 'audit' && parts.length === 1) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      await send(200, await this.#audit(req.url ?? ''));
+      const q = new URL(req.url ?? '', 'http://admin').searchParams;
+      await send(200, await auditPage(this.#store, recordsTime(q.get('since') ?? undefined, 'since') ?? 0, recordsLimit(q.get('limit') ?? undefined), q.get('cursor') ?? undefined));
     } else if (a === 'usage' && b === 'hourly' && parts.length === 2) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       await send(200, await usageHourly(this.#store, req.url ?? ''));
@@ -361,45 +312,8 @@ export class AdminApi {
     return { records: page.records.map((r) => ({ ...r, at: new Date(r.at).toISOString() })), next_cursor: page.next_cursor };
   }
 
-  /**
-   * GET /admin/audit?since=&limit=&cursor= (CONTRACT section 12): `{events, next_cursor}`,
-   * newest first; `at` is ISO-8601.
-   */
-  async #audit(url: string): Promise<{ events: Array<Omit<AuditEvent, 'at'> & { at: string }>; next_cursor: string | null }> {
-    const q = new URL(url, 'http://admin').searchParams;
-    const since = recordsTime(q.get('since') ?? undefined, 'since') ?? 0;
-    const limit = recordsLimit(q.get('limit') ?? undefined);
-    const cursor = q.get('cursor') ?? undefined;
-    const bad = () => new GatewayError('invalid_value', "Invalid value for 'cursor': pass a next_cursor of an earlier page, unchanged.", { param: 'cursor' });
-    if (cursor !== undefined && (cursor === '' || cursor.length > 64)) throw bad();
-    let page;
-    try {
-      page = await this.#store.listAudit({ since, limit, cursor });
-    } catch (err) {
-      if (err instanceof RangeError) throw bad();
-      throw err;
-    }
-    return { events: page.events.map((e) => ({ ...e, at: new Date(e.at).toISOString() })), next_cursor: page.next_cursor };
-  }
-
   #keyView(k: KeyRecord): Record<string, unknown> {
     return keyView(k, this.#config.service.key_prefix);
-  }
-
-  /**
-   * The request's JSON object body, with no member `shape` does not take at any depth: every
-   * route that reads a body names its shape (./body-shape.ts).
-   */
-  async #body(req: IncomingMessage, shape: BodyShape): Promise<Body> {
-    if (!isJsonContentType(req.headers['content-type'])) {
-      throw new GatewayError('unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).');
-    }
-    const raw = await readBody(req, 65536, this.#config.server.body_timeout_ms);
-    const values = parseJsonBody(raw);
-    if (!isObject(values)) throw new GatewayError('invalid_type', "Invalid type for '(body)': expected a JSON object.", { param: '(body)' });
-    refuseUnknownMembers(values, shape);
-    const text = raw.toString('utf8');
-    return { values, rounded: roundedMembers(text), roundedValues: roundedValues(text) };
   }
 
   async #account(id: string): Promise<AccountRecord> {
@@ -408,7 +322,7 @@ export class AdminApi {
     return account;
   }
 
-  async #createAccount(body: Body): Promise<AccountRecord> {
+  async #createAccount(body: Body, audit: AuditEvent | undefined): Promise<AccountRecord> {
     const { id, plan } = body.values;
     if (id === undefined) throw new GatewayError('missing_required_parameter', "Missing required parameter: 'id'.", { param: 'id' });
     if (typeof id !== 'string') throw new GatewayError('invalid_type', "Invalid type for 'id': expected a string.", { param: 'id' });
@@ -420,13 +334,13 @@ export class AdminApi {
       throw new GatewayError('unsupported_value', `Unsupported value for 'plan': ${clip(JSON.stringify(plan))}. Supported values are: ${plans.map((p) => `'${p}'`).join(', ')}.`, { param: 'plan' });
     }
     const units = body.values.wallet_units === null ? 0 : integerParam(body, 'wallet_units', 0, MAX_UNITS, `an integer from 0 to ${MAX_UNITS}`) ?? 0;
-    if (!(await this.#store.createAccount({ id, plan, balance_units: units }))) {
+    if (!(await this.#store.createAccount({ id, plan, balance_units: units }, audit))) {
       throw new GatewayError('account_exists', `An account with id '${clip(id)}' exists.`, { param: 'id' });
     }
     return this.#account(id);
   }
 
-  async #credit(id: string, body: Body): Promise<{ applied: boolean; account: AccountRecord }> {
+  async #credit(id: string, body: Body, audit: AuditEvent | undefined): Promise<{ applied: boolean; account: AccountRecord }> {
     const { idempotency_key: key } = body.values;
     const units = integerParam(body, 'units', -MAX_UNITS, MAX_UNITS, `a non-zero integer from -${MAX_UNITS} to ${MAX_UNITS}`);
     if (units === undefined) throw new GatewayError('missing_required_parameter', "Missing required parameter: 'units'.", { param: 'units' });
@@ -434,7 +348,7 @@ export class AdminApi {
     if (key === undefined) throw new GatewayError('missing_required_parameter', "Missing required parameter: 'idempotency_key'.", { param: 'idempotency_key' });
     if (typeof key !== 'string') throw new GatewayError('invalid_type', "Invalid type for 'idempotency_key': expected a string.", { param: 'idempotency_key' });
     if (!IDEMPOTENCY_KEY.test(key)) throw new GatewayError('invalid_value', "Invalid value for 'idempotency_key': 1-200 printable characters.", { param: 'idempotency_key' });
-    const result = await this.#store.addCredits(id, units, key);
+    const result = await this.#store.addCredits(id, units, key, audit);
     if (result === undefined) throw new GatewayError('account_not_found', `No account with id '${clip(id)}'.`);
     if (result.refused === 'below_zero') {
       throw new GatewayError('invalid_value', `Invalid value for 'units': deducting ${-units} units would take the balance (${result.balance_units}) below zero; nothing changed.`, { param: 'units' });
@@ -443,35 +357,5 @@ export class AdminApi {
       throw new GatewayError('invalid_value', `Invalid value for 'units': adding ${units} units would take the balance (${result.balance_units}) above ${MAX_UNITS}, the largest exact amount; nothing changed.`, { param: 'units' });
     }
     return { applied: result.applied, account: await this.#account(id) };
-  }
-
-  /**
-   * Issues a key with the controls the body names (all checked before anything is stored: a key
-   * asked for with restrictions never comes out without them). The answer is the contract's
-   * `{id, account, key}`; the controls show in the key list.
-   */
-  async #issueKey(account: string, body: Body | undefined): Promise<{ id: string; account: string; key: string }> {
-    const controls = applyPatch(defaultControls(), body === undefined ? {} : readControls(body.values, body.roundedValues));
-    const key = newKey(this.#config.service.key_prefix);
-    const digest = sha256Hex(key);
-    const id = keyIdOf(digest);
-    if (!(await this.#store.createKey({ id, account, digest, last4: key.slice(-4), controls }).catch(teamRefused))) {
-      throw new GatewayError('account_not_found', `No account with id '${clip(account)}'.`);
-    }
-    return { id, account, key };
-  }
-
-  /**
-   * POST /admin/keys/{id}/rotate {grace_seconds}: a new plaintext for the same key id (and its
-   * controls, budget and usage); the old one works until the grace ends, then 401.
-   */
-  async #rotate(id: string, body: Body | undefined): Promise<Record<string, unknown>> {
-    const grace = body === undefined || body.values.grace_seconds === null ? 0
-      : integerParam(body, 'grace_seconds', 0, MAX_GRACE_SECONDS, `an integer from 0 to ${MAX_GRACE_SECONDS} (30 days)`) ?? 0;
-    const key = newKey(this.#config.service.key_prefix);
-    const until = Date.now() + grace * 1000;
-    const rotated = await this.#store.rotateKey(id, sha256Hex(key), key.slice(-4), until);
-    if (rotated === undefined) throw new GatewayError('key_not_found', `No live key with id '${clip(id)}'.`);
-    return { id, account: rotated.account, key, previous_key_valid_until: new Date(until).toISOString() };
   }
 }

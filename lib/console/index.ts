@@ -3,7 +3,10 @@
 // console's own API under /console/api (the effective config with secrets masked, a YAML
 // check, reload, usage export). Everything else the page shows comes from the admin API, which
 // takes the session cookie (Gateway passes the principal checked here to AdminApi.handle).
-// Both go through the one permission table (./permissions.ts); every write is audited.
+// Both go through the one permission table (./permissions.ts); every write is recorded in the
+// audit log before it is answered (../admin/audit.ts): a sign-out with the session's
+// revocation, in one store step; a sign-in, a config check and a reload (no store write of
+// their own) alone, before they act.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import YAML from 'yaml';
@@ -119,8 +122,7 @@ export class Console {
     }
     if (path === '/console/api/logout') {
       onlyMethods(method, path, 'POST');
-      await this.#d.store.revokeSession(session.sid);
-      await this.#d.admin.audit(session, 'POST /console/api/logout', '', req, requestId);
+      await this.#d.store.revokeSession(session.sid, this.#d.admin.auditEvent(session, 'POST /console/api/logout', '', req, requestId));
       this.#d.logger.info({ actor: session.actor, role: session.role }, 'console sign-out');
       res.writeHead(204, { ...SECURITY_HEADERS, 'x-request-id': requestId, 'set-cookie': setCookie(SESSION_COOKIE, '', 0, overTls(req, this.#d.config), 'Strict') });
       res.end();
@@ -130,7 +132,8 @@ export class Console {
     const decision = decide(session, method, parts);
     if (decision.scope === 'query' && session.role === 'member'
       && new URL(req.url ?? '', 'http://console').searchParams.get('account') !== session.account) throw outsideAccount(session);
-    const audit = (action: string) => this.#d.admin.audit(session, action, '', req, requestId);
+    // A write with no store step of its own: its event is recorded before it acts.
+    const audit = (action: string) => this.#d.store.appendAudit(this.#d.admin.auditEvent(session, action, '', req, requestId));
     if (path === '/console/api/config') {
       onlyMethods(method, path, 'GET, HEAD');
       return send(200, { yaml: YAML.stringify(redactConfig(this.#d.config)) });
@@ -141,14 +144,15 @@ export class Console {
       const { configWarnings } = await import('../config/cross-check.js');
       const text = (await this.#json(req, 1_048_576)).yaml;
       if (typeof text !== 'string') throw new GatewayError('invalid_type', "Invalid type for 'yaml': expected a string.", { param: 'yaml' });
+      await audit(`POST ${decision.route}`);
       const checked = await checkConfigText(text);
       return send(200, { ok: checked.problems.length === 0, problems: checked.problems, warnings: checked.config === undefined ? [] : configWarnings(checked.config) });
     }
     if (path === '/console/api/reload') {
       onlyMethods(method, path, 'POST');
       if (this.#d.reload === undefined) throw new GatewayError('unknown_url', 'Reload is available when the gateway runs as `tollgate serve --config FILE`.');
-      const problems = await this.#d.reload();
       await audit(`POST ${decision.route}`);
+      const problems = await this.#d.reload();
       return send(200, { reloaded: problems.length === 0, problems });
     }
     if (path === '/console/api/usage/export') {
@@ -201,7 +205,7 @@ export class Console {
     }
     const session = this.#keys.newSession({ actor: 'admin-token', role: 'admin', account: null }, this.#d.config.console.session_ttl_s);
     this.#d.logger.info({ actor: session.actor, role: session.role }, 'console sign-in with the admin token');
-    await this.#d.admin.audit(session, 'POST /console/api/login', '', req, requestId);
+    await this.#d.store.appendAudit(this.#d.admin.auditEvent(session, 'POST /console/api/login', '', req, requestId));
     this.#signIn(req, res, session, requestId, undefined);
   }
 
@@ -254,7 +258,7 @@ export class Console {
     }
     const session = this.#keys.newSession(result, this.#d.config.console.session_ttl_s);
     this.#d.logger.info({ actor: session.actor, role: session.role, account: session.account }, 'console sign-in with SSO');
-    await this.#d.admin.audit(session, 'GET /console/sso (sign-in)', session.account ?? '', req, requestId);
+    await this.#d.store.appendAudit(this.#d.admin.auditEvent(session, 'GET /console/sso (sign-in)', session.account ?? '', req, requestId));
     this.#signIn(req, res, session, requestId, '/console/');
   }
 

@@ -23,7 +23,7 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { AccountConfig } from '../config/types.js';
-import { StoreUnavailableError } from '../errors.js';
+import { GatewayError, StoreUnavailableError } from '../errors.js';
 import { notApplied, type RetryQueue } from './retry.js';
 import type { ResponseChain } from './response-chains.js';
 import type { AlertOutbox } from './alerts.js';
@@ -45,12 +45,15 @@ function badArgument(err: unknown): boolean {
   return err instanceof TypeError || err instanceof RangeError || err instanceof TeamNotFoundError;
 }
 
-/** Rejections of the store become StoreUnavailableError, except a bad argument's. */
+/**
+ * Rejections of the store become StoreUnavailableError, except a bad argument's and an answer a
+ * caller's own check gave (updateKey's `check`: a GatewayError).
+ */
 async function guard<T>(call: Promise<T>): Promise<T> {
   try {
     return await call;
   } catch (err) {
-    if (badArgument(err) || err instanceof StoreUnavailableError) throw err;
+    if (badArgument(err) || err instanceof GatewayError) throw err;
     throw new StoreUnavailableError(err);
   }
 }
@@ -74,22 +77,24 @@ export class GuardedStore implements Store {
     this.#settleWaitMs = options.settleWaitMs ?? SETTLE_WAIT_MS;
   }
 
-  createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean> { return guard(this.#inner.createAccount(account)); }
+  createAccount(account: { id: string; plan: string; balance_units: number }, audit?: AuditEvent): Promise<boolean> { return guard(this.#inner.createAccount(account, audit)); }
   getAccount(id: string): Promise<AccountRecord | undefined> { return guard(this.#inner.getAccount(id)); }
-  addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined> {
-    return guard(this.#inner.addCredits(accountId, units, idempotencyKey));
+  addCredits(accountId: string, units: number, idempotencyKey: string, audit?: AuditEvent): Promise<CreditResult | undefined> {
+    return guard(this.#inner.addCredits(accountId, units, idempotencyKey, audit));
   }
-  createKey(key: NewKey): Promise<boolean> { return guard(this.#inner.createKey(key)); }
+  createKey(key: NewKey, audit?: AuditEvent): Promise<boolean> { return guard(this.#inner.createKey(key, audit)); }
   getKey(id: string): Promise<KeyRecord | undefined> { return guard(this.#inner.getKey(id)); }
   listKeys(account: string): Promise<KeyRecord[] | undefined> { return guard(this.#inner.listKeys(account)); }
-  updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> { return guard(this.#inner.updateKey(id, patch)); }
-  createTeam(account: string, id: string, settings: TeamSettings): Promise<TeamCreated> { return guard(this.#inner.createTeam(account, id, settings)); }
+  updateKey(id: string, patch: KeyPatch, audit?: AuditEvent, check?: (current: KeyRecord) => void): Promise<KeyRecord | undefined> {
+    return guard(this.#inner.updateKey(id, patch, audit, check));
+  }
+  createTeam(account: string, id: string, settings: TeamSettings, audit?: AuditEvent): Promise<TeamCreated> { return guard(this.#inner.createTeam(account, id, settings, audit)); }
   getTeam(id: string): Promise<TeamRecord | undefined> { return guard(this.#inner.getTeam(id)); }
   listTeams(account: string): Promise<TeamRecord[] | undefined> { return guard(this.#inner.listTeams(account)); }
-  updateTeam(id: string, patch: TeamPatch): Promise<TeamRecord | undefined> { return guard(this.#inner.updateTeam(id, patch)); }
-  deleteTeam(id: string): Promise<TeamDeleted> { return guard(this.#inner.deleteTeam(id)); }
-  rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
-    return guard(this.#inner.rotateKey(id, digest, last4, previousUntil));
+  updateTeam(id: string, patch: TeamPatch, audit?: AuditEvent): Promise<TeamRecord | undefined> { return guard(this.#inner.updateTeam(id, patch, audit)); }
+  deleteTeam(id: string, audit?: AuditEvent): Promise<TeamDeleted> { return guard(this.#inner.deleteTeam(id, audit)); }
+  rotateKey(id: string, digest: string, last4: string, previousUntil: number, audit?: AuditEvent): Promise<KeyRecord | undefined> {
+    return guard(this.#inner.rotateKey(id, digest, last4, previousUntil, audit));
   }
   touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void> { return guard(this.#inner.touchKeys(uses)); }
   accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>> { return guard(this.#inner.accountsOnPlans(plans)); }
@@ -116,8 +121,8 @@ export class GuardedStore implements Store {
     };
   }
   #alerts: AlertOutbox | undefined;
-  revokeKey(id: string): Promise<KeyRecord | undefined> { return guard(this.#inner.revokeKey(id)); }
-  revokeSession(sid: string): Promise<void> { return guard(this.#inner.revokeSession(sid)); }
+  revokeKey(id: string, audit?: AuditEvent): Promise<KeyRecord | undefined> { return guard(this.#inner.revokeKey(id, audit)); }
+  revokeSession(sid: string, audit?: AuditEvent): Promise<void> { return guard(this.#inner.revokeSession(sid, audit)); }
   isSessionRevoked(sid: string): Promise<boolean> { return guard(this.#inner.isSessionRevoked(sid)); }
   seed(accounts: readonly AccountConfig[]): Promise<void> { return guard(this.#inner.seed(accounts)); }
   async hold(h: HoldRequest): Promise<HoldResult | undefined> {

@@ -325,9 +325,19 @@ export interface AuditQuery {
 /** One page of the audit log, newest first; next_cursor null on the last page. */
 export interface AuditPage { events: AuditEvent[]; next_cursor: string | null }
 
+/**
+ * The writes of the admin API and the console take their audit event (CONTRACT sections 12 and
+ * 21): the store records it in the same step as the write (memory: the same journal entry;
+ * Redis: the same script, in the write's own slot: ./redis/audit.ts), so that a fault leaves
+ * both or neither. It is recorded when the write is answered as done, a write that changed
+ * nothing but counts as done included (a repeated credit, a second revocation), and never for
+ * a refusal (false, undefined, a refused credit, TeamNotFoundError, a team in use). A write
+ * made of several steps (a key's creation or rotation on Redis) records it with the step that
+ * makes the write visible.
+ */
 export interface Store {
   /** Creates an account (0 <= balance_units <= MAX_UNITS); false when one with that id exists (nothing changes then). */
-  createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean>;
+  createAccount(account: { id: string; plan: string; balance_units: number }, audit?: AuditEvent): Promise<boolean>;
   getAccount(id: string): Promise<AccountRecord | undefined>;
   /**
    * Adds `units` (negative deducts) to the balance, at most once per idempotency key and
@@ -335,14 +345,14 @@ export interface Store {
    * and the current balance. A credit that would take the balance below 0 or above MAX_UNITS
    * is refused atomically (`refused` set, nothing changed, the key not used).
    */
-  addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined>;
+  addCredits(accountId: string, units: number, idempotencyKey: string, audit?: AuditEvent): Promise<CreditResult | undefined>;
   /**
    * For each plan named, one stored account on it (plan -> account id); plans no stored account
    * uses are absent. Answers from an index kept as accounts are created, never a scan of all keys.
    */
   accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>>;
   /** Stores a new key; false when the account does not exist; TeamNotFoundError when its team is not the account's. */
-  createKey(key: NewKey): Promise<boolean>;
+  createKey(key: NewKey, audit?: AuditEvent): Promise<boolean>;
   /** The key whose current digest, or previous digest (rotation; check `previous.until`), this is. */
   keyByDigest(digest: string): Promise<KeyRecord | undefined>;
   /**
@@ -360,14 +370,17 @@ export interface Store {
   /**
    * Replaces the given controls of a live key; undefined when unknown or revoked. Announced as
    * key-changed. TeamNotFoundError (nothing changed) when `patch.team` is not of its account.
+   * `check`, when given, sees the key as the patch will find it (its controls at the moment the
+   * patch applies, also when another PATCH races it) and may throw to refuse the patch, which
+   * then changes nothing: a console member's PATCH may only narrow (../admin/narrowing.ts).
    */
-  updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined>;
+  updateKey(id: string, patch: KeyPatch, audit?: AuditEvent, check?: (current: KeyRecord) => void): Promise<KeyRecord | undefined>;
   /**
    * Gives a live key a new digest; the current one stays usable until `previousUntil` (a
    * previous digest still in its grace is dropped at once). Undefined when unknown or revoked,
    * or when the digest is taken.
    */
-  rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined>;
+  rotateKey(id: string, digest: string, last4: string, previousUntil: number, audit?: AuditEvent): Promise<KeyRecord | undefined>;
   /**
    * Whether a hold with a key (HoldRequest.key) that succeeds records the key's last use, at
    * the hold's time, as touchKeys would: the caller then need not touch the key for it. Redis:
@@ -378,17 +391,17 @@ export interface Store {
   touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void>;
   // ---- teams (CONTRACT section 15) ---------------------------------------------------------
   /** Creates team `id` in `account`; team ids are unique across the store. */
-  createTeam(account: string, id: string, settings: TeamSettings): Promise<TeamCreated>;
+  createTeam(account: string, id: string, settings: TeamSettings, audit?: AuditEvent): Promise<TeamCreated>;
   getTeam(id: string): Promise<TeamRecord | undefined>;
   /** The account's teams, oldest first; undefined when the account does not exist. */
   listTeams(account: string): Promise<TeamRecord[] | undefined>;
   /** Changes the members `patch` names (a budget change keeps what the period spent); undefined when unknown. */
-  updateTeam(id: string, patch: TeamPatch): Promise<TeamRecord | undefined>;
+  updateTeam(id: string, patch: TeamPatch, audit?: AuditEvent): Promise<TeamRecord | undefined>;
   /** Deletes a team no live key names. */
-  deleteTeam(id: string): Promise<TeamDeleted>;
+  deleteTeam(id: string, audit?: AuditEvent): Promise<TeamDeleted>;
   /** Revokes a key by its id; undefined when unknown. Revoking twice keeps the first time. */
-  revokeKey(id: string): Promise<KeyRecord | undefined>;
-  revokeSession(sid: string): Promise<void>;
+  revokeKey(id: string, audit?: AuditEvent): Promise<KeyRecord | undefined>;
+  revokeSession(sid: string, audit?: AuditEvent): Promise<void>;
   isSessionRevoked(sid: string): Promise<boolean>;
   /**
    * Seeds accounts and their keys from the config: each is created when absent and never
@@ -466,7 +479,10 @@ export interface Store {
   /** The alerts outbox (./alerts.ts): events, their deliveries and leases, wallet.low flags. */
   readonly alerts: AlertOutbox;
   // ---- audit log (CONTRACT section 12): ./memory/audit.ts, ./redis/audit.ts ----------
-  /** Appends one event; durable (memory with a path: written to <path>/audit.jsonl) before it resolves. */
+  /**
+   * Appends one event with no store write of its own (a sign-in, a config check or reload):
+   * durable before it resolves (memory with a path: in the journal).
+   */
   appendAudit(e: AuditEvent): Promise<void>;
   /** One page of events, newest first. A cursor this store did not give is a RangeError. */
   listAudit(q: AuditQuery): Promise<AuditPage>;

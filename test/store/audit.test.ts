@@ -1,12 +1,14 @@
 // The audit log in both stores (CONTRACT section 12): appendAudit/listAudit behave the same on
 // the memory store and on Redis (its own redis-server): newest first, paged by cursor with each
 // event once, the since filter, bad cursors refused; the memory store with a path keeps every
-// event across a reopen (and ignores a torn last line); two Redis store instances share one log.
+// event across a reopen (in its journal, then its snapshot) and reads the audit.jsonl of an
+// earlier version (not its torn last line) until a snapshot holds it; two Redis store instances
+// share one log.
 
 import t from 'tap';
 import fc from 'fast-check';
 import { randomUUID } from 'node:crypto';
-import { appendFile, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MemoryStore } from '../../lib/store/memory/store.js';
@@ -72,24 +74,46 @@ for (const [name, open] of stores) {
   });
 }
 
-t.test('memory with a path: events survive a reopen; a torn last line is not an event', async (t) => {
+t.test('memory with a path: events survive a reopen, from the journal and from a snapshot', async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'tollgate-audit-'));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
-  const a = await MemoryStore.open({ path: dir });
   const now = Date.now();
+  const a = await MemoryStore.open({ path: dir });
   for (let i = 0; i < 5; i++) await a.appendAudit(event(i, now + i));
   await a.close();
-  await appendFile(join(dir, 'audit.jsonl'), '{"at":1,"actor":"torn');
-  const b = await MemoryStore.open({ path: dir });
-  const events = (await b.listAudit({ since: 0, limit: 100 })).events;
-  t.same(events.map((e) => e.actor), ['actor-4', 'actor-3', 'actor-2', 'actor-1', 'actor-0']);
+  const journal = (await readFile(join(dir, 'journal.jsonl'), 'utf8')).split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  t.equal(journal.filter((e) => e.op === 'audit').length, 5, 'each event is an entry of the journal');
+  // A tiny compaction threshold: the store compacts as it opens, so the log is in the snapshot.
+  const b = await MemoryStore.open({ path: dir, compactBytes: 1 });
+  t.same((await b.listAudit({ since: 0, limit: 100 })).events.map((e) => e.actor), ['actor-4', 'actor-3', 'actor-2', 'actor-1', 'actor-0']);
   await b.appendAudit(event(5, now + 5));
   await b.close();
-  const lines = (await readFile(join(dir, 'audit.jsonl'), 'utf8')).split('\n').filter(Boolean);
-  t.equal(lines.filter((l) => { try { JSON.parse(l); return true; } catch { return false; } }).length, 6, 'the new event is on a line of its own');
+  const snapshot = JSON.parse(await readFile(join(dir, 'snapshot.json'), 'utf8'));
+  t.same(snapshot.state.audit.map((e: AuditEvent) => e.actor), ['actor-0', 'actor-1', 'actor-2', 'actor-3', 'actor-4'], 'the snapshot holds the log');
   const c = await MemoryStore.open({ path: dir });
-  t.equal((await c.listAudit({ since: 0, limit: 100 })).events[0]!.actor, 'actor-5');
+  t.same((await c.listAudit({ since: 0, limit: 100 })).events.map((e) => e.actor), ['actor-5', 'actor-4', 'actor-3', 'actor-2', 'actor-1', 'actor-0']);
   await c.close();
+});
+
+t.test('memory with a path: the audit.jsonl of an earlier version is read (not its torn last line) until a snapshot holds it', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'tollgate-audit-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const now = Date.now();
+  await writeFile(join(dir, 'audit.jsonl'), `${[0, 1, 2].map((i) => JSON.stringify(event(i, now + i))).join('\n')}\n{"at":1,"actor":"torn`);
+  const a = await MemoryStore.open({ path: dir });
+  await a.appendAudit(event(3, now + 3));
+  t.same((await a.listAudit({ since: 0, limit: 100 })).events.map((e) => e.actor), ['actor-3', 'actor-2', 'actor-1', 'actor-0'], 'the file\'s events, then the journal\'s');
+  await a.close();
+  const b = await MemoryStore.open({ path: dir });
+  t.same((await b.listAudit({ since: 0, limit: 100 })).events.map((e) => e.actor), ['actor-3', 'actor-2', 'actor-1', 'actor-0'], 'read again: no snapshot holds them yet');
+  await b.close();
+  const c = await MemoryStore.open({ path: dir, compactBytes: 1 });
+  await c.appendAudit(event(4, now + 4));
+  await c.close();
+  const d = await MemoryStore.open({ path: dir });
+  t.same((await d.listAudit({ since: 0, limit: 100 })).events.map((e) => e.actor), ['actor-4', 'actor-3', 'actor-2', 'actor-1', 'actor-0'], 'each once, from the snapshot');
+  await d.close();
+  await t.rejects(stat(join(dir, 'audit.jsonl')), { code: 'ENOENT' }, 'the old file is gone once a snapshot holds what it held');
 });
 
 t.test('redis: two instances share one log', async (t) => {

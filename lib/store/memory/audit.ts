@@ -1,29 +1,50 @@
-// The memory store's audit log (CONTRACT section 12): events in an array, oldest first, and
-// with a store path each one appended to <path>/audit.jsonl (one JSON line, written in order,
-// before appendAudit resolves), read back when the store opens. Kept whole: the log grows with
-// operators' writes, not with traffic. A cursor is the position of the next (older) event.
+// The memory store's audit log (CONTRACT sections 12 and 21): events in an array, oldest first,
+// each recorded in the SAME journal entry as the write it describes (the entry's `audit` member,
+// or an entry of its own for a write that changed nothing, e.g. a repeated credit), so that a
+// crash or a failing disk leaves both or neither. The log is part of the store's state: it is
+// rebuilt from the snapshot and the journal like accounts are, and each snapshot holds it whole
+// (it grows with operators' writes, not with traffic). Stores written before this kept the log
+// in <path>/audit.jsonl; such a file is read while no snapshot holds the log, and removed once
+// one does. A cursor is the position of the next (older) event.
 
-import { open, readFile, type FileHandle } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { requireAuditEvent, requireAuditQuery, toAuditEvent } from '../rules.js';
+import { isRecord, requireAuditEvent, requireAuditQuery, toAuditEvent } from '../rules.js';
 import type { AuditEvent, AuditPage, AuditQuery } from '../types.js';
 
-export const AUDIT_FILE = 'audit.jsonl';
+/** Where stores of earlier versions kept the log. */
+export const LEGACY_AUDIT_FILE = 'audit.jsonl';
 
 export class MemoryAudit {
-  readonly #events: AuditEvent[] = [];
-  #fh: FileHandle | null = null;
-  /** Writes, strictly in order. */
-  #writing: Promise<void> = Promise.resolve();
+  #events: AuditEvent[] = [];
 
-  /** Reads <dir>/audit.jsonl (a torn last line, one without its newline, is cut off the file) and keeps it open for appending. */
-  async open(dir: string): Promise<void> {
-    const file = join(dir, AUDIT_FILE);
-    let buf = Buffer.alloc(0);
+  /** Keeps an event (live or replayed); a bad one is a RangeError of the caller. */
+  add(e: AuditEvent): void {
+    this.#events.push(requireAuditEvent(e));
+  }
+
+  /** The log as a snapshot holds it. */
+  snapshot(): AuditEvent[] {
+    return this.#events;
+  }
+
+  /** The log a snapshot held (checked as it is read back). */
+  restore(v: unknown): void {
+    if (!Array.isArray(v)) throw new Error('store snapshot: the audit log is not a list');
+    this.#events = v.map((e) => toAuditEvent(e) ?? badEvent());
+  }
+
+  /**
+   * The log of a store from before the log was journaled: <dir>/audit.jsonl (a torn last line,
+   * one without its newline, is left out), when there is one.
+   */
+  async restoreLegacy(dir: string): Promise<void> {
+    let buf: Buffer;
     try {
-      buf = await readFile(file);
+      buf = await readFile(join(dir, LEGACY_AUDIT_FILE));
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      throw err;
     }
     const end = buf.lastIndexOf(0x0a) + 1;
     for (const line of buf.subarray(0, end).toString('utf8').split('\n')) {
@@ -31,22 +52,9 @@ export class MemoryAudit {
       let parsed: unknown;
       try { parsed = JSON.parse(line); } catch { parsed = undefined; }
       const e = toAuditEvent(parsed);
-      if (e === undefined) throw new Error(`${file}: a line is not an audit event`);
+      if (e === undefined) throw new Error(`${join(dir, LEGACY_AUDIT_FILE)}: a line is not an audit event`);
       this.#events.push(e);
     }
-    this.#fh = await open(file, 'a');
-    if (end < buf.length) await this.#fh.truncate(end);
-  }
-
-  append(e: AuditEvent): Promise<void> {
-    const event = requireAuditEvent(e);
-    this.#events.push(event);
-    const fh = this.#fh;
-    if (fh === null) return Promise.resolve();
-    const line = `${JSON.stringify(event)}\n`;
-    const done = this.#writing.then(async () => { await fh.write(line); });
-    this.#writing = done.catch(() => undefined);
-    return done;
   }
 
   list(q: AuditQuery): AuditPage {
@@ -68,10 +76,18 @@ export class MemoryAudit {
     const more = i >= 0 && this.#events[i]!.at >= q.since;
     return { events, next_cursor: more ? String(i + 1) : null };
   }
+}
 
-  async close(): Promise<void> {
-    await this.#writing;
-    await this.#fh?.close();
-    this.#fh = null;
-  }
+/** Removes the legacy file once a snapshot holds what it held. */
+export async function removeLegacyAudit(dir: string): Promise<void> {
+  await rm(join(dir, LEGACY_AUDIT_FILE), { force: true });
+}
+
+/** Whether a snapshot's state holds the audit log (snapshots from before it do not). */
+export function holdsAudit(state: unknown): boolean {
+  return isRecord(state) && state.audit !== undefined;
+}
+
+function badEvent(): never {
+  throw new Error('store snapshot: an audit event is malformed');
 }

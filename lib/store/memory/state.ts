@@ -3,11 +3,19 @@
 
 import { toSettleEntry, toUnsettleEntry, type SettleEntry, type UnsettleEntry } from './metering.js';
 import { toAlertEntry, type AlertEntry } from './alerts.js';
-import { TEAM_ID, defaultControls, int, isRecord, str, toControls, toTeamSettings, type TeamSettings } from '../rules.js';
-import type { KeyControls, KeyRecord, AccountRecord, TeamRecord } from '../types.js';
+import { TEAM_ID, defaultControls, int, isRecord, str, toAuditEvent, toControls, toTeamSettings, type TeamSettings } from '../rules.js';
+import type { AuditEvent, KeyControls, KeyRecord, AccountRecord, TeamRecord } from '../types.js';
 
-/** One change, as journaled and as replayed. */
-export type Entry =
+/**
+ * One change, as journaled and as replayed. A write through the admin API or the console
+ * carries its audit event in the same entry (`audit`); one that changed nothing but is
+ * answered as done (a repeated credit, a second revocation), and an event without a store write
+ * (a sign-in), is an `audit` entry of its own (./audit.ts).
+ */
+export type Entry = Change & { audit?: AuditEvent };
+
+type Change =
+  | { op: 'audit' }
   | { op: 'account'; id: string; plan: string; balance_units: number; created_at: number }
   | { op: 'credit'; account: string; units: number; ik: string }
   | { op: 'key'; id: string; account: string; digest: string; created_at: number; last4?: string | null; controls?: KeyControls }
@@ -35,10 +43,21 @@ export interface SnapshotState {
   metering?: unknown;
   /** The alerts outbox (MemoryAlerts.snapshot()); absent in snapshots from before alerts. */
   alerts?: unknown;
+  /** The audit log (MemoryAudit.snapshot()); absent in snapshots from before it was journaled. */
+  audit?: unknown;
 }
 
 export function toEntry(v: Record<string, unknown>): Entry | undefined {
+  const change = toChange(v);
+  if (change === undefined || v.audit === undefined) return change;
+  const audit = toAuditEvent(v.audit);
+  return audit === undefined ? undefined : { ...change, audit };
+}
+
+function toChange(v: Record<string, unknown>): Change | undefined {
   switch (v.op) {
+    case 'audit':
+      return v.audit === undefined ? undefined : { op: 'audit' };
     case 'account':
       return str(v.id) && str(v.plan) && int(v.balance_units) && int(v.created_at)
         ? { op: 'account', id: v.id, plan: v.plan, balance_units: v.balance_units, created_at: v.created_at } : undefined;
@@ -118,5 +137,8 @@ export function toSnapshotState(v: unknown): SnapshotState {
     return { id: t.id, account: t.account, created_at: t.created_at, ...settings, spent: { period: sp.period, units: sp.units } };
   });
   // The metering part is checked when it is restored (MemoryMetering.restore).
-  return { accounts, keys, sessions, credits, teams, metering: v.metering, ...(v.alerts === undefined ? {} : { alerts: v.alerts }) };
+  return {
+    accounts, keys, sessions, credits, teams, metering: v.metering,
+    ...(v.alerts === undefined ? {} : { alerts: v.alerts }), ...(v.audit === undefined ? {} : { audit: v.audit }),
+  };
 }

@@ -18,14 +18,14 @@
 import { keyIdOf } from '../digest.js';
 import type { AccountConfig } from '../../config/types.js';
 import { Journal } from './journal.js';
-import { MemoryAudit } from './audit.js';
+import { MemoryAudit, holdsAudit, removeLegacyAudit } from './audit.js';
 import { MemoryMetering, validateHold, validateSettlement, type UnsettleEntry } from './metering.js';
 import { MemoryResponses } from './responses.js';
 import { MemoryAlerts } from './alerts.js';
 import type { ResponseChain } from '../response-chains.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './state.js';
 import {
-  TEAM_ID, TeamNotFoundError, addSpend, applyPatch, applyTeamPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn,
+  TEAM_ID, TeamNotFoundError, addSpend, applyPatch, applyTeamPatch, seededKeys, creditRefusal, defaultControls, periodId, requireAuditEvent, requireId, requireRequestId, spentIn,
   toTeamSettings,
 } from '../rules.js';
 import type {
@@ -126,16 +126,18 @@ export class MemoryStore implements Store {
     });
     try {
       if (recovered.state !== undefined) this.#restore(toSnapshotState(recovered.state));
+      // A store from before the audit log was journaled kept it in a file of its own (./audit.ts).
+      const legacyAudit = !holdsAudit(recovered.state);
+      if (legacyAudit) await this.#audit.restoreLegacy(dir);
       for (const raw of recovered.entries) {
         const entry = toEntry(raw);
         if (entry === undefined) throw new Error(`${dir}: journal entry ${String(raw.seq)} is not a store change`);
         this.#apply(entry);
       }
-      await this.#audit.open(dir);
       this.#usageLog = await FileUsageLog.open(dir, { retentionDays: this.#opts.usageRetentionDays, fsyncMs: this.#opts.fsyncMs ?? 1000 });
+      if (!legacyAudit) await removeLegacyAudit(dir);
     } catch (e) {
       await journal.close();
-      await this.#audit.close();
       throw e;
     }
     this.#journal = journal;
@@ -156,15 +158,35 @@ export class MemoryStore implements Store {
     return this.#journal?.barrier() ?? Promise.resolve();
   }
 
-  /** Applies a change to the state and journals it; resolves once it is written. */
-  #change(entry: Entry): Promise<void> {
-    this.#apply(entry);
-    return this.#journal?.append(entry) ?? Promise.resolve();
+  /**
+   * Applies a change to the state and journals it; resolves once it is written. With `audit`,
+   * the write's audit event goes in the same entry (./audit.ts).
+   */
+  #change(entry: Entry, audit?: AuditEvent): Promise<void> {
+    const e = audit === undefined ? entry : { ...entry, audit: requireAuditEvent(audit) };
+    this.#apply(e);
+    return this.#journal?.append(e) ?? Promise.resolve();
+  }
+
+  /**
+   * For a write that changed nothing but is answered as done (a repeated credit, a second
+   * revocation): its audit event alone, when it has one; else just the wait for what was read.
+   */
+  #audited(audit: AuditEvent | undefined): Promise<void> {
+    return audit === undefined ? this.#settled() : this.#change({ op: 'audit' }, audit);
+  }
+
+  /** Changes the state and keeps the entry's audit event. Shared by live changes and replay. */
+  #apply(e: Entry): void {
+    this.#applyChange(e);
+    if (e.audit !== undefined) this.#audit.add(e.audit);
   }
 
   /** Changes the state. Shared by live changes and replay, so it tolerates repeats. */
-  #apply(e: Entry): void {
+  #applyChange(e: Entry): void {
     switch (e.op) {
+      case 'audit':
+        return;
       case 'account':
         if (!this.#accounts.has(e.id)) {
           this.#accounts.set(e.id, { id: e.id, plan: e.plan, balance_units: e.balance_units, created_at: e.created_at });
@@ -268,6 +290,7 @@ export class MemoryStore implements Store {
       teams: [...this.#teams.values()],
       metering: this.#metering.snapshot(),
       alerts: this.alerts.snapshot(),
+      audit: this.#audit.snapshot(),
     };
   }
 
@@ -283,6 +306,7 @@ export class MemoryStore implements Store {
     for (const t of s.teams) this.#addTeam({ ...t });
     this.#metering.restore(s.metering);
     this.alerts.restore(s.alerts);
+    if (s.audit !== undefined) this.#audit.restore(s.audit);
   }
 
   #addTeam(t: TeamRecord): void {
@@ -314,13 +338,13 @@ export class MemoryStore implements Store {
   }
 
   /** Creates the account when absent; the pending write, or undefined when it exists. */
-  #createAccount(a: { id: string; plan: string; balance_units: number }): Promise<void> | undefined {
+  #createAccount(a: { id: string; plan: string; balance_units: number }, audit?: AuditEvent): Promise<void> | undefined {
     requireId('account id', a.id);
     requireId('plan', a.plan);
     requireUnits('balance_units', a.balance_units);
     if (a.balance_units < 0) throw new RangeError('balance_units must not be negative');
     if (this.#accounts.has(a.id)) return undefined;
-    return this.#change({ op: 'account', id: a.id, plan: a.plan, balance_units: a.balance_units, created_at: Date.now() });
+    return this.#change({ op: 'account', id: a.id, plan: a.plan, balance_units: a.balance_units, created_at: Date.now() }, audit);
   }
 
   #addKey(k: KeyRecord): void {
@@ -333,7 +357,7 @@ export class MemoryStore implements Store {
   }
 
   /** Creates the key when its account exists and its digest and id are new; the pending write. */
-  #createKey(k: NewKey): Promise<void> | undefined {
+  #createKey(k: NewKey, audit?: AuditEvent): Promise<void> | undefined {
     requireId('key id', k.id);
     requireId('account id', k.account);
     if (typeof k.digest !== 'string' || !DIGEST.test(k.digest)) throw new TypeError('digest must be 64 lowercase hex digits');
@@ -342,7 +366,7 @@ export class MemoryStore implements Store {
     return this.#change({
       op: 'key', id: k.id, account: k.account, digest: k.digest, created_at: Date.now(), last4: k.last4 ?? null,
       ...(k.controls === undefined ? {} : { controls: k.controls }),
-    });
+    }, audit);
   }
 
   /** A copy callers may keep: nothing they do to it reaches the store's state. */
@@ -355,9 +379,9 @@ export class MemoryStore implements Store {
     if (k.previous !== null) this.#notify({ kind, digest: k.previous.digest });
   }
 
-  async createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean> {
+  async createAccount(account: { id: string; plan: string; balance_units: number }, audit?: AuditEvent): Promise<boolean> {
     await this.#begin();
-    const written = this.#createAccount(account);
+    const written = this.#createAccount(account, audit);
     await (written ?? this.#settled());
     return written !== undefined;
   }
@@ -370,7 +394,7 @@ export class MemoryStore implements Store {
     return copy;
   }
 
-  async addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined> {
+  async addCredits(accountId: string, units: number, idempotencyKey: string, audit?: AuditEvent): Promise<CreditResult | undefined> {
     await this.#begin();
     requireUnits('units', units);
     requireId('idempotency key', idempotencyKey);
@@ -380,8 +404,9 @@ export class MemoryStore implements Store {
       return undefined;
     }
     if (this.#credits.get(accountId)?.has(idempotencyKey) === true) {
-      await this.#settled();
-      return { applied: false, balance_units: account.balance_units };
+      const balance = account.balance_units;
+      await this.#audited(audit);
+      return { applied: false, balance_units: balance };
     }
     // Checked and applied in one synchronous step: no other change can come in between.
     const refused = creditRefusal(account.balance_units, units);
@@ -389,7 +414,7 @@ export class MemoryStore implements Store {
       await this.#settled();
       return { applied: false, balance_units: account.balance_units, refused };
     }
-    const written = this.#change({ op: 'credit', account: accountId, units, ik: idempotencyKey });
+    const written = this.#change({ op: 'credit', account: accountId, units, ik: idempotencyKey }, audit);
     const balance = account.balance_units;
     await written;
     return { applied: true, balance_units: balance };
@@ -432,9 +457,9 @@ export class MemoryStore implements Store {
     return { accounts, next_cursor: more ? accountsCursor(accounts[accounts.length - 1]!.id) : null };
   }
 
-  async createKey(key: NewKey): Promise<boolean> {
+  async createKey(key: NewKey, audit?: AuditEvent): Promise<boolean> {
     await this.#begin();
-    const written = this.#createKey(key);
+    const written = this.#createKey(key, audit);
     await (written ?? this.#settled());
     return written !== undefined;
   }
@@ -477,23 +502,25 @@ export class MemoryStore implements Store {
     return list;
   }
 
-  async updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> {
+  async updateKey(id: string, patch: KeyPatch, audit?: AuditEvent, check?: (current: KeyRecord) => void): Promise<KeyRecord | undefined> {
     await this.#begin();
     const key = this.#keys.get(id);
     if (key === undefined || key.revoked_at !== null) {
       await this.#settled();
       return undefined;
     }
+    // Checked against the controls this very change replaces (nothing can come in between).
+    check?.(this.#copy(key)!);
     this.#requireTeam(key.account, patch.team);
     const controls: KeyControls = applyPatch(key.controls, patch);
-    const written = this.#change({ op: 'keyupdate', id, controls });
+    const written = this.#change({ op: 'keyupdate', id, controls }, audit);
     const copy = this.#copy(key)!;
     this.#notifyKey(key, 'key-changed');
     await written;
     return copy;
   }
 
-  async createTeam(account: string, id: string, settings: TeamSettings): Promise<TeamCreated> {
+  async createTeam(account: string, id: string, settings: TeamSettings, audit?: AuditEvent): Promise<TeamCreated> {
     await this.#begin();
     requireId('account id', account);
     if (typeof id !== 'string' || !TEAM_ID.test(id)) throw new TypeError('team id must match TEAM_ID');
@@ -505,7 +532,7 @@ export class MemoryStore implements Store {
       await this.#settled();
       return outcome;
     }
-    await this.#change({ op: 'team', id, account, created_at: Date.now(), settings: structuredClone(settings) });
+    await this.#change({ op: 'team', id, account, created_at: Date.now(), settings: structuredClone(settings) }, audit);
     return outcome;
   }
 
@@ -526,7 +553,7 @@ export class MemoryStore implements Store {
     return list;
   }
 
-  async updateTeam(id: string, patch: TeamPatch): Promise<TeamRecord | undefined> {
+  async updateTeam(id: string, patch: TeamPatch, audit?: AuditEvent): Promise<TeamRecord | undefined> {
     await this.#begin();
     const team = this.#teams.get(id);
     if (team === undefined) {
@@ -535,7 +562,7 @@ export class MemoryStore implements Store {
     }
     const { id: _id, account: _a, created_at: _c, spent: _s, ...current } = team;
     const settings = applyTeamPatch(current, patch);
-    const written = this.#change({ op: 'teamupdate', id, settings });
+    const written = this.#change({ op: 'teamupdate', id, settings }, audit);
     const copy = structuredClone(team);
     // The team's keys' cached principals carry its limits and models: drop them everywhere.
     for (const k of this.#teamKeys(team.account, id)) this.#notifyKey(k, 'key-changed');
@@ -543,7 +570,7 @@ export class MemoryStore implements Store {
     return copy;
   }
 
-  async deleteTeam(id: string): Promise<TeamDeleted> {
+  async deleteTeam(id: string, audit?: AuditEvent): Promise<TeamDeleted> {
     await this.#begin();
     const team = this.#teams.get(id);
     let outcome: TeamDeleted = 'deleted';
@@ -553,11 +580,11 @@ export class MemoryStore implements Store {
       await this.#settled();
       return outcome;
     }
-    await this.#change({ op: 'teamdelete', id });
+    await this.#change({ op: 'teamdelete', id }, audit);
     return outcome;
   }
 
-  async rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
+  async rotateKey(id: string, digest: string, last4: string, previousUntil: number, audit?: AuditEvent): Promise<KeyRecord | undefined> {
     await this.#begin();
     if (typeof digest !== 'string' || !DIGEST.test(digest)) throw new TypeError('digest must be 64 lowercase hex digits');
     requireUnits('previousUntil', previousUntil);
@@ -567,7 +594,7 @@ export class MemoryStore implements Store {
       return undefined;
     }
     const before = this.#copy(key)!;
-    const written = this.#change({ op: 'rotate', id, digest, last4, until: previousUntil });
+    const written = this.#change({ op: 'rotate', id, digest, last4, until: previousUntil }, audit);
     const copy = this.#copy(key)!;
     // The digests whose cached state is now wrong: the one rotated out, and one whose grace ended.
     this.#notifyKey(before, 'key-changed');
@@ -582,15 +609,16 @@ export class MemoryStore implements Store {
     await this.#change({ op: 'used', uses: known });
   }
 
-  async revokeKey(id: string): Promise<KeyRecord | undefined> {
+  async revokeKey(id: string, audit?: AuditEvent): Promise<KeyRecord | undefined> {
     await this.#begin();
     const key = this.#keys.get(id);
     if (key === undefined || key.revoked_at !== null) {
       const copy = this.#copy(key);
-      await this.#settled();
+      // Revoking twice keeps the first time, and is answered as done: audited.
+      await (key === undefined ? this.#settled() : this.#audited(audit));
       return copy;
     }
-    const written = this.#change({ op: 'revoke', id, at: Date.now() });
+    const written = this.#change({ op: 'revoke', id, at: Date.now() }, audit);
     const copy = this.#copy(key);
     // Tell listeners at once: dropping a key from a cache early is always safe.
     this.#notifyKey(key, 'key');
@@ -598,11 +626,11 @@ export class MemoryStore implements Store {
     return copy;
   }
 
-  async revokeSession(sid: string): Promise<void> {
+  async revokeSession(sid: string, audit?: AuditEvent): Promise<void> {
     await this.#begin();
     requireId('session id', sid);
-    if (this.#sessions.has(sid)) return this.#settled();
-    const written = this.#change({ op: 'session', sid });
+    if (this.#sessions.has(sid)) return this.#audited(audit);
+    const written = this.#change({ op: 'session', sid }, audit);
     this.#notify({ kind: 'session', sid });
     await written;
   }
@@ -617,11 +645,12 @@ export class MemoryStore implements Store {
   async seed(accounts: readonly AccountConfig[]): Promise<void> {
     await this.#begin();
     // All checks and changes happen in one synchronous pass; then one wait for the writes.
+    const writes: Array<Promise<void> | undefined> = [];
     for (const a of accounts) {
-      this.#createAccount({ id: a.id, plan: a.plan, balance_units: a.wallet_units });
-      for (const key of seededKeys(a)) this.#createKey({ id: keyIdOf(key.digest), account: a.id, ...key });
+      writes.push(this.#createAccount({ id: a.id, plan: a.plan, balance_units: a.wallet_units }));
+      for (const key of seededKeys(a)) writes.push(this.#createKey({ id: keyIdOf(key.digest), account: a.id, ...key }));
     }
-    await this.#settled();
+    await Promise.all([...writes, this.#settled()]);
   }
 
   async hold(h: HoldRequest): Promise<HoldResult | undefined> {
@@ -836,17 +865,19 @@ export class MemoryStore implements Store {
     try {
       await this.#journal?.close();
     } finally {
-      await Promise.all([this.#usageLog.close(), this.#audit.close()]);
+      await this.#usageLog.close();
     }
   }
 
   async appendAudit(e: AuditEvent): Promise<void> {
     await this.#begin();
-    await this.#audit.append(e);
+    await this.#change({ op: 'audit' }, e);
   }
 
   async listAudit(q: AuditQuery): Promise<AuditPage> {
     await this.#begin();
-    return this.#audit.list(q);
+    const page = this.#audit.list(q);
+    await this.#settled();
+    return page;
   }
 }

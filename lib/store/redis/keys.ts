@@ -4,10 +4,12 @@
 // Two operations span two tags and run as atomic steps in a safe order:
 // - createKey: (1) EXISTS P{acct:ID}. Accounts are never deleted, so once it exists it stays.
 //   (2) claim the index P{keyid:ID} -> DIGEST (set if absent). (3) create the record
-//   P{key:DIGEST} if absent. The index is written before the record, so a usable key is always
-//   revocable by id; a crash between (2) and (3) leaves an index that points at no record,
-//   which revokeKey treats as unknown and a retry (or the next seed) completes. If the record
-//   turns out to belong to another id, the index just claimed is removed again.
+//   P{key:DIGEST} if absent, marked `own` (valid only once (4) has run). (4) create the key's
+//   account-side hash (below), with the write's audit event (./audit.ts): the step that makes
+//   the key exist, listed and usable. The index is written before the record, so a usable key
+//   is always revocable by id; a crash before (4) leaves an index and a record that lead to no
+//   key (revokeKey and getKey treat it as unknown; a retry, or the next seed, completes it). If
+//   the record turns out to belong to another id, the index just claimed is removed again.
 // - revokeKey: (1) GET P{keyid:ID}. An index is removed only while its digest's record carries
 //   another id, so one that names a record of this id stays; and (2) the revoke script checks
 //   that the record carries this id before it sets revoked_at (only if unset) and publishes.
@@ -18,9 +20,10 @@
 // Idempotency keys are kept for good (the set grows with the account's credits).
 //
 // Keys: a key's record lives in its account's hash (the key layout in ./store.ts); P{key:DIGEST}
-// only leads a digest to its id and account. createKey writes the account-side hash BEFORE the digest record, so a key
-// is never usable without its controls. A digest record with no account-side hash is a key from
-// before per-key controls: it has none. A rotation adds the new digest's record, then moves
+// only leads a digest to its id and account. A key is never usable without its controls: a
+// digest record marked `own` is nothing until its account-side hash exists; one not so marked
+// and without an account-side hash is a key from before per-key controls, which has none (such
+// records were written after the hash). A rotation adds the new digest's record, then moves
 // digest -> pd in the account-side hash (one script), then points P{keyid:ID} at the new digest.
 // Whether a digest is valid is decided by the account-side hash alone (its digest, or pd before
 // pu), and revocation sets ra there before the digest record's revoked_at.
@@ -29,7 +32,14 @@
 // c:limits.max_concurrent, ...; the budget is bu/bp), written by one script that first checks
 // the key is live (a digest, no ra): the merge happens in Redis, so two PATCHes racing from any
 // instances both land, member by member, as if one ran after the other, and neither touches
-// what a rotation or a revocation wrote. A reader takes `c`, then the c:MEMBER fields over it
+// what a rotation or a revocation wrote. Each PATCH counts in the hash's field v; a PATCH
+// checked against the key as read (a member's: it may only narrow) applies only while v is what
+// was read, else the key is read and checked again.
+//
+// Audit (CONTRACT section 21): each write of the admin API records its event in the script of
+// the step that makes it visible (./audit.ts): the account's creation, a credit, the key's
+// account-side hash (creation), its PATCH, its rotation, its revocation (on the account-side
+// hash; on the digest record for a key without one), a session's revocation. A reader takes `c`, then the c:MEMBER fields over it
 // (see storedControls). No JSON is decoded in Lua: its cjson keeps 14 digits of a number.
 // A member a key's `c` lacks (priority, in controls written before keys had one) reads as its
 // default (toControls in ../rules.ts).
@@ -39,13 +49,14 @@ import { keyIdOf } from '../digest.js';
 import type { AccountConfig } from '../../config/types.js';
 import { Cluster } from 'ioredis';
 import type { RedisClient } from './connect.js';
+import { outboxOf, type RedisAudit } from './audit.js';
 import type { RedisRevocations } from './revocations.js';
 import { SCRIPTS, type Scripts } from './scripts.js';
 import type { ReplicaWait } from './wait.js';
-import { TEAM_ID, TeamNotFoundError, defaultControls, requireId, seededKeys, toControls } from '../rules.js';
+import { TeamNotFoundError, defaultControls, requireId, seededKeys } from '../rules.js';
 import { accountsCursor, checkAccountsQuery } from '../account-pages.js';
-import type { AccountRecord, AccountsPage, AccountsQuery, CreditResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey } from '../types.js';
-import { teamFromFields } from './teams.js';
+import type { AccountRecord, AccountsPage, AccountsQuery, AuditEvent, CreditResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey } from '../types.js';
+import { accountRecord, controlsJson, found, hashOf, indexedKey, integer, keyRecord, patchFields, teamId, tuple, type KeyAndAccount } from './key-records.js';
 
 /** The account, key and session calls of one RedisStore, on its command connection. */
 export class RedisKeys {
@@ -54,17 +65,19 @@ export class RedisKeys {
   /** Waited writes (store.wait_replicas > 0), on connections of their own; else null. */
   readonly #wait: ReplicaWait | null;
   readonly #revocations: RedisRevocations;
+  readonly #audit: RedisAudit;
   /** The id index filled from the plan indexes (#fillAccountIds), once per store. */
   #filled: Promise<void> | null = null;
 
-  constructor(redis: RedisClient & Scripts, prefix: string, wait: ReplicaWait | null, revocations: RedisRevocations) {
+  constructor(redis: RedisClient & Scripts, prefix: string, wait: ReplicaWait | null, revocations: RedisRevocations, audit: RedisAudit) {
     this.#redis = redis;
     this.prefix = prefix;
     this.#wait = wait;
     this.#revocations = revocations;
+    this.#audit = audit;
   }
 
-  async createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean> {
+  async createAccount(account: { id: string; plan: string; balance_units: number }, audit?: AuditEvent): Promise<boolean> {
     requireId('account id', account.id);
     requireId('plan', account.plan);
     const balance = integer(account.balance_units, 'balance_units');
@@ -73,7 +86,9 @@ export class RedisKeys {
     await this.#redis.sadd(this.#plan(account.plan), account.id);
     // And the id index (listAccounts), for the same reason.
     await this.#redis.zadd(this.#accountIds(), 0, account.id);
-    const r = await this.#redis.tgCreateAccount(this.#acct(account.id), account.id, account.plan, balance, String(Date.now()));
+    const acct = this.#acct(account.id);
+    const outbox = outboxOf(acct);
+    const r = await this.#audit.around(outbox, audit, (event) => this.#redis.tgCreateAccount(acct, outbox, event, account.id, account.plan, balance, String(Date.now())));
     return r === 1;
   }
 
@@ -126,14 +141,14 @@ export class RedisKeys {
     return accountRecord(await this.#redis.hgetall(this.#acct(id)));
   }
 
-  async addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined> {
+  async addCredits(accountId: string, units: number, idempotencyKey: string, audit?: AuditEvent): Promise<CreditResult | undefined> {
     requireId('idempotency key', idempotencyKey);
     const acct = this.#acct(accountId);
-    const keys = [acct, `${acct}:credits`];
-    const args = [integer(units, 'units'), idempotencyKey];
-    const r = this.#wait !== null
-      ? await this.#wait.eval(SCRIPTS.tgAddCredits.lua, keys, args)
-      : await this.#redis.tgAddCredits(keys[0]!, keys[1]!, args[0]!, args[1]!);
+    const outbox = outboxOf(acct);
+    const amount = integer(units, 'units');
+    const r = await this.#audit.around(outbox, audit, (event) => (this.#wait !== null
+      ? this.#wait.eval(SCRIPTS.tgAddCredits.lua, [acct, `${acct}:credits`, outbox], [event, amount, idempotencyKey])
+      : this.#redis.tgAddCredits(acct, `${acct}:credits`, outbox, event, amount, idempotencyKey)));
     if (r === null) return undefined;
     const [applied, balance] = tuple(r, 2);
     const result: CreditResult = { applied: applied === 1, balance_units: Number(balance) };
@@ -168,7 +183,7 @@ export class RedisKeys {
     return undefined;
   }
 
-  async createKey(key: NewKey): Promise<boolean> {
+  async createKey(key: NewKey, audit?: AuditEvent): Promise<boolean> {
     requireId('key id', key.id);
     requireId('account id', key.account);
     if (typeof key.digest !== 'string' || !DIGEST.test(key.digest)) throw new TypeError('digest must be 64 lowercase hex digits');
@@ -178,28 +193,41 @@ export class RedisKeys {
     const claimed = await this.#redis.tgClaimKeyId(index, key.digest);
     if (claimed === -1) return false;
     const now = String(Date.now());
-    if (claimed === 1) {
-      // Only the request that claimed the id writes its controls (a seed repeating an existing
-      // key never touches them).
-      const init = await this.#initKey(key.id, key.account, key.digest, now, key.last4 ?? null, key.controls ?? defaultControls());
+    const record = this.#key(key.digest);
+    const created = await this.#redis.tgCreateKey(record, key.id, key.account, key.digest, now, '1');
+    if (created === -1) {
+      if (claimed === 1) await this.#redis.tgReleaseKeyId(index, key.digest);
+      return false;
+    }
+    if (created === 1) {
+      // Only the request that created the record writes the key's controls (a seed repeating
+      // an existing key never touches them).
+      const init = await this.#initKey(key.id, key.account, key.digest, now, key.last4 ?? null, key.controls ?? defaultControls(), audit);
       if (init === -2) {
-        await this.#redis.tgReleaseKeyId(index, key.digest);
+        await this.#redis.tgDropKeyRecord(record, key.id);
+        if (claimed === 1) await this.#redis.tgReleaseKeyId(index, key.digest);
         throw new TeamNotFoundError(key.controls!.team!);
       }
-    } else {
-      // The id was this digest's already: a key from before per-key controls gets its hash.
-      const h = await this.#redis.hgetall(this.#key(key.digest));
-      if (h.account === key.account) await this.#initKey(key.id, key.account, key.digest, h.created_at ?? now, key.last4 ?? null, defaultControls());
+      return true;
     }
-    const created = await this.#redis.tgCreateKey(this.#key(key.digest), key.id, key.account, key.digest, now);
-    if (created === -1 && claimed === 1) await this.#redis.tgReleaseKeyId(index, key.digest);
-    return created === 1;
+    // The record was there: a key from before per-key controls gets its hash, and one whose
+    // creation stopped before its hash (a crash, a fault) gets the one asked for now.
+    const h = await this.#redis.hgetall(record);
+    if (h.account === key.account) {
+      const resumed = h.own === '1';
+      const init = await this.#initKey(key.id, key.account, key.digest, h.created_at ?? now, key.last4 ?? null,
+        resumed ? key.controls ?? defaultControls() : defaultControls(), resumed ? audit : undefined);
+      if (resumed && init === -2) throw new TeamNotFoundError(key.controls!.team!);
+      return resumed && init === 1;
+    }
+    return false;
   }
 
-  #initKey(id: string, account: string, digest: string, createdAt: string, last4: string | null, c: KeyControls): Promise<unknown> {
+  #initKey(id: string, account: string, digest: string, createdAt: string, last4: string | null, c: KeyControls, audit?: AuditEvent): Promise<unknown> {
     const acct = this.#acct(account);
-    return this.#redis.tgKeyInit(`${acct}:key:${id}`, `${acct}:keys`, acct, id, account, digest, createdAt, last4 ?? '',
-      controlsJson(c), c.budget === null ? '' : integer(c.budget.units, 'budget.units'), c.budget?.period ?? '', teamId(c.team ?? null));
+    const outbox = outboxOf(acct);
+    return this.#audit.around(outbox, audit, (event) => this.#redis.tgKeyInit(`${acct}:key:${id}`, `${acct}:keys`, acct, outbox, event, id, account, digest, createdAt, last4 ?? '',
+      controlsJson(c), c.budget === null ? '' : integer(c.budget.units, 'budget.units'), c.budget?.period ?? '', teamId(c.team ?? null)));
   }
 
   async keyByDigest(digest: string): Promise<KeyRecord | undefined> {
@@ -260,7 +288,8 @@ export class RedisKeys {
     if ((await this.#initKey(k.id, k.account, k.digest, String(k.created_at), k.last4, k.controls)) !== 1) return true;
     const revokedAt = await this.#redis.hget(this.#key(k.digest), 'revoked_at');
     if (revokedAt === null) return true;
-    await this.#redis.tgKeyRevoke(`${this.#acct(k.account)}:key:${k.id}`, revokedAt);
+    const acct = this.#acct(k.account);
+    await this.#redis.tgKeyRevoke(`${acct}:key:${k.id}`, outboxOf(acct), '', revokedAt);
     return false;
   }
 
@@ -268,32 +297,53 @@ export class RedisKeys {
    * One script merges the patch into the stored controls (never a read here and a write of the
    * whole controls there, which lost one of two racing PATCHes): see "Changes of controls".
    */
-  async updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> {
+  async updateKey(id: string, patch: KeyPatch, audit?: AuditEvent, check?: (current: KeyRecord) => void): Promise<KeyRecord | undefined> {
     const { set, del } = patchFields(patch);
     const team = patch.team === undefined ? '' : patch.team === null ? '-' : teamId(patch.team);
-    const k = await this.getKey(id);
-    if (k === undefined || k.revoked_at !== null || !(await this.#ensureKey(k))) return undefined;
-    const acct = this.#acct(k.account);
-    const reply = await this.#redis.tgKeyPatch(`${acct}:key:${id}`, acct, this.#revocations.channel, this.#revocations.instance, team, String(set.length / 2), ...set, ...del);
-    if (reply === -2) throw new TeamNotFoundError(team);
-    if (reply === null) return undefined;
-    const updated = keyRecord(id, hashOf(reply as string[]), undefined);
-    this.#revocations.emit({ kind: 'key-changed', digest: updated.digest });
-    if (updated.previous !== null) this.#revocations.emit({ kind: 'key-changed', digest: updated.previous.digest });
-    return updated;
+    for (let attempt = 0; attempt < CHECKED_PATCH_TRIES; attempt++) {
+      // With a check, the version is read before the key: a change in between fails the patch's
+      // version test, never passes it with controls the check did not see.
+      const version = check === undefined ? '' : await this.#version(id);
+      const k = await this.getKey(id);
+      if (k === undefined || k.revoked_at !== null || !(await this.#ensureKey(k))) return undefined;
+      check?.(k);
+      const acct = this.#acct(k.account);
+      const outbox = outboxOf(acct);
+      const reply = await this.#audit.around(outbox, audit, (event) => this.#redis.tgKeyPatch(`${acct}:key:${id}`, acct, outbox, event,
+        this.#revocations.channel, this.#revocations.instance, team, version ?? '0', String(set.length / 2), ...set, ...del));
+      if (reply === -3) continue;
+      if (reply === -2) throw new TeamNotFoundError(team);
+      if (reply === null) return undefined;
+      const updated = keyRecord(id, hashOf(reply as string[]), undefined);
+      this.#revocations.emit({ kind: 'key-changed', digest: updated.digest });
+      if (updated.previous !== null) this.#revocations.emit({ kind: 'key-changed', digest: updated.previous.digest });
+      return updated;
+    }
+    throw new Error(`key ${id} kept changing while a checked PATCH was applied`);
   }
 
-  async rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
+  /** The version (PATCH count) of key `id`'s account-side hash: '0' for none yet, undefined for no key. */
+  async #version(id: string): Promise<string | undefined> {
+    const digest = await this.#redis.get(this.#keyId(id));
+    const account = digest === null ? null : await this.#redis.hget(this.#key(digest), 'account');
+    if (account === null) return undefined;
+    return (await this.#redis.hget(`${this.#acct(account)}:key:${id}`, 'v')) ?? '0';
+  }
+
+  async rotateKey(id: string, digest: string, last4: string, previousUntil: number, audit?: AuditEvent): Promise<KeyRecord | undefined> {
     if (typeof digest !== 'string' || !DIGEST.test(digest)) throw new TypeError('digest must be 64 lowercase hex digits');
     const k = await this.getKey(id);
     if (k === undefined || k.revoked_at !== null || !(await this.#ensureKey(k))) return undefined;
     // The new digest's record first: until the account-side hash names it, it is not valid.
-    const created = await this.#redis.tgCreateKey(this.#key(digest), id, k.account, digest, String(Date.now()));
+    const created = await this.#redis.tgCreateKey(this.#key(digest), id, k.account, digest, String(Date.now()), '1');
     if (created !== 1) return undefined;
     const previous = k.previous?.digest;
-    const r = await this.#redis.tgKeyRotate(`${this.#acct(k.account)}:key:${id}`, digest, last4, integer(previousUntil, 'previousUntil'),
+    const acct = this.#acct(k.account);
+    const outbox = outboxOf(acct);
+    const until = integer(previousUntil, 'previousUntil');
+    const r = await this.#audit.around(outbox, audit, (event) => this.#redis.tgKeyRotate(`${acct}:key:${id}`, outbox, event, digest, last4, until,
       this.#revocations.channel, this.#revocations.message({ kind: 'key-changed', digest: k.digest }),
-      previous === undefined ? '' : this.#revocations.message({ kind: 'key-changed', digest: previous }));
+      previous === undefined ? '' : this.#revocations.message({ kind: 'key-changed', digest: previous })));
     if (r === 0 || r === null) return undefined;
     this.#revocations.emit({ kind: 'key-changed', digest: k.digest });
     if (previous !== undefined) this.#revocations.emit({ kind: 'key-changed', digest: previous });
@@ -310,29 +360,35 @@ export class RedisKeys {
     await Promise.all(uses.map((u) => this.#redis.tgKeyTouch(`${this.#acct(u.account)}:key:${u.id}`, integer(u.at, 'at'))));
   }
 
-  async revokeKey(id: string): Promise<KeyRecord | undefined> {
+  async revokeKey(id: string, audit?: AuditEvent): Promise<KeyRecord | undefined> {
     const digest = await this.#redis.get(this.#keyId(id));
     if (digest === null) return undefined;
     const before = await this.keyByDigest(digest);
     if (before === undefined || before.id !== id) return undefined;
     // The account-side hash first: it alone decides whether a digest is valid. With
-    // wait_replicas, both writes are confirmed by the replicas before the answer.
-    const keyRecord = `${this.#acct(before.account)}:key:${id}`;
+    // wait_replicas, both writes are confirmed by the replicas before the answer. The audit
+    // event goes with it; a key without one records it with its digest record's revocation.
+    const acct = this.#acct(before.account);
+    const keyRecord = `${acct}:key:${id}`;
+    const outbox = outboxOf(acct);
     const now = String(Date.now());
-    const at = this.#wait !== null
-      ? await this.#wait.eval(SCRIPTS.tgKeyRevoke.lua, [keyRecord], [now])
-      : await this.#redis.tgKeyRevoke(keyRecord, now);
+    const at = await this.#audit.around(outbox, audit, (event) => (this.#wait !== null
+      ? this.#wait.eval(SCRIPTS.tgKeyRevoke.lua, [keyRecord, outbox], [event, now])
+      : this.#redis.tgKeyRevoke(keyRecord, outbox, event, now)));
+    const hashless = at === null || at === undefined;
+    const record = this.#key(digest);
+    const recordOutbox = outboxOf(record);
     const args = [id, String(Date.now()), this.#revocations.channel, this.#revocations.message({ kind: 'key', digest })] as const;
-    const r = this.#wait !== null
-      ? await this.#wait.eval(SCRIPTS.tgRevokeKey.lua, [this.#key(digest)], [...args])
-      : await this.#redis.tgRevokeKey(this.#key(digest), ...args);
+    const r = await this.#audit.around(recordOutbox, hashless ? audit : undefined, (event) => (this.#wait !== null
+      ? this.#wait.eval(SCRIPTS.tgRevokeKey.lua, [record, recordOutbox], [event, ...args])
+      : this.#redis.tgRevokeKey(record, recordOutbox, event, ...args)));
     if (r === null) return undefined;
-    if (at === null || at === undefined) {
+    if (hashless) {
       // No account-side hash at first (a key from before per-key controls): a PATCH or rotation
       // may have created one since, without the revocation (see #ensureKey). It stands there too.
       const [, , , , , revokedAt] = tuple(r, 6);
-      if (this.#wait !== null) await this.#wait.eval(SCRIPTS.tgKeyRevoke.lua, [keyRecord], [String(revokedAt)]);
-      else await this.#redis.tgKeyRevoke(keyRecord, String(revokedAt));
+      if (this.#wait !== null) await this.#wait.eval(SCRIPTS.tgKeyRevoke.lua, [keyRecord, outbox], ['', String(revokedAt)]);
+      else await this.#redis.tgKeyRevoke(keyRecord, outbox, '', String(revokedAt));
     }
     const [newly, , , , , revoked] = tuple(r, 6);
     if (newly === 1) this.#revocations.emit({ kind: 'key', digest });
@@ -344,12 +400,14 @@ export class RedisKeys {
     return { ...before, revoked_at: at === null || at === undefined ? Number(revoked) : Number(at) };
   }
 
-  async revokeSession(sid: string): Promise<void> {
+  async revokeSession(sid: string, audit?: AuditEvent): Promise<void> {
     requireId('session id', sid);
+    const sess = this.#sess(sid);
+    const outbox = outboxOf(sess);
     const args = [String(Date.now()), this.#revocations.channel, this.#revocations.message({ kind: 'session', sid })] as const;
-    const r = this.#wait !== null
-      ? await this.#wait.eval(SCRIPTS.tgRevokeSession.lua, [this.#sess(sid)], [...args])
-      : await this.#redis.tgRevokeSession(this.#sess(sid), ...args);
+    const r = await this.#audit.around(outbox, audit, (event) => (this.#wait !== null
+      ? this.#wait.eval(SCRIPTS.tgRevokeSession.lua, [sess, outbox], [event, ...args])
+      : this.#redis.tgRevokeSession(sess, outbox, event, ...args)));
     if (r === 1) this.#revocations.emit({ kind: 'session', sid });
   }
 
@@ -375,128 +433,5 @@ export class RedisKeys {
 
 const DIGEST = /^[0-9a-f]{64}$/;
 
-function integer(n: number, what: string): string {
-  if (!Number.isSafeInteger(n)) throw new RangeError(`${what} must be a safe integer`);
-  return String(n);
-}
-
-function tuple(reply: unknown, length: number): unknown[] {
-  if (!Array.isArray(reply) || reply.length !== length) throw new Error(`unexpected reply from Redis: ${JSON.stringify(reply)}`);
-  return reply;
-}
-
-/** The controls but the budget (which the scripts keep in bu/bp) and the team (tm), as stored in `c`. */
-function controlsJson(c: KeyControls): string {
-  const { budget: _budget, team: _team, ...rest } = c;
-  return JSON.stringify(rest);
-}
-
-/** A team id as a script argument; '' for none. */
-function teamId(team: string | null): string {
-  if (team === null) return '';
-  if (typeof team !== 'string' || !TEAM_ID.test(team)) throw new TypeError('team must be a team id');
-  return team;
-}
-
-/** tgKeyAndAccount's reply: the key's hash, its account's own fields, its team's fields. */
-type KeyAndAccount = [string[], string[], string[]];
-
-function found(key: KeyRecord, both: KeyAndAccount): KeyWithAccount {
-  const account = accountRecord(hashOf(both[1]));
-  const team = key.controls.team === null ? undefined : teamFromFields(key.controls.team, key.account, hashOf(both[2] ?? []));
-  return team === undefined ? { key, account } : { key, account, team };
-}
-
-/** The field a patched member is kept in: c:name, c:limits.max_concurrent (see the header). */
-const MEMBER = 'c:';
-
-/**
- * A patch as the fields tgKeyPatch sets (field, JSON value, ...) and deletes: each member it
- * names, null included (a null field overrides what `c` holds), each limit on its own, and
- * the budget as bu/bp (deleted when null).
- */
-export function patchFields(patch: KeyPatch): { set: string[]; del: string[] } {
-  const set: string[] = [];
-  const del: string[] = [];
-  for (const [member, value] of Object.entries(patch)) {
-    if (value === undefined || member === 'team') continue; // the team: tgKeyPatch's own argument
-    if (member === 'budget') {
-      const b = value as KeyControls['budget'];
-      if (b === null) del.push('bu', 'bp');
-      else set.push('bu', integer(b.units, 'budget.units'), 'bp', b.period ?? '');
-    } else if (member === 'limits') {
-      for (const [name, limit] of Object.entries(value as Partial<KeyControls['limits']>)) {
-        if (limit !== undefined) set.push(`${MEMBER}limits.${name}`, JSON.stringify(limit));
-      }
-    } else {
-      set.push(`${MEMBER}${member}`, JSON.stringify(value));
-    }
-  }
-  return { set, del };
-}
-
-/**
- * The controls (but the budget) a key's hash holds: `c` as created, with the c:MEMBER fields
- * of later PATCHes over it. Throws on a field that is not JSON.
- */
-function storedControls(k: Record<string, string>): Record<string, unknown> {
-  const c = JSON.parse(k.c ?? '') as Record<string, unknown>;
-  if (typeof c !== 'object' || c === null) throw new TypeError('stored controls are not an object');
-  const limits: Record<string, unknown> = { ...(c.limits as object) };
-  for (const field of Object.keys(k)) {
-    if (!field.startsWith(MEMBER)) continue;
-    const member = field.slice(MEMBER.length);
-    const value: unknown = JSON.parse(k[field]!);
-    if (LIMIT_MEMBERS.has(member)) limits[member.slice(7)] = value;
-    else if (KEY_MEMBERS.has(member)) c[member] = value;
-  }
-  return { ...c, limits };
-}
-
-const KEY_MEMBERS: ReadonlySet<string> = new Set(['name', 'models', 'expires_at', 'priority', 'allowed_ips', 'metadata']);
-const LIMIT_MEMBERS: ReadonlySet<string> = new Set(['limits.requests_per_minute', 'limits.tokens_per_minute', 'limits.max_concurrent']);
-
-/** A key's record from its account-side hash; `revokedAt` from its digest record, if known. */
-function keyRecord(id: string, k: Record<string, string>, revokedAt: string | undefined): KeyRecord {
-  let parsed: unknown;
-  try { parsed = storedControls(k); } catch { parsed = undefined; }
-  const bu = k.bu === undefined ? null : Number(k.bu);
-  const period = k.bp === 'day' || k.bp === 'week' || k.bp === 'month' ? k.bp : null;
-  // Unreadable controls would be a key without restrictions: refuse it rather than serve it so.
-  const controls = toControls({ ...(parsed as object), budget: bu === null ? null : { units: bu, period }, team: k.tm ?? null });
-  const ra = k.ra ?? revokedAt;
-  return {
-    id, account: k.account!, digest: k.digest!, created_at: Number(k.created_at),
-    revoked_at: ra === undefined ? (controls === null ? 0 : null) : Number(ra),
-    last4: k.last4 === undefined || k.last4 === '' ? null : k.last4,
-    controls: controls ?? defaultControls(),
-    previous: k.pd === undefined ? null : { digest: k.pd, until: Number(k.pu) },
-    last_used_at: k.lu === undefined ? null : Number(k.lu),
-    spent: { period: k.sp ?? 'n', units: Number(k.su ?? '0') },
-  };
-}
-
-/** The key a digest's index entry `h` names, from the key's own hash `k`. */
-function indexedKey(digest: string, h: Record<string, string>, k: Record<string, string>): KeyRecord {
-  if (k.account === undefined) {
-    // A key from before per-key controls: it has none.
-    return {
-      id: h.id!, account: h.account!, digest: h.digest ?? digest, created_at: Number(h.created_at),
-      revoked_at: h.revoked_at === undefined ? null : Number(h.revoked_at), last4: null, controls: defaultControls(),
-      previous: null, last_used_at: null, spent: { period: 'n', units: 0 },
-    };
-  }
-  return keyRecord(h.id!, k, h.revoked_at);
-}
-
-function accountRecord(h: Record<string, string>): AccountRecord | undefined {
-  if (h.id === undefined) return undefined;
-  return { id: h.id, plan: h.plan ?? '', balance_units: Number(h.balance_units), created_at: Number(h.created_at) };
-}
-
-/** An HGETALL's reply inside a script (fields and values in turn) as ioredis's hgetall gives it. */
-function hashOf(flat: readonly string[]): Record<string, string> {
-  const h: Record<string, string> = Object.create(null);
-  for (let i = 0; i + 1 < flat.length; i += 2) h[flat[i]!] = flat[i + 1]!;
-  return h;
-}
+/** A checked PATCH (updateKey's `check`) reads and checks the key again at most this often when other changes keep landing first. */
+const CHECKED_PATCH_TRIES = 16;

@@ -13,6 +13,8 @@
 //                                team is tm in the key's hash)
 //   P{accounts}           zset   every account id, score 0 (listAccounts pages it by id: ZRANGEBYLEX)
 //   P{accounts}:filled    string set once the ids of accounts from before the zset were added
+//   P{audit}              stream the audit log; P{audit}:outboxes, P{audit}:moved and each
+//                                slot's outbox (P{acct:ID}:audit, P{sess:SID}:audit, ...): see audit.ts
 //   P{acct:A}:key:ID      hash   key ID's controls and state, in its account's slot so the
 //                                metering scripts read and charge its budget atomically with the
 //                                wallet: account, digest (current), created_at, last4, c (the
@@ -62,7 +64,7 @@ import { RedisKeys } from './keys.js';
 import { METERING_SCRIPTS, RedisMetering } from './metering.js';
 import { ReplicaWait } from './wait.js';
 import { RedisResponses } from './responses.js';
-import { RedisAudit } from './audit.js';
+import { AUDIT_SCRIPTS, RedisAudit, type AuditScripts } from './audit.js';
 import { RedisRevocations } from './revocations.js';
 import type { ResponseChain } from '../response-chains.js';
 import { RedisUsage, USAGE_SCRIPTS } from './records.js';
@@ -130,7 +132,10 @@ export class RedisStore implements Store {
     // resent after a reconnect (the caller has seen them fail).
     const redis = connect(topology, { connectionName: 'tollgate', commandTimeout: timeout, connectTimeout });
     redis.on('error', onError);
-    for (const [name, s] of [...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS), ...Object.entries(ALERT_SCRIPTS), ...Object.entries(TOTALS_SCRIPTS)]) {
+    for (const [name, s] of [
+      ...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS), ...Object.entries(ALERT_SCRIPTS), ...Object.entries(TOTALS_SCRIPTS),
+      ...Object.entries(AUDIT_SCRIPTS),
+    ]) {
       redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
     }
     this.#redis = redis as RedisClient & Scripts;
@@ -148,10 +153,10 @@ export class RedisStore implements Store {
     this.#metering = new RedisMetering(this.#redis, this.prefix, this.#wait);
     this.#usage = new RedisUsage(this.#redis, this.prefix, options.usageRetentionDays);
     this.#responses = new RedisResponses(this.#redis, this.prefix);
-    this.#audit = new RedisAudit(this.#redis, this.prefix);
+    this.#audit = new RedisAudit(this.#redis as unknown as RedisClient & AuditScripts, this.prefix, this.#wait);
     this.#revocations = new RedisRevocations(this.prefix, topology, connectTimeout, onError);
-    this.#keys = new RedisKeys(this.#redis, this.prefix, this.#wait, this.#revocations);
-    this.#teams = new RedisTeams(this.#redis, this.prefix, this.#keys, this.#revocations);
+    this.#keys = new RedisKeys(this.#redis, this.prefix, this.#wait, this.#revocations, this.#audit);
+    this.#teams = new RedisTeams(this.#redis, this.prefix, this.#keys, this.#revocations, this.#audit);
     this.alerts = new RedisAlerts(this.#redis as unknown as RedisClient & AlertScripts, this.prefix, (id) => this.#keys.getKey(id));
   }
 
@@ -210,15 +215,15 @@ export class RedisStore implements Store {
   }
 
   // Accounts, keys and sessions: see keys.ts.
-  createAccount(account: { id: string; plan: string; balance_units: number }): Promise<boolean> { return this.#keys.createAccount(account); }
+  createAccount(account: { id: string; plan: string; balance_units: number }, audit?: AuditEvent): Promise<boolean> { return this.#keys.createAccount(account, audit); }
   getAccount(id: string): Promise<AccountRecord | undefined> { return this.#keys.getAccount(id); }
-  addCredits(accountId: string, units: number, idempotencyKey: string): Promise<CreditResult | undefined> {
-    return this.#keys.addCredits(accountId, units, idempotencyKey);
+  addCredits(accountId: string, units: number, idempotencyKey: string, audit?: AuditEvent): Promise<CreditResult | undefined> {
+    return this.#keys.addCredits(accountId, units, idempotencyKey, audit);
   }
   accountsOnPlans(plans: readonly string[]): Promise<Map<string, string>> { return this.#keys.accountsOnPlans(plans); }
   listAccounts(q: AccountsQuery): Promise<AccountsPage> { return this.#keys.listAccounts(q); }
-  async createKey(key: NewKey): Promise<boolean> {
-    const created = await this.#keys.createKey(key);
+  async createKey(key: NewKey, audit?: AuditEvent): Promise<boolean> {
+    const created = await this.#keys.createKey(key, audit);
     // Keys that expire are indexed for the key.expiring sweep (./alerts.ts).
     const at = key.controls?.expires_at ?? null;
     if (created && at !== null) await this.alerts.indexExpiry(key.account, key.id, at);
@@ -228,28 +233,28 @@ export class RedisStore implements Store {
   keyWithAccount(digest: string, known?: KnownKey): Promise<KeyWithAccount | undefined> { return this.#keys.keyWithAccount(digest, known); }
   getKey(id: string): Promise<KeyRecord | undefined> { return this.#keys.getKey(id); }
   listKeys(account: string): Promise<KeyRecord[] | undefined> { return this.#keys.listKeys(account); }
-  async updateKey(id: string, patch: KeyPatch): Promise<KeyRecord | undefined> {
-    const key = await this.#keys.updateKey(id, patch);
+  async updateKey(id: string, patch: KeyPatch, audit?: AuditEvent, check?: (current: KeyRecord) => void): Promise<KeyRecord | undefined> {
+    const key = await this.#keys.updateKey(id, patch, audit, check);
     if (key !== undefined && patch.expires_at !== undefined) await this.alerts.indexExpiry(key.account, key.id, key.controls.expires_at);
     return key;
   }
-  rotateKey(id: string, digest: string, last4: string, previousUntil: number): Promise<KeyRecord | undefined> {
-    return this.#keys.rotateKey(id, digest, last4, previousUntil);
+  rotateKey(id: string, digest: string, last4: string, previousUntil: number, audit?: AuditEvent): Promise<KeyRecord | undefined> {
+    return this.#keys.rotateKey(id, digest, last4, previousUntil, audit);
   }
 
   // Teams: see teams.ts.
-  createTeam(account: string, id: string, settings: TeamSettings): Promise<TeamCreated> { return this.#teams.createTeam(account, id, settings); }
+  createTeam(account: string, id: string, settings: TeamSettings, audit?: AuditEvent): Promise<TeamCreated> { return this.#teams.createTeam(account, id, settings, audit); }
   getTeam(id: string): Promise<TeamRecord | undefined> { return this.#teams.getTeam(id); }
   listTeams(account: string): Promise<TeamRecord[] | undefined> { return this.#teams.listTeams(account); }
-  updateTeam(id: string, patch: TeamPatch): Promise<TeamRecord | undefined> { return this.#teams.updateTeam(id, patch); }
-  deleteTeam(id: string): Promise<TeamDeleted> { return this.#teams.deleteTeam(id); }
+  updateTeam(id: string, patch: TeamPatch, audit?: AuditEvent): Promise<TeamRecord | undefined> { return this.#teams.updateTeam(id, patch, audit); }
+  deleteTeam(id: string, audit?: AuditEvent): Promise<TeamDeleted> { return this.#teams.deleteTeam(id, audit); }
 
   /** The hold script records the key's last use (see tgHold in metering.ts). */
   readonly holdRecordsKeyUse = true;
 
   touchKeys(uses: ReadonlyArray<{ account: string; id: string; at: number }>): Promise<void> { return this.#keys.touchKeys(uses); }
-  revokeKey(id: string): Promise<KeyRecord | undefined> { return this.#keys.revokeKey(id); }
-  revokeSession(sid: string): Promise<void> { return this.#keys.revokeSession(sid); }
+  revokeKey(id: string, audit?: AuditEvent): Promise<KeyRecord | undefined> { return this.#keys.revokeKey(id, audit); }
+  revokeSession(sid: string, audit?: AuditEvent): Promise<void> { return this.#keys.revokeSession(sid, audit); }
   isSessionRevoked(sid: string): Promise<boolean> { return this.#keys.isSessionRevoked(sid); }
   seed(accounts: readonly AccountConfig[]): Promise<void> { return this.#keys.seed(accounts); }
 

@@ -17,13 +17,16 @@
 // marked (tgKeyInit and tgKeyPatch refuse to give a key a marked team); (2) the account's keys
 // are read: a live key naming the team unmarks it (409 team_in_use); (3) its fields go, then the
 // index. A key given the team before the mark is seen by (2); none can be given it after.
+// The audit event of a creation, PATCH or deletion is recorded by the script that writes the
+// team's fields (creation (3), the PATCH, deletion (3)), in the account's slot (./audit.ts).
 
 import type { RedisClient } from './connect.js';
+import { outboxOf, type RedisAudit } from './audit.js';
 import type { RedisKeys } from './keys.js';
 import type { RedisRevocations } from './revocations.js';
 import type { Scripts } from './scripts.js';
 import { TEAM_ID, requireId, toTeamSettings } from '../rules.js';
-import type { KeyRecord, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings } from '../types.js';
+import type { AuditEvent, KeyRecord, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings } from '../types.js';
 
 /** An index left by a creation that did not finish is taken over after this long. */
 const TAKEOVER_MS = 10_000;
@@ -33,15 +36,17 @@ export class RedisTeams {
   readonly #prefix: string;
   readonly #keys: RedisKeys;
   readonly #revocations: RedisRevocations;
+  readonly #audit: RedisAudit;
 
-  constructor(redis: RedisClient & Scripts, prefix: string, keys: RedisKeys, revocations: RedisRevocations) {
+  constructor(redis: RedisClient & Scripts, prefix: string, keys: RedisKeys, revocations: RedisRevocations, audit: RedisAudit) {
     this.#redis = redis;
     this.#prefix = prefix;
     this.#keys = keys;
     this.#revocations = revocations;
+    this.#audit = audit;
   }
 
-  async createTeam(account: string, id: string, settings: TeamSettings): Promise<TeamCreated> {
+  async createTeam(account: string, id: string, settings: TeamSettings, audit?: AuditEvent): Promise<TeamCreated> {
     requireId('account id', account);
     requireTeamId(id);
     if (toTeamSettings(settings) === null) throw new TypeError('team settings are malformed');
@@ -62,7 +67,8 @@ export class RedisTeams {
       claimed = await this.#redis.tgTeamClaim(index, mine, cur);
       if (claimed !== 1) return 'team_exists';
     }
-    const r = await this.#redis.tgTeamCreate(acct, id, String(now), ...settingsFields(settings));
+    const outbox = outboxOf(acct);
+    const r = await this.#audit.around(outbox, audit, (event) => this.#redis.tgTeamCreate(acct, outbox, event, id, String(now), ...settingsFields(settings)));
     if (r === 1) return 'created';
     if (r === 0) {
       await this.#redis.tgTeamUnclaim(index, account);
@@ -110,11 +116,13 @@ export class RedisTeams {
     return teams.sort((a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : 1));
   }
 
-  async updateTeam(id: string, patch: TeamPatch): Promise<TeamRecord | undefined> {
+  async updateTeam(id: string, patch: TeamPatch, audit?: AuditEvent): Promise<TeamRecord | undefined> {
     const { set, del } = patchFields(patch);
     const account = await this.#owner(id);
     if (account === undefined) return undefined;
-    const reply = await this.#redis.tgTeamPatch(this.#acct(account), id, String(set.length / 2), ...set, ...del);
+    const acct = this.#acct(account);
+    const outbox = outboxOf(acct);
+    const reply = await this.#audit.around(outbox, audit, (event) => this.#redis.tgTeamPatch(acct, outbox, event, id, String(set.length / 2), ...set, ...del));
     if (reply === null) return undefined;
     const team = teamFromFields(id, account, hashOf(reply as string[]));
     // The team's keys' cached principals carry its limits and models: dropped on every instance
@@ -123,7 +131,7 @@ export class RedisTeams {
     return team;
   }
 
-  async deleteTeam(id: string): Promise<TeamDeleted> {
+  async deleteTeam(id: string, audit?: AuditEvent): Promise<TeamDeleted> {
     const account = await this.#owner(id);
     if (account === undefined) return 'not_found';
     const acct = this.#acct(account);
@@ -132,7 +140,8 @@ export class RedisTeams {
       await this.#redis.tgTeamMark(acct, id, '0');
       return 'in_use';
     }
-    await this.#redis.tgTeamDrop(acct, id);
+    const outbox = outboxOf(acct);
+    await this.#audit.around(outbox, audit, (event) => this.#redis.tgTeamDrop(acct, outbox, event, id));
     await this.#redis.tgTeamUnclaim(this.#index(id), account);
     return 'deleted';
   }

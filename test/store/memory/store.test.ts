@@ -12,6 +12,7 @@ import { storeContract } from '../contract.js';
 import { meteringContract } from '../metering-contract.js';
 import { teamsContract } from '../teams-contract.js';
 import { keyContract } from '../key-contract.js';
+import { auditContract } from '../audit-contract.js';
 import { defaultControls } from '../../../lib/store/types.js';
 
 const dirs: string[] = [];
@@ -49,6 +50,8 @@ teamsContract(t, 'durable memory', durable({ fsyncMs: 0, compactBytes: 256 }));
 keyContract(t, 'memory', async () => ({ store: new MemoryStore({ path: null, fsyncMs: 1000 }) }));
 keyContract(t, 'durable memory', durable({ fsyncMs: 1000 }));
 keyContract(t, 'durable memory (compacting often)', durable({ fsyncMs: 0, compactBytes: 256 }));
+auditContract(t, 'memory', async () => ({ store: new MemoryStore({ path: null, fsyncMs: 1000 }) }));
+auditContract(t, 'durable memory (compacting often)', durable({ fsyncMs: 0, compactBytes: 256 }));
 
 const journalOf = (dir: string) => join(dir, JOURNAL_FILE);
 const snapshotOf = (dir: string) => join(dir, SNAPSHOT_FILE);

@@ -17,6 +17,7 @@ import { accountWhenReady, burst, chat, isStoreFault, walletConfig, type Outcome
 import { storeContract } from '../contract.js';
 import { meteringContract } from '../metering-contract.js';
 import { teamsContract } from '../teams-contract.js';
+import { auditContract } from '../audit-contract.js';
 
 const cluster = await startCluster();
 t.teardown(() => cluster.stop());
@@ -38,6 +39,7 @@ async function openFresh() {
 storeContract(t, 'redis cluster', openFresh);
 meteringContract(t, 'redis cluster', openFresh);
 teamsContract(t, 'redis cluster', openFresh);
+auditContract(t, 'redis cluster', openFresh);
 
 async function gateways(t: any, store: Record<string, unknown>, n = 2): Promise<TestGateway[]> {
   const gws: TestGateway[] = [];

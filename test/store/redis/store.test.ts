@@ -18,6 +18,7 @@ import { storeContract } from '../contract.js';
 import { meteringContract } from '../metering-contract.js';
 import { teamsContract } from '../teams-contract.js';
 import { keyContract } from '../key-contract.js';
+import { auditContract } from '../audit-contract.js';
 import { defaultControls } from '../../../lib/store/types.js';
 
 const redis = await startRedis();
@@ -95,6 +96,7 @@ storeContract(t, 'redis', openFresh);
 meteringContract(t, 'redis', openFresh);
 teamsContract(t, 'redis', openFresh);
 keyContract(t, 'redis', openFresh);
+auditContract(t, 'redis', openFresh);
 
 t.test('a revocation by one instance reaches the other within 1 s, and each listener once', async (t) => {
   const open = opener(t);

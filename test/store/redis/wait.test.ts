@@ -54,6 +54,18 @@ t.test('store: a waited write no replica confirms rejects in time, applied once'
   t.equal(await store.isSessionRevoked('s1'), true);
 });
 
+t.test('store: an audited write no replica confirms: applied with its event, which the log lists once', async (t) => {
+  const store = await RedisStore.open({ url: redis.url, prefix: `tgw:${randomUUID()}:`, commandTimeoutMs: 500, waitReplicas: 1, waitTimeoutMs: 100 });
+  t.teardown(() => store.close());
+  await store.createAccount({ id: 'a', plan: 'free', balance_units: 100 });
+  const event = { at: Date.now(), actor: 'admin-token', role: 'admin', action: 'POST /admin/accounts/{id}/credits', target: 'a', ip: '', request_id: 'waited-credit' };
+  await t.rejects(store.addCredits('a', 10, 'k1', event), ReplicaWaitError, 'unconfirmed: a 503 for the client');
+  t.equal((await store.getAccount('a'))?.balance_units, 110, 'applied on the primary');
+  for (let i = 0; i < 2; i++) {
+    t.strictSame((await store.listAudit({ since: 0, limit: 10 })).events.map((e) => e.request_id), ['waited-credit'], 'with its event, listed once (its move unconfirmed too)');
+  }
+});
+
 t.test('the script and its WAIT: one write on one socket; the connection lost after the script, a ReplicaWaitError at once', async (t) => {
   const { client, admin } = await storeClient(t, redis.url, 'tgw-cut');
   const key = `tgw-cut:${randomUUID()}`;
