@@ -3,6 +3,9 @@
 // normalized into ours (translate.ts) so nothing upstream-specific reaches a client. A client
 // speaking legacy completions goes natively to the upstream's /completions (completions.ts),
 // except fill-in-the-middle on llama.cpp's server, which goes to its /infill (infill.ts).
+// Whether the server is llama.cpp's is asked as the provider starts (server-kind.ts): such a
+// server gets every call streamed (stream_upstream auto) and verbose with stop sequences. The
+// usage of an answer of several choices covers them all (../choices-usage.ts).
 
 import type { Dispatcher } from 'undici';
 import type { ProviderConfig } from '../../config/types.js';
