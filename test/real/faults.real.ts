@@ -129,36 +129,37 @@ t.test('a non-streaming client that leaves stops the server\'s work too (stream_
 });
 
 /**
- * The same server behind a gateway of its own with a fixed model and no discovery: only the
- * question the provider asks as it starts (GET /props) can tell it what the server is.
+ * `server` behind a gateway of its own with a fixed model and no discovery: only the question
+ * the provider asks as it starts (GET /props) can tell it what the server is.
  */
-function fixedYaml(models: string[]): string {
+function fixedYaml(server: Llama, models: string[]): string {
   const price = `{ input_per_mtok: ${PRICE.input_per_mtok}, output_per_mtok: ${PRICE.output_per_mtok} }`;
-  return `${tollgateYaml(llama.url).replace(/^ {4}discover_models: true\n {4}discover_interval_ms: 1000\n/m, '')}models:\n${
+  return `${tollgateYaml(server.url).replace(/^ {4}discover_models: true\n {4}discover_interval_ms: 1000\n/m, '')}models:\n${
     models.map((id) => `  - { id: ${id}, provider: llama, upstream_model: tiny-qwen2, context_window: 2048, max_output_tokens: 2000, price: ${price} }\n`).join('')}`;
 }
 
 /**
- * A non-streaming client of `route` that leaves while the server generates: the server's
- * decode steps from the request on, counted once it is idle again and its count stops moving.
+ * A non-streaming client of `route` that leaves while `server` generates: the server's decode
+ * steps from the request on, counted once it is idle again and its count stops moving.
  */
-async function abandonWhole(gateway: { url: string }, route: '/v1/messages' | '/v1/completions', model: string): Promise<number> {
-  await idle(llama);
-  const m0 = await llama.metrics();
+async function abandonWhole(server: Llama, gateway: { url: string }, route: '/v1/messages' | '/v1/completions', model: string): Promise<number> {
+  const idleNow = () => until('the server to be idle', async () => (await server.metrics()).requests_processing === 0);
+  await idleNow();
+  const m0 = await server.metrics();
   const body = route === '/v1/messages'
     ? { model, max_tokens: LONG, temperature: 0, messages: [{ role: 'user', content: 'Count to a thousand.' }] }
-    : { model, max_tokens: LONG, temperature: 0, prompt: 'Count to a thousand:', ignore_eos: true, cache_prompt: false };
+    : { model, max_tokens: LONG, temperature: 0, prompt: 'Count to a thousand:', cache_prompt: false };
   const ac = new AbortController();
   const pending = fetch(`${gateway.url}${route}`, { method: 'POST', headers: auth, body: JSON.stringify(body), signal: ac.signal }).catch((e: unknown) => e);
-  await until('the server to be generating', async () => (await llama.metrics()).requests_processing === 1);
+  await until('the server to be generating', async () => (await server.metrics()).requests_processing === 1);
   await sleep(300);
   ac.abort();
   await pending;
-  await idle(llama);
-  let last = (await llama.metrics()).n_decode_total;
+  await idleNow();
+  let last = (await server.metrics()).n_decode_total;
   await until('the decode count to stop moving', async () => {
     await sleep(500);
-    const now = (await llama.metrics()).n_decode_total;
+    const now = (await server.metrics()).n_decode_total;
     const still = now === last;
     last = now;
     return still;
@@ -167,23 +168,26 @@ async function abandonWhole(gateway: { url: string }, route: '/v1/messages' | '/
 }
 
 t.test('the first request after a start and after a SIGHUP: a non-streaming /v1/messages or /v1/completions client that leaves stops the server', async (t) => {
+  // A server of its own that ignores EOS by default: Messages has no field to ask it.
+  const eosless = await startLlama(t, p, { args: ['--ignore-eos'] });
   for (const route of ['/v1/messages', '/v1/completions'] as const) {
-    const fresh = await startTollgate(t, fixedYaml(['tiny-first']));
+    const fresh = await startTollgate(t, fixedYaml(eosless, ['tiny-first']));
     const a0 = await account(fresh);
-    const decoded = await abandonWhole(fresh, route, 'tiny-first');
+    const decoded = await abandonWhole(eosless, fresh, route, 'tiny-first');
     t.ok(decoded < LONG / 2, `${route}, the first request after a start: the server stopped early (${decoded} decode steps of ${LONG} tokens asked; it ran them all before)`);
     await until('the hold to go', async () => (await account(fresh)).held_units === 0);
     t.equal((await account(fresh)).balance_units, a0.balance_units, 'charged nothing: the client left before the answer');
 
-    writeFileSync(join(fresh.dir, 'tollgate.yaml'), fixedYaml(['tiny-first', 'tiny-reloaded']));
+    writeFileSync(join(fresh.dir, 'tollgate.yaml'), fixedYaml(eosless, ['tiny-first', 'tiny-reloaded']));
     fresh.proc.kill('SIGHUP');
     await until('the reload', async () => (await fetch(`${fresh.url}/v1/models/tiny-reloaded`, { headers: auth })).status === 200);
-    const again = await abandonWhole(fresh, route, 'tiny-reloaded');
+    const again = await abandonWhole(eosless, fresh, route, 'tiny-reloaded');
     t.ok(again < LONG / 2, `${route}, the first request after a SIGHUP: the server stopped early (${again} of ${LONG})`);
     await until('the hold to go', async () => (await account(fresh)).held_units === 0);
     t.equal((await account(fresh)).balance_units, a0.balance_units, 'charged nothing');
     fresh.proc.kill('SIGKILL');
   }
+  await eosless.kill();
 });
 
 t.test('the first stop-sequence request after a start reports its stop sequence (Messages)', async (t) => {
@@ -195,7 +199,7 @@ t.test('the first stop-sequence request after a start reports its stop sequence 
   for (let i = 4; i + 3 <= full.length && at < 0; i++) if (full.indexOf(full.slice(i, i + 3)) === i && full.slice(i, i + 3).trim() !== '') at = i;
   t.ok(at > 0, `found a stop string in ${JSON.stringify(full)}`);
   const stop = full.slice(at, at + 3);
-  const fresh = await startTollgate(t, fixedYaml(['tiny-first']));
+  const fresh = await startTollgate(t, fixedYaml(llama, ['tiny-first']));
   const res = await post(fresh.url, { model: 'tiny-first', max_tokens: 32, temperature: 0, stop_sequences: [stop], messages: probe.messages }, auth, '/v1/messages');
   answered(t, res, 200);
   const m = JSON.parse(res.text);
