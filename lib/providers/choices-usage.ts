@@ -6,33 +6,22 @@
 //   every choice's completion tokens, each prompt's tokens once: the server's own figures;
 // - a whole answer of llama.cpp's keeps its first choice's figures and counts the others (their
 //   text, with the model's tokenizer; the prompts after the first, as the hold counted them);
-// - any other answer is charged at least the completion tokens its choices hold, counted: a
-//   server whose usage says fewer left some choices out. `best_of` above n (the server
-//   generates best_of answers per prompt and returns the n best) scales that floor by
-//   best_of / n: the candidates it dropped are taken as long as the ones it returned.
-// Costs nothing for an answer of one choice: none of it runs then.
+// - any other answer of several choices is charged at least the completion tokens they hold,
+//   counted: a server whose usage says fewer left some choices out.
+// `best_of` (held like n: dialects/completions) is charged as the server reports it: the
+// candidates it drops are never seen, and servers differ (OpenAI's usage counts them, llama.cpp
+// ignores best_of and generates n). Costs nothing for an answer of one choice: none of it runs.
 
 import type { ChunkChoice, CompletionChoice, Usage } from '../schema/chat.js';
-import { tokenCount } from './shared.js';
 import { merged } from '../objects.js';
 import type { ProviderCall, StreamPart, UpstreamStream } from './types.js';
 
 export type Count = (text: string) => Promise<number>;
 
-/** Answers the server generates per prompt for each one it returns: best_of / n, as a fraction. */
-interface Generated { generated: number; returned: number }
-
-/** Completions' best_of above n; 1/1 otherwise. */
-function generatedPerReturned(call: ProviderCall): Generated {
-  const p = call.request.prompts;
-  const bestOf = tokenCount(call.request.native?.body.best_of);
-  if (p === undefined || bestOf === undefined || bestOf <= p.n) return { generated: 1, returned: 1 };
-  return { generated: bestOf, returned: p.n };
-}
-
-/** Does a stream of this call need its choices' text kept (more than one answer asked)? */
+/** Does a stream of this call need its choices' text kept (several answers asked)? */
 export function coversStream(call: ProviderCall): boolean {
-  return (call.request.answers ?? 1) > 1;
+  const p = call.request.prompts;
+  return p !== undefined && p.texts.length * p.n > 1;
 }
 
 /** What a choice holds that was generated: its text, reasoning and tool-call arguments. */
@@ -49,20 +38,19 @@ async function counted(texts: readonly string[], count: Count): Promise<number> 
 }
 
 /**
- * `usage` raised where its completion tokens fall short of what `texts` hold (counted, scaled
- * by best_of / n); unchanged otherwise, or when there is none (the pipeline then counts every
- * choice itself).
+ * `usage` raised where its completion tokens fall short of what `texts` hold, counted;
+ * unchanged otherwise, or when there is none (the pipeline then counts every choice itself).
  */
-async function floored(usage: Usage | undefined, texts: readonly string[], g: Generated, count: Count): Promise<Usage | undefined> {
+async function floored(usage: Usage | undefined, texts: readonly string[], count: Count): Promise<Usage | undefined> {
   if (usage === undefined) return undefined;
-  const floor = Math.ceil((await counted(texts, count) * g.generated) / g.returned);
+  const floor = await counted(texts, count);
   if (usage.completion_tokens >= floor) return usage;
   return merged<Usage>(usage, { completion_tokens: floor, total_tokens: usage.prompt_tokens + floor });
 }
 
 /**
- * A whole answer's usage, covering its choices (when it has several, or best_of asked more).
- * `firstOnly`: the usage is llama.cpp's, its first choice's alone.
+ * A whole answer's usage, covering its choices (coversWhole: it has several). `firstOnly`: the
+ * usage is llama.cpp's, its first choice's alone.
  */
 export async function coverWhole<T extends { choices: CompletionChoice[]; usage: Usage | undefined }>(
   result: T, call: ProviderCall, count: Count, firstOnly: boolean,
@@ -78,15 +66,13 @@ export async function coverWhole<T extends { choices: CompletionChoice[]; usage:
     result.usage = merged<Usage>(u, { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion });
     return result;
   }
-  result.usage = await floored(u, result.choices.map(choiceText), generatedPerReturned(call), count);
+  result.usage = await floored(u, result.choices.map(choiceText), count);
   return result;
 }
 
-/** Does a whole answer need covering? Several choices, or best_of above n. */
-export function coversWhole(call: ProviderCall, choices: number): boolean {
-  if (choices > 1) return true;
-  const g = generatedPerReturned(call);
-  return g.generated > g.returned;
+/** Does a whole answer need covering? Several choices. */
+export function coversWhole(choices: number): boolean {
+  return choices > 1;
 }
 
 /**
@@ -144,25 +130,26 @@ export class PerChoiceUsage {
 }
 
 /**
- * A stream whose usage part is held back to its end and floored there (see `floored`), unless
- * it is the server's own figures for every choice (a usage part marked `perChoice`): each
- * choice's text is kept as it passes. Parts come out as the upstream's do, usage last.
+ * A stream whose usage part is held back to its end and floored there (see `floored`) when it
+ * had several choices, unless it is the server's own figures for every choice (a usage part
+ * marked `perChoice`): each choice's text is kept as it passes. Parts come out as the
+ * upstream's do, usage last.
  */
 export class CoveredStream implements UpstreamStream, AsyncIterator<StreamPart> {
   readonly headers: Record<string, string>;
   readonly #inner: UpstreamStream;
   readonly #it: AsyncIterator<StreamPart>;
   readonly #texts: string[] = [];
-  readonly #g: Generated;
+  /** The choices seen, by index. */
+  readonly #choices = new Set<number>();
   readonly #count: Count;
   #usage: Extract<StreamPart, { kind: 'usage' }> | undefined;
   #done = false;
 
-  constructor(inner: UpstreamStream, call: ProviderCall, count: Count) {
+  constructor(inner: UpstreamStream, count: Count) {
     this.#inner = inner;
     this.#it = inner[Symbol.asyncIterator]();
     this.headers = inner.headers;
-    this.#g = generatedPerReturned(call);
     this.#count = count;
   }
 
@@ -181,6 +168,7 @@ export class CoveredStream implements UpstreamStream, AsyncIterator<StreamPart> 
   }
 
   #keep(c: ChunkChoice): void {
+    this.#choices.add(c.index);
     const d = c.delta;
     let text = (d.reasoning_content ?? '') + (d.content ?? '');
     for (const t of d.tool_calls ?? []) text += t.function?.arguments ?? '';
@@ -203,8 +191,8 @@ export class CoveredStream implements UpstreamStream, AsyncIterator<StreamPart> 
         this.#done = true;
         const last = this.#usage;
         if (last === undefined) break;
-        if (last.perChoice === true) return { value: last, done: false };
-        const usage = await floored(last.usage, this.#texts, this.#g, this.#count);
+        if (last.perChoice === true || this.#choices.size < 2) return { value: last, done: false };
+        const usage = await floored(last.usage, this.#texts, this.#count);
         return { value: { kind: 'usage', usage: usage! }, done: false };
       }
       const out = this.#pass(step.value);

@@ -6,7 +6,7 @@
 // usage and timings the first task's alone); a stream carries each task's usage and timings on
 // that task's last event (chat: on the usage chunk, when include_usage). Every answer and chunk
 // is named `chatcmpl-…`, completions too. A stop string ends a task (`stopping_word`, named only
-// in `__verbose`, sent when the request says verbose: true); `best_of` is refused. Tokens are
+// in `__verbose`, sent when the request says verbose: true); `best_of` is taken and ignored. Tokens are
 // generated one every `tokenMs`; a streamed task stops when its client leaves, a whole one runs
 // to its end whatever the client does (as llama.cpp did for the attack: 1,500 of 1,500 tokens
 // decoded after the client left): `work` tells what each request decoded, and after its close.
@@ -101,7 +101,6 @@ export async function startLlamaFake(options: LlamaFakeOptions = {}): Promise<Ll
     }
     const chat = req.url === '/v1/chat/completions';
     if (req.method !== 'POST' || (!chat && req.url !== '/v1/completions')) return json(res, 404, { error: { code: 404, message: 'File Not Found', type: 'not_found_error' } });
-    if (!chat && body.best_of !== undefined) return json(res, 400, { error: { code: 400, message: 'Unsupported param: best_of', type: 'invalid_request_error' } });
     const id = `chatcmpl-fake${++seq}`;
     const stop: string[] = typeof body.stop === 'string' ? [body.stop] : Array.isArray(body.stop) ? body.stop : [];
     const n = typeof body.n === 'number' ? body.n : 1;

@@ -2,9 +2,9 @@
 // and 21), and one answer has one id: `tollgate serve` from a YAML file in front of a fake
 // llama.cpp server (helpers/llama-fake.ts: one task per choice, each with its own usage; a
 // whole answer carries the first task's usage alone) and a fake vLLM-like server (usage over
-// the choices it returns; best_of honoured), with the official openai SDK and raw HTTP.
-// n: 2, prompt arrays and best_of are charged for every choice, to the unit; best_of is held
-// like n; every chunk of a completions stream, the usage chunk too, and the JSON answer carry
+// the choices it returns; best_of taken), with the official openai SDK and raw HTTP.
+// n: 2 and prompt arrays are charged for every choice, to the unit; best_of is held like n and
+// charged as the server reports it; every chunk of a completions stream, the usage chunk too, and the JSON answer carry
 // Tollgate's `cmpl-…`, never llama.cpp's `chatcmpl-…`.
 
 import t from 'tap';
@@ -19,7 +19,7 @@ import { schemas } from '../helpers/schemas.js';
 
 const POOR = 'tg_poor_11111111111111111111';
 
-/** A vLLM-like server: n and best_of per prompt (the best_of - n extra answers generated, dropped); usage over what it returns ('stingy': the first choice's). */
+/** A vLLM-like server: n answers per prompt (best_of taken, the n best returned); usage over what it returns ('stingy': the first choice's). */
 const vllm = await startUpstream(async (req, res, body) => {
   const chat = req.url === '/v1/chat/completions';
   const n = body.n ?? 1;
@@ -181,28 +181,28 @@ t.test('a server whose usage counts one choice: at least what the choices hold, 
   t.equal(await debited(before3), cost(2, 6));
 });
 
-t.test('best_of: held like n, and charged for the answers the server generated', async (t) => {
+t.test('best_of: held like n, charged as the server reports it', async (t) => {
   const before = (await wallet(url)).balance_units;
-  const r = await openai.completions.create({ model: 'stingy', prompt: 'Tell a story', best_of: 3, max_tokens: 4 });
+  const r = await openai.completions.create({ model: 'honest', prompt: 'Tell a story', best_of: 3, max_tokens: 4 });
   t.equal(vllm.requests.at(-1)!.body.best_of, 3, 'passed as sent');
   t.equal(r.choices.length, 1, 'the best one returned');
-  t.same(r.usage, { prompt_tokens: 4, completion_tokens: 12, total_tokens: 16 }, 'three answers of 4 tokens generated, not the one returned');
-  t.equal(await debited(before), cost(4, 12));
+  t.same(r.usage, { prompt_tokens: 4, completion_tokens: 4, total_tokens: 8 }, 'the server\'s usage: the answers it dropped are never seen');
+  t.equal(await debited(before), cost(4, 4));
 
   // The hold: 100 units hold one answer of 20 tokens (prompt + 2 x 20) but not three.
   const poor = new OpenAI({ apiKey: POOR, baseURL: `${url}/v1`, maxRetries: 0 });
-  const err: any = await poor.completions.create({ model: 'stingy', prompt: 'Tell a story', best_of: 3, max_tokens: 20 }).catch((e) => e);
+  const err: any = await poor.completions.create({ model: 'honest', prompt: 'Tell a story', best_of: 3, max_tokens: 20 }).catch((e) => e);
   t.equal(err.status, 402);
   t.equal(err.code, 'insufficient_credits');
   t.equal((await wallet(url, 'poor')).balance_units, 100, 'nothing charged');
-  const one = await poor.completions.create({ model: 'stingy', prompt: 'Tell a story', max_tokens: 20 });
+  t.equal(vllm.requests.at(-1)!.body.max_tokens, 4, 'the upstream was never called');
+  const one = await poor.completions.create({ model: 'honest', prompt: 'Tell a story', max_tokens: 20 });
   t.equal(one.choices.length, 1, 'one answer of the same length is held and served');
 
-  // llama.cpp refuses best_of: its 400, nothing charged.
+  // llama.cpp takes best_of and generates n: one answer, its own usage, exactly.
   const before2 = (await wallet(url)).balance_units;
-  const refused: any = await openai.completions.create({ model: 'tiny', prompt: 'Tell a story', best_of: 2, max_tokens: 4 }).catch((e) => e);
-  t.equal(refused.status, 400);
-  t.equal(refused.code, 'invalid_value');
-  t.match(refused.message, /best_of/);
-  t.equal(await debited(before2), 0);
+  const l = await openai.completions.create({ model: 'tiny', prompt: 'Tell a story', best_of: 2, max_tokens: 4 });
+  t.equal(l.choices.length, 1);
+  t.same(l.usage, { prompt_tokens: 4, completion_tokens: 4, total_tokens: 8, ...CACHED });
+  t.equal(await debited(before2), cost(4, 4));
 });

@@ -52,7 +52,8 @@ export function parseCompletions(body: unknown): ChatRequest {
   checkNumber(body, 'frequency_penalty', -2, 2);
   const n = checkInteger(body, 'n', 1, MAX_N) ?? 1;
   // best_of: the server generates that many answers per prompt and returns the n best; each is
-  // held like one of n (CONTRACT section 21), and the usage charged covers them (providers/choices-usage.ts).
+  // held like one of n (CONTRACT section 21), and charged as the server reports them
+  // (providers/choices-usage.ts: the dropped ones are never seen).
   const bestOf = checkInteger(body, 'best_of', 1, MAX_N) ?? 1;
   const generated = Math.max(n, bestOf);
   checkInteger(body, 'seed', Number.MIN_SAFE_INTEGER);

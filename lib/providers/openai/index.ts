@@ -151,14 +151,14 @@ export class OpenAIProvider extends HttpProvider {
   #complete(call: ProviderCall): Promise<CompletionResult> {
     // A whole answer assembled from a stream was covered as a stream.
     if (this.streamsUpstream(call)) return super.complete(call);
-    return super.complete(call).then((r) => coversWhole(call, r.choices.length)
+    return super.complete(call).then((r) => coversWhole(r.choices.length)
       ? coverWhole(r, call, (text) => this.#count(text, call), this.#firstOnly.has(call))
       : r);
   }
 
   #stream(call: ProviderCall): Promise<UpstreamStream> {
     if (!coversStream(call)) return super.stream(call);
-    return super.stream(call).then((s) => new CoveredStream(s, call, (text) => this.#count(text, call)));
+    return super.stream(call).then((s) => new CoveredStream(s, (text) => this.#count(text, call)));
   }
 
   /** Tokens of generated text, with the model's tokenizer (this server's own for `tokenizer: upstream`). */
