@@ -49,7 +49,7 @@ async function floored(usage: Usage | undefined, texts: readonly string[], count
 }
 
 /**
- * A whole answer's usage, covering its choices (coversWhole: it has several). `firstOnly`: the
+ * A whole answer's usage, covering its choices (for an answer of several). `firstOnly`: the
  * usage is llama.cpp's, its first choice's alone.
  */
 export async function coverWhole<T extends { choices: CompletionChoice[]; usage: Usage | undefined }>(
@@ -68,11 +68,6 @@ export async function coverWhole<T extends { choices: CompletionChoice[]; usage:
   }
   result.usage = await floored(u, result.choices.map(choiceText), count);
   return result;
-}
-
-/** Does a whole answer need covering? Several choices. */
-export function coversWhole(choices: number): boolean {
-  return choices > 1;
 }
 
 /**

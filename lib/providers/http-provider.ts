@@ -148,17 +148,24 @@ export abstract class HttpProvider implements Provider {
     return assemble(await this.stream(call), call);
   }
 
+  /** A whole answer read as one (not assembled), as the pipeline gets it: a provider may adjust its usage. */
+  protected answered(result: CompletionResult, _call: ProviderCall): CompletionResult | Promise<CompletionResult> {
+    return result;
+  }
+
   async complete(call: ProviderCall): Promise<CompletionResult> {
     if (this.streamsUpstream(call)) return this.assembled(call);
     const res = await this.#send(call, false);
     if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
     const text = await this.#answerText(res, call);
+    let result: CompletionResult;
     try {
       // Not a spread-first literal (objects.ts): the completion is this call's own object.
-      return Object.assign(this.completion(text, call, res.statusCode), { headers: forwardedHeaders(res.headers) });
+      result = Object.assign(this.completion(text, call, res.statusCode), { headers: forwardedHeaders(res.headers) });
     } catch (err) {
       throw this.#redact(err);
     }
+    return this.answered(result, call);
   }
 
   /**

@@ -26,7 +26,7 @@ import { transcribeOpenAI } from './audio.js';
 import { isLlamaCppProps, normalizeChunk, verboseStoppingWord, normalizeCompletion, parseLlamaCppContext, parseModelList, parseTokenizeCount, type TextChunkMemo } from './translate.js';
 import { hasStop } from '../shared.js';
 import { assemble } from '../assemble.js';
-import { CoveredStream, coverWhole, coversStream, coversWhole } from '../choices-usage.js';
+import { CoveredStream, coverWhole, coversStream } from '../choices-usage.js';
 import { ServerKind } from './server-kind.js';
 import { countUpTo } from '../../tokens/count.js';
 import { UpstreamTokens } from '../../tokens/upstream.js';
@@ -139,8 +139,8 @@ export class OpenAIProvider extends HttpProvider {
   // then a call waits for the start's question a bounded time (server-kind.ts); a FIM call is
   // checked first. A call asking several answers has its usage cover them all (choices-usage.ts).
   override complete(call: ProviderCall): Promise<CompletionResult> {
-    if (this.#kind.llamaCpp === undefined || wantsInfill(call.request)) return this.#ready(call).then(() => this.#complete(call));
-    return this.#complete(call);
+    if (this.#kind.llamaCpp === undefined || wantsInfill(call.request)) return this.#ready(call).then(() => super.complete(call));
+    return super.complete(call);
   }
 
   override stream(call: ProviderCall): Promise<UpstreamStream> {
@@ -148,12 +148,9 @@ export class OpenAIProvider extends HttpProvider {
     return this.#stream(call);
   }
 
-  #complete(call: ProviderCall): Promise<CompletionResult> {
-    // A whole answer assembled from a stream was covered as a stream.
-    if (this.streamsUpstream(call)) return super.complete(call);
-    return super.complete(call).then((r) => coversWhole(r.choices.length)
-      ? coverWhole(r, call, (text) => this.#count(text, call), this.#firstOnly.has(call))
-      : r);
+  /** A whole answer of several choices: its usage covers them all (one assembled from a stream was covered as a stream). */
+  protected override answered(result: CompletionResult, call: ProviderCall): CompletionResult | Promise<CompletionResult> {
+    return result.choices.length > 1 ? coverWhole(result, call, (text) => this.#count(text, call), this.#firstOnly.has(call)) : result;
   }
 
   #stream(call: ProviderCall): Promise<UpstreamStream> {
