@@ -133,24 +133,39 @@ export abstract class HttpProvider implements Provider {
 
   /**
    * Whether `call`, for a client that asked for no stream, goes streamed upstream and is
-   * assembled here (stream_upstream): `always`, or what the provider learned of its server.
-   * Never for a native call, whose answer goes back as the upstream wrote it.
+   * assembled here (stream_upstream): `always`, or what the provider learned of its server; on
+   * every route, a native call's too (its answer assembled in its own dialect's shape).
    */
-  protected streamsUpstream(call: ProviderCall): boolean {
-    return this.config.stream_upstream === 'always' && call.request.native === undefined;
+  protected streamsUpstream(_call: ProviderCall): boolean {
+    return this.config.stream_upstream === 'always';
+  }
+
+  /**
+   * A whole answer read from the upstream's stream (streamsUpstream). A provider whose native
+   * calls answer in the client's dialect builds that answer too (`native`).
+   */
+  protected async assembled(call: ProviderCall): Promise<CompletionResult> {
+    return assemble(await this.stream(call), call);
+  }
+
+  /** A whole answer read as one (not assembled), as the pipeline gets it: a provider may adjust its usage. */
+  protected answered(result: CompletionResult, _call: ProviderCall): CompletionResult | Promise<CompletionResult> {
+    return result;
   }
 
   async complete(call: ProviderCall): Promise<CompletionResult> {
-    if (this.streamsUpstream(call)) return assemble(await this.stream(call), call);
+    if (this.streamsUpstream(call)) return this.assembled(call);
     const res = await this.#send(call, false);
     if (res.statusCode < 200 || res.statusCode > 299) throw await this.#failure(res, call);
     const text = await this.#answerText(res, call);
+    let result: CompletionResult;
     try {
       // Not a spread-first literal (objects.ts): the completion is this call's own object.
-      return Object.assign(this.completion(text, call, res.statusCode), { headers: forwardedHeaders(res.headers) });
+      result = Object.assign(this.completion(text, call, res.statusCode), { headers: forwardedHeaders(res.headers) });
     } catch (err) {
       throw this.#redact(err);
     }
+    return this.answered(result, call);
   }
 
   /**

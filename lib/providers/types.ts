@@ -85,7 +85,8 @@ export interface ChoicesPart {
 
 export type StreamPart =
   | ChoicesPart
-  | { kind: 'usage'; usage: Usage };
+  /** `perChoice`: the server's own figures for every choice, added up (choices-usage.ts). */
+  | { kind: 'usage'; usage: Usage; perChoice?: true };
 
 export interface UpstreamStream extends AsyncIterable<StreamPart> {
   headers: Record<string, string>;

@@ -43,7 +43,7 @@ export interface ChatRequest {
    */
   prompts?: PlainPrompts;
   /**
-   * How many answers the request asks for (completions: n per prompt); the hold and the token
+   * How many answers the request asks for (completions: max(n, best_of) per prompt); the hold and the token
    * limits take the output this many times. Absent: 1.
    */
   answers?: number;

@@ -146,7 +146,7 @@ t.test('openai upstream: the body natively at /v1/completions, model rewritten, 
   }, 'fields passed as sent');
   t.same(schemas.textCompletion(r), []);
   t.equal(r.model, 'coder', 'the slug, never the upstream name');
-  t.equal(r.id, 'cmpl-upstream-1');
+  t.match(r.id, /^cmpl-[0-9a-f]{32}$/, 'Tollgate\'s id, not the upstream\'s');
   t.equal((r as any).system_fingerprint, 'fp_up', 'the upstream\'s own members pass');
   t.equal(r.choices[0]!.text, '  return a + b');
   t.same(r.usage, { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 });
@@ -181,6 +181,9 @@ t.test('openai upstream streamed: usage asked upstream, chunks passed natively, 
   t.same(events.at(-1).usage, { prompt_tokens: 6, completion_tokens: 3, total_tokens: 9 }, 'the final usage chunk');
   t.same(events.at(-1).choices, []);
   t.ok(events.slice(0, -1).every((e) => e.usage === null), 'usage: null on every other chunk');
+  const ids = new Set(events.map((e) => e.id));
+  t.equal(ids.size, 1, 'one id on every chunk, the usage chunk too');
+  t.match([...ids][0], /^cmpl-[0-9a-f]{32}$/, 'Tollgate\'s, never the upstream\'s');
   up.setScript((_req, res) => json(res, 200, textAnswer(['  return a + b'])));
 });
 

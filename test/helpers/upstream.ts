@@ -30,10 +30,20 @@ export interface FakeUpstream {
   close(): Promise<void>;
 }
 
-export async function startUpstream(script: Script): Promise<FakeUpstream> {
+/**
+ * `props`: the script answers GET /props too (a llama.cpp fake). Otherwise the fake answers it
+ * 404 without recording it, as vLLM and other OpenAI-compatible servers do: the question every
+ * openai provider asks as it starts (is this llama.cpp's server?) is no part of what a test counts.
+ */
+export async function startUpstream(script: Script, opts: { props?: boolean } = {}): Promise<FakeUpstream> {
   let current = script;
   const requests: SeenRequest[] = [];
   const server: Server = createServer(async (req, res) => {
+    if (opts.props !== true && req.method === 'GET' && req.url === '/props') {
+      res.writeHead(404, { 'content-type': 'application/json' });
+      res.end('{"detail":"Not Found"}');
+      return;
+    }
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
     const bytes = Buffer.concat(chunks);

@@ -34,7 +34,7 @@ t.before(async () => {
     if (body.stream !== true) return json(res, 200, last);
     const frames = r.pieces.map((p) => `data: ${JSON.stringify({ index: 0, content: p, stop: false, tokens_predicted: 1, tokens_evaluated: r.evaluated })}\n\n`);
     await writeSse(res, [...frames, `data: ${JSON.stringify(last)}\n\n`], { split: r.split });
-  });
+  }, { props: true });
   const c = baseConfig();
   c.admin = { token: ADMIN };
   c.providers.llama = { kind: 'openai', base_url: up.baseUrl, timeout_ms: 5000, circuit_failures: 1_000_000 };

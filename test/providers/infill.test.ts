@@ -55,7 +55,7 @@ async function llamaServer(o: () => Fim): Promise<FakeUpstream> {
       frames.push(`data: ${JSON.stringify(final(body, fim, ''))}\n\n`);
     }
     await writeSse(res, frames, { split: 9, pauseMs: fim.pauseMs });
-  });
+  }, { props: true });
 }
 
 let fim: Fim = { words: [' return', ' a', ' + b'] };
@@ -68,7 +68,7 @@ t.before(async () => {
   // Not llama.cpp: /props is not found; it serves suffix natively at /v1/completions.
   other = await startUpstream((req, res) => req.url === '/props'
     ? json(res, 404, { error: { message: 'Not Found' } })
-    : json(res, 200, { id: 'cmpl-o', object: 'text_completion', created: 1, model: 'm', choices: [{ index: 0, text: 'native', logprobs: null, finish_reason: 'stop' }], usage: { prompt_tokens: 4, completion_tokens: 1, total_tokens: 5 } }));
+    : json(res, 200, { id: 'cmpl-o', object: 'text_completion', created: 1, model: 'm', choices: [{ index: 0, text: 'native', logprobs: null, finish_reason: 'stop' }], usage: { prompt_tokens: 4, completion_tokens: 1, total_tokens: 5 } }), { props: true });
   const c = baseConfig();
   c.admin = { token: ADMIN };
   c.providers.llama = { kind: 'openai', base_url: up.baseUrl, timeout_ms: 3000, forward_params: ['cache_prompt'] };

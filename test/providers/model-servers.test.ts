@@ -162,7 +162,7 @@ t.test("discovery takes llama.cpp's n_ctx from /props, not the training context"
     } else if (req.url === '/props') {
       json(res, 200, { default_generation_settings: { n_ctx: 4096, params: {} }, total_slots: 1, model_path: '/m/qwen2-tiny.gguf' });
     } else json(res, 404, { error: { message: 'not found' } });
-  });
+  }, { props: true });
   const c = baseConfig();
   c.providers.llama = { kind: 'openai', base_url: up.baseUrl, discover_models: true };
   const gw = await startGateway(c);

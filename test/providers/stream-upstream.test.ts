@@ -1,7 +1,8 @@
 // providers.NAME.stream_upstream (CONTRACT section 11): llama.cpp cancels a generation when its
-// client leaves only for streamed requests, so for such a server (auto: known from its first
-// answer's `timings`, or discovery's /props) a non-streaming client's request goes streamed
-// upstream and is assembled here; a client that leaves then stops the server's work. And a
+// client leaves only for streamed requests, so for such a server (auto: known from its /props,
+// asked as the provider starts, or its first answer's `timings`) a non-streaming client's
+// request goes streamed upstream and is assembled here; a client that leaves then stops the
+// server's work. And a
 // matched stop string is reported from what the server says: llama.cpp names it only in its
 // `__verbose` member, asked for with stop sequences. The fake speaks llama.cpp's wire as its
 // server writes it: `timings` on whole answers and on the last chunk, the final batch's
@@ -56,7 +57,7 @@ async function llamaServer(llama = true): Promise<FakeUpstream> {
     if (body.verbose === true) answer.__verbose = { stopping_word: body.stop?.[0] ?? '' };
     if (llama) answer.timings = TIMINGS;
     json(res, 200, answer);
-  });
+  }, { props: true });
 }
 
 async function gatewayOn(t: any, up: FakeUpstream, streamUpstream?: string) {
@@ -93,9 +94,9 @@ t.test('auto: a llama.cpp server gets non-streaming requests streamed, assembled
   const client = new OpenAI({ apiKey: DEMO_KEY, baseURL: `${gw.url}/v1`, maxRetries: 0 });
   const answer = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'count' }] });
   const calls = up.requests.filter((r) => r.url === '/v1/chat/completions');
-  t.equal(calls[0]!.body.stream, undefined, 'the first call, before the server was known, as the client asked');
+  t.equal(calls[0]!.body.stream, true, 'the first call too: /props asked as the provider started');
   const sent = calls.at(-1)!;
-  t.equal(sent.body.stream, true, 'once known: streamed');
+  t.equal(sent.body.stream, true, 'streamed');
   t.same(sent.body.stream_options, { include_usage: true });
   t.equal(answer.choices[0]!.message.content, '1 2 3');
   t.equal(answer.choices[0]!.finish_reason, 'stop');
@@ -122,13 +123,18 @@ t.test('auto with discovery: /props tells before the first request', async (t) =
   const models = await startUpstream(async (req, res, body, seen) => {
     if (req.url === '/v1/models') return json(res, 200, { object: 'list', data: [{ id: 'tiny', object: 'model' }] });
     return forward(inner, req.url!, body, res);
-  });
+  }, { props: true });
   const c = baseConfig();
   c.providers.llama = { kind: 'openai', base_url: models.baseUrl, discover_models: true };
   const gw = await startGateway(c);
   t.teardown(async () => { await gw.close(); await models.close(); await up.close(); });
-  for (let i = 0; i < 200 && !models.requests.some((r) => r.url === '/props'); i++) await new Promise((r) => setTimeout(r, 10));
-  await new Promise((r) => setTimeout(r, 50));
+  // Discovery lists the model (the provider asked /props as it started).
+  for (let i = 0; i < 500; i++) {
+    const listed = await fetch(`${gw.url}/v1/models/tiny`, { headers: { authorization: `Bearer ${DEMO_KEY}` } });
+    if (listed.status === 200) break;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  t.ok(models.requests.some((r) => r.url === '/props'), '/props asked');
   const client = new OpenAI({ apiKey: DEMO_KEY, baseURL: `${gw.url}/v1`, maxRetries: 0 });
   const answer = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'count' }] });
   t.equal(answer.choices[0]!.message.content, '1 2 3');
@@ -161,6 +167,7 @@ t.test('always and never override what the probe says', async (t) => {
 t.test('a non-streaming client that leaves stops the server\'s work, and is charged nothing', async (t) => {
   let started = 0;
   const up = await startUpstream(async (req, res, body) => {
+    if (req.url === '/props') return json(res, 200, PROPS);
     if (body.stream !== true) {
       return json(res, 200, { ...completionBody('hi'), timings: TIMINGS });
     }
@@ -170,9 +177,9 @@ t.test('a non-streaming client that leaves stops the server\'s work, and is char
     // A generation that would run long: the gateway must close it when its client leaves.
     await new Promise((r) => setTimeout(r, 10_000));
     res.end();
-  });
+  }, { props: true });
   const gw = await gatewayOn(t, up);
-  await probed(up, gw);
+  // The very first request: /props was asked as the provider started.
   const before = await balance(gw.url);
   const ac = new AbortController();
   const pending = fetch(`${gw.url}/v1/chat/completions`, {

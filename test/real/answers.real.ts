@@ -1,8 +1,8 @@
 // Tollgate in front of a real llama.cpp server (npm run test:real): every answer is compared
 // field by field with the server's own answer to the same request (greedy decoding, so the
-// same tokens), and every debit with the server's usage, to the unit. Discovery, the held
-// output limit, stop sequences, reasoning output and the official openai SDK, as an operator
-// would meet them. Not part of `npm test`: it needs the llama.cpp build (see README).
+// same tokens), and every debit with the server's usage, to the unit (with n: 2, both choices'
+// usage, which its whole answer does not add up). Discovery, the held output limit, stop
+// sequences, reasoning output and the official openai SDK, as an operator would meet them. Not part of `npm test`: it needs the llama.cpp build (see README).
 
 import t from 'tap';
 import OpenAI from 'openai';
@@ -316,6 +316,59 @@ t.test('/v1/completions is the server\'s own answer, plain and streamed, charged
   const client = new OpenAI({ apiKey: auth.authorization.slice(7), baseURL: `${gw.url}/v1`, maxRetries: 0 });
   const sdk = await client.completions.create(plainPrompt as any);
   t.equal(sdk.choices[0]!.text, ref.choices[0].text, 'through the openai SDK: the same text');
+});
+
+t.test('/v1/completions with n: 2: charged for both choices, the server\'s own counts; one id per answer', async (t) => {
+  const body = { ...plainPrompt, n: 2 };
+  const plain = { 'content-type': 'application/json' };
+  // The server's own per-choice figures: one task per choice, each task's usage on its last event.
+  const refEvents = events((await post(llama.url, { ...body, stream: true }, plain, '/v1/completions')).text).filter((e: any) => e !== '[DONE]');
+  const finals = refEvents.filter((e: any) => e.usage);
+  t.equal(finals.length, 2, 'one usage per choice');
+  const prompt = finals[0].usage.prompt_tokens;
+  const completion = finals.reduce((a: number, e: any) => a + e.usage.completion_tokens, 0);
+  t.equal(completion, 2 * plainPrompt.max_tokens, 'ignore_eos: each choice runs to max_tokens');
+  // Its whole answer carries the first task's usage alone: what the gateway used to charge.
+  const whole = JSON.parse((await post(llama.url, body, plain, '/v1/completions')).text);
+  t.equal(whole.choices.length, 2);
+  t.equal(whole.usage.completion_tokens, plainPrompt.max_tokens, 'the server\'s whole answer counts one choice');
+  t.match(whole.id, /^chatcmpl-/, 'the server names its completions chatcmpl-');
+
+  const before = await account(gw);
+  const res = await post(gw.url, body, auth, '/v1/completions');
+  answered(t, res, 200);
+  const got = JSON.parse(res.text);
+  t.same(got.choices.map((c: any) => [c.index, c.text, c.finish_reason]), whole.choices.map((c: any) => [c.index, c.text, c.finish_reason]), 'the server\'s two answers');
+  t.match(got.usage, { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion }, 'both choices, the prompt once');
+  t.match(got.id, /^cmpl-[0-9a-f]{32}$/, 'Tollgate\'s id');
+  t.equal(before.balance_units - (await account(gw)).balance_units, cost(prompt, completion), 'charged every choice, to the unit');
+
+  const before2 = await account(gw);
+  const streamed = events((await post(gw.url, { ...body, stream: true, stream_options: { include_usage: true } }, auth, '/v1/completions')).text);
+  t.equal(streamed.at(-1), '[DONE]');
+  const chunks = streamed.filter((e: any) => e !== '[DONE]');
+  t.match(chunks.at(-1).usage, { prompt_tokens: prompt, completion_tokens: completion }, 'the usage chunk: both choices');
+  const ids = new Set(chunks.map((e: any) => e.id));
+  t.equal(ids.size, 1, 'one id on every chunk, the usage chunk too');
+  t.match([...ids][0], /^cmpl-[0-9a-f]{32}$/);
+  let held = (await account(gw)).held_units;
+  for (let i = 0; i < 100 && held !== 0; i++) { await new Promise((r) => setTimeout(r, 20)); held = (await account(gw)).held_units; }
+  t.equal(before2.balance_units - (await account(gw)).balance_units, cost(prompt, completion));
+});
+
+t.test('/v1/completions with best_of: llama.cpp takes it and generates n; charged its usage exactly', async (t) => {
+  const body = { ...plainPrompt, best_of: 2 };
+  const ref = JSON.parse((await post(llama.url, body, { 'content-type': 'application/json' }, '/v1/completions')).text);
+  t.equal(ref.choices.length, 1, 'the server answers one');
+  const before = await account(gw);
+  const res = await post(gw.url, body, auth, '/v1/completions');
+  answered(t, res, 200);
+  const got = JSON.parse(res.text);
+  t.same(got.choices.map((c: any) => c.text), ref.choices.map((c: any) => c.text));
+  t.same(got.usage, usageOf(ref.usage), 'the server\'s usage, not an estimate of answers it never generated');
+  const after = await account(gw);
+  t.equal(before.balance_units - after.balance_units, cost(ref.usage.prompt_tokens, ref.usage.completion_tokens));
+  t.equal(after.held_units, 0, 'the hold (two answers\' worth) released');
 });
 
 t.test('/v1/completions with a suffix: llama.cpp\'s own /infill answer, plain and streamed, charged its counts', async (t) => {

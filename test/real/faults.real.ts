@@ -1,14 +1,18 @@
 // Tollgate in front of a real llama.cpp server when things go wrong (npm run test:real): a
 // client that leaves mid-stream cancels the generation on the server (its /metrics stop
-// moving), a server killed mid-stream gives the client the in-stream error and no [DONE] and
-// charges what was delivered, and a server restarted on the same port is used again without
-// anyone touching the gateway. Not part of `npm test`: it needs the llama.cpp build.
+// moving), and so does a non-streaming client of any route, the very first request after a
+// start or a SIGHUP included; the first stop-sequence request names its stop sequence; a server
+// killed mid-stream gives the client the in-stream error and no [DONE] and charges what was
+// delivered, and a server restarted on the same port is used again without anyone touching the
+// gateway. Not part of `npm test`: it needs the llama.cpp build.
 
 import t from 'tap';
 import { encode } from 'gpt-tokenizer/encoding/o200k_base';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { schemas } from '../helpers/schemas.js';
-import { account, answered, auth, cost, discovered, events, post, prepared, startLlama, startTollgate, tollgateYaml, usage, type Llama } from './llama.js';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { PRICE, account, answered, auth, cost, discovered, events, post, prepared, startLlama, startTollgate, tollgateYaml, usage, type Llama } from './llama.js';
 
 const p = prepared();
 let llama = await startLlama(t, p);
@@ -97,7 +101,7 @@ t.test('a client that leaves mid-stream cancels the generation on the server', a
 });
 
 t.test('a non-streaming client that leaves stops the server\'s work too (stream_upstream: auto), charged nothing', async (t) => {
-  // The gateway learns the server is llama.cpp from an answer (its timings) or discovery's /props.
+  // The gateway knows the server is llama.cpp's from its /props (asked at start) and discovery.
   answered(t, await post(gw.url, ask({ stream: false, max_tokens: 4 })), 200);
   await idle(llama);
   const m0 = await llama.metrics();
@@ -122,6 +126,86 @@ t.test('a non-streaming client that leaves stops the server\'s work too (stream_
   t.equal(a1.balance_units, a0.balance_units, 'a non-streaming client gone before the answer is charged nothing');
   t.equal(a1.held_units, 0, 'no hold remains');
   t.equal((await usage(gw)).units, u0.units);
+});
+
+/**
+ * `server` behind a gateway of its own with a fixed model and no discovery: only the question
+ * the provider asks as it starts (GET /props) can tell it what the server is.
+ */
+function fixedYaml(server: Llama, models: string[]): string {
+  const price = `{ input_per_mtok: ${PRICE.input_per_mtok}, output_per_mtok: ${PRICE.output_per_mtok} }`;
+  return `${tollgateYaml(server.url).replace(/^ {4}discover_models: true\n {4}discover_interval_ms: 1000\n/m, '')}models:\n${
+    models.map((id) => `  - { id: ${id}, provider: llama, upstream_model: tiny-qwen2, context_window: 2048, max_output_tokens: 2000, price: ${price} }\n`).join('')}`;
+}
+
+/**
+ * A non-streaming client of `route` that leaves while `server` generates: the server's decode
+ * steps from the request on, counted once it is idle again and its count stops moving.
+ */
+async function abandonWhole(server: Llama, gateway: { url: string }, route: '/v1/messages' | '/v1/completions', model: string): Promise<number> {
+  const idleNow = () => until('the server to be idle', async () => (await server.metrics()).requests_processing === 0);
+  await idleNow();
+  const m0 = await server.metrics();
+  const body = route === '/v1/messages'
+    ? { model, max_tokens: LONG, temperature: 0, messages: [{ role: 'user', content: 'Count to a thousand.' }] }
+    : { model, max_tokens: LONG, temperature: 0, prompt: 'Count to a thousand:', cache_prompt: false };
+  const ac = new AbortController();
+  const pending = fetch(`${gateway.url}${route}`, { method: 'POST', headers: auth, body: JSON.stringify(body), signal: ac.signal }).catch((e: unknown) => e);
+  await until('the server to be generating', async () => (await server.metrics()).requests_processing === 1);
+  await sleep(300);
+  ac.abort();
+  await pending;
+  await idleNow();
+  let last = (await server.metrics()).n_decode_total;
+  await until('the decode count to stop moving', async () => {
+    await sleep(500);
+    const now = (await server.metrics()).n_decode_total;
+    const still = now === last;
+    last = now;
+    return still;
+  }, 60_000);
+  return last - m0.n_decode_total;
+}
+
+t.test('the first request after a start and after a SIGHUP: a non-streaming /v1/messages or /v1/completions client that leaves stops the server', async (t) => {
+  // A server of its own that ignores EOS by default: Messages has no field to ask it.
+  const eosless = await startLlama(t, p, { args: ['--ignore-eos'] });
+  for (const route of ['/v1/messages', '/v1/completions'] as const) {
+    const fresh = await startTollgate(t, fixedYaml(eosless, ['tiny-first']));
+    const a0 = await account(fresh);
+    const decoded = await abandonWhole(eosless, fresh, route, 'tiny-first');
+    t.ok(decoded < LONG / 2, `${route}, the first request after a start: the server stopped early (${decoded} decode steps of ${LONG} tokens asked; it ran them all before)`);
+    await until('the hold to go', async () => (await account(fresh)).held_units === 0);
+    t.equal((await account(fresh)).balance_units, a0.balance_units, 'charged nothing: the client left before the answer');
+
+    writeFileSync(join(fresh.dir, 'tollgate.yaml'), fixedYaml(eosless, ['tiny-first', 'tiny-reloaded']));
+    fresh.proc.kill('SIGHUP');
+    await until('the reload', async () => (await fetch(`${fresh.url}/v1/models/tiny-reloaded`, { headers: auth })).status === 200);
+    const again = await abandonWhole(eosless, fresh, route, 'tiny-reloaded');
+    t.ok(again < LONG / 2, `${route}, the first request after a SIGHUP: the server stopped early (${again} of ${LONG})`);
+    await until('the hold to go', async () => (await account(fresh)).held_units === 0);
+    t.equal((await account(fresh)).balance_units, a0.balance_units, 'charged nothing');
+    fresh.proc.kill('SIGKILL');
+  }
+  await eosless.kill();
+});
+
+t.test('the first stop-sequence request after a start reports its stop sequence (Messages)', async (t) => {
+  await idle(llama);
+  const probe = { model: 'tiny-qwen2', max_tokens: 32, temperature: 0, cache_prompt: false, messages: [{ role: 'user', content: 'Name three colours.' }] };
+  const full = JSON.parse((await post(llama.url, probe, { 'content-type': 'application/json' })).text).choices[0].message.content as string;
+  // A stop string that first occurs a few characters in (greedy output repeats itself).
+  let at = -1;
+  for (let i = 4; i + 3 <= full.length && at < 0; i++) if (full.indexOf(full.slice(i, i + 3)) === i && full.slice(i, i + 3).trim() !== '') at = i;
+  t.ok(at > 0, `found a stop string in ${JSON.stringify(full)}`);
+  const stop = full.slice(at, at + 3);
+  const fresh = await startTollgate(t, fixedYaml(llama, ['tiny-first']));
+  const res = await post(fresh.url, { model: 'tiny-first', max_tokens: 32, temperature: 0, stop_sequences: [stop], messages: probe.messages }, auth, '/v1/messages');
+  answered(t, res, 200);
+  const m = JSON.parse(res.text);
+  t.equal(m.stop_reason, 'stop_sequence', 'the very first request: stop_sequence, not end_turn');
+  t.equal(m.stop_sequence, stop);
+  fresh.proc.kill('SIGKILL');
 });
 
 t.test('a server killed mid-stream: in-stream error, no [DONE], charged what was delivered', async (t) => {

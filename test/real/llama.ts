@@ -45,6 +45,8 @@ export interface LlamaOptions {
   /** A chat template file instead of the model's own (Qwen2's). */
   templateFile?: string;
   reasoningFormat?: string;
+  /** More of llama-server's switches (`--ignore-eos`: a request's default, for routes that cannot send it). */
+  args?: string[];
 }
 
 export interface Llama {
@@ -68,6 +70,7 @@ export async function startLlama(t: any, p: Prepared, opts: LlamaOptions = {}): 
   ];
   if (opts.templateFile !== undefined) args.push('--chat-template-file', opts.templateFile);
   if (opts.reasoningFormat !== undefined) args.push('--reasoning-format', opts.reasoningFormat);
+  if (opts.args !== undefined) args.push(...opts.args);
   const proc = spawn(p.bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   proc.stdout!.on('data', (d) => { out += d; });

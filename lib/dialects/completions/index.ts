@@ -1,8 +1,10 @@
 // The legacy completions dialect (POST /v1/completions, CONTRACT section 14): what code-completion
 // clients and many model-server tools speak. Parsed into the internal request (parse.ts); an
 // OpenAI-compatible upstream answers it natively (its own text_completion objects, model
-// rewritten, passed on as they came), any other provider's answer is rendered here as
-// text_completion objects and chunks, then `data: [DONE]`. Errors are the chat envelope.
+// rewritten, passed on as they came, but for their id and usage), any other provider's answer is
+// rendered here as text_completion objects and chunks, then `data: [DONE]`. One answer has one
+// id, Tollgate's `cmpl-…`, on the JSON answer and on every chunk, the usage chunk too; the usage
+// reported is the one charged. Errors are the chat envelope.
 
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
@@ -27,9 +29,20 @@ function chunkChoiceJson(c: ChunkChoice): Record<string, unknown> {
   return { text: c.delta.content ?? '', index: c.index, logprobs: null, finish_reason: finish(c.finish_reason) };
 }
 
+/**
+ * An upstream's own object (its JSON, without id: providers/openai/completions.ts) with `id` put
+ * first, and `last` (the usage member) at its end when given.
+ */
+function withId(id: string, native: string, last = ''): string {
+  const members = native.length > 2 ? native.slice(1, -1) : '';
+  return `{"id":"${id}"${members === '' ? '' : `,${members}`}${last}}`;
+}
+
 class CompletionsRenderer implements Renderer {
   readonly #model: string;
   readonly #includeUsage: boolean;
+  /** The answer's one id: its JSON's, every chunk's. */
+  readonly #id = completionId();
   /** Every chunk of one stream shares its id and created; serialized once. */
   #head: string | undefined;
 
@@ -39,15 +52,15 @@ class CompletionsRenderer implements Renderer {
   }
 
   complete(answer: Answer): string {
-    if (answer.native !== undefined) return answer.native;
+    if (answer.native !== undefined) return withId(this.#id, answer.native, `,"usage":${JSON.stringify(chatUsage(answer.usage))}`);
     return JSON.stringify({
-      id: completionId(), object: 'text_completion', created: Math.floor(Date.now() / 1000), model: this.#model,
+      id: this.#id, object: 'text_completion', created: Math.floor(Date.now() / 1000), model: this.#model,
       choices: answer.choices.map(choiceJson), usage: chatUsage(answer.usage),
     });
   }
 
   #chunkHead(): string {
-    this.#head ??= `{"id":"${completionId()}","object":"text_completion","created":${Math.floor(Date.now() / 1000)},"model":${JSON.stringify(this.#model)},"choices":`;
+    this.#head ??= `{"id":"${this.#id}","object":"text_completion","created":${Math.floor(Date.now() / 1000)},"model":${JSON.stringify(this.#model)},"choices":`;
     return this.#head;
   }
 
@@ -56,8 +69,8 @@ class CompletionsRenderer implements Renderer {
   }
 
   chunk(choices: readonly ChunkChoice[], native?: NativeEvent): string {
-    // The upstream's own chunk (model rewritten, usage as the client asked) goes as it came.
-    if (native !== undefined) return dataFrame(native.data);
+    // The upstream's own chunk (model rewritten, usage as the client asked) goes as it came, with this answer's id.
+    if (native !== undefined) return dataFrame(withId(this.#id, native.data));
     if (choices.length === 0) return '';
     return dataFrame(this.#chunkHead() + JSON.stringify(choices.map(chunkChoiceJson)) + (this.#includeUsage ? ',"usage":null}' : '}'));
   }

@@ -51,7 +51,11 @@ export function parseCompletions(body: unknown): ChatRequest {
   checkNumber(body, 'presence_penalty', -2, 2);
   checkNumber(body, 'frequency_penalty', -2, 2);
   const n = checkInteger(body, 'n', 1, MAX_N) ?? 1;
-  checkInteger(body, 'best_of', 1, MAX_N);
+  // best_of: the server generates that many answers per prompt and returns the n best; each is
+  // held like one of n (CONTRACT section 21), and charged as the server reports them
+  // (providers/choices-usage.ts: the dropped ones are never seen).
+  const bestOf = checkInteger(body, 'best_of', 1, MAX_N) ?? 1;
+  const generated = Math.max(n, bestOf);
   checkInteger(body, 'seed', Number.MIN_SAFE_INTEGER);
   // Completions' logprobs is a count (of the likeliest tokens per position), not chat's boolean;
   // OpenAI caps it at 5, model servers at their own limits (CONTRACT section 10): theirs to enforce.
@@ -76,7 +80,7 @@ export function parseCompletions(body: unknown): ChatRequest {
     if (iu !== undefined && iu !== null && typeof iu !== 'boolean') throw wrongType('stream_options.include_usage', 'a boolean');
     includeUsage = iu === true;
   }
-  if (texts.length * n > MAX_ANSWERS) throw badValue('n', `the prompts times n must be at most ${MAX_ANSWERS}`);
+  if (texts.length * generated > MAX_ANSWERS) throw badValue(generated > n ? 'best_of' : 'n', `the prompts times ${generated > n ? 'best_of' : 'n'} must be at most ${MAX_ANSWERS}`);
 
   const messages: ChatMessage[] = texts.map((content) => ({ role: 'user', content }));
   if (typeof suffix === 'string' && suffix !== '') messages.push({ role: 'user', content: suffix });
@@ -90,6 +94,6 @@ export function parseCompletions(body: unknown): ChatRequest {
     body,
     native: { dialect: COMPLETIONS, body, headers: {} },
     prompts: { texts, suffix: typeof suffix === 'string' ? suffix : '', n, echo },
-    answers: texts.length * n,
+    answers: texts.length * generated,
   };
 }

@@ -9,7 +9,9 @@ import { HttpProvider, type StreamTranslator as Translator } from '../http-provi
 import type { ChoicesAndUsage } from '../shared.js';
 import type { ChatRequest, NativeRequest } from '../../schema/chat.js';
 import { readCapped } from '../../upstream/http.js';
-import type { ProviderCall } from '../types.js';
+import type { CompletionResult, ProviderCall } from '../types.js';
+import { assemble } from '../assemble.js';
+import { WholeMessage } from './whole.js';
 import { isObj, parseJson } from '../shared.js';
 import { NATIVE_DIALECT, NativeTranslator, completeUsage, isNative } from './native.js';
 import { StreamTranslator, buildRequest, toCompletion } from './translate.js';
@@ -19,6 +21,9 @@ import { merged } from '../../objects.js';
 const UNAVAILABLE: ReadonlySet<number> = new Set([429, 503, 529]);
 
 export class AnthropicProvider extends HttpProvider {
+  /** Native calls assembled from a stream for a client that asked for none: the message being built. */
+  readonly #wholes = new WeakMap<ProviderCall, WholeMessage>();
+
   constructor(name: string, config: ProviderConfig, fleet?: Fleet) {
     const headers: Record<string, string> = {
       'content-type': 'application/json',
@@ -37,7 +42,7 @@ export class AnthropicProvider extends HttpProvider {
   // rewritten, anthropic-beta passed on; the answer read for metering and passed back whole.
 
   protected body(call: ProviderCall, stream: boolean): string {
-    if (isNative(call)) return JSON.stringify(merged<Record<string, unknown>>(call.request.native!.body, { model: call.upstreamModel }));
+    if (isNative(call)) return JSON.stringify(merged<Record<string, unknown>>(call.request.native!.body, stream ? { model: call.upstreamModel, stream: true } : { model: call.upstreamModel }));
     return JSON.stringify(buildRequest(call, stream, this.config.forward_params));
   }
 
@@ -57,7 +62,17 @@ export class AnthropicProvider extends HttpProvider {
 
   protected translator(call: ProviderCall, status: number): Translator {
     const inner = new StreamTranslator(call, this.name, status);
-    return isNative(call) ? new NativeTranslator(inner, call.model.id) : inner;
+    return isNative(call) ? new NativeTranslator(inner, call.model.id, this.#wholes.get(call)) : inner;
+  }
+
+  /** A native call streamed for a client that asked for none (stream_upstream: always): its message built from the events (whole.ts). */
+  protected override async assembled(call: ProviderCall): Promise<CompletionResult> {
+    if (!isNative(call)) return super.assembled(call);
+    const whole = new WholeMessage();
+    this.#wholes.set(call, whole);
+    const result = await assemble(await this.stream(call), call);
+    result.native = whole.json();
+    return result;
   }
 
   /** POST /v1/messages/count_tokens: Anthropic's own count of a Messages request. */

@@ -11,6 +11,7 @@ import type { NativeEvent, ProviderCall, StreamPart } from '../types.js';
 import type { StreamTranslator } from './translate.js';
 import { merged } from '../../objects.js';
 import { MESSAGES_DIALECT, USAGE_COUNTS } from '../../schema/anthropic.js';
+import type { WholeMessage } from './whole.js';
 
 /** The dialect whose requests this provider's upstream takes as they are. */
 export const NATIVE_DIALECT = MESSAGES_DIALECT;
@@ -38,10 +39,13 @@ export function completeUsage(usage: unknown, known?: Obj): Obj {
 export class NativeTranslator implements Translator {
   readonly #inner: StreamTranslator;
   readonly #model: string;
+  /** For a client that asked for no stream (stream_upstream): the message being built, fed each event. */
+  readonly #whole: WholeMessage | undefined;
 
-  constructor(inner: StreamTranslator, model: string) {
+  constructor(inner: StreamTranslator, model: string, whole?: WholeMessage) {
     this.#inner = inner;
     this.#model = model;
+    this.#whole = whole;
   }
 
   get ended(): boolean {
@@ -66,6 +70,10 @@ export class NativeTranslator implements Translator {
       // The usage so far (message_start's, with this event's added) fills what this one leaves out.
       const body = parseJson(data);
       if (isObj(body)) data = JSON.stringify(merged<Obj>(body, { usage: completeUsage(body.usage, this.#inner.usageSeen) }));
+    }
+    if (this.#whole !== undefined) {
+      this.#whole.add(name, data);
+      return parts;
     }
     const native: NativeEvent = { event: name, data };
     const first = parts.findIndex((p) => p.kind === 'choices');

@@ -3,6 +3,9 @@
 // normalized into ours (translate.ts) so nothing upstream-specific reaches a client. A client
 // speaking legacy completions goes natively to the upstream's /completions (completions.ts),
 // except fill-in-the-middle on llama.cpp's server, which goes to its /infill (infill.ts).
+// Whether the server is llama.cpp's is asked as the provider starts (server-kind.ts): such a
+// server gets every call streamed (stream_upstream auto) and verbose with stop sequences. The
+// usage of an answer of several choices covers them all (../choices-usage.ts).
 
 import type { Dispatcher } from 'undici';
 import type { ProviderConfig } from '../../config/types.js';
@@ -16,11 +19,17 @@ import type { ChatRequest } from '../../schema/chat.js';
 import { withCallHeaders, type CompletionResult, type DiscoveredModel, type EmbedInput, type EmbedResult, type ProviderCall, type RerankInput, type RerankResult, type StreamPart, type TranscribeInput, type TranscribeResult, type UpstreamStream } from '../types.js';
 import { embedOpenAI } from './embed.js';
 import { completionsAnswer, completionsBody, CompletionsTranslator, isCompletions } from './completions.js';
+import { WholeCompletion } from './completions-whole.js';
 import { InfillTranslator, infillAnswer, infillBody, infillRefusal, infillUnsupported, wantsInfill } from './infill.js';
 import { rerankOpenAI } from './rerank.js';
 import { transcribeOpenAI } from './audio.js';
 import { isLlamaCppProps, normalizeChunk, verboseStoppingWord, normalizeCompletion, parseLlamaCppContext, parseModelList, parseTokenizeCount, type TextChunkMemo } from './translate.js';
 import { hasStop } from '../shared.js';
+import { assemble } from '../assemble.js';
+import { CoveredStream, coverWhole, coversStream } from '../choices-usage.js';
+import { ServerKind } from './server-kind.js';
+import { countUpTo } from '../../tokens/count.js';
+import { UpstreamTokens } from '../../tokens/upstream.js';
 
 /** Chat parameters that OpenAI-compatible servers understand (CONTRACT section 4). */
 const FORWARDED_FIELDS = [
@@ -80,38 +89,41 @@ class ChunkTranslator implements StreamTranslator {
   }
 }
 
-/** Resolves when `p` settles or `signal` aborts, whichever comes first. */
-function untilSettledOrAborted(p: Promise<void>, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = (): void => { signal.removeEventListener('abort', done); resolve(); };
-    signal.addEventListener('abort', done, { once: true });
-    void p.then(done);
-  });
-}
-
 /** What only llama.cpp's server writes in a whole answer and in a stream's last chunk: its timings. */
 const LLAMA_CPP_MARK = '"timings":{';
 
 export class OpenAIProvider extends HttpProvider {
   /**
-   * Whether the server is llama.cpp's; undefined until known. Learned from its first answer
-   * (llama.cpp adds `timings` to every whole answer and last chunk; no other server does), or by
-   * discovery from its /props. llama.cpp cancels only streamed work when its client leaves, and
-   * names a matched stop string only when asked to be verbose.
+   * Whether the server is llama.cpp's (server-kind.ts): asked of its /props as the provider
+   * starts, told by discovery (/props, /v1/models' owned_by) or, failing those, by its first
+   * answer (llama.cpp adds `timings` to every whole answer and last chunk; no other server does).
+   * llama.cpp cancels only streamed work when its client leaves, and names a matched stop string
+   * only when asked to be verbose.
    */
-  #llamaCpp: boolean | undefined;
+  readonly #kind: ServerKind;
   /** Handed to a stream's translator while the server is not known yet. */
-  readonly #learn = (llamaCpp: boolean): void => { this.#llamaCpp ??= llamaCpp; };
+  readonly #learn = (llamaCpp: boolean): void => this.#kind.suggest(llamaCpp);
   /** The calls that go to llama.cpp's /infill: decided once per call (#infillCheck), before its body is built. */
   readonly #infillCalls = new WeakSet<ProviderCall>();
-  /** The GET /props in flight for FIM calls while the server is not known. */
-  #probe: Promise<void> | undefined;
+  /** Completions calls assembled from a stream for a client that asked for none: the answer being built. */
+  readonly #wholes = new WeakMap<ProviderCall, WholeCompletion>();
+  /** Whole answers of several choices whose usage is llama.cpp's: the first choice's alone (choices-usage.ts). */
+  readonly #firstOnly = new WeakSet<ProviderCall>();
+  /** `tokenizer: upstream` counts of this server, for usage that must cover several choices. */
+  #tokens: UpstreamTokens | undefined;
 
   constructor(name: string, config: ProviderConfig, fleet?: Fleet) {
     const headers: Record<string, string> = { 'content-type': 'application/json', ...config.headers };
     if (config.api_key !== '') headers.authorization = `Bearer ${config.api_key}`;
     super(name, config, { path: '/chat/completions', headers, unavailable: new Set([429, 503]) }, fleet);
+    this.#kind = new ServerKind(this.fleet.replicas.map((r) => r.url).join(' '), (signal) => this.#probe(signal), config.timeout_ms);
+  }
+
+  /** Health checks and scraping, and the question of what the server is, asked now rather than by the first request. */
+  override start(): void {
+    super.start();
+    // After a reload the kind is known already (what the last config learned): confirmed all the same.
+    void this.#kind.ask();
   }
 
   /**
@@ -120,44 +132,81 @@ export class OpenAIProvider extends HttpProvider {
    * server is known; as a fallback target it is skipped.
    */
   refuses(request: ChatRequest): GatewayError | undefined {
-    return this.#llamaCpp === true && wantsInfill(request) ? infillRefusal(request) : undefined;
+    return this.#kind.llamaCpp === true && wantsInfill(request) ? infillRefusal(request) : undefined;
   }
 
-  // Chat calls go straight on (no extra promise on the hot path); a FIM call is checked first.
+  // Once the server is known, chat calls go straight on (no extra promise on the hot path). Until
+  // then a call waits for the start's question a bounded time (server-kind.ts); a FIM call is
+  // checked first. A call asking several answers has its usage cover them all (choices-usage.ts).
   override complete(call: ProviderCall): Promise<CompletionResult> {
-    return wantsInfill(call.request) ? this.#infillCheck(call).then(() => super.complete(call)) : super.complete(call);
+    if (this.#kind.llamaCpp === undefined || wantsInfill(call.request)) return this.#ready(call).then(() => super.complete(call));
+    return super.complete(call);
   }
 
   override stream(call: ProviderCall): Promise<UpstreamStream> {
-    return wantsInfill(call.request) ? this.#infillCheck(call).then(() => super.stream(call)) : super.stream(call);
+    if (this.#kind.llamaCpp === undefined || wantsInfill(call.request)) return this.#ready(call).then(() => this.#stream(call));
+    return this.#stream(call);
+  }
+
+  /** A whole answer of several choices: its usage covers them all (one assembled from a stream was covered as a stream). */
+  protected override answered(result: CompletionResult, call: ProviderCall): CompletionResult | Promise<CompletionResult> {
+    return result.choices.length > 1 ? coverWhole(result, call, (text) => this.#count(text, call), this.#firstOnly.has(call)) : result;
+  }
+
+  #stream(call: ProviderCall): Promise<UpstreamStream> {
+    if (!coversStream(call)) return super.stream(call);
+    return super.stream(call).then((s) => new CoveredStream(s, (text) => this.#count(text, call)));
+  }
+
+  /** Tokens of generated text, with the model's tokenizer (this server's own for `tokenizer: upstream`). */
+  #count(text: string, call: ProviderCall): Promise<number> {
+    if (call.model.tokenizer === 'upstream' && call.model.provider === this.name) {
+      this.#tokens ??= new UpstreamTokens(this);
+      return this.#tokens.count(text, call.upstreamModel);
+    }
+    return countUpTo(call.model.tokenizer, [text], 0, Infinity);
+  }
+
+  /** The server known (or the bounded wait over); for a FIM call, whether it goes to /infill. */
+  async #ready(call: ProviderCall): Promise<void> {
+    const infill = wantsInfill(call.request);
+    // FIM waits for the answer however long the question takes (within the provider's timeout):
+    // sent to the wrong route, it would fail.
+    await this.#kind.known(call.signal, infill ? Infinity : undefined);
+    if (infill) this.#infillCheck(call);
   }
 
   /**
-   * A completions request with a suffix: whether the server is llama.cpp's (its /props asked
-   * once, when neither an answer nor discovery told yet); if so the call goes to /infill, or is
-   * refused (400, nothing charged) when /infill cannot serve it. A server that cannot be
-   * reached stays unknown: the call goes natively and meets the same failure.
+   * A completions request with a suffix, to a server known to be llama.cpp's: it goes to /infill,
+   * or is refused (400, nothing charged) when /infill cannot serve it. A server that stays
+   * unknown (it could not be reached) gets the call natively, which meets the same failure.
    */
-  async #infillCheck(call: ProviderCall): Promise<void> {
-    if (this.#infillCalls.has(call)) return;
-    if (this.#llamaCpp === undefined) {
-      // Concurrent first requests share one GET /props, bounded by the provider's timeout
-      // rather than by one client's signal (a client that leaves must not fail the others').
-      this.#probe ??= this.#props(AbortSignal.timeout(this.config.timeout_ms)).then(() => undefined, () => undefined).finally(() => { this.#probe = undefined; });
-      await untilSettledOrAborted(this.#probe, call.signal);
-      if (call.signal.aborted) return; // the call itself fails on its signal, as any call does
-    }
-    if (this.#llamaCpp !== true) return;
+  #infillCheck(call: ProviderCall): void {
+    if (this.#infillCalls.has(call) || call.signal.aborted || this.#kind.llamaCpp !== true) return;
     const refusal = infillRefusal(call.request);
     if (refusal !== undefined) throw refusal;
     this.#infillCalls.add(call);
   }
 
+  /**
+   * Every call for a client that asked for no stream goes streamed upstream, assembled here, on
+   * every route (chat, Messages, Responses, completions, /infill), with `always`, and with `auto`
+   * once the server is known to be llama.cpp's (/infill is llama.cpp's own route).
+   */
   protected override streamsUpstream(call: ProviderCall): boolean {
-    // /infill's answer is translated, never passed on: streamed upstream as any call to llama.cpp.
-    if (this.#infillCalls.has(call)) return this.config.stream_upstream !== 'never';
-    if (call.request.native !== undefined || this.config.stream_upstream === 'never') return false;
-    return this.config.stream_upstream === 'always' || this.#llamaCpp === true;
+    const mode = this.config.stream_upstream;
+    if (mode === 'never') return false;
+    return mode === 'always' || this.#kind.llamaCpp === true || this.#infillCalls.has(call);
+  }
+
+  /** Completions are assembled into the upstream's own text_completion (completions-whole.ts). */
+  protected override async assembled(call: ProviderCall): Promise<CompletionResult> {
+    if (!isCompletions(call) || this.#infillCalls.has(call)) return super.assembled(call);
+    const whole = new WholeCompletion();
+    this.#wholes.set(call, whole);
+    const result = await assemble(await this.stream(call), call);
+    result.native = whole.json();
+    return result;
   }
 
   protected override pathOf(call: ProviderCall, ep: UpstreamEndpoint & { callPath: string }): string {
@@ -182,7 +231,7 @@ export class OpenAIProvider extends HttpProvider {
     // gets the one the hold was sized for (CONTRACT section 10).
     if (call.request.maxOutputTokens === undefined) out.max_tokens = call.model.max_output_tokens;
     // llama.cpp says which stop string ended an answer only in its verbose debug member.
-    if (this.#llamaCpp === true && hasStop(call)) out.verbose = true;
+    if (this.#kind.llamaCpp === true && hasStop(call)) out.verbose = true;
     if (stream) {
       out.stream = true;
       if (this.config.stream_usage) out.stream_options = { include_usage: true };
@@ -192,16 +241,17 @@ export class OpenAIProvider extends HttpProvider {
 
   protected completion(text: string, call: ProviderCall, status: number): ChoicesAndUsage {
     if (this.#infillCalls.has(call)) return infillAnswer(text, call, this.name, status);
-    if (isCompletions(call)) return completionsAnswer(text, call, this.name, status);
-    const answer = normalizeCompletion(text, call, this.name, status);
-    if (this.#llamaCpp === undefined) this.#llamaCpp = text.includes(LLAMA_CPP_MARK);
+    const answer = isCompletions(call) ? completionsAnswer(text, call, this.name, status) : normalizeCompletion(text, call, this.name, status);
+    if (this.#kind.llamaCpp === undefined) this.#kind.suggest(text.includes(LLAMA_CPP_MARK));
+    // llama.cpp joins its tasks' choices into the first task's answer, usage and all.
+    if (answer.choices.length > 1 && text.includes(LLAMA_CPP_MARK)) this.#firstOnly.add(call);
     return answer;
   }
 
   protected translator(call: ProviderCall, status: number): StreamTranslator {
     if (this.#infillCalls.has(call)) return new InfillTranslator(call, this.name, status);
-    if (isCompletions(call)) return new CompletionsTranslator(call, this.name, status);
-    return new ChunkTranslator(call, this.name, status, this.#llamaCpp === undefined ? this.#learn : undefined);
+    if (isCompletions(call)) return new CompletionsTranslator(call, this.name, status, this.#wholes.get(call));
+    return new ChunkTranslator(call, this.name, status, this.#kind.llamaCpp === undefined ? this.#learn : undefined);
   }
 
   protected override failure(status: number, text: string, call: ProviderCall): GatewayError {
@@ -233,8 +283,9 @@ export class OpenAIProvider extends HttpProvider {
       void readCapped(res.body, 0);
       throw new GatewayError('provider_error', `GET /models answered ${res.statusCode}.`);
     }
-    const models = parseModelList(await readCapped(res.body, 8 * 1024 * 1024));
-    if (models.some((m) => m.contextWindow === undefined) || this.#llamaCpp === undefined) {
+    const { models, llamaCpp } = parseModelList(await readCapped(res.body, 8 * 1024 * 1024));
+    if (llamaCpp) this.#kind.set(true);
+    if (models.some((m) => m.contextWindow === undefined) || this.#kind.llamaCpp === undefined) {
       const props = await this.#props(signal).catch(() => undefined);
       const nCtx = props === undefined ? undefined : parseLlamaCppContext(props);
       if (nCtx !== undefined) for (const m of models) m.contextWindow ??= nCtx;
@@ -268,13 +319,26 @@ export class OpenAIProvider extends HttpProvider {
    * GET /props beside /v1: llama.cpp's server answers with its settings (among them the context
    * it was started with, `--ctx-size`, per slot; its /v1/models tells only the training context,
    * which can be far larger than what the server accepts), which tells it apart; any other server
-   * answers 404. The text of a 200, else undefined. Throws when the server cannot be reached.
+   * answers 4xx (404). What it tells is learned; a 5xx (llama.cpp answers 503 while its model
+   * loads) tells nothing. The text of a 200, else undefined. Throws when the server cannot be reached.
    */
   async #props(signal: AbortSignal): Promise<string | undefined> {
     const root = this.endpoint.basePath.replace(/\/v1$/, '');
     const res = await this.endpoint.pool.request({ method: 'GET', path: `${root}/props`, headers: this.headers, signal });
     const text = await readCapped(res.body, 1024 * 1024);
-    this.#llamaCpp = res.statusCode === 200 && isLlamaCppProps(text);
+    if (res.statusCode === 200) this.#kind.set(isLlamaCppProps(text));
+    else if (res.statusCode < 500) this.#kind.set(false);
     return res.statusCode === 200 ? text : undefined;
+  }
+
+  /** The start's question (server-kind.ts): what /props tells, undefined when it tells nothing. */
+  async #probe(signal: AbortSignal): Promise<boolean | undefined> {
+    await this.#props(signal);
+    return this.#kind.llamaCpp;
+  }
+
+  override async close(): Promise<void> {
+    this.#kind.close();
+    await super.close();
   }
 }

@@ -254,17 +254,22 @@ export function parsedChunk(ev: SseEvent, call: ProviderCall, provider: string, 
   return parts;
 }
 
-/** GET /models: `{data: [{id, max_model_len?}]}` (OpenAI, vLLM, llama.cpp, Ollama, TGI). */
-export function parseModelList(text: string): DiscoveredModel[] {
+/**
+ * GET /models: `{data: [{id, max_model_len?}]}` (OpenAI, vLLM, llama.cpp, Ollama, TGI), and
+ * whether the server is llama.cpp's (it lists its models `owned_by: "llamacpp"`).
+ */
+export function parseModelList(text: string): { models: DiscoveredModel[]; llamaCpp: boolean } {
   const body = parseJson(text);
   if (!isObj(body) || !Array.isArray(body.data)) throw new GatewayError('provider_error', 'GET /models did not answer a model list.');
-  const out: DiscoveredModel[] = [];
+  const models: DiscoveredModel[] = [];
+  let llamaCpp = false;
   for (const m of body.data) {
     if (!isObj(m) || typeof m.id !== 'string' || m.id === '') continue;
+    if (m.owned_by === 'llamacpp') llamaCpp = true;
     const len = m.max_model_len;
-    out.push({ id: m.id, contextWindow: typeof len === 'number' && Number.isInteger(len) && len > 0 ? len : undefined });
+    models.push({ id: m.id, contextWindow: typeof len === 'number' && Number.isInteger(len) && len > 0 ? len : undefined });
   }
-  return out;
+  return { models, llamaCpp };
 }
 
 /** llama.cpp GET /props: `default_generation_settings.n_ctx` (or a top-level `n_ctx`). */
