@@ -12,7 +12,7 @@
 
 import { flattened } from '../../strings.js';
 import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
-import { TotalsBook } from '../usage-totals.js';
+import { TotalsBook } from '../totals-book.js';
 import { DAY_MS, PRUNE_EVERY_MS, pageOf, reportOf, retentionMs, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
 
 const SOURCES: readonly UsageRecord['usage_source'][] = ['upstream', 'counted', 'none'];

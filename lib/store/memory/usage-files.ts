@@ -1,13 +1,13 @@
 // The memory store's usage records on disk: one append-only JSON-lines file per UTC day of
 // the records' time (the bucket layout and the queries are in ../usage-records.ts).
 
-import { createReadStream } from 'node:fs';
-import { mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { open, readdir, rm, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { makeDirs } from './make-dirs.js';
+import { migrateLegacy } from './usage-migrate.js';
 import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
-import { TotalsBook, hoursOf } from '../usage-totals.js';
+import { TotalsBook } from '../totals-book.js';
+import { hoursOf } from '../usage-totals.js';
 import { DAY_MS, PRUNE_EVERY_MS, pageOf, parseRecord, reportOf, retentionMs, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
 import { DayPostings } from './postings.js';
 
@@ -16,8 +16,7 @@ const SELECT_READS = 256;
 
 /** The folder of the day files, under the store's path. */
 export const USAGE_DIR = 'usage';
-/** The single file of earlier versions, migrated into day files on open. */
-export const LEGACY_USAGE_FILE = 'usage.jsonl';
+export { LEGACY_USAGE_FILE } from './usage-migrate.js';
 
 const DAY_FILE = /^(\d{4}-\d{2}-\d{2})\.jsonl$/;
 
@@ -115,7 +114,7 @@ export class FileUsageLog implements UsageLog, Buckets {
   /** Opens the day files under `<storeDir>/usage`, migrating an earlier version's usage.jsonl. */
   static async open(storeDir: string, opts: FileUsageLogOptions = {}): Promise<FileUsageLog> {
     const dir = join(storeDir, USAGE_DIR);
-    await migrateLegacy(storeDir, dir);
+    await migrateLegacy(storeDir, dir, dayName);
     await makeDirs(dir);
     const log = new FileUsageLog(dir, opts.retentionDays, opts.fsyncMs ?? 1000, opts.now ?? Date.now, opts.beforeCount);
     for (const name of await readdir(dir)) {
@@ -467,49 +466,5 @@ async function closeHandle(h: Handle): Promise<void> {
     if (h.dirty) await h.fh.datasync();
   } finally {
     await h.fh.close();
-  }
-}
-
-/**
- * An earlier version kept every record in `<storeDir>/usage.jsonl`. Its lines are copied into
- * day files in a fresh folder, which is renamed into place once complete (a crash midway leaves
- * the old file, and the copy starts over), then the old file is removed.
- */
-async function migrateLegacy(storeDir: string, dir: string): Promise<void> {
-  const legacy = join(storeDir, LEGACY_USAGE_FILE);
-  if (!(await exists(legacy))) return;
-  if (await exists(dir)) {
-    await unlink(legacy); // copied before a crash kept the old file from being removed
-    return;
-  }
-  const tmp = `${dir}.migrating`;
-  await rm(tmp, { recursive: true, force: true });
-  await mkdir(tmp);
-  const files = new Map<number, FileHandle>();
-  try {
-    const lines = createInterface({ input: createReadStream(legacy, { encoding: 'utf8' }), crlfDelay: Infinity });
-    for await (const line of lines) {
-      const r = line === '' ? undefined : parseRecord(line);
-      if (r === undefined) continue;
-      const day = Math.floor(r.at / DAY_MS);
-      let fh = files.get(day);
-      if (fh === undefined) files.set(day, (fh = await open(join(tmp, dayName(day)), 'a')));
-      await fh.write(`${JSON.stringify(r)}\n`);
-    }
-    for (const fh of files.values()) await fh.datasync();
-  } finally {
-    for (const fh of files.values()) await fh.close();
-  }
-  await rename(tmp, dir);
-  await unlink(legacy);
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await stat(path);
-    return true;
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return false;
-    throw e;
   }
 }
