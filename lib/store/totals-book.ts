@@ -1,14 +1,15 @@
 // The memory store's usage totals (with or without a path): hour and day buckets of the
 // columns of ./usage-totals.ts, in this process. The file store rebuilds them from its day
-// files on open (./memory/usage-files.ts); the store without a path starts empty.
+// files on open (./memory/usage-files.ts); the store without a path starts empty. A read costs
+// the buckets of its range and the ids of the column (or group) it reads, never a record.
 
-import type { HourTotals, TopRow, TotalsDimension, UsageRecord } from './types.js';
+import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsageRecord } from './types.js';
 import { DAY_MS } from '../utc-day.js';
-import { ALL, ALL_COLUMN, HOUR_MS, METRICS, columnFor, columnsOf, hourRow, hoursOf, metricsOf, spans, topRows, type Sums } from './usage-totals.js';
+import { ALL, ALL_COLUMN, HOUR_MS, METRICS, RowSums, cellsOf, hourRow, hoursOf, metricsOf, planOf, spans, topRows, type Cell, type Plan, type Sums } from './usage-totals.js';
 
 const N = METRICS.length;
 
-/** One column of one bucket: ids to slots of five sums in one array (no object per id). */
+/** One column (or group) of one bucket: ids to slots of five sums in one array (no object per id). */
 class Column {
   readonly slots = new Map<string, number>();
   sums = new Float64Array(8 * N);
@@ -34,22 +35,28 @@ class Column {
   }
 }
 
-/** The totals of one hour or day. */
+/** The totals of one hour or day: per column, per group ('' for a column not grouped). */
 class Bucket {
-  readonly columns = new Map<string, Column>();
+  readonly columns = new Map<string, Map<string, Column>>();
 
-  add(pairs: Array<[string, string]>, m: Sums): void {
-    for (const [c, id] of pairs) {
-      let col = this.columns.get(c);
-      if (col === undefined) this.columns.set(c, (col = new Column()));
+  add(cells: readonly Cell[], m: Sums): void {
+    for (const { column, group, id } of cells) {
+      let groups = this.columns.get(column.name);
+      if (groups === undefined) this.columns.set(column.name, (groups = new Map()));
+      let col = groups.get(group);
+      if (col === undefined) groups.set(group, (col = new Column()));
       col.add(id, m);
     }
+  }
+
+  column(name: string, group: string): Column | undefined {
+    return this.columns.get(name)?.get(group);
   }
 }
 
 /**
- * The memory store's totals (with or without a path): hour and day buckets in this process.
- * Strings are interned, so an id repeated over hours is held once.
+ * Hour and day buckets. Columns kept per day only (ColumnSpec.daily) are in the day buckets
+ * alone. Strings are interned, so an id repeated over hours is held once.
  */
 export class TotalsBook {
   readonly #hours = new Map<number, Bucket>();
@@ -67,13 +74,10 @@ export class TotalsBook {
   add(r: UsageRecord): void {
     const hour = Math.floor(r.at / HOUR_MS);
     const day = Math.floor(r.at / DAY_MS);
-    const pairs = columnsOf(r).map(([c, id]): [string, string] => [c, this.#intern(id)]);
+    const cells = cellsOf(r).map((c): Cell => ({ column: c.column, group: this.#intern(c.group), id: this.#intern(c.id) }));
     const m = metricsOf(r);
-    for (const [map, n] of [[this.#hours, hour], [this.#days, day]] as const) {
-      let b = map.get(n);
-      if (b === undefined) map.set(n, (b = new Bucket()));
-      b.add(pairs, m);
-    }
+    bucketOf(this.#hours, hour).add(cells.filter((c) => !c.column.daily), m);
+    bucketOf(this.#days, day).add(cells, m);
   }
 
   /** Drops the buckets of days wholly before `cutoff` (as the records of those days are dropped). */
@@ -88,7 +92,7 @@ export class TotalsBook {
     const rows: HourTotals[] = [];
     for (let h = from; h < to; h++) {
       const b = this.#hours.get(h);
-      const s = account === undefined ? b?.columns.get(ALL_COLUMN)?.get(ALL) : b?.columns.get('account')?.get(account);
+      const s = account === undefined ? b?.column(ALL_COLUMN, '')?.get(ALL) : b?.column('account', '')?.get(account);
       rows.push(hourRow(h, s));
     }
     return rows;
@@ -96,23 +100,43 @@ export class TotalsBook {
 
   top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): TopRow[] {
     const { from, to } = hoursOf(since, until);
-    const { days, hours } = spans(from, to);
-    const { column, shown } = columnFor(by, account);
-    const sums = new Map<string, { requests: number; units: number }>();
-    const buckets = [...days.map((d) => this.#days.get(d)), ...hours.map((h) => this.#hours.get(h))];
-    for (const b of buckets) {
-      const col = b?.columns.get(column);
-      if (col === undefined) continue;
-      for (const [id, slot] of col.slots) {
-        const name = shown(id);
-        if (name === undefined) continue;
-        let s = sums.get(name);
-        if (s === undefined) sums.set(name, (s = { requests: 0, units: 0 }));
-        s.requests += col.sums[slot * N]!;
-        s.units += col.sums[slot * N + 4]!;
-      }
+    return topRows(this.read({ by: [by], account, since: from * HOUR_MS, until: to * HOUR_MS }), limit);
+  }
+
+  /** A totals read (checked by the caller: checkTotalsQuery). */
+  read(q: TotalsQuery): TotalsRow[] {
+    const plan = planOf(q);
+    const sums = new RowSums();
+    const from = q.since / HOUR_MS;
+    const to = q.until / HOUR_MS;
+    if (q.daily === true) {
+      for (let d = from / 24; d < to / 24; d++) addBucket(sums, this.#days.get(d), plan, d * DAY_MS);
+      return sums.rows();
     }
-    return topRows(sums, limit);
+    const { days, hours } = spans(from, to);
+    for (const d of days) addBucket(sums, this.#days.get(d), plan, null);
+    for (const h of hours) addBucket(sums, this.#hours.get(h), plan, null);
+    return sums.rows();
   }
 }
 
+function bucketOf(map: Map<number, Bucket>, n: number): Bucket {
+  let b = map.get(n);
+  if (b === undefined) map.set(n, (b = new Bucket()));
+  return b;
+}
+
+/** Adds what bucket `b` holds of the plan's column (or group) to `sums`. */
+function addBucket(sums: RowSums, b: Bucket | undefined, plan: Plan, day: number | null): void {
+  const col = b?.column(plan.column.name, plan.group);
+  if (col === undefined) return;
+  if (plan.exactId !== undefined) {
+    const s = col.get(plan.exactId);
+    if (s !== undefined) sums.add(day, [], s);
+    return;
+  }
+  for (const [id, slot] of col.slots) {
+    const values = plan.shown(id);
+    if (values !== undefined) sums.add(day, values, col.sums.subarray(slot * N, slot * N + N));
+  }
+}

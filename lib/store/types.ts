@@ -255,8 +255,38 @@ export interface HourTotals {
 /** Which hours usageHourly answers: those starting in [since, until) (Unix ms), of one account or all. */
 export interface HourlyQuery { since: number; until: number; account?: string }
 
-/** The dimensions totals are kept by (one more here, e.g. 'team', with its line in ./usage-totals.ts). */
-export type TotalsDimension = 'account' | 'key' | 'model';
+/** The dimensions totals are kept by (one more here, e.g. 'tag', with its line in ./usage-totals.ts). */
+export type TotalsDimension = 'account' | 'key' | 'model' | 'team';
+
+/**
+ * A read of the totals kept as records are written (Store.usageTotals, ./usage-totals.ts): the
+ * sums per value of `by` over whole hours [since, until) (Unix ms, multiples of an hour; whole
+ * UTC days when `daily`), of the records of `account` (and of its `key`) when given.
+ */
+export interface TotalsQuery {
+  /** The dimensions of a row ([]: one row for all the records read). */
+  by: readonly TotalsDimension[];
+  account?: string;
+  /** Only this key's records (with its `account`). */
+  key?: string;
+  since: number;
+  until: number;
+  /** One row per UTC day and value (else one per value over the range). */
+  daily?: boolean;
+}
+
+/** One row of a totals read: the values of the query's `by`, in its order, and their sums. */
+export interface TotalsRow {
+  /** Unix ms of the UTC day's start, for a `daily` read; null otherwise. */
+  day: number | null;
+  values: string[];
+  requests: number;
+  /** Records with status >= 400. */
+  errors: number;
+  prompt_tokens: number;
+  completion_tokens: number;
+  units: number;
+}
 
 /** Top ids of a dimension by units over the hours starting in [since, until), optionally within one account. */
 export interface TopQuery { by: TotalsDimension; since: number; until: number; limit: number; account?: string }
@@ -428,7 +458,10 @@ export interface Store {
    * counted with it, in the same step: once.
    */
   recordUsage(r: UsageRecord, writeId?: string): Promise<void>;
-  /** Totals of the records since `since` (Unix ms), for one account or all. */
+  /**
+   * Totals of the records since `since` (Unix ms), for one account or all: from the totals for
+   * every whole hour, and from the records for the part of since's hour after it (./usage-report.ts).
+   */
   usageReport(account: string | undefined, since: number): Promise<UsageReport>;
   /** One page of records, oldest bucket first, each record once across pages. */
   usageRecords(q: UsageQuery): Promise<UsagePage>;
@@ -440,6 +473,13 @@ export interface Store {
   usageHourly(q: HourlyQuery): Promise<HourTotals[]>;
   /** The `limit` ids with the most units over the hours of [since, until) (units desc, then id asc). */
   usageTop(q: TopQuery): Promise<TopRow[]>;
+  /**
+   * Sums of the totals kept as records are written, never of records read (rows by day, then
+   * values). RangeError for a range the totals do not answer (see checkTotalsQuery).
+   */
+  usageTotals(q: TotalsQuery): Promise<TotalsRow[]>;
+  /** Usage records this store has read back so far (pages, exports, reports' partial hours, counts on open). */
+  usageRecordsRead(): number;
   /** Accounts in id order (byte order), `limit` at a time, optionally those whose id starts with `prefix`. */
   listAccounts(q: AccountsQuery): Promise<AccountsPage>;
 

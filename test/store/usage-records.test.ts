@@ -292,8 +292,8 @@ t.test('redis: an hour stream expires at the end of its hour plus the retention;
   const hour = Math.floor(at / 3_600_000);
   t.equal(await c.pexpiretime(`${prefix}{usage:${hour}}`), (hour + 1) * 3_600_000 + 3 * DAY_MS);
   const keys = await c.keys(`${prefix}*`).then((k) => k.sort());
-  // Beside the stream: its totals (lib/store/redis/totals.ts), expiring with it.
-  const totals = keys.filter((k) => k.startsWith(`${prefix}{usage:${hour}}:t:`));
+  // Beside the stream: its totals and their count (lib/store/redis/totals-hours.ts), expiring with it.
+  const totals = keys.filter((k) => k.startsWith(`${prefix}{usage:${hour}}:t`));
   t.ok(totals.length > 0);
   for (const k of totals) t.equal(await c.pexpiretime(k), (hour + 1) * 3_600_000 + 3 * DAY_MS, `${k} expires with the stream`);
   t.strictSame(keys.filter((k) => !k.includes(':w:') && !totals.includes(k)), [`${prefix}{usage:${hour}}`, `${prefix}{usage:index}`]);

@@ -5,10 +5,11 @@ import { open, readdir, rm, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { makeDirs } from './make-dirs.js';
 import { migrateLegacy } from './usage-migrate.js';
-import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
 import { TotalsBook } from '../totals-book.js';
 import { hoursOf } from '../usage-totals.js';
-import { DAY_MS, PRUNE_EVERY_MS, pageOf, parseRecord, reportOf, retentionMs, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
+import { reportOf } from '../usage-report.js';
+import { DAY_MS, PRUNE_EVERY_MS, ReadCount, pageOf, parseRecord, retentionMs, visibleFrom, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
 import { DayPostings } from './postings.js';
 
 /** Lines a select reads at most per call (at once). */
@@ -81,6 +82,7 @@ export class FileUsageLog implements UsageLog, Buckets {
   readonly #handles = new Map<number, Handle>();
   /** Totals per hour and day of the records in the files (../usage-totals.ts). */
   readonly #totals = new TotalsBook();
+  readonly reads = new ReadCount();
   /** Per day, where each account's, key's and model's records are in its file (select()). */
   readonly #postings = new Map<number, DayPostings>();
   /**
@@ -335,18 +337,18 @@ export class FileUsageLog implements UsageLog, Buckets {
       // The day's postings are not whole until its file is counted: its lines are read.
       const { entries, done } = await this.read(bucket, pos, max);
       const last = entries[entries.length - 1];
-      return { entries: entries.filter((e) => e.record !== undefined && fits(e.record, f)), pos: last?.pos ?? pos, done: done || last === undefined };
+      return { entries: entries.filter((e) => e.record !== undefined && fits(e.record, f)), examined: entries.length, pos: last?.pos ?? pos, done: done || last === undefined };
     }
     const list = this.#postings.get(bucket)?.shortest(f);
-    if (list === undefined) return { entries: [], pos, done: true };
+    if (list === undefined) return { entries: [], examined: 0, pos, done: true };
     const from = list.after(pos === undefined ? 0 : Number(pos));
     const to = Math.min(list.length, from + Math.min(max, SELECT_READS));
-    if (from >= to) return { entries: [], pos, done: true };
+    if (from >= to) return { entries: [], examined: 0, pos, done: true };
     let fh: FileHandle;
     try {
       fh = await open(join(this.#dir, dayName(bucket)), 'r');
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { entries: [], pos, done: true };
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { entries: [], examined: 0, pos, done: true };
       throw e;
     }
     try {
@@ -357,7 +359,8 @@ export class FileUsageLog implements UsageLog, Buckets {
         const line = buf.toString('utf8', 0, bytesRead).replace(/\n$/, '');
         return { record: parseRecord(line), pos: String(start + length) };
       }));
-      return { entries, pos: entries[entries.length - 1]!.pos, done: to >= list.length };
+      this.reads.n += entries.length;
+      return { entries, examined: entries.length, pos: entries[entries.length - 1]!.pos, done: to >= list.length };
     } finally {
       await fh.close();
     }
@@ -375,6 +378,13 @@ export class FileUsageLog implements UsageLog, Buckets {
     await this.#io;
     this.#totals.prune(this.#cutoff());
     return this.#totals.top(by, since, until, limit, account);
+  }
+
+  async totals(q: TotalsQuery): Promise<TotalsRow[]> {
+    await this.#countedFor(q.since, q.until);
+    await this.#io;
+    this.#totals.prune(this.#cutoff());
+    return this.#totals.read(q);
   }
 
   async #sync(): Promise<void> {
@@ -413,6 +423,7 @@ export class FileUsageLog implements UsageLog, Buckets {
           const line = buf.toString('utf8', lineStart, i);
           lineStart = i + 1;
           entries.push({ record: line === '' ? undefined : parseRecord(line), pos: String(offset + lineStart) });
+          this.reads.n++;
         }
         if (lineStart === 0) {
           // No whole line in the chunk: a line longer than it, or a line still being written.
@@ -429,7 +440,8 @@ export class FileUsageLog implements UsageLog, Buckets {
   }
 
   report(account: string | undefined, since: number): Promise<UsageReport> {
-    return reportOf(this, account, since, this.#cutoff());
+    const now = this.#now();
+    return reportOf(this, account, since, visibleFrom(now - this.#retentionMs, DAY_MS), now);
   }
 
   page(q: UsageQuery): Promise<UsagePage> {
