@@ -166,6 +166,8 @@ export interface Config {
     /** null: on when admin.token or console.oidc is set. */
     enabled: boolean | null;
     session_ttl_s: number;
+    /** Requests (and export pages) one console session may make per minute on each instance; null: no limit. */
+    requests_per_minute: number | null;
     oidc: {
       issuer: string;
       client_id: string;
