@@ -170,19 +170,20 @@ export class RedisHours {
   }
 
   async #readOnce(hours: readonly number[], hash: ((hourKey: string) => string) | undefined, field: string): Promise<HourRead[]> {
+    const batch = this.#batch;
     try {
-      return await this.#readCalls(hours, hash, field);
+      return await this.#readCalls(hours, hash, field, batch);
     } catch (err) {
-      if (this.#batch === 1 || !(err instanceof Error) || !err.message.startsWith('CROSSSLOT')) throw err;
+      if (batch === 1 || !(err instanceof Error) || !err.message.startsWith('CROSSSLOT')) throw err;
       this.#batch = 1;
-      return this.#readCalls(hours, hash, field);
+      return this.#readCalls(hours, hash, field, 1);
     }
   }
 
-  async #readCalls(hours: readonly number[], hash: ((hourKey: string) => string) | undefined, field: string): Promise<HourRead[]> {
+  async #readCalls(hours: readonly number[], hash: ((hourKey: string) => string) | undefined, field: string, batch: number): Promise<HourRead[]> {
     const per = hash === undefined ? 2 : 3;
     const calls: number[][] = [];
-    for (let i = 0; i < hours.length; i += this.#batch) calls.push(hours.slice(i, i + this.#batch));
+    for (let i = 0; i < hours.length; i += batch) calls.push(hours.slice(i, i + batch));
     const out: HourRead[] = [];
     for (let i = 0; i < calls.length; i += CALLS_AT_ONCE) {
       const answers = await Promise.all(calls.slice(i, i + CALLS_AT_ONCE).map((batch) => {
