@@ -205,7 +205,10 @@ export async function pageOf(buckets: Buckets, q: UsageQuery, retentionCutoff: n
   for (const b of await buckets.list(from, to)) {
     let pos = b === from ? after : undefined;
     for (;;) {
-      const { entries, done } = await buckets.read(b, pos, READ_BATCH);
+      // While every record read matched, no more than the page still needs (a page of matches
+      // reads exactly its records); never past SCAN_CAP.
+      const need = scanned === records.length ? q.limit - records.length : READ_BATCH;
+      const { entries, done } = await buckets.read(b, pos, Math.min(READ_BATCH, need, SCAN_CAP - scanned));
       for (const e of entries) {
         pos = e.pos;
         scanned++;
