@@ -7,9 +7,10 @@
 //
 // A column (COLUMNS) maps an id to its sums: the id is the record's values in the column's
 // dimensions (DIMENSIONS), joined by SEP, led by the record's account in a column `within`
-// accounts (`key`: ACCOUNT<SEP>KEY). A `grouped` column keeps its ids per group (the account
-// and the value of its first dimension): `key+model`, one key's models, is read one key at a
-// time (Redis: one hash per key and hour), never as a whole. A read (TotalsQuery: the
+// accounts (`key`: ACCOUNT<SEP>KEY). A grouped column keeps its ids per group, the first
+// `group` parts of an id: `key@` (an account's keys) is read one account at a time and
+// `key+model` (a key's models) one key at a time (Redis: one hash per group and hour), never as
+// a whole, so a read within one account costs that account's ids alone. A read (TotalsQuery: the
 // dimensions of a row, an account or a key to narrow to) is answered by the one column that
 // holds exactly those values (planOf). To total by something new (a request's tags, its end
 // user: issue #45), add its line to DIMENSIONS and the columns that answer its reads to
@@ -57,14 +58,14 @@ export interface ColumnSpec {
   readonly dims: readonly TotalsDimension[];
   /** Ids led by the record's account. */
   readonly within: boolean;
-  /** Ids kept per group, the account and the first dimension's value: read one group at a time. */
-  readonly grouped: boolean;
+  /** Ids kept per group, their first `group` parts (0: one group); a read names its group. */
+  readonly group: number;
   /** In the memory store, kept per UTC day only (read by whole days: GET /v1/usage). */
   readonly daily: boolean;
 }
 
-const column = (name: string, dims: TotalsDimension[], within = false, grouped = false, daily = false): ColumnSpec =>
-  ({ name, dims, within, grouped, daily });
+const column = (name: string, dims: TotalsDimension[], within = false, group = 0, daily = false): ColumnSpec =>
+  ({ name, dims, within, group, daily });
 
 /** Between the parts of an id (an account and a key id; a key and a model). */
 export const SEP = '\u0000';
@@ -73,18 +74,20 @@ export const ALL_COLUMN = '*';
 export const ALL = '*';
 
 /**
- * Every column, in a fixed order (Redis writes them in it). The first five are those of the
- * Overview (as the previous release kept them); `team` and `key+model` came with GET /admin/usage
- * and GET /v1/usage read from totals.
+ * Every column, in a fixed order (Redis writes them in it). Reads of all accounts use the
+ * columns not grouped (`key`: every key of the gateway); reads within one account, those grouped
+ * by account (`key@`: its keys alone); GET /v1/usage, `key+model` (a key's models, per day).
  */
 export const COLUMNS: readonly ColumnSpec[] = [
   column(ALL_COLUMN, []),
   column('account', ['account']),
   column('key', ['key'], true),
   column('model', ['model']),
-  column('model@', ['model'], true),
+  column('model@', ['model'], true, 1),
   column('team', ['team'], true),
-  column('key+model', ['key', 'model'], true, true, true),
+  column('key@', ['key'], true, 1),
+  column('team@', ['team'], true, 1),
+  column('key+model', ['key', 'model'], true, 2, true),
 ];
 
 export const COLUMN_NAMES: readonly string[] = COLUMNS.map((c) => c.name);
@@ -113,8 +116,7 @@ export function cellsOf(r: UsageRecord): Cell[] {
     }
     for (const values of combinations(c.dims, r)) {
       const parts = c.within ? [r.account, ...values] : values;
-      if (c.grouped) out.push({ column: c, group: `${parts[0]}${SEP}${parts[1]}`, id: parts.slice(2).join(SEP) });
-      else out.push({ column: c, group: '', id: parts.join(SEP) });
+      out.push({ column: c, group: parts.slice(0, c.group).join(SEP), id: parts.slice(c.group).join(SEP) });
     }
   }
   return out;
@@ -166,11 +168,12 @@ function fitOf(c: ColumnSpec, by: readonly TotalsDimension[], filters: Map<strin
   }
   let group = '';
   let stored = parts;
-  if (c.grouped) {
-    // Read one group: its account and first dimension are filters.
-    if (!filters.has(parts[0]!) || !filters.has(parts[1]!)) return undefined;
-    group = `${filters.get(parts[0]!)}${SEP}${filters.get(parts[1]!)}`;
-    stored = parts.slice(2);
+  if (c.group > 0) {
+    // Read one group: the parts that name it are filters.
+    const named = parts.slice(0, c.group);
+    if (!named.every((p) => filters.has(p))) return undefined;
+    group = named.map((p) => filters.get(p)!).join(SEP);
+    stored = parts.slice(c.group);
   }
   const shownAt = by.map((d) => stored.indexOf(d));
   const checks = [...filters].map(([f, v]) => [stored.indexOf(f), v] as const).filter(([i]) => i >= 0);
@@ -182,7 +185,7 @@ function fitOf(c: ColumnSpec, by: readonly TotalsDimension[], filters: Map<strin
     return shownAt.map((i) => values[i]!);
   };
   const exactId = !exact ? undefined : stored.length === 0 ? ALL : stored.map((p) => filters.get(p)!).join(SEP);
-  const rank = c.grouped ? 0 : exact ? 1 : dropped ? 3 : 2;
+  const rank = c.group > 0 ? 0 : exact ? 1 : dropped ? 3 : 2;
   return { plan: { column: c, group, shown, exactId }, rank };
 }
 

@@ -281,8 +281,8 @@ t.test('redis: hours written by a version with other columns are summed anew onc
   for (let h = h0; h < h0 + 6; h++) {
     const k = hourKey(h);
     const groups = await c.keys(`${k}:t:key+model:*`);
-    await c.del(counterKey(k), columnKey(k, 'team', ''), ...groups);
-    if (h >= h0 + 3) await c.del(...COLUMNS.filter((x) => !x.grouped).map((x) => columnKey(k, x.name, '')));
+    await c.del(counterKey(k), columnKey(k, 'team', ''), ...groups, ...(await c.keys(`${k}:t:key@:*`)), ...(await c.keys(`${k}:t:team@:*`)));
+    if (h >= h0 + 3) await c.del(...COLUMNS.map((x) => columnKey(k, x.name, '')), ...(await c.keys(`${k}:t:*@:*`)));
   }
   const late = rec(900, (h0 + 6) * HOUR_MS + 7, { units: 5, key_id: 'key_0' });
   await c.xadd(hourKey(h0 + 6), '*', 'r', JSON.stringify(late));

@@ -315,7 +315,7 @@ t.test('redis: the totals expire with their hour stream', async (t) => {
     n++;
     t.equal(await c.pexpiretime(k), streamExpiry, `${k} expires with the stream`);
   }
-  t.equal(n, 7, 'the count, and six columns: all, account, key, model, model within account, the key\'s models (no team)');
+  t.equal(n, 8, 'the count, and seven columns: all, account, key, model, the account\'s models, the account\'s keys, the key\'s models (no team)');
   t.equal(await c.get(counterKey(hourKey)), '1', 'the hour counts its one record');
 });
 

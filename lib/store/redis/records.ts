@@ -29,7 +29,7 @@ import { ReadCount, WRITE_MARK_MS, pageOf, readRecord, retentionMs, validateUsag
 import { reportOf } from '../usage-report.js';
 import { RedisTotals, type TotalsScripts } from './totals.js';
 import { HOUR_SCRIPTS, RedisHours, TOTALS_KEYS, columnKey, counterKey, totalsArgs, totalsKeys, type HourScripts } from './totals-hours.js';
-import { METRICS, SEP } from '../usage-totals.js';
+import { METRICS } from '../usage-totals.js';
 import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
 
 export const HOUR_MS = 3_600_000;
@@ -237,15 +237,16 @@ export class RedisUsage implements Buckets {
     const account = f.account ?? keyAccount;
     let column: string;
     let id: string;
-    if (f.keyId !== undefined && account !== undefined) [column, id] = ['key', `${account}${SEP}${f.keyId}`];
-    else if (f.model !== undefined && account !== undefined) [column, id] = ['model@', `${account}${SEP}${f.model}`];
+    let group = '';
+    if (f.keyId !== undefined && account !== undefined) [column, group, id] = ['key@', account, f.keyId];
+    else if (f.model !== undefined && account !== undefined) [column, group, id] = ['model@', account, f.model];
     else if (f.model !== undefined) [column, id] = ['model', f.model];
     else if (account !== undefined) [column, id] = ['account', account];
     else return hours.map(() => true);
     // An hour whose totals are not whole (records written by a version with other columns) may hold any.
     const found = await Promise.all(hours.map((h) => {
       const hk = this.#key(h);
-      return Promise.all([this.#redis.hexists(columnKey(hk, column, ''), id), this.#redis.get(counterKey(hk)), this.#redis.xlen(hk)]);
+      return Promise.all([this.#redis.hexists(columnKey(hk, column, group), id), this.#redis.get(counterKey(hk)), this.#redis.xlen(hk)]);
     }));
     return found.map(([has, counted, length]) => has === 1 || Number(counted ?? 0) !== length);
   }

@@ -2,7 +2,7 @@
 // (one key per column, in the hour's slot, beside its stream), and how a read knows an hour's
 // totals are whole. Keys (P{usage:H} = the hour's stream):
 //   P{usage:H}:t:C          hash    column C: id -> "requests errors prompt_tokens completion_tokens units"
-//   P{usage:H}:t:C:G        hash    group G of a grouped column (key+model: G = ACCOUNT<SEP>KEY)
+//   P{usage:H}:t:C:G        hash    group G of a grouped column (key@: G = ACCOUNT; key+model: G = ACCOUNT<SEP>KEY)
 //   P{usage:H}:t#V          string  records whose totals a writer of totals version V counted
 // An hour's totals are whole when its counter equals its stream's length. They are not when
 // records were written by a version with other columns (one before this, or one running beside
@@ -38,7 +38,7 @@ export function counterKey(hourKey: string): string {
  */
 export function totalsKeys(hourKey: string, r: UsageRecord): string[] {
   const cells = cellsOf(r);
-  return [counterKey(hourKey), ...COLUMNS.map((c) => columnKey(hourKey, c.name, c.grouped ? cells.find((x) => x.column === c)?.group ?? '' : ''))];
+  return [counterKey(hourKey), ...COLUMNS.map((c) => columnKey(hourKey, c.name, c.group > 0 ? cells.find((x) => x.column === c)?.group ?? '' : ''))];
 }
 
 /** The script's totals arguments of `r`: its metrics, then (column number, id) for each cell. */
@@ -233,7 +233,8 @@ export class RedisHours {
       sums = made;
       const keys = [hk, counterKey(hk)];
       const args = [String(n), String((hour + 1) * 3_600_000 + this.#retentionMs)];
-      const fixed = COLUMNS.filter((c) => !c.grouped).map((c) => columnKey(hk, c.name, ''));
+      // Every column's hash of no group too: a grouped column's of an earlier layout is deleted.
+      const fixed = COLUMNS.map((c) => columnKey(hk, c.name, ''));
       for (const k of new Set([...fixed, ...sums.keys()])) {
         keys.push(k);
         const fields = sums.get(k) ?? new Map<string, number[]>();

@@ -3,7 +3,7 @@
 // the same id finds its mark and adds nothing), and expire with the hour's stream. The hours'
 // keys, and how a read knows an hour's totals are whole (else sums it anew), are
 // ./totals-hours.ts. A read lists the hours that have records (the index), then reads:
-// - a grouped column (key+model: one key's models), that group's hash of each hour;
+// - a grouped column (an account's keys, a key's models), that group's hash of each hour;
 // - any other column, a whole finished UTC day from the day's totals, summed from its 24 hours
 //   once and kept in the day's own slot (below), and the other hours one by one.
 // An hourly series is one field of each hour. Each read costs the hours and days of its range
@@ -75,6 +75,8 @@ export class RedisTotals {
   readonly #retentionMs: number;
   /** Days being summed by this instance (a concurrent query waits for the same sum). */
   readonly #building = new Map<string, Promise<void>>();
+  /** Days whose hour counts are being read (./#counts). */
+  readonly #counting = new Map<number, Promise<string | null>>();
 
   constructor(redis: RedisClient & TotalsScripts, hours: RedisHours, hourKey: (hour: number) => string, list: (from: number, to: number) => Promise<number[]>, prefix: string, retentionMs: number) {
     this.#redis = redis;
@@ -107,7 +109,7 @@ export class RedisTotals {
     if (to <= from) return [];
     const listed = await this.#list(from, to - 1);
     const dayOf = (h: number): number | null => (q.daily === true ? Math.floor(h / 24) * DAY_MS : null);
-    if (plan.column.grouped) {
+    if (plan.column.group > 0) {
       const found = await this.#hours.read(listed, (hk) => columnKey(hk, plan.column.name, plan.group));
       for (const h of found) addFields(sums, plan, dayOf(h.hour), h.fields);
       return sums.rows();
@@ -141,10 +143,19 @@ export class RedisTotals {
     return `${this.#dayKey(day)}:t:${column}:${createHash('sha256').update(counts).digest('hex').slice(0, 16)}`;
   }
 
-  /** The record count of each hour of `day` (each made whole first); null when an hour could not be. */
-  async #counts(day: number): Promise<string | null> {
-    const found = await this.#hours.read(Array.from({ length: 24 }, (_, i) => day * 24 + i));
-    return found.some((h) => h.count < 0) ? null : found.map((h) => String(h.count)).join(',');
+  /**
+   * The record count of each hour of `day` (each made whole first); null when an hour could not
+   * be. Reads in flight at once (a report's four) share one look.
+   */
+  #counts(day: number): Promise<string | null> {
+    let look = this.#counting.get(day);
+    if (look === undefined) {
+      look = this.#hours.read(Array.from({ length: 24 }, (_, i) => day * 24 + i))
+        .then((found) => (found.some((h) => h.count < 0) ? null : found.map((h) => String(h.count)).join(',')))
+        .finally(() => this.#counting.delete(day));
+      this.#counting.set(day, look);
+    }
+    return look;
   }
 
   /** The day's totals of `column` (or its one id `only`) as of hour counts `counts`: kept ones, or summed now. */
@@ -168,7 +179,7 @@ export class RedisTotals {
     const counts = await this.#counts(day);
     if (counts === null) return;
     for (const c of COLUMNS) {
-      if (!c.grouped && (await this.#redis.get(this.#meta(day, c.name))) !== counts) await this.#sum(day, c.name);
+      if (c.group === 0 && (await this.#redis.get(this.#meta(day, c.name))) !== counts) await this.#sum(day, c.name);
     }
   }
 
