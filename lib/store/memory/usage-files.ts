@@ -5,11 +5,12 @@ import { open, readdir, rm, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { makeDirs } from './make-dirs.js';
 import { migrateLegacy } from './usage-migrate.js';
+import { readLines, readLinesAt } from './day-lines.js';
 import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
 import { TotalsBook } from '../totals-book.js';
 import { hoursOf } from '../usage-totals.js';
 import { reportOf } from '../usage-report.js';
-import { DAY_MS, PRUNE_EVERY_MS, ReadCount, pageOf, parseRecord, retentionMs, visibleFrom, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
+import { DAY_MS, PRUNE_EVERY_MS, ReadCount, pageOf, retentionMs, visibleFrom, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
 import { DayPostings } from './postings.js';
 
 /** Lines a select reads at most per call (at once). */
@@ -344,26 +345,10 @@ export class FileUsageLog implements UsageLog, Buckets {
     const from = list.after(pos === undefined ? 0 : Number(pos));
     const to = Math.min(list.length, from + Math.min(max, SELECT_READS));
     if (from >= to) return { entries: [], examined: 0, pos, done: true };
-    let fh: FileHandle;
-    try {
-      fh = await open(join(this.#dir, dayName(bucket)), 'r');
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { entries: [], examined: 0, pos, done: true };
-      throw e;
-    }
-    try {
-      const entries = await Promise.all(Array.from({ length: to - from }, async (_, j): Promise<Entry> => {
-        const [start, length] = list.at(from + j);
-        const buf = Buffer.alloc(length);
-        const { bytesRead } = await fh.read(buf, 0, length, start);
-        const line = buf.toString('utf8', 0, bytesRead).replace(/\n$/, '');
-        return { record: parseRecord(line), pos: String(start + length) };
-      }));
-      this.reads.n += entries.length;
-      return { entries, examined: entries.length, pos: entries[entries.length - 1]!.pos, done: to >= list.length };
-    } finally {
-      await fh.close();
-    }
+    const entries = await readLinesAt(join(this.#dir, dayName(bucket)), Array.from({ length: to - from }, (_, j) => list.at(from + j)));
+    if (entries.length === 0) return { entries: [], examined: 0, pos, done: true }; // the file is gone
+    this.reads.n += entries.length;
+    return { entries, examined: entries.length, pos: entries[entries.length - 1]!.pos, done: to >= list.length };
   }
 
   async hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]> {
@@ -401,42 +386,9 @@ export class FileUsageLog implements UsageLog, Buckets {
   }
 
   async read(bucket: number, pos: string | undefined, max: number): Promise<{ entries: Entry[]; done: boolean }> {
-    let fh: FileHandle;
-    try {
-      fh = await open(join(this.#dir, dayName(bucket)), 'r');
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { entries: [], done: true };
-      throw e;
-    }
-    try {
-      const start = pos === undefined ? 0 : Number(pos);
-      const { size } = await fh.stat();
-      const entries: Entry[] = [];
-      let offset = start;
-      let chunk = 256 * 1024;
-      while (entries.length < max && offset < size) {
-        const buf = Buffer.alloc(Math.min(chunk, size - offset));
-        const { bytesRead } = await fh.read(buf, 0, buf.length, offset);
-        let lineStart = 0;
-        for (let i = 0; i < bytesRead && entries.length < max; i++) {
-          if (buf[i] !== 0x0a) continue;
-          const line = buf.toString('utf8', lineStart, i);
-          lineStart = i + 1;
-          entries.push({ record: line === '' ? undefined : parseRecord(line), pos: String(offset + lineStart) });
-          this.reads.n++;
-        }
-        if (lineStart === 0) {
-          // No whole line in the chunk: a line longer than it, or a line still being written.
-          if (offset + bytesRead >= size) break;
-          chunk *= 2;
-          continue;
-        }
-        offset += lineStart;
-      }
-      return { entries, done: entries.length < max };
-    } finally {
-      await fh.close();
-    }
+    const read = await readLines(join(this.#dir, dayName(bucket)), pos === undefined ? 0 : Number(pos), max);
+    this.reads.n += read.entries.length;
+    return read;
   }
 
   report(account: string | undefined, since: number): Promise<UsageReport> {
