@@ -345,7 +345,7 @@ for one second (CONTRACT section 12). How to read it:
   whatever the history's length, they read no record (\`tollgate_usage_records_read_total\`).
 - Seeding writes through the store API, one record at a time in batches of concurrent writes;
   on Redis each record is one script (the stream entry, its write mark, its hour's count and
-  its totals in seven columns).
+  its totals in nine columns).
 `;
 
 main().catch((err) => {
