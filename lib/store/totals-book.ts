@@ -5,16 +5,27 @@
 
 import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsageRecord } from './types.js';
 import { DAY_MS } from '../utc-day.js';
-import { ALL, ALL_COLUMN, HOUR_MS, METRICS, RowSums, cellsOf, hourRow, hoursOf, metricsOf, planOf, spans, topRows, type Cell, type Plan, type Sums } from './usage-totals.js';
+import { ALL, ALL_COLUMN, HOUR_MS, METRICS, RowSums, SEP, cellsOf, hourRow, hoursOf, metricsOf, planOf, spans, topRows, type Cell, type ColumnSpec, type Plan, type Sums } from './usage-totals.js';
 
 const N = METRICS.length;
 
-/** One column (or group) of one bucket: ids to slots of five sums in one array (no object per id). */
+/**
+ * One column of one bucket: ids to slots of five sums in one array (no object per id). A
+ * grouped column's ids are kept whole (GROUP<SEP>ID), and with `indexed`, each group's slots
+ * listed, so that reading one group (a key's models) costs that group's ids.
+ */
 class Column {
   readonly slots = new Map<string, number>();
-  sums = new Float64Array(8 * N);
+  sums = new Float64Array(2 * N);
+  readonly groups: Map<string, number[]> | undefined;
+  /** With groups: each slot's id. */
+  readonly ids: string[] = [];
 
-  add(id: string, m: Sums): void {
+  constructor(indexed: boolean) {
+    this.groups = indexed ? new Map() : undefined;
+  }
+
+  add(id: string, group: string, m: Sums): void {
     let slot = this.slots.get(id);
     if (slot === undefined) {
       slot = this.slots.size;
@@ -23,6 +34,12 @@ class Column {
         const grown = new Float64Array(this.sums.length * 2);
         grown.set(this.sums);
         this.sums = grown;
+      }
+      if (this.groups !== undefined) {
+        this.ids.push(id);
+        const list = this.groups.get(group);
+        if (list === undefined) this.groups.set(group, [slot]);
+        else list.push(slot);
       }
     }
     const at = slot * N;
@@ -35,22 +52,23 @@ class Column {
   }
 }
 
-/** The totals of one hour or day: per column, per group ('' for a column not grouped). */
+/** A grouped column's groups of more than one part (a key's models) are indexed; an account's are filtered. */
+const indexed = (c: ColumnSpec): boolean => c.group > 1;
+
+/** The totals of one hour or day: per column kept in memory. */
 class Bucket {
-  readonly columns = new Map<string, Map<string, Column>>();
+  readonly columns = new Map<string, Column>();
 
   add(cells: readonly Cell[], m: Sums): void {
     for (const { column, group, id } of cells) {
-      let groups = this.columns.get(column.name);
-      if (groups === undefined) this.columns.set(column.name, (groups = new Map()));
-      let col = groups.get(group);
-      if (col === undefined) groups.set(group, (col = new Column()));
-      col.add(id, m);
+      let col = this.columns.get(column.name);
+      if (col === undefined) this.columns.set(column.name, (col = new Column(indexed(column))));
+      col.add(group === '' ? id : `${group}${SEP}${id}`, group, m);
     }
   }
 
-  column(name: string, group: string): Column | undefined {
-    return this.columns.get(name)?.get(group);
+  column(name: string): Column | undefined {
+    return this.columns.get(name);
   }
 }
 
@@ -74,7 +92,7 @@ export class TotalsBook {
   add(r: UsageRecord): void {
     const hour = Math.floor(r.at / HOUR_MS);
     const day = Math.floor(r.at / DAY_MS);
-    const cells = cellsOf(r).map((c): Cell => ({ column: c.column, group: this.#intern(c.group), id: this.#intern(c.id) }));
+    const cells = cellsOf(r).filter((c) => c.column.memory).map((c): Cell => ({ column: c.column, group: this.#intern(c.group), id: this.#intern(c.id) }));
     const m = metricsOf(r);
     bucketOf(this.#hours, hour).add(cells.filter((c) => !c.column.daily), m);
     bucketOf(this.#days, day).add(cells, m);
@@ -92,7 +110,7 @@ export class TotalsBook {
     const rows: HourTotals[] = [];
     for (let h = from; h < to; h++) {
       const b = this.#hours.get(h);
-      const s = account === undefined ? b?.column(ALL_COLUMN, '')?.get(ALL) : b?.column('account', '')?.get(account);
+      const s = account === undefined ? b?.column(ALL_COLUMN)?.get(ALL) : b?.column('account')?.get(account);
       rows.push(hourRow(h, s));
     }
     return rows;
@@ -105,7 +123,7 @@ export class TotalsBook {
 
   /** A totals read (checked by the caller: checkTotalsQuery). */
   read(q: TotalsQuery): TotalsRow[] {
-    const plan = planOf(q);
+    const plan = planOf(q, (c) => c.memory);
     const sums = new RowSums();
     const from = q.since / HOUR_MS;
     const to = q.until / HOUR_MS;
@@ -128,15 +146,26 @@ function bucketOf(map: Map<number, Bucket>, n: number): Bucket {
 
 /** Adds what bucket `b` holds of the plan's column (or group) to `sums`. */
 function addBucket(sums: RowSums, b: Bucket | undefined, plan: Plan, day: number | null): void {
-  const col = b?.column(plan.column.name, plan.group);
+  const col = b?.column(plan.column.name);
   if (col === undefined) return;
-  if (plan.exactId !== undefined) {
-    const s = col.get(plan.exactId);
-    if (s !== undefined) sums.add(day, [], s);
-    return;
-  }
-  for (const [id, slot] of col.slots) {
+  const add = (id: string, slot: number): void => {
     const values = plan.shown(id);
     if (values !== undefined) sums.add(day, values, col.sums.subarray(slot * N, slot * N + N));
+  };
+  if (plan.group === '') {
+    if (plan.exactId !== undefined) {
+      const s = col.get(plan.exactId);
+      if (s !== undefined) sums.add(day, [], s);
+      return;
+    }
+    for (const [id, slot] of col.slots) add(id, slot);
+    return;
   }
+  // A group: its ids whole are GROUP<SEP>ID; the plan shows the ID part.
+  const prefix = `${plan.group}${SEP}`;
+  if (col.groups !== undefined) {
+    for (const slot of col.groups.get(plan.group) ?? []) add(col.ids[slot]!.slice(prefix.length), slot);
+    return;
+  }
+  for (const [id, slot] of col.slots) if (id.startsWith(prefix)) add(id.slice(prefix.length), slot);
 }

@@ -62,10 +62,15 @@ export interface ColumnSpec {
   readonly group: number;
   /** In the memory store, kept per UTC day only (read by whole days: GET /v1/usage). */
   readonly daily: boolean;
+  /**
+   * Kept by the memory store too. False for a column that spares Redis reads only: the memory
+   * store reads the same ids from the column of every account's (key for key@), in its process.
+   */
+  readonly memory: boolean;
 }
 
-const column = (name: string, dims: TotalsDimension[], within = false, group = 0, daily = false): ColumnSpec =>
-  ({ name, dims, within, group, daily });
+const column = (name: string, dims: TotalsDimension[], within = false, group = 0, daily = false, memory = true): ColumnSpec =>
+  ({ name, dims, within, group, daily, memory });
 
 /** Between the parts of an id (an account and a key id; a key and a model). */
 export const SEP = '\u0000';
@@ -85,8 +90,8 @@ export const COLUMNS: readonly ColumnSpec[] = [
   column('model', ['model']),
   column('model@', ['model'], true, 1),
   column('team', ['team'], true),
-  column('key@', ['key'], true, 1),
-  column('team@', ['team'], true, 1),
+  column('key@', ['key'], true, 1, false, false),
+  column('team@', ['team'], true, 1, false, false),
   column('key+model', ['key', 'model'], true, 2, true),
 ];
 
@@ -138,13 +143,14 @@ export interface Plan {
  * filters (the account part may be left out of a read of owned values: a key id names its
  * account). Of several, the one that reads least. RangeError when no column answers it.
  */
-export function planOf(q: Pick<TotalsQuery, 'by' | 'account' | 'key'>): Plan {
+export function planOf(q: Pick<TotalsQuery, 'by' | 'account' | 'key'>, kept: (c: ColumnSpec) => boolean = () => true): Plan {
   if (q.key !== undefined && q.account === undefined) throw new RangeError('a totals read of a key names its account');
   const filters = new Map<string, string>();
   if (q.account !== undefined) filters.set('account', q.account);
   if (q.key !== undefined) filters.set('key', q.key);
   let best: { plan: Plan; rank: number } | undefined;
   for (const c of COLUMNS) {
+    if (!kept(c)) continue;
     const fit = fitOf(c, q.by, filters);
     if (fit !== undefined && (best === undefined || fit.rank < best.rank)) best = fit;
   }
