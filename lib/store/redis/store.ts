@@ -25,7 +25,8 @@
 //   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>} (./revocations.ts)
 //   metering (holds, settlements, usage windows): see metering.ts
 //   usage records (P{usage:HOUR}, P{usage:index}): see records.ts; their totals per hour
-//   (P{usage:HOUR}:t:COLUMN) and day (P{usage:day:DAY}:...): see totals.ts
+//   (P{usage:HOUR}:t:COLUMN[:GROUP], and the hour's count P{usage:HOUR}:t#V): see
+//   totals-hours.ts; per day (P{usage:day:DAY}:...): see totals.ts
 //   stored responses (P{resp:ACCOUNT}:...): see responses.ts
 //   the alerts outbox (P{alerts}:..., P{acct:ID}:walarm): see alerts.ts
 //
