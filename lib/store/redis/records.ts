@@ -78,13 +78,13 @@ return 0` },
   // A filtered look at up to ARGV[2] entries of one stream from ARGV[1] ('-' or '(ID'): the
   // entries whose JSON holds every needle (ARGV[3..]: '"account":"A"' and the like, the exact
   // text JSON.stringify writes; a needle cannot match inside a string value, whose quotes are
-  // escaped), as {last id looked at ('' for none), 1 when the stream ended, id, json, ...}. Only
-  // the matches cross the network; the caller checks them again.
+  // escaped), as {last id looked at ('' for none), 1 when the stream ended, the entries looked
+  // at, id, json, ...}. Only the matches cross the network; the caller checks them again.
   tgUsageSelect: { keys: 1, lua: `
 local count = tonumber(ARGV[2])
 local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', count)
 local n = #entries
-local out = {'', 0}
+local out = {'', 0, n}
 if n < count then out[2] = 1 end
 if n > 0 then out[1] = entries[n][1] end
 for i = 1, n do
@@ -215,18 +215,18 @@ export class RedisUsage implements Buckets {
     if (f.model !== undefined) needles.push(`"model":${JSON.stringify(f.model)}`);
     const count = Math.min(max, SELECT_SCAN);
     const out = await this.#redis.tgUsageSelect(this.#key(bucket), pos === undefined ? '-' : `(${pos}`, String(count), ...needles);
-    if (!Array.isArray(out) || out.length < 2) throw new Error('unexpected answer of tgUsageSelect');
+    if (!Array.isArray(out) || out.length < 3) throw new Error('unexpected answer of tgUsageSelect');
     const entries: Entry[] = [];
-    for (let i = 2; i + 1 < out.length; i += 2) {
+    for (let i = 3; i + 1 < out.length; i += 2) {
       let record: UsageRecord | undefined;
       try { record = readRecord(JSON.parse(String(out[i + 1]))); } catch { record = undefined; }
       entries.push({ record, pos: String(out[i]) });
     }
     const last = String(out[0]);
     this.reads.n += entries.length;
-    // The script looks at up to `count` entries in Redis, parsing none: a quarter of a read each
-    // (so a page has Redis look at 80,000 entries at most).
-    return { entries, examined: entries.length + Math.ceil(count / 4), pos: last === '' ? pos : last, done: Number(out[1]) === 1 };
+    // The entries the script looked at in Redis, parsing none: a quarter of a read each (so a
+    // page has Redis look at 80,000 entries at most).
+    return { entries, examined: entries.length + Math.ceil(Number(out[2]) / 4), pos: last === '' ? pos : last, done: Number(out[1]) === 1 };
   }
 
   /**
