@@ -13,9 +13,10 @@
 //      rebuild the totals from them);
 //   3. times, over real HTTP, BENCH_RUNS (default 5) calls each of GET /admin/usage/hourly
 //      (24 h, 24 h of one account, 30 days), /admin/usage/top by account, key and model (24 h,
-//      30 days), /admin/accounts, and /admin/usage/records pages (limit 100: unfiltered, by
+//      30 days), /admin/accounts, /admin/usage/records pages (limit 100: unfiltered, by
 //      account, by key, by model, by the rare model, and the 5th page of a key's records
-//      following next_cursor);
+//      following next_cursor), GET /admin/usage (30 days, of all and of one account) and a
+//      key's own GET /v1/usage (its 30 days by day and model; CONTRACT section 21);
 //   4. prints a table (median and slowest of the runs, the rows of the first answer) and writes
 //      it into docs/performance.md between <!-- console-data --> and <!-- /console-data -->
 //      (BENCH_DOC; nothing else of that file is touched).
@@ -69,6 +70,8 @@ const accountId = (i) => `acct-${String(i).padStart(4, '0')}`;
 /** Key k (0-4) of account a: a real key in the store (its digest from a made-up plaintext). */
 const keyDigest = (a, k) => sha256Hex(`tg_bench_${a}_${k}`);
 const KEY_IDS = Array.from({ length: ACCOUNTS * 5 }, (_, i) => keyIdOf(keyDigest(Math.floor(i / 5), i % 5)));
+/** The plaintext of key 2 of account 123 (KEY_IDS[123 * 5 + 2]), for its own GET /v1/usage. */
+const KEY_PLAIN = 'tg_bench_123_2';
 
 /** Record i of RECORDS, its time spread evenly over the last DAYS days (oldest first). */
 function makeRecord(i, now, rand) {
@@ -118,9 +121,9 @@ async function seed(store, now) {
   return (performance.now() - t0) / 1000;
 }
 
-async function call(origin, path) {
+async function call(origin, path, token = ADMIN) {
   const t0 = performance.now();
-  const res = await fetch(`${origin}${path}`, { headers: { authorization: `Bearer ${ADMIN}` } });
+  const res = await fetch(`${origin}${path}`, { headers: { authorization: `Bearer ${token}` } });
   const text = await res.text();
   const ms = performance.now() - t0;
   if (res.status !== 200) throw new Error(`GET ${path}: ${res.status} ${text.slice(0, 300)}`);
@@ -152,6 +155,9 @@ async function measure(origin, now) {
     ['usage/records (model=model-05)', '/admin/usage/records?limit=100&model=model-05', (b) => `${b.records.length} records`],
     [`usage/records (model=${RARE}: ${Math.ceil(RECORDS / 20_000)} records)`, `/admin/usage/records?limit=100&model=${RARE}`, (b) => `${b.records.length} records`],
     ['usage/records (key, last 24 h)', `/admin/usage/records?limit=100&key=${key}&since=${iso(now - DAY)}`, (b) => `${b.records.length} records`],
+    ['usage report (30 days, all accounts)', `/admin/usage?since=${iso(now - 30 * DAY).slice(0, 10)}`, (b) => `${b.requests} requests, ${Object.keys(b.by_key).length} keys`],
+    [`usage report (30 days, account=${acct})`, `/admin/usage?account=${acct}&since=${iso(now - 30 * DAY).slice(0, 10)}`, (b) => `${b.requests} requests`],
+    ['v1/usage (a key\'s 30 days, by day and model)', '/v1/usage', (b) => `${b.data.length} rows, ${b.data.reduce((n, r) => n + r.requests, 0)} requests`, KEY_PLAIN],
   ];
   const rows = [];
   // What the Overview asks first after a start (its last 24 hours): timed apart, once. The
@@ -168,11 +174,11 @@ async function measure(origin, now) {
     rows.push({ name: `usage/top by=${by} (30 days), first call`, median: ms, max: ms, note: 'first after start: memory waits for the other day files to be counted, Redis sums the finished days' });
     log(`  first top by ${by} (30 days): ${ms.toFixed(1)} ms`);
   }
-  for (const [name, path, describe] of queries) {
+  for (const [name, path, describe, token] of queries) {
     const times = [];
     let first;
     for (let i = 0; i < RUNS; i++) {
-      const { ms, body } = await call(origin, path);
+      const { ms, body } = await call(origin, path, token);
       times.push(ms);
       first ??= body;
     }
@@ -333,10 +339,13 @@ for one second (CONTRACT section 12). How to read it:
   that day's postings once it is. Redis sums each finished day's totals from its hours the
   first time a range needs the day (a gateway that sees a day end sums it then, in the
   background).
-- A filtered records page stops looking after about 400 ms and answers with what it found and
-  a \`next_cursor\`: a page with fewer records than asked is one that hit that bound.
+- A records page stops looking once it has examined 20,000 records and answers with what it
+  found and a \`next_cursor\`: a page with fewer records than asked is one that hit that bound.
+- \`GET /admin/usage\` and a key's \`GET /v1/usage\` read totals too (CONTRACT section 21):
+  whatever the history's length, they read no record (\`tollgate_usage_records_read_total\`).
 - Seeding writes through the store API, one record at a time in batches of concurrent writes;
-  on Redis each record is one script (the stream entry, its write mark, five totals).
+  on Redis each record is one script (the stream entry, its write mark, its hour's count and
+  its totals in nine columns).
 `;
 
 main().catch((err) => {

@@ -85,6 +85,7 @@ export class Gateway {
 
   async #build(config: Config): Promise<GatewayState> {
     const handle = await this.#store;
+    this.metrics.usageRecordsRead = () => handle.store.usageRecordsRead();
     this.#slots ??= handle.redis !== null
       ? new RedisSlots(handle.redis, config.store.prefix, config.store.on_error === 'open', this.logger, undefined, handle.retries)
       : new MemorySlots();

@@ -6,7 +6,7 @@
 //   GET /admin/usage/hourly?since=&until=&account=  {hours:[{hour, requests, errors,
 //       prompt_tokens, completion_tokens, units}]}: every hour starting in [since, until),
 //       zeros included; default the last 24 hours (the current hour last)
-//   GET /admin/usage/top?by=account|key|model&since=&until=&limit=&account=  {by, rows:[{id,
+//   GET /admin/usage/top?by=account|key|model|team&since=&until=&limit=&account=  {by, rows:[{id,
 //       requests, units}]}: units desc, then id
 // Times are ISO-8601; a range spans at most 31 days. Every bad parameter is 400 naming it; an
 // unknown account 404 account_not_found.

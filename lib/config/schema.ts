@@ -230,6 +230,8 @@ export const configSchema = obj({
       session_ttl_s: { ...posInt, maximum: 2_592_000, 'x-max-msg': 'must be at most 2592000 s (30 days)', default: 28800 },
       // The key console sessions are signed with (CONTRACT section 21); null: admin.token's.
       session_secret: { ...nullableStr, default: null },
+      // Requests (and export pages) one session makes per minute on each instance: lib/console/session-limit.ts.
+      requests_per_minute: { type: ['integer', 'null'], minimum: 1, maximum: 1000000, default: 600, 'x-msg': 'must be an integer from 1 to 1000000, or null for no limit' },
       oidc: {
         type: ['object', 'null'],
         additionalProperties: false,

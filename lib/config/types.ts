@@ -168,6 +168,8 @@ export interface Config {
     session_ttl_s: number;
     /** The key console sessions are signed with (at least 32 bytes); null: admin.token's. */
     session_secret: string | null;
+    /** Requests (and export pages) one console session may make per minute on each instance; null: no limit. */
+    requests_per_minute: number | null;
     oidc: {
       issuer: string;
       client_id: string;

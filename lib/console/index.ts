@@ -9,6 +9,7 @@
 // their own) alone, before they act.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import YAML from 'yaml';
 import type { AdminApi } from '../admin/api.js';
 import type { Config } from '../config/types.js';
@@ -25,6 +26,7 @@ import { decide, isWrite, outsideAccount, type Principal } from './permissions.j
 import { redactConfig } from './redact.js';
 import { FLOW_COOKIE, FLOW_TTL_S, SESSION_COOKIE, SessionKeys, cookie, overTls, setCookie, type Session } from './session.js';
 import { toCsv, toJsonl } from './export.js';
+import { SessionLimit } from './session-limit.js';
 
 /**
  * Headers of every console answer, whatever its status (CONTRACT sections 12 and 21): no inline
@@ -61,10 +63,13 @@ export class Console {
   readonly #keys: SessionKeys;
   readonly #sso: OidcSignIn | null;
   readonly #assets = new Assets();
+  /** Requests per minute per session (./session-limit.ts). */
+  readonly #limit: SessionLimit;
 
   constructor(deps: ConsoleDeps) {
     this.#d = deps;
     this.#keys = new SessionKeys(deps.config);
+    this.#limit = new SessionLimit(deps.config.console.requests_per_minute);
     this.#sso = deps.config.console.oidc === null ? null : new OidcSignIn(deps.config.console.oidc);
   }
 
@@ -81,9 +86,10 @@ export class Console {
   /**
    * The request's session: signed by this fleet, not expired, not signed out (the store's
    * revocation list); a write must also carry the session's CSRF token. 401 not_signed_in,
-   * 403 csrf_failed.
+   * 403 csrf_failed. The request spends one of the session's requests_per_minute (unless
+   * `spend` is false): 429 rate_limit_exceeded when the minute has none left.
    */
-  async signedIn(req: IncomingMessage): Promise<Session> {
+  async signedIn(req: IncomingMessage, spend = true): Promise<Session> {
     const s = this.#keys.session(cookie(req, SESSION_COOKIE));
     if (s === undefined || (await this.#d.store.isSessionRevoked(s.sid))) {
       throw new GatewayError('not_signed_in', 'Not signed in to the console (or the session ended); sign in again.');
@@ -91,6 +97,7 @@ export class Console {
     if (isWrite(req.method) && !this.#keys.csrfOk(s.sid, req.headers['x-csrf-token'])) {
       throw new GatewayError('csrf_failed', 'A console write needs the session\'s CSRF token in the X-CSRF-Token header.');
     }
+    if (spend) await this.#limit.spend(s.sid);
     return s;
   }
 
@@ -112,7 +119,8 @@ export class Console {
       onlyMethods(method, path, 'POST');
       return this.#login(req, res, requestId);
     }
-    const session = await this.signedIn(req);
+    // Signing out is never refused for the session's rate.
+    const session = await this.signedIn(req, path !== '/console/api/logout');
     if (path === '/console/api/session') {
       onlyMethods(method, path, 'GET, HEAD');
       return send(200, {
@@ -157,7 +165,7 @@ export class Console {
     }
     if (path === '/console/api/usage/export') {
       onlyMethods(method, path, 'GET');
-      return this.#export(req, res, requestId);
+      return this.#export(req, res, requestId, session);
     }
     throw new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
   }
@@ -262,8 +270,13 @@ export class Console {
     this.#signIn(req, res, session, requestId, '/console/');
   }
 
-  /** GET /console/api/usage/export?format=csv|jsonl&<the records filters>: every matching record, streamed page by page. */
-  async #export(req: IncomingMessage, res: ServerResponse, requestId: string): Promise<void> {
+  /**
+   * GET /console/api/usage/export?format=csv|jsonl&<the records filters>: every matching record
+   * (up to EXPORT_MAX_RECORDS), streamed page by page, each a bounded records page written
+   * before the next is read, with a turn of the event loop between; each page after the first
+   * spends one of the session's requests_per_minute (waiting for the next minute when none is left).
+   */
+  async #export(req: IncomingMessage, res: ServerResponse, requestId: string, session: Session): Promise<void> {
     const url = new URL(req.url ?? '', 'http://console');
     const format = url.searchParams.get('format') ?? 'csv';
     if (format !== 'csv' && format !== 'jsonl') {
@@ -285,8 +298,10 @@ export class Console {
       const chunk = format === 'csv' ? toCsv(page.records, first) : toJsonl(page.records);
       first = false;
       n += page.records.length;
-      if (!res.write(chunk)) await new Promise((r) => res.once('drain', r));
+      if (!res.write(chunk)) await drained(res);
       if (page.next_cursor === null || n >= EXPORT_MAX_RECORDS || res.destroyed) break;
+      await nextTurn();
+      if (!(await this.#limit.awaitPage(session.sid, res))) break;
       url.searchParams.set('cursor', page.next_cursor);
       page = await this.#d.admin.records(`${url.pathname}?${url.searchParams}`);
     }
@@ -298,4 +313,17 @@ function onlyMethods(method: string, path: string, allow: string): void {
   if (!allow.split(', ').includes(method)) {
     throw new GatewayError('method_not_allowed', `Method ${clip(method, 16)} is not allowed on ${clip(path, 200)}; use ${allow}.`, { headers: { allow } });
   }
+}
+
+/** Resolves once `res` takes more (drain), or is gone (close). */
+function drained(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.once('drain', done);
+    res.once('close', done);
+  });
 }

@@ -89,6 +89,17 @@ export class Metrics {
       }
     },
   });
+  /** Usage records the store has read back so far (Store.usageRecordsRead), read when /metrics is scraped. */
+  usageRecordsRead: () => number = () => 0;
+  readonly usageReads: Counter = new Counter({
+    name: 'tollgate_usage_records_read_total',
+    help: 'Usage records the store read back: record pages, exports, the part of a report\'s first hour, totals summed anew from records. Reads of totals (GET /v1/usage, GET /admin/usage by whole hours, the console\'s Overview) read none.',
+    registers: [this.registry],
+    collect: () => {
+      this.usageReads.reset();
+      this.usageReads.inc(this.usageRecordsRead());
+    },
+  });
   readonly queueWait = new Histogram({
     name: 'tollgate_queue_wait_seconds', help: 'Time requests waited in a provider\'s queue, by how the wait ended: dispatched, refused (model_overloaded), gone (the client left).',
     labelNames: ['provider', 'outcome'] as const, buckets: LATENCY_BUCKETS, registers: [this.registry],

@@ -4,6 +4,10 @@
 // sees its own key and nothing else: the key id comes from the credential, never from the
 // request. A dashboard session is not a key: 404 key_not_found on both.
 //
+// GET /v1/usage reads the key's totals per UTC day and model, kept as its records are written
+// (Store.usageTotals, ../store/usage-totals.ts: column key+model), never the records (CONTRACT
+// section 21): one read per day of the range at most, whatever the key's history holds.
+//
 // Neither is metered (no hold, no charge, no usage record); each spends one request of the
 // key's and the plan's requests_per_minute before it reads anything (Limits.spend), so a
 // holder polling them is bounded like any other caller, and one over its limit gets the usual
@@ -18,13 +22,13 @@ import { sendJson } from '../http/respond.js';
 import { authenticateMetered } from '../pipeline/admit.js';
 import { answerHeaders, type RequestContext } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
-import { periodId, spentIn, type KeyRecord, type UsageQuery } from '../store/types.js';
+import { periodId, spentIn, type KeyRecord } from '../store/types.js';
 import { DAY_MS } from '../utc-day.js';
 
 /** Days GET /v1/usage covers when `since` is not given (ending at `until`, today by default). */
 export const DEFAULT_USAGE_DAYS = 30;
-/** Records read per page of the store's usage query (bounds what one read holds at once). */
-const PAGE = 5000;
+/** The most days one GET /v1/usage covers (fewer when usage.retention_days is shorter). */
+export const MAX_USAGE_DAYS = 366;
 
 const DATE = /^(\d{4})-(\d{2})-(\d{2})$/;
 
@@ -113,10 +117,11 @@ function utcDate(text: string): number | undefined {
  * Reads `since` and `until` from a query string (other parameters are ignored). Each is a UTC
  * date YYYY-MM-DD, given at most once; `until` defaults to today, `since` to the
  * DEFAULT_USAGE_DAYS days ending at `until` (fewer when the retention is shorter); the range
- * is at most `retentionDays` days (records older than that are gone). 400 invalid_value
- * naming the parameter otherwise.
+ * is at most `retentionDays` days (records older than that are gone), and at most
+ * MAX_USAGE_DAYS. 400 invalid_value naming the parameter otherwise.
  */
-export function usageRange(query: string, retentionDays: number, now: number): UsageRange {
+export function usageRange(query: string, retention: number, now: number): UsageRange {
+  const retentionDays = Math.min(retention, MAX_USAGE_DAYS);
   const params = new URLSearchParams(query);
   const date = (name: 'since' | 'until'): number | undefined => {
     const all = params.getAll(name);
@@ -137,7 +142,8 @@ export function usageRange(query: string, retentionDays: number, now: number): U
   }
   const days = (until - since) / DAY_MS + 1;
   if (days > retentionDays) {
-    throw badParam(sinceGiven === undefined ? 'until' : 'since', `the range covers at most ${retentionDays} days (usage.retention_days), this one ${days}`);
+    const why = retentionDays < retention ? '' : ' (usage.retention_days)';
+    throw badParam(sinceGiven === undefined ? 'until' : 'since', `the range covers at most ${retentionDays} days${why}, this one ${days}`);
   }
   return { since, until: until + DAY_MS };
 }
@@ -152,30 +158,14 @@ export async function serveUsage(state: GatewayState, ctx: RequestContext, req: 
   sendJson(res, 200, JSON.stringify({ data }), answerHeaders(ctx));
 }
 
-/**
- * Every record of the key in the range, through the store's record query (each record once
- * across its pages), summed per day and model: rows by date, then model.
- */
+/** The key's totals in the range, per UTC day and model: rows by date, then model. */
 export async function usageRows(state: GatewayState, account: string, keyId: string, range: UsageRange): Promise<UsageRow[]> {
-  const sums = new Map<string, UsageRow>();
-  const query: UsageQuery = { account, keyId, since: range.since, until: range.until, limit: PAGE };
-  for (;;) {
-    const page = await state.store.usageRecords(query);
-    for (const r of page.records) {
-      const day = r.at - (r.at % DAY_MS);
-      const key = `${day}\u0000${r.model}`;
-      let row = sums.get(key);
-      if (row === undefined) {
-        row = { date: new Date(day).toISOString().slice(0, 10), model: r.model, requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0 };
-        sums.set(key, row);
-      }
-      row.requests += 1;
-      row.prompt_tokens += r.prompt_tokens;
-      row.completion_tokens += r.completion_tokens;
-      row.units += r.units;
-    }
-    if (page.next_cursor === null) break;
-    query.cursor = page.next_cursor;
-  }
-  return [...sums.values()].sort((a, b) => (a.date < b.date ? -1 : a.date > b.date ? 1 : a.model < b.model ? -1 : a.model > b.model ? 1 : 0));
+  // A range before 1970 (until=1970-01-01 and the 30 days before it) holds nothing.
+  const since = Math.max(0, range.since);
+  const until = Math.max(since, range.until);
+  const rows = await state.store.usageTotals({ by: ['model'], account, key: keyId, since, until, daily: true });
+  return rows.map((r) => ({
+    date: new Date(r.day!).toISOString().slice(0, 10), model: r.values[0]!, requests: r.requests,
+    prompt_tokens: r.prompt_tokens, completion_tokens: r.completion_tokens, units: r.units,
+  }));
 }

@@ -29,7 +29,7 @@ import type { ResponseChain } from './response-chains.js';
 import type { AlertOutbox } from './alerts.js';
 import type {
   AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation, SettleResult, Settlement, Store,
-  TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals, HourlyQuery, HourTotals, TopQuery, TopRow, AccountsQuery, AccountsPage,
+  TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals, HourlyQuery, HourTotals, TopQuery, TopRow, TotalsQuery, TotalsRow, AccountsQuery, AccountsPage,
 } from './types.js';
 import { TeamNotFoundError } from './rules.js';
 
@@ -196,6 +196,8 @@ export class GuardedStore implements Store {
   usageRecords(q: UsageQuery): Promise<UsagePage> { return guard(this.#inner.usageRecords(q)); }
   usageHourly(q: HourlyQuery): Promise<HourTotals[]> { return guard(this.#inner.usageHourly(q)); }
   usageTop(q: TopQuery): Promise<TopRow[]> { return guard(this.#inner.usageTop(q)); }
+  usageTotals(q: TotalsQuery): Promise<TotalsRow[]> { return guard(this.#inner.usageTotals(q)); }
+  usageRecordsRead(): number { return this.#inner.usageRecordsRead(); }
   listAccounts(q: AccountsQuery): Promise<AccountsPage> { return guard(this.#inner.listAccounts(q)); }
   onRevoke(listener: (r: Revocation) => void): () => void { return this.#inner.onRevoke(listener); }
   ping(): Promise<void> { return guard(this.#inner.ping()); }

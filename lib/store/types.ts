@@ -2,19 +2,23 @@
 // `store.path` is set; ./memory/) and `redis` (shared by gateway instances; ./redis/). The store
 // is authoritative for accounts, keys and sessions; the config only seeds what is absent.
 // This file is the interface and its records; the rules both stores apply, and a key's controls
-// (their shape and rules), are ./rules.ts, re-exported here so callers outside the store import
-// one module.
+// (their shape and rules), are ./rules.ts, and the usage records, reports and totals reads
+// ./usage-types.ts, both re-exported here so callers outside the store import one module.
 
 import type { AccountConfig } from '../config/types.js';
 import type { ResponseChain } from './response-chains.js';
 import type { BudgetPeriod, BudgetPeriods, KeyControls, KeyPatch, TeamPatch, TeamRecord, TeamSettings } from './rules.js';
 import type { AlertOutbox } from './alerts.js';
+import type { HourTotals, HourlyQuery, TopQuery, TopRow, TotalsQuery, TotalsRow, UsagePage, UsageQuery, UsageRecord, UsageReport } from './usage-types.js';
 
 export {
   KEY_PRIORITIES, MAX_UNITS, TEAM_ID, TeamNotFoundError, addSpend, applyPatch, applyTeamPatch, creditRefusal, defaultControls, defaultTeamSettings,
   periodId, requireId, requireRequestId, seededKeys, spentIn,
 } from './rules.js';
 export type { BudgetPeriod, BudgetPeriods, KeyControls, KeyLimits, KeyPatch, TeamPatch, TeamRecord, TeamSettings } from './rules.js';
+export type {
+  HourTotals, HourlyQuery, TopQuery, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageSums,
+} from './usage-types.js';
 
 export interface AccountRecord {
   id: string;
@@ -169,99 +173,6 @@ export interface UnsettleResult {
   /** Units given back to the balance (0 unless refunded). */
   refunded_units: number;
 }
-
-/**
- * One metered request, kept for usage reports and exports (CONTRACT section 8): written once,
- * after its debit, with the debited figures; kept at least `usage.retention_days`.
- */
-export interface UsageRecord {
-  request_id: string;
-  /** Unix milliseconds when the request finished (the API shows it as ISO-8601). */
-  at: number;
-  account: string;
-  /** The developer key's id; null for a dashboard JWT (sessions are not keys). */
-  key_id: string | null;
-  /** The team the request's hold counted against (CONTRACT section 15); null when none. */
-  team: string | null;
-  /** The catalog slug served. */
-  model: string;
-  /** The configured provider name of the target that answered (or was tried last). */
-  provider: string;
-  /** The replica the request went to (its URL), or null when none applies (echo). */
-  target: string | null;
-  /** The route path, e.g. /v1/chat/completions. */
-  route: string;
-  /** The HTTP status the client got (499: it left before any was sent). */
-  status: number;
-  prompt_tokens: number;
-  /** Prompt tokens the upstream read from its prompt cache (part of prompt_tokens or not, as it reports). */
-  cached_tokens: number;
-  completion_tokens: number;
-  /** Units debited. */
-  units: number;
-  usage_source: 'upstream' | 'counted' | 'none';
-  duration_ms: number;
-  /** Until the first byte of the answer's content; null when none was sent. */
-  ttft_ms: number | null;
-  /**
-   * Whole milliseconds the request waited in providers' queues (CONTRACT section 13): 0 when
-   * it did not wait or its provider has no queue; a refused wait (503 model_overloaded) counts.
-   */
-  queue_ms: number;
-}
-
-/** Totals of a set of records. */
-export interface UsageSums { requests: number; prompt_tokens: number; completion_tokens: number; units: number }
-
-export interface UsageReport extends UsageSums {
-  by_model: Record<string, UsageSums>;
-  /** Per key id; requests of dashboard sessions (key_id null) count in the totals only. */
-  by_key: Record<string, UsageSums>;
-  /** Per team id; requests of keys without a team count in the totals only. */
-  by_team: Record<string, UsageSums>;
-}
-
-/** Which records a page holds. Times are Unix ms; `since` inclusive, `until` exclusive. */
-export interface UsageQuery {
-  account?: string;
-  keyId?: string;
-  team?: string;
-  model?: string;
-  since: number;
-  until?: number;
-  limit: number;
-  /** From a previous page's next_cursor; undefined for the first page. */
-  cursor?: string;
-}
-
-export interface UsagePage {
-  records: UsageRecord[];
-  /** Null on the last page (as of this read: records written later go to a new query). */
-  next_cursor: string | null;
-}
-
-/** Totals of one UTC hour (or of a range), kept as records are written (../store/usage-totals.ts). */
-export interface HourTotals {
-  /** Unix ms of the hour's start. */
-  hour: number;
-  requests: number;
-  /** Records with status >= 400. */
-  errors: number;
-  prompt_tokens: number;
-  completion_tokens: number;
-  units: number;
-}
-
-/** Which hours usageHourly answers: those starting in [since, until) (Unix ms), of one account or all. */
-export interface HourlyQuery { since: number; until: number; account?: string }
-
-/** The dimensions totals are kept by (one more here, e.g. 'team', with its line in ./usage-totals.ts). */
-export type TotalsDimension = 'account' | 'key' | 'model';
-
-/** Top ids of a dimension by units over the hours starting in [since, until), optionally within one account. */
-export interface TopQuery { by: TotalsDimension; since: number; until: number; limit: number; account?: string }
-
-export interface TopRow { id: string; requests: number; units: number }
 
 /** A page of accounts in id order; `cursor` from a previous page's next_cursor. */
 export interface AccountsQuery { limit: number; cursor?: string; prefix?: string }
@@ -441,7 +352,10 @@ export interface Store {
    * counted with it, in the same step: once.
    */
   recordUsage(r: UsageRecord, writeId?: string): Promise<void>;
-  /** Totals of the records since `since` (Unix ms), for one account or all. */
+  /**
+   * Totals of the records since `since` (Unix ms), for one account or all: from the totals for
+   * every whole hour, and from the records for the part of since's hour after it (./usage-report.ts).
+   */
   usageReport(account: string | undefined, since: number): Promise<UsageReport>;
   /** One page of records, oldest bucket first, each record once across pages. */
   usageRecords(q: UsageQuery): Promise<UsagePage>;
@@ -453,6 +367,13 @@ export interface Store {
   usageHourly(q: HourlyQuery): Promise<HourTotals[]>;
   /** The `limit` ids with the most units over the hours of [since, until) (units desc, then id asc). */
   usageTop(q: TopQuery): Promise<TopRow[]>;
+  /**
+   * Sums of the totals kept as records are written, never of records read (rows by day, then
+   * values). RangeError for a range the totals do not answer (see checkTotalsQuery).
+   */
+  usageTotals(q: TotalsQuery): Promise<TotalsRow[]>;
+  /** Usage records this store has read back so far (pages, exports, reports' partial hours, counts on open). */
+  usageRecordsRead(): number;
   /** Accounts in id order (byte order), `limit` at a time, optionally those whose id starts with `prefix`. */
   listAccounts(q: AccountsQuery): Promise<AccountsPage>;
 

@@ -14,7 +14,7 @@
 // once across the pages of a query, however many records are written meanwhile (those that
 // land behind the cursor belong to a later query; those ahead of it show up in later pages).
 
-import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageSums } from './types.js';
+import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsagePage, UsageQuery, UsageRecord, UsageReport } from './types.js';
 import { DAY_MS } from '../utc-day.js';
 
 export { DAY_MS };
@@ -25,10 +25,29 @@ export { DAY_MS };
 export const WRITE_MARK_MS = 300_000;
 /** How often expired buckets are looked for while records are written. */
 export const PRUNE_EVERY_MS = 60_000;
-/** A page reads at most this many records (matching or not) before it answers with a cursor. */
+/**
+ * A page looks at most at this many records (matching or not: read, or examined by a bucket's
+ * select) before it answers with a cursor; it yields to the event loop between batches. So a
+ * page costs the same however long the history, and never holds the loop for all of it.
+ */
 export const SCAN_CAP = 20_000;
 /** Records read from a bucket at a time. */
 const READ_BATCH = 500;
+
+/** Lets the event loop run what waits (I/O, timers) before the next batch of a read. */
+export function yieldToLoop(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+/** Usage records a store has read back (rebuilt from columns, parsed from a file or a stream). */
+export class ReadCount {
+  n = 0;
+}
+
+/** The start of what a store shows: `cutoff` (now less the retention) down to its bucket's start, as buckets go whole. */
+export function visibleFrom(cutoff: number, bucketMs: number): number {
+  return Math.max(0, Math.floor(cutoff / bucketMs) * bucketMs);
+}
 
 const CURSOR = /^(\d{1,12}):(\d{1,20}(?:-\d{1,20})?)$/;
 
@@ -122,19 +141,6 @@ function matches(q: Omit<UsageQuery, 'limit' | 'cursor'>, r: UsageRecord, cutoff
     (q.model === undefined || r.model === q.model);
 }
 
-const zero = (): UsageSums => ({ requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0 });
-
-function add(t: UsageSums, r: UsageRecord): void {
-  t.requests += 1;
-  t.prompt_tokens += r.prompt_tokens;
-  t.completion_tokens += r.completion_tokens;
-  t.units += r.units;
-}
-
-function sorted(m: Map<string, UsageSums>): Record<string, UsageSums> {
-  return Object.fromEntries([...m].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
-}
-
 /** One record read from a bucket, and the position just after it. */
 export interface Entry { record: UsageRecord | undefined; pos: string }
 
@@ -145,6 +151,8 @@ export type UsageFilter = Pick<UsageQuery, 'account' | 'keyId' | 'model'>;
 export interface Selection {
   /** Records after the position asked that may match (every one that does, in order). */
   entries: Entry[];
+  /** How many records the look cost, as records read (an index compare is a fraction of one). */
+  examined: number;
   /** The position the look reached (after the last record it considered); undefined: none. */
   pos: string | undefined;
   /** Whether the bucket has nothing more now. */
@@ -169,13 +177,15 @@ export interface Buckets {
   mayHold?(buckets: number[], f: UsageFilter): Promise<boolean[]>;
 }
 
-/** A filtered page stops looking after this long and answers with what it found and a cursor. */
-export const PAGE_BUDGET_MS = 400;
 /** Records a select looks at per call. */
 const SELECT_BATCH = 5000;
 
-/** One page of a query over `buckets`; records before `cutoff` (past retention) are never shown. */
-export async function pageOf(buckets: Buckets, q: UsageQuery, cutoff: number): Promise<UsagePage> {
+/**
+ * One page of a query over `buckets`; records before `cutoff` (past retention; down to the
+ * start of its bucket, as buckets are dropped whole) are never shown.
+ */
+export async function pageOf(buckets: Buckets, q: UsageQuery, retentionCutoff: number): Promise<UsagePage> {
+  const cutoff = visibleFrom(retentionCutoff, buckets.bucketMs);
   const since = Math.max(q.since, cutoff, 0);
   let from = Math.floor(since / buckets.bucketMs);
   let after: string | undefined;
@@ -195,7 +205,10 @@ export async function pageOf(buckets: Buckets, q: UsageQuery, cutoff: number): P
   for (const b of await buckets.list(from, to)) {
     let pos = b === from ? after : undefined;
     for (;;) {
-      const { entries, done } = await buckets.read(b, pos, READ_BATCH);
+      // While every record read matched, no more than the page still needs (a page of matches
+      // reads exactly its records); never past SCAN_CAP.
+      const need = scanned === records.length ? q.limit - records.length : READ_BATCH;
+      const { entries, done } = await buckets.read(b, pos, Math.min(READ_BATCH, need, SCAN_CAP - scanned));
       for (const e of entries) {
         pos = e.pos;
         scanned++;
@@ -206,6 +219,7 @@ export async function pageOf(buckets: Buckets, q: UsageQuery, cutoff: number): P
       }
       if (done || entries.length === 0) break;
       if (scanned >= SCAN_CAP) return { records, next_cursor: encodeCursor(b, pos!) };
+      await yieldToLoop();
     }
   }
   return { records, next_cursor: null };
@@ -213,10 +227,11 @@ export async function pageOf(buckets: Buckets, q: UsageQuery, cutoff: number): P
 
 /**
  * A filtered page from the buckets' own selection (an index, a scan in the store): buckets that
- * cannot hold a match are skipped; after PAGE_BUDGET_MS the page answers with a cursor.
+ * cannot hold a match are skipped; once the selections examined SCAN_CAP records, the page
+ * answers with what it found and a cursor.
  */
 async function selectPage(buckets: Buckets, q: UsageQuery, cutoff: number, from: number, after: string | undefined, to: number): Promise<UsagePage> {
-  const started = performance.now();
+  let examined = 0;
   const f: UsageFilter = { account: q.account, keyId: q.keyId, model: q.model };
   const records: UsageRecord[] = [];
   let list = await buckets.list(from, to);
@@ -237,49 +252,15 @@ async function selectPage(buckets: Buckets, q: UsageQuery, cutoff: number, from:
         }
       }
       if (s.pos !== undefined) pos = s.pos;
+      examined += s.examined;
       if (s.done) break;
-      if (performance.now() - started >= PAGE_BUDGET_MS) return { records, next_cursor: encodeCursor(b, pos ?? '0') };
+      if (examined >= SCAN_CAP) return { records, next_cursor: encodeCursor(b, pos ?? '0') };
+      await yieldToLoop();
     }
-    if (i + 1 < list.length && performance.now() - started >= PAGE_BUDGET_MS) return { records, next_cursor: encodeCursor(list[i + 1]!, '0') };
+    if (i + 1 < list.length && examined >= SCAN_CAP) return { records, next_cursor: encodeCursor(list[i + 1]!, '0') };
+    if (examined > 0) await yieldToLoop();
   }
   return { records, next_cursor: null };
-}
-
-/** Totals of every record since `since` (for one account or all), with by_model, by_key and by_team. */
-export async function reportOf(buckets: Buckets, account: string | undefined, since: number, cutoff: number): Promise<UsageReport> {
-  const total = zero();
-  const byModel = new Map<string, UsageSums>();
-  const byKey = new Map<string, UsageSums>();
-  const byTeam = new Map<string, UsageSums>();
-  const q = { since, account };
-  const start = Math.max(since, cutoff, 0);
-  for (const b of await buckets.list(Math.floor(start / buckets.bucketMs), Number.MAX_SAFE_INTEGER)) {
-    let pos: string | undefined;
-    for (;;) {
-      const { entries, done } = await buckets.read(b, pos, READ_BATCH * 4);
-      for (const e of entries) {
-        pos = e.pos;
-        const r = e.record;
-        if (r === undefined || !matches(q, r, cutoff)) continue;
-        add(total, r);
-        let m = byModel.get(r.model);
-        if (m === undefined) byModel.set(r.model, (m = zero()));
-        add(m, r);
-        if (r.key_id !== null) {
-          let k = byKey.get(r.key_id);
-          if (k === undefined) byKey.set(r.key_id, (k = zero()));
-          add(k, r);
-        }
-        if (r.team !== null) {
-          let tm = byTeam.get(r.team);
-          if (tm === undefined) byTeam.set(r.team, (tm = zero()));
-          add(tm, r);
-        }
-      }
-      if (done || entries.length === 0) break;
-    }
-  }
-  return { ...total, by_model: sorted(byModel), by_key: sorted(byKey), by_team: sorted(byTeam) };
 }
 
 /** The retention as the stores take it: whole days, at least one. */
@@ -294,7 +275,11 @@ export interface UsageLog {
   /** Totals per hour (./usage-totals.ts); the range is checked by the caller. */
   hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]>;
   top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): Promise<TopRow[]>;
+  /** A totals read, checked by the caller (checkTotalsQuery). */
+  totals(q: TotalsQuery): Promise<TotalsRow[]>;
   report(account: string | undefined, since: number): Promise<UsageReport>;
   page(q: UsageQuery): Promise<UsagePage>;
+  /** Records read back so far. */
+  readonly reads: ReadCount;
   close(): Promise<void>;
 }

@@ -1,22 +1,30 @@
-// Usage totals kept as records are written (CONTRACT section 12, "fast on a big store"): per UTC
-// hour and per UTC day, of all records and per account, key and model, the five sums of
-// METRICS. The operator console's Overview reads these (Store.usageHourly, Store.usageTop),
-// never the records. Both stores keep them beside their records, for as long as the records
-// (the memory store: TotalsBook below; Redis: hashes in each hour's slot, ./redis/totals.ts).
+// Usage totals kept as records are written (CONTRACT sections 12 and 21, "reads are bounded"):
+// per UTC hour and per UTC day, the five sums of METRICS in "columns". The console's Overview
+// (Store.usageHourly, usageTop), GET /admin/usage (./usage-report.ts) and GET /v1/usage
+// (Store.usageTotals) read these, never the records. Both stores keep them beside their
+// records, for as long as the records (memory: ./totals-book.ts; Redis: hashes in each hour's
+// slot, ./redis/totals.ts and ./redis/totals-hours.ts).
 //
-// Totals are kept in "columns": a column maps an id to its five sums. Each dimension gives one
-// or two columns (columnsOf): `account` its own; a dimension owned by an account (a key
-// belongs to one account) one column whose ids are `ACCOUNT<SEP>ID`; any other (a model is
-// used by many accounts) two, `model` (plain ids, for the whole store) and `model@` (ids
-// within their account, for a top of one account). A new dimension (a team) is one more line
-// in DIMENSIONS and its name in TotalsDimension (./types.ts).
+// A column (COLUMNS) maps an id to its sums: the id is the record's values in the column's
+// dimensions (DIMENSIONS), joined by SEP, led by the record's account in a column `within`
+// accounts (`key`: ACCOUNT<SEP>KEY). A grouped column keeps its ids per group, the first
+// `group` parts of an id: `key@` (an account's keys) is read one account at a time and
+// `key+model` (a key's models) one key at a time (Redis: one hash per group and hour), never as
+// a whole, so a read within one account costs that account's ids alone. A read (TotalsQuery: the
+// dimensions of a row, an account or a key to narrow to) is answered by the one column that
+// holds exactly those values (planOf). To total by something new (a request's tags, its end
+// user: issue #45), add its line to DIMENSIONS and the columns that answer its reads to
+// COLUMNS: a dimension may give a record several values (tags), and the record counts once
+// under each.
 
-import type { HourTotals, TopRow, TotalsDimension, UsageRecord } from './types.js';
+import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsageRecord } from './types.js';
 import { DAY_MS } from '../utc-day.js';
 
 export const HOUR_MS = 3_600_000;
 /** The longest range usageHourly and usageTop answer for. */
 export const MAX_RANGE_MS = 31 * DAY_MS;
+/** The longest range usageTotals answers for: the longest retention (usage.retention_days), and a day. */
+export const MAX_TOTALS_RANGE_MS = 36_502 * DAY_MS;
 
 /** The sums kept, in this order: every record counts 1 request; errors are statuses >= 400. */
 export const METRICS = ['requests', 'errors', 'prompt_tokens', 'completion_tokens', 'units'] as const;
@@ -27,55 +35,193 @@ export function metricsOf(r: UsageRecord): Sums {
 }
 
 interface Dimension {
-  /** The record's id in this dimension; null: the record counts in none of its ids. */
-  id(r: UsageRecord): string | null;
-  /** Whether an id belongs to one account (kept only within its account). */
+  /** The record's values in this dimension: none (it counts in no id of it), one, or several. */
+  values(r: UsageRecord): readonly string[];
+  /** Whether a value belongs to one account (a key id, a team id: unique across accounts). */
   owned: boolean;
 }
 
+const one = (v: string | null): readonly string[] => (v === null ? [] : [v]);
+
 /** Every dimension totals are kept by: one line each. */
 export const DIMENSIONS: Readonly<Record<TotalsDimension, Dimension>> = {
-  account: { id: (r) => r.account, owned: false },
-  key: { id: (r) => r.key_id, owned: true },
-  model: { id: (r) => r.model, owned: false },
+  account: { values: (r) => [r.account], owned: false },
+  key: { values: (r) => one(r.key_id), owned: true },
+  model: { values: (r) => [r.model], owned: false },
+  team: { values: (r) => one(r.team), owned: true },
 };
 
-/** Between an account and an id in a column of ids within accounts. */
+export interface ColumnSpec {
+  /** Its name where it is stored (a Redis key's part): never renamed, for the totals kept. */
+  readonly name: string;
+  /** The dimensions of its ids, in order ([]: one id, ALL, for every record). */
+  readonly dims: readonly TotalsDimension[];
+  /** Ids led by the record's account. */
+  readonly within: boolean;
+  /** Ids kept per group, their first `group` parts (0: one group); a read names its group. */
+  readonly group: number;
+  /** In the memory store, kept per UTC day only (read by whole days: GET /v1/usage). */
+  readonly daily: boolean;
+  /**
+   * Kept by the memory store too. False for a column that spares Redis reads only: the memory
+   * store reads the same ids from the column of every account's (key for key@), in its process.
+   */
+  readonly memory: boolean;
+}
+
+const column = (name: string, dims: TotalsDimension[], within = false, group = 0, daily = false, memory = true): ColumnSpec =>
+  ({ name, dims, within, group, daily, memory });
+
+/** Between the parts of an id (an account and a key id; a key and a model). */
 export const SEP = '\u0000';
 /** The column holding the totals of all records, under the id ALL. */
 export const ALL_COLUMN = '*';
 export const ALL = '*';
 
-/** Every column, in a fixed order: the totals of all records first. */
-export const COLUMN_NAMES: readonly string[] = [ALL_COLUMN, ...(Object.entries(DIMENSIONS) as Array<[TotalsDimension, Dimension]>)
-  .flatMap(([by, d]) => (by === 'account' || d.owned ? [by] : [by, `${by}@`]))];
+/**
+ * Every column, in a fixed order (Redis writes them in it). Reads of all accounts use the
+ * columns not grouped (`key`: every key of the gateway); reads within one account, those grouped
+ * by account (`key@`: its keys alone); GET /v1/usage, `key+model` (a key's models, per day).
+ */
+export const COLUMNS: readonly ColumnSpec[] = [
+  column(ALL_COLUMN, []),
+  column('account', ['account']),
+  column('key', ['key'], true),
+  column('model', ['model']),
+  column('model@', ['model'], true, 1),
+  column('team', ['team'], true),
+  column('key@', ['key'], true, 1, false, false),
+  column('team@', ['team'], true, 1, false, false),
+  column('key+model', ['key', 'model'], true, 2, true),
+];
 
-/** The (column, id) pairs record `r` adds to, the totals of all records first. */
-export function columnsOf(r: UsageRecord): Array<[string, string]> {
-  const out: Array<[string, string]> = [[ALL_COLUMN, ALL]];
-  for (const [by, d] of Object.entries(DIMENSIONS) as Array<[TotalsDimension, Dimension]>) {
-    const id = d.id(r);
-    if (id === null) continue;
-    if (by === 'account') out.push([by, id]);
-    else if (d.owned) out.push([by, `${r.account}${SEP}${id}`]);
-    else out.push([by, id], [`${by}@`, `${r.account}${SEP}${id}`]);
+export const COLUMN_NAMES: readonly string[] = COLUMNS.map((c) => c.name);
+
+/** Where a record counts: a column, its group ('' when not grouped), the id in it. */
+export interface Cell { column: ColumnSpec; group: string; id: string }
+
+/** The combinations of the record's values in `dims` (none when a dimension has no value). */
+function combinations(dims: readonly TotalsDimension[], r: UsageRecord): string[][] {
+  let out: string[][] = [[]];
+  for (const d of dims) {
+    const values = DIMENSIONS[d].values(r);
+    if (values.length === 0) return [];
+    out = values.length === 1 ? out.map((p) => [...p, values[0]!]) : out.flatMap((p) => values.map((v) => [...p, v]));
   }
   return out;
 }
 
+/** The cells record `r` adds to, in the order of COLUMNS (the totals of all records first). */
+export function cellsOf(r: UsageRecord): Cell[] {
+  const out: Cell[] = [];
+  for (const c of COLUMNS) {
+    if (c.dims.length === 0) {
+      out.push({ column: c, group: '', id: ALL });
+      continue;
+    }
+    for (const values of combinations(c.dims, r)) {
+      const parts = c.within ? [r.account, ...values] : values;
+      out.push({ column: c, group: parts.slice(0, c.group).join(SEP), id: parts.slice(c.group).join(SEP) });
+    }
+  }
+  return out;
+}
+
+/** How a read is answered: the column, the group read, and what a stored id stands for. */
+export interface Plan {
+  column: ColumnSpec;
+  /** The group read ('' for a column not grouped). */
+  group: string;
+  /** The values of the query's `by` that stored id `id` (of the group) stands for; undefined: not the query's. */
+  shown(id: string): string[] | undefined;
+  /** The one id read, when the filters name it whole (no `by`): read it alone. */
+  exactId: string | undefined;
+}
+
 /**
- * Where a top of `by` (within `account`, when given) reads: the column, and for a stored id the
- * id shown (undefined: not one of the top's).
+ * The column that answers `q`: one whose id parts are exactly the query's dimensions and its
+ * filters (the account part may be left out of a read of owned values: a key id names its
+ * account). Of several, the one that reads least. RangeError when no column answers it.
  */
-export function columnFor(by: TotalsDimension, account?: string): { column: string; shown(id: string): string | undefined } {
-  if (by === 'account') return { column: by, shown: (id) => (account === undefined || id === account ? id : undefined) };
-  const within = (id: string): string | undefined => {
-    const i = id.indexOf(SEP);
-    if (i < 0) return undefined;
-    return account === undefined || id.slice(0, i) === account ? id.slice(i + 1) : undefined;
+export function planOf(q: Pick<TotalsQuery, 'by' | 'account' | 'key'>, kept: (c: ColumnSpec) => boolean = () => true): Plan {
+  if (q.key !== undefined && q.account === undefined) throw new RangeError('a totals read of a key names its account');
+  const filters = new Map<string, string>();
+  if (q.account !== undefined) filters.set('account', q.account);
+  if (q.key !== undefined) filters.set('key', q.key);
+  let best: { plan: Plan; rank: number } | undefined;
+  for (const c of COLUMNS) {
+    if (!kept(c)) continue;
+    const fit = fitOf(c, q.by, filters);
+    if (fit !== undefined && (best === undefined || fit.rank < best.rank)) best = fit;
+  }
+  if (best === undefined) {
+    throw new RangeError(`no totals are kept by [${q.by.join(', ')}]${filters.size > 0 ? ` within one ${[...filters.keys()].join(' and ')}` : ''}`);
+  }
+  return best.plan;
+}
+
+function fitOf(c: ColumnSpec, by: readonly TotalsDimension[], filters: Map<string, string>): { plan: Plan; rank: number } | undefined {
+  const parts: string[] = c.within ? ['account', ...c.dims] : [...c.dims];
+  if (new Set(parts).size !== parts.length) return undefined;
+  for (const d of by) if (!parts.includes(d)) return undefined;
+  for (const f of filters.keys()) if (!parts.includes(f)) return undefined;
+  // A part neither shown nor filtered is summed over: only an account that owned values imply.
+  let dropped = false;
+  for (const p of parts) {
+    if (by.includes(p as TotalsDimension) || filters.has(p)) continue;
+    if (p !== 'account' || !c.within || !c.dims.every((d) => DIMENSIONS[d].owned)) return undefined;
+    dropped = true;
+  }
+  let group = '';
+  let stored = parts;
+  if (c.group > 0) {
+    // Read one group: the parts that name it are filters.
+    const named = parts.slice(0, c.group);
+    if (!named.every((p) => filters.has(p))) return undefined;
+    group = named.map((p) => filters.get(p)!).join(SEP);
+    stored = parts.slice(c.group);
+  }
+  const shownAt = by.map((d) => stored.indexOf(d));
+  const checks = [...filters].map(([f, v]) => [stored.indexOf(f), v] as const).filter(([i]) => i >= 0);
+  const exact = shownAt.length === 0 && checks.length === stored.length;
+  const shown = (id: string): string[] | undefined => {
+    const values = stored.length === 0 ? (id === ALL ? [] : undefined) : stored.length === 1 ? [id] : id.split(SEP);
+    if (values === undefined || values.length !== stored.length) return undefined;
+    for (const [i, v] of checks) if (values[i] !== v) return undefined;
+    return shownAt.map((i) => values[i]!);
   };
-  if (DIMENSIONS[by].owned) return { column: by, shown: within };
-  return account === undefined ? { column: by, shown: (id) => id } : { column: `${by}@`, shown: within };
+  const exactId = !exact ? undefined : stored.length === 0 ? ALL : stored.map((p) => filters.get(p)!).join(SEP);
+  const rank = c.group > 0 ? 0 : exact ? 1 : dropped ? 3 : 2;
+  return { plan: { column: c, group, shown, exactId }, rank };
+}
+
+/** A row's sums from five stored sums (zeros for none). */
+export function totalsRow(day: number | null, values: string[], s: ArrayLike<number> | undefined): TotalsRow {
+  return {
+    day, values, requests: s?.[0] ?? 0, errors: s?.[1] ?? 0, prompt_tokens: s?.[2] ?? 0, completion_tokens: s?.[3] ?? 0, units: s?.[4] ?? 0,
+  };
+}
+
+/** Sums per (day, values) as a read adds them up: rows in day, then values order. */
+export class RowSums {
+  readonly #rows = new Map<string, { day: number | null; values: string[]; sums: number[] }>();
+
+  add(day: number | null, values: string[], s: ArrayLike<number>): void {
+    const key = `${day ?? ''}${SEP}${values.join(SEP)}`;
+    let row = this.#rows.get(key);
+    if (row === undefined) this.#rows.set(key, (row = { day, values, sums: [0, 0, 0, 0, 0] }));
+    for (let i = 0; i < 5; i++) row.sums[i]! += s[i]!;
+  }
+
+  rows(): TotalsRow[] {
+    const out = [...this.#rows.values()].map((r) => totalsRow(r.day, r.values, r.sums));
+    return out.sort((a, b) => (a.day ?? 0) - (b.day ?? 0) || compareValues(a.values, b.values));
+  }
+}
+
+function compareValues(a: string[], b: string[]): number {
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return a[i]! < b[i]! ? -1 : 1;
+  return 0;
 }
 
 /** The hours starting in [since, until): from the first to one past the last, as hour numbers. */
@@ -100,10 +246,10 @@ export function spans(from: number, to: number): { days: number[]; hours: number
 }
 
 /** The first `limit` rows of summed (requests, units) per id: units desc, then id asc. */
-export function topRows(sums: Map<string, { requests: number; units: number }>, limit: number): TopRow[] {
-  const rows = [...sums].map(([id, s]) => ({ id, requests: s.requests, units: s.units }));
-  rows.sort((a, b) => b.units - a.units || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-  return rows.slice(0, limit);
+export function topRows(rows: readonly TotalsRow[], limit: number): TopRow[] {
+  const top = rows.map((r) => ({ id: r.values[0]!, requests: r.requests, units: r.units }));
+  top.sort((a, b) => b.units - a.units || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  return top.slice(0, limit);
 }
 
 export function hourRow(hour: number, s: ArrayLike<number> | undefined): HourTotals {
@@ -111,116 +257,6 @@ export function hourRow(hour: number, s: ArrayLike<number> | undefined): HourTot
     hour: hour * HOUR_MS, requests: s?.[0] ?? 0, errors: s?.[1] ?? 0, prompt_tokens: s?.[2] ?? 0,
     completion_tokens: s?.[3] ?? 0, units: s?.[4] ?? 0,
   };
-}
-
-const N = METRICS.length;
-
-/** One column of one bucket: ids to slots of five sums in one array (no object per id). */
-class Column {
-  readonly slots = new Map<string, number>();
-  sums = new Float64Array(8 * N);
-
-  add(id: string, m: Sums): void {
-    let slot = this.slots.get(id);
-    if (slot === undefined) {
-      slot = this.slots.size;
-      this.slots.set(id, slot);
-      if ((slot + 1) * N > this.sums.length) {
-        const grown = new Float64Array(this.sums.length * 2);
-        grown.set(this.sums);
-        this.sums = grown;
-      }
-    }
-    const at = slot * N;
-    for (let i = 0; i < N; i++) this.sums[at + i]! += m[i]!;
-  }
-
-  get(id: string): Float64Array | undefined {
-    const slot = this.slots.get(id);
-    return slot === undefined ? undefined : this.sums.subarray(slot * N, slot * N + N);
-  }
-}
-
-/** The totals of one hour or day. */
-class Bucket {
-  readonly columns = new Map<string, Column>();
-
-  add(pairs: Array<[string, string]>, m: Sums): void {
-    for (const [c, id] of pairs) {
-      let col = this.columns.get(c);
-      if (col === undefined) this.columns.set(c, (col = new Column()));
-      col.add(id, m);
-    }
-  }
-}
-
-/**
- * The memory store's totals (with or without a path): hour and day buckets in this process.
- * Strings are interned, so an id repeated over hours is held once.
- */
-export class TotalsBook {
-  readonly #hours = new Map<number, Bucket>();
-  readonly #days = new Map<number, Bucket>();
-  readonly #strings = new Map<string, string>();
-
-  #intern(s: string): string {
-    const known = this.#strings.get(s);
-    if (known !== undefined) return known;
-    this.#strings.set(s, s);
-    return s;
-  }
-
-  /** Counts record `r` (once: the caller adds each record it keeps exactly once). */
-  add(r: UsageRecord): void {
-    const hour = Math.floor(r.at / HOUR_MS);
-    const day = Math.floor(r.at / DAY_MS);
-    const pairs = columnsOf(r).map(([c, id]): [string, string] => [c, this.#intern(id)]);
-    const m = metricsOf(r);
-    for (const [map, n] of [[this.#hours, hour], [this.#days, day]] as const) {
-      let b = map.get(n);
-      if (b === undefined) map.set(n, (b = new Bucket()));
-      b.add(pairs, m);
-    }
-  }
-
-  /** Drops the buckets of days wholly before `cutoff` (as the records of those days are dropped). */
-  prune(cutoff: number): void {
-    for (const day of this.#days.keys()) if ((day + 1) * DAY_MS <= cutoff) this.#days.delete(day);
-    for (const hour of this.#hours.keys()) if ((Math.floor(hour / 24) + 1) * DAY_MS <= cutoff) this.#hours.delete(hour);
-    if (this.#days.size === 0) this.#strings.clear();
-  }
-
-  hourly(since: number, until: number, account: string | undefined): HourTotals[] {
-    const { from, to } = hoursOf(since, until);
-    const rows: HourTotals[] = [];
-    for (let h = from; h < to; h++) {
-      const b = this.#hours.get(h);
-      const s = account === undefined ? b?.columns.get(ALL_COLUMN)?.get(ALL) : b?.columns.get('account')?.get(account);
-      rows.push(hourRow(h, s));
-    }
-    return rows;
-  }
-
-  top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): TopRow[] {
-    const { from, to } = hoursOf(since, until);
-    const { days, hours } = spans(from, to);
-    const { column, shown } = columnFor(by, account);
-    const sums = new Map<string, { requests: number; units: number }>();
-    const buckets = [...days.map((d) => this.#days.get(d)), ...hours.map((h) => this.#hours.get(h))];
-    for (const b of buckets) {
-      const col = b?.columns.get(column);
-      if (col === undefined) continue;
-      for (const [id, slot] of col.slots) {
-        const name = shown(id);
-        if (name === undefined) continue;
-        let s = sums.get(name);
-        if (s === undefined) sums.set(name, (s = { requests: 0, units: 0 }));
-        s.requests += col.sums[slot * N]!;
-        s.units += col.sums[slot * N + 4]!;
-      }
-    }
-    return topRows(sums, limit);
-  }
 }
 
 /** Refuses a range the stores do not answer (a bug of the caller: the admin API checks first). */
@@ -234,4 +270,19 @@ export function checkRange(since: number, until: number): void {
 export function checkTop(by: unknown, limit: unknown): void {
   if (typeof by !== 'string' || !Object.hasOwn(DIMENSIONS, by)) throw new RangeError(`by must be one of ${Object.keys(DIMENSIONS).join(', ')}`);
   if (!Number.isSafeInteger(limit) || (limit as number) < 1) throw new RangeError('limit must be a positive integer');
+}
+
+/** Refuses a totals read the stores do not answer; returns the plan that does. */
+export function checkTotalsQuery(q: TotalsQuery): Plan {
+  const unit = q.daily === true ? DAY_MS : HOUR_MS;
+  if (!Number.isSafeInteger(q.since) || !Number.isSafeInteger(q.until) || q.since < 0 || q.until < q.since || q.since % unit !== 0 || q.until % unit !== 0) {
+    throw new RangeError(`since and until must be Unix ms of whole ${q.daily === true ? 'UTC days' : 'hours'} with since <= until`);
+  }
+  if (q.until - q.since > MAX_TOTALS_RANGE_MS) throw new RangeError('a totals read spans at most 36502 days');
+  if (!Array.isArray(q.by) || q.by.some((d) => !Object.hasOwn(DIMENSIONS, d))) throw new RangeError(`by must list dimensions of ${Object.keys(DIMENSIONS).join(', ')}`);
+  const plan = planOf(q);
+  if (plan.column.daily && q.daily !== true && (q.since % DAY_MS !== 0 || q.until % DAY_MS !== 0)) {
+    throw new RangeError(`totals by [${q.by.join(', ')}] of a key are kept per UTC day: read whole days`);
+  }
+  return plan;
 }

@@ -71,7 +71,7 @@ const EMPTY_DEFAULTS = {
     trust_proxy: false,
   },
   admin: { token: null, max_token_failures: null },
-  console: { enabled: null, session_ttl_s: 28800, session_secret: null, oidc: null },
+  console: { enabled: null, session_ttl_s: 28800, session_secret: null, requests_per_minute: 600, oidc: null },
   store: {
     kind: 'memory', path: null, fsync_ms: 1000, url: 'redis://127.0.0.1:6379', sentinel: null, cluster: null, password: null,
     wait_replicas: 0, wait_timeout_ms: 500, prefix: 'tollgate:', on_error: 'closed', timeout_ms: 1000, settle_wait_ms: 10000,

@@ -52,8 +52,11 @@ export function consoleConfig(port: number, issuer: string, extra: Record<string
   };
 }
 
-/** The provider, then the gateway on a port chosen first (the provider must know the redirect URL). */
-export async function startConsole(t: any, extra: Record<string, any> = {}, env: NodeJS.ProcessEnv = {}): Promise<ConsoleRig> {
+/**
+ * The provider, then the gateway on a port chosen first (the provider must know the redirect
+ * URL); `edit` changes the config made before it is written.
+ */
+export async function startConsole(t: any, extra: Record<string, any> = {}, env: NodeJS.ProcessEnv = {}, edit: (config: Record<string, any>) => void = () => {}): Promise<ConsoleRig> {
   const port = await freePort();
   const op = await startProvider(`http://127.0.0.1:${port}/console/callback`);
   t.teardown(() => op.close());
@@ -61,6 +64,7 @@ export async function startConsole(t: any, extra: Record<string, any> = {}, env:
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   const file = join(dir, 'tollgate.yaml');
   const config = consoleConfig(port, op.issuer, extra);
+  edit(config);
   await writeFile(file, YAML.stringify(config));
   const gw = await serveChild(t, file, env);
   return { gw, url: gw.url, op, file, config };

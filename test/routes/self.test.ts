@@ -12,6 +12,7 @@ import { SignJWT } from 'jose';
 import { request } from 'undici';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
+import { usageRange } from '../../lib/routes/self.js';
 
 const ADMIN = 'self-service-admin-token';
 const SECRET = 'a-dashboard-secret-of-enough-length-0123456789';
@@ -316,4 +317,13 @@ t.test('requests_per_minute: each GET spends a request of the key and of the pla
   const c = await chat(k.key, 'echo-small', 'hi');
   assertEnvelope(t, c, 429, 'rate_limit_exceeded');
   t.equal(c.headers['x-ratelimit-limit-requests'], '4', 'chat shares the same count');
+});
+
+t.test('GET /v1/usage covers at most 366 days, however long the retention', async (t) => {
+  const now = Date.UTC(2026, 11, 6, 12);
+  t.strictSame(usageRange('since=2025-12-06&until=2026-12-06', 400, now), { since: Date.UTC(2025, 11, 6), until: Date.UTC(2026, 11, 7) }, '366 days');
+  const refused = (() => { try { usageRange('since=2025-12-05&until=2026-12-06', 400, now); } catch (e) { return e as any; } return undefined; })();
+  t.match(refused, { code: 'invalid_value', param: 'since', message: "Invalid value for 'since': the range covers at most 366 days, this one 367." });
+  const shorter = (() => { try { usageRange('since=2026-11-01&until=2026-12-06', 30, now); } catch (e) { return e as any; } return undefined; })();
+  t.match(shorter, { param: 'since', message: "Invalid value for 'since': the range covers at most 30 days (usage.retention_days), this one 36." }, 'a shorter retention is named');
 });

@@ -2,7 +2,8 @@
 // streams): pages with a stable cursor return each record once, also while records are being
 // written; filters; retention trims by time only (old records injected, and a clock moved past
 // retention); the earlier single usage.jsonl file is migrated; records written before queue_ms
-// existed (a day file's line, a stream entry) read it as 0.
+// existed (a day file's line, a stream entry) read it as 0; a page reads SCAN_CAP records at
+// most and lets the event loop run between its batches.
 
 import t from 'tap';
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
@@ -292,8 +293,8 @@ t.test('redis: an hour stream expires at the end of its hour plus the retention;
   const hour = Math.floor(at / 3_600_000);
   t.equal(await c.pexpiretime(`${prefix}{usage:${hour}}`), (hour + 1) * 3_600_000 + 3 * DAY_MS);
   const keys = await c.keys(`${prefix}*`).then((k) => k.sort());
-  // Beside the stream: its totals (lib/store/redis/totals.ts), expiring with it.
-  const totals = keys.filter((k) => k.startsWith(`${prefix}{usage:${hour}}:t:`));
+  // Beside the stream: its totals and their count (lib/store/redis/totals-hours.ts), expiring with it.
+  const totals = keys.filter((k) => k.startsWith(`${prefix}{usage:${hour}}:t`));
   t.ok(totals.length > 0);
   for (const k of totals) t.equal(await c.pexpiretime(k), (hour + 1) * 3_600_000 + 3 * DAY_MS, `${k} expires with the stream`);
   t.strictSame(keys.filter((k) => !k.includes(':w:') && !totals.includes(k)), [`${prefix}{usage:${hour}}`, `${prefix}{usage:index}`]);
@@ -415,4 +416,37 @@ t.test('a record whose write Redis stalls on lands once: the retry finds the fir
   t.equal(retries.size, 0);
   const page = await s.usageRecords({ since: 0, limit: 10 });
   t.strictSame(page.records.map((r) => r.prompt_tokens).sort(), [0, 1, 2], 'each record once, though each write was sent more than once');
+});
+
+t.test('a page looks at SCAN_CAP records at most, letting the event loop run between batches', async (t) => {
+  const log = new MemoryUsageLog(90);
+  const day = Math.floor(Date.now() / DAY_MS) * DAY_MS;
+  for (let i = 0; i < 2 * SCAN_CAP + 10; i++) void log.record(rec(i, { at: day + i, account: 'x', key_id: 'key_x' }));
+  await log.record(rec(-1, { at: day + 2 * SCAN_CAP + 100, account: 'y', key_id: 'key_y' }));
+  // A turn of the event loop counted while a page is read: the page must leave room for them.
+  let turns = 0;
+  let counting = true;
+  const turn = (): void => { turns++; if (counting) setImmediate(turn); };
+  setImmediate(turn);
+  const pages: UsagePage[] = [];
+  const reads: number[] = [];
+  let cursor: string | undefined;
+  do {
+    const before = log.reads.n;
+    const page = await log.page({ since: day + 2 * SCAN_CAP + 50, limit: 10, cursor });
+    reads.push(log.reads.n - before);
+    pages.push(page);
+    cursor = page.next_cursor ?? undefined;
+  } while (cursor !== undefined);
+  counting = false;
+  t.strictSame(pages.map((p) => p.records.map((r) => r.request_id)), [[], [], ['r--1']], 'the one record past since, on the third page');
+  t.strictSame(reads, [SCAN_CAP, SCAN_CAP, 11], 'each page read at most SCAN_CAP records: a cost the history\'s length does not change');
+  // A page reads batches of 500 and yields between them (setImmediate: one turn each).
+  t.ok(turns >= 2 * (SCAN_CAP / 500 - 1), `the event loop turned between batches (${turns} turns)`);
+
+  // A filtered page, from the store's index: the other account's records are compared, not read.
+  const before = log.reads.n;
+  const filtered = await log.page({ since: day, limit: 10, account: 'y' });
+  t.strictSame(filtered.records.map((r) => r.request_id), ['r--1']);
+  t.equal(log.reads.n - before, 1, 'only the match is read');
 });

@@ -16,7 +16,7 @@ import { MemoryStore } from '../../lib/store/memory/store.js';
 import { RedisStore } from '../../lib/store/redis/store.js';
 import { MemoryUsageLog } from '../../lib/store/memory/usage-columns.js';
 import { FileUsageLog } from '../../lib/store/memory/usage-files.js';
-import { totalsKeys } from '../../lib/store/redis/totals.js';
+import { counterKey, totalsKeys } from '../../lib/store/redis/totals-hours.js';
 import type { HourTotals, Store, TopRow, TotalsDimension, UsageRecord } from '../../lib/store/types.js';
 import { DAY_MS } from '../../lib/store/usage-records.js';
 import { HOUR_MS, spans } from '../../lib/store/usage-totals.js';
@@ -220,7 +220,7 @@ for (const kind of kinds) {
       t.strictSame(await store.usageTop({ by: 'model', since: h0, until: h0 + HOUR_MS, limit: 10, account: 'nobody' }), []);
       await t.rejects(store.usageHourly({ since: h0, until: h0 + 31 * DAY_MS + 1 }), RangeError, 'at most 31 days');
       await t.rejects(store.usageHourly({ since: h0, until: h0 - 1 }), RangeError);
-      await t.rejects(store.usageTop({ by: 'team' as TotalsDimension, since: h0, until: h0 + 1, limit: 1 }), RangeError);
+      await t.rejects(store.usageTop({ by: 'tag' as TotalsDimension, since: h0, until: h0 + 1, limit: 1 }), RangeError);
       await t.rejects(store.usageTop({ by: 'key', since: h0, until: h0 + 1, limit: 0 }), RangeError);
     });
 
@@ -304,17 +304,19 @@ t.test('redis: the totals expire with their hour stream', async (t) => {
   const c = new Redis(redis.url);
   t.teardown(() => c.disconnect());
   const at = Date.now() - 2 * HOUR_MS;
-  await s.recordUsage(rec(1, at, { status: 503 }), 'x');
+  const r = rec(1, at, { status: 503 });
+  await s.recordUsage(r, 'x');
   const hourKey = `totals-exp:{usage:${Math.floor(at / HOUR_MS)}}`;
   const streamExpiry = await c.pexpiretime(hourKey);
   t.ok(streamExpiry > Date.now() + 2 * DAY_MS);
   let n = 0;
-  for (const k of totalsKeys(hourKey)) {
+  for (const k of totalsKeys(hourKey, r)) {
     if ((await c.exists(k)) === 0) continue;
     n++;
     t.equal(await c.pexpiretime(k), streamExpiry, `${k} expires with the stream`);
   }
-  t.equal(n, 5, 'five columns: all, account, key, model, model within account');
+  t.equal(n, 8, 'the count, and seven columns: all, account, key, model, the account\'s models, the account\'s keys, the key\'s models (no team)');
+  t.equal(await c.get(counterKey(hourKey)), '1', 'the hour counts its one record');
 });
 
 t.test('redis: day totals are summed from the hours once, and again when a late record lands in the day', async (t) => {

@@ -31,13 +31,13 @@ import {
 import type {
   AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation,
   SettleResult, Settlement, Store, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord,
-  UsageReport, UsageTotals, AccountsPage, AccountsQuery, HourTotals, HourlyQuery, TopQuery, TopRow,
+  UsageReport, UsageTotals, AccountsPage, AccountsQuery, HourTotals, HourlyQuery, TopQuery, TopRow, TotalsQuery, TotalsRow,
 } from '../types.js';
 import { FileUsageLog, UsageWriteError } from './usage-files.js';
 import { WRITE_MARK_MS } from '../usage-records.js';
 import { MemoryUsageLog } from './usage-columns.js';
 import { validateUsageRecord, type UsageLog } from '../usage-records.js';
-import { checkRange, checkTop } from '../usage-totals.js';
+import { checkRange, checkTop, checkTotalsQuery } from '../usage-totals.js';
 import { accountsCursor, checkAccountsQuery } from '../account-pages.js';
 
 const byId = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
@@ -826,6 +826,14 @@ export class MemoryStore implements Store {
     await this.#begin();
     return this.#usageLog.top(q.by, q.since, q.until, q.limit, q.account);
   }
+
+  async usageTotals(q: TotalsQuery): Promise<TotalsRow[]> {
+    checkTotalsQuery(q);
+    await this.#begin();
+    return this.#usageLog.totals(q);
+  }
+
+  usageRecordsRead(): number { return this.#usageLog.reads.n; }
 
   async putResponse(account: string, id: string, value: string, parent: string | null, ttlMs: number): Promise<void> {
     this.#responses.put(account, id, value, parent, ttlMs);

@@ -11,9 +11,10 @@
 // bucket layout and the queries are in ../usage-records.ts).
 
 import { flattened } from '../../strings.js';
-import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
-import { TotalsBook } from '../usage-totals.js';
-import { DAY_MS, PRUNE_EVERY_MS, pageOf, reportOf, retentionMs, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
+import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import { TotalsBook } from '../totals-book.js';
+import { reportOf } from '../usage-report.js';
+import { DAY_MS, PRUNE_EVERY_MS, ReadCount, pageOf, retentionMs, visibleFrom, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
 
 const SOURCES: readonly UsageRecord['usage_source'][] = ['upstream', 'counted', 'none'];
 
@@ -102,12 +103,12 @@ export class DayColumns {
    * Records from `start` on that match `f`, looking at up to `max` records: their strings are
    * compared as table indices, and only the matches are rebuilt. Returns where the look stopped.
    */
-  select(f: UsageFilter, start: number, max: number): { found: Array<[number, UsageRecord]>; end: number } {
+  select(f: UsageFilter, start: number, max: number): { found: Array<[number, UsageRecord]>; end: number; looked: number } {
     const want: Array<[number, number]> = [];
     for (const [offset, text] of [[0, f.account], [1, f.keyId], [2, f.model]] as const) {
       if (text === undefined) continue;
       const ref = this.#index.get(text);
-      if (ref === undefined) return { found: [], end: this.#length }; // not in this day at all
+      if (ref === undefined) return { found: [], end: this.#length, looked: 0 }; // not in this day at all
       want.push([offset, ref]);
     }
     const refs = this.#refs;
@@ -118,7 +119,7 @@ export class DayColumns {
       for (const [offset, ref] of want) if (refs[s + offset] !== ref) continue outer;
       found.push([i, this.get(i)]);
     }
-    return { found, end };
+    return { found, end, looked: Math.max(0, end - start) };
   }
 
   #ref(text: string): number {
@@ -152,6 +153,7 @@ export class MemoryUsageLog implements UsageLog, Buckets {
   readonly #now: () => number;
   /** Totals per hour and day, counted as records are kept (../usage-totals.ts). */
   readonly #totals = new TotalsBook();
+  readonly reads = new ReadCount();
   #prunedAt = 0;
 
   constructor(retentionDays?: number, now: () => number = Date.now) {
@@ -191,16 +193,24 @@ export class MemoryUsageLog implements UsageLog, Buckets {
     return Promise.resolve(this.#totals.top(by, since, until, limit, account));
   }
 
+  totals(q: TotalsQuery): Promise<TotalsRow[]> {
+    this.#prune(this.#now());
+    return Promise.resolve(this.#totals.read(q));
+  }
+
   list(from: number, to: number): Promise<number[]> {
     return Promise.resolve([...this.#days.keys()].filter((d) => d >= from && d <= to).sort((a, b) => a - b));
   }
 
   select(bucket: number, f: UsageFilter, pos: string | undefined, max: number): Promise<Selection> {
     const list = this.#days.get(bucket);
-    if (list === undefined) return Promise.resolve({ entries: [], pos, done: true });
+    if (list === undefined) return Promise.resolve({ entries: [], examined: 0, pos, done: true });
     // Comparing indices is cheap: a call looks at up to 50 times what a read would rebuild.
-    const { found, end } = list.select(f, pos === undefined ? 0 : Number(pos), max * 50);
-    return Promise.resolve({ entries: found.map(([i, record]) => ({ record, pos: String(i + 1) })), pos: String(end), done: end >= list.length });
+    const start = pos === undefined ? 0 : Number(pos);
+    const { found, end, looked } = list.select(f, start, max * 50);
+    this.reads.n += found.length;
+    const examined = found.length + Math.ceil(looked / 50);
+    return Promise.resolve({ entries: found.map(([i, record]) => ({ record, pos: String(i + 1) })), examined, pos: String(end), done: end >= list.length });
   }
 
   read(bucket: number, pos: string | undefined, max: number): Promise<{ entries: Entry[]; done: boolean }> {
@@ -210,11 +220,13 @@ export class MemoryUsageLog implements UsageLog, Buckets {
     const end = Math.min(length, start + max);
     const entries: Entry[] = [];
     for (let i = start; i < end; i++) entries.push({ record: list!.get(i), pos: String(i + 1) });
+    this.reads.n += entries.length;
     return Promise.resolve({ entries, done: end >= length });
   }
 
   report(account: string | undefined, since: number): Promise<UsageReport> {
-    return reportOf(this, account, since, this.#cutoff());
+    const now = this.#now();
+    return reportOf(this, account, since, visibleFrom(now - this.#retentionMs, DAY_MS), now);
   }
 
   page(q: UsageQuery): Promise<UsagePage> {

@@ -1,14 +1,16 @@
 // The memory store's usage records on disk: one append-only JSON-lines file per UTC day of
 // the records' time (the bucket layout and the queries are in ../usage-records.ts).
 
-import { createReadStream } from 'node:fs';
-import { mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { open, readdir, rm, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { makeDirs } from './make-dirs.js';
-import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
-import { TotalsBook, hoursOf } from '../usage-totals.js';
-import { DAY_MS, PRUNE_EVERY_MS, pageOf, parseRecord, reportOf, retentionMs, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
+import { migrateLegacy } from './usage-migrate.js';
+import { readLines, readLinesAt } from './day-lines.js';
+import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import { TotalsBook } from '../totals-book.js';
+import { hoursOf } from '../usage-totals.js';
+import { reportOf } from '../usage-report.js';
+import { DAY_MS, PRUNE_EVERY_MS, ReadCount, pageOf, retentionMs, visibleFrom, type Buckets, type Entry, type Selection, type UsageFilter, type UsageLog } from '../usage-records.js';
 import { DayPostings } from './postings.js';
 
 /** Lines a select reads at most per call (at once). */
@@ -16,8 +18,7 @@ const SELECT_READS = 256;
 
 /** The folder of the day files, under the store's path. */
 export const USAGE_DIR = 'usage';
-/** The single file of earlier versions, migrated into day files on open. */
-export const LEGACY_USAGE_FILE = 'usage.jsonl';
+export { LEGACY_USAGE_FILE } from './usage-migrate.js';
 
 const DAY_FILE = /^(\d{4}-\d{2}-\d{2})\.jsonl$/;
 
@@ -82,6 +83,7 @@ export class FileUsageLog implements UsageLog, Buckets {
   readonly #handles = new Map<number, Handle>();
   /** Totals per hour and day of the records in the files (../usage-totals.ts). */
   readonly #totals = new TotalsBook();
+  readonly reads = new ReadCount();
   /** Per day, where each account's, key's and model's records are in its file (select()). */
   readonly #postings = new Map<number, DayPostings>();
   /**
@@ -115,7 +117,7 @@ export class FileUsageLog implements UsageLog, Buckets {
   /** Opens the day files under `<storeDir>/usage`, migrating an earlier version's usage.jsonl. */
   static async open(storeDir: string, opts: FileUsageLogOptions = {}): Promise<FileUsageLog> {
     const dir = join(storeDir, USAGE_DIR);
-    await migrateLegacy(storeDir, dir);
+    await migrateLegacy(storeDir, dir, dayName);
     await makeDirs(dir);
     const log = new FileUsageLog(dir, opts.retentionDays, opts.fsyncMs ?? 1000, opts.now ?? Date.now, opts.beforeCount);
     for (const name of await readdir(dir)) {
@@ -336,32 +338,17 @@ export class FileUsageLog implements UsageLog, Buckets {
       // The day's postings are not whole until its file is counted: its lines are read.
       const { entries, done } = await this.read(bucket, pos, max);
       const last = entries[entries.length - 1];
-      return { entries: entries.filter((e) => e.record !== undefined && fits(e.record, f)), pos: last?.pos ?? pos, done: done || last === undefined };
+      return { entries: entries.filter((e) => e.record !== undefined && fits(e.record, f)), examined: entries.length, pos: last?.pos ?? pos, done: done || last === undefined };
     }
     const list = this.#postings.get(bucket)?.shortest(f);
-    if (list === undefined) return { entries: [], pos, done: true };
+    if (list === undefined) return { entries: [], examined: 0, pos, done: true };
     const from = list.after(pos === undefined ? 0 : Number(pos));
     const to = Math.min(list.length, from + Math.min(max, SELECT_READS));
-    if (from >= to) return { entries: [], pos, done: true };
-    let fh: FileHandle;
-    try {
-      fh = await open(join(this.#dir, dayName(bucket)), 'r');
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { entries: [], pos, done: true };
-      throw e;
-    }
-    try {
-      const entries = await Promise.all(Array.from({ length: to - from }, async (_, j): Promise<Entry> => {
-        const [start, length] = list.at(from + j);
-        const buf = Buffer.alloc(length);
-        const { bytesRead } = await fh.read(buf, 0, length, start);
-        const line = buf.toString('utf8', 0, bytesRead).replace(/\n$/, '');
-        return { record: parseRecord(line), pos: String(start + length) };
-      }));
-      return { entries, pos: entries[entries.length - 1]!.pos, done: to >= list.length };
-    } finally {
-      await fh.close();
-    }
+    if (from >= to) return { entries: [], examined: 0, pos, done: true };
+    const entries = await readLinesAt(join(this.#dir, dayName(bucket)), Array.from({ length: to - from }, (_, j) => list.at(from + j)));
+    if (entries.length === 0) return { entries: [], examined: 0, pos, done: true }; // the file is gone
+    this.reads.n += entries.length;
+    return { entries, examined: entries.length, pos: entries[entries.length - 1]!.pos, done: to >= list.length };
   }
 
   async hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]> {
@@ -378,6 +365,13 @@ export class FileUsageLog implements UsageLog, Buckets {
     return this.#totals.top(by, since, until, limit, account);
   }
 
+  async totals(q: TotalsQuery): Promise<TotalsRow[]> {
+    await this.#countedFor(q.since, q.until);
+    await this.#io;
+    this.#totals.prune(this.#cutoff());
+    return this.#totals.read(q);
+  }
+
   async #sync(): Promise<void> {
     for (const h of this.#handles.values()) {
       if (!h.dirty) continue;
@@ -392,45 +386,14 @@ export class FileUsageLog implements UsageLog, Buckets {
   }
 
   async read(bucket: number, pos: string | undefined, max: number): Promise<{ entries: Entry[]; done: boolean }> {
-    let fh: FileHandle;
-    try {
-      fh = await open(join(this.#dir, dayName(bucket)), 'r');
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { entries: [], done: true };
-      throw e;
-    }
-    try {
-      const start = pos === undefined ? 0 : Number(pos);
-      const { size } = await fh.stat();
-      const entries: Entry[] = [];
-      let offset = start;
-      let chunk = 256 * 1024;
-      while (entries.length < max && offset < size) {
-        const buf = Buffer.alloc(Math.min(chunk, size - offset));
-        const { bytesRead } = await fh.read(buf, 0, buf.length, offset);
-        let lineStart = 0;
-        for (let i = 0; i < bytesRead && entries.length < max; i++) {
-          if (buf[i] !== 0x0a) continue;
-          const line = buf.toString('utf8', lineStart, i);
-          lineStart = i + 1;
-          entries.push({ record: line === '' ? undefined : parseRecord(line), pos: String(offset + lineStart) });
-        }
-        if (lineStart === 0) {
-          // No whole line in the chunk: a line longer than it, or a line still being written.
-          if (offset + bytesRead >= size) break;
-          chunk *= 2;
-          continue;
-        }
-        offset += lineStart;
-      }
-      return { entries, done: entries.length < max };
-    } finally {
-      await fh.close();
-    }
+    const read = await readLines(join(this.#dir, dayName(bucket)), pos === undefined ? 0 : Number(pos), max);
+    this.reads.n += read.entries.length;
+    return read;
   }
 
   report(account: string | undefined, since: number): Promise<UsageReport> {
-    return reportOf(this, account, since, this.#cutoff());
+    const now = this.#now();
+    return reportOf(this, account, since, visibleFrom(now - this.#retentionMs, DAY_MS), now);
   }
 
   page(q: UsageQuery): Promise<UsagePage> {
@@ -467,49 +430,5 @@ async function closeHandle(h: Handle): Promise<void> {
     if (h.dirty) await h.fh.datasync();
   } finally {
     await h.fh.close();
-  }
-}
-
-/**
- * An earlier version kept every record in `<storeDir>/usage.jsonl`. Its lines are copied into
- * day files in a fresh folder, which is renamed into place once complete (a crash midway leaves
- * the old file, and the copy starts over), then the old file is removed.
- */
-async function migrateLegacy(storeDir: string, dir: string): Promise<void> {
-  const legacy = join(storeDir, LEGACY_USAGE_FILE);
-  if (!(await exists(legacy))) return;
-  if (await exists(dir)) {
-    await unlink(legacy); // copied before a crash kept the old file from being removed
-    return;
-  }
-  const tmp = `${dir}.migrating`;
-  await rm(tmp, { recursive: true, force: true });
-  await mkdir(tmp);
-  const files = new Map<number, FileHandle>();
-  try {
-    const lines = createInterface({ input: createReadStream(legacy, { encoding: 'utf8' }), crlfDelay: Infinity });
-    for await (const line of lines) {
-      const r = line === '' ? undefined : parseRecord(line);
-      if (r === undefined) continue;
-      const day = Math.floor(r.at / DAY_MS);
-      let fh = files.get(day);
-      if (fh === undefined) files.set(day, (fh = await open(join(tmp, dayName(day)), 'a')));
-      await fh.write(`${JSON.stringify(r)}\n`);
-    }
-    for (const fh of files.values()) await fh.datasync();
-  } finally {
-    for (const fh of files.values()) await fh.close();
-  }
-  await rename(tmp, dir);
-  await unlink(legacy);
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await stat(path);
-    return true;
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return false;
-    throw e;
   }
 }

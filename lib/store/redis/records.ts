@@ -4,10 +4,9 @@
 //   P{usage:H}       stream  one entry per record, field "r" = the record's JSON; entry ids are
 //                            Redis's own (XADD *), so they only grow within a stream
 //   P{usage:index}   zset    H scored by H: the hours that have a stream
-//   P{usage:H}:t:C   hash    the hour's totals (../usage-totals.ts) of column C (*, account, key,
-//                            model, model@): field = the id, value = its five sums; written by
-//                            the record's own script, so a record is counted exactly when it
-//                            is appended (./totals.ts)
+//   P{usage:H}:t:...         the hour's totals (../usage-totals.ts; the keys: ./totals-hours.ts),
+//                            written by the record's own script, so a record is counted
+//                            exactly when it is appended
 //
 // Trimmed by time only: a stream expires (PEXPIREAT) at the end of its hour plus the retention,
 // so no record goes before `retention_days` after its time, and nothing is ever trimmed by
@@ -26,40 +25,42 @@
 import { randomUUID } from 'node:crypto';
 import type { RedisClient } from './connect.js';
 export { WRITE_MARK_MS } from '../usage-records.js';
-import { WRITE_MARK_MS, pageOf, readRecord, reportOf, retentionMs, validateUsageRecord, type Buckets, type Entry, type Selection, type UsageFilter } from '../usage-records.js';
-import { COLUMNS, RedisTotals, TOTALS_KEYS, totalsArgs, totalsKeys, type TotalsScripts } from './totals.js';
-import { METRICS, SEP } from '../usage-totals.js';
-import type { HourTotals, TopRow, TotalsDimension, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
+import { ReadCount, WRITE_MARK_MS, pageOf, readRecord, retentionMs, validateUsageRecord, visibleFrom, type Buckets, type Entry, type Selection, type UsageFilter } from '../usage-records.js';
+import { reportOf } from '../usage-report.js';
+import { RedisTotals, type TotalsScripts } from './totals.js';
+import { HOUR_SCRIPTS, RedisHours, TOTALS_KEYS, columnKey, counterKey, totalsArgs, totalsKeys, type HourScripts } from './totals-hours.js';
+import { METRICS } from '../usage-totals.js';
+import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
 
 export const HOUR_MS = 3_600_000;
 
 /** The script of a record: registered by RedisStore with defineCommand. */
-export interface UsageScripts extends TotalsScripts {
+export interface UsageScripts extends TotalsScripts, HourScripts {
   /** Keys: the stream, the write's mark, then totalsKeys(); args: see the script. */
   tgUsageAdd(...args: string[]): Promise<unknown>;
   /** Keys: the stream; args: start, count, needles. See the script. */
   tgUsageSelect(...args: string[]): Promise<unknown>;
 }
 
-
-export const USAGE_SCRIPTS: Record<Exclude<keyof UsageScripts, keyof TotalsScripts>, { keys: number; lua: string }> = {
+export const USAGE_SCRIPTS: Record<Exclude<keyof UsageScripts, keyof TotalsScripts | keyof HourScripts>, { keys: number; lua: string }> = {
   // One slot, one round trip: mark the write (2 when it was marked: written before), append the
   // record, (re)set the stream's expiry; 1 when this record created the stream.
-  // Then, the totals: for each column c (KEYS[2 + c]), the record's id in it (ARGV[3 + #metrics
-  // + c]; '' adds nothing) gets the record's metrics (ARGV[4 ..]) added to its sums, kept as
-  // one value "requests errors prompt completion units" (exact to 2^53); a hash gets the
-  // stream's expiry when it gains a field (so at least when it is created).
+  // Then, the totals: the hour's counter (KEYS[3]) counts the record, and for each (column c,
+  // id) pair of ARGV after the metrics, column c's hash (KEYS[3 + c]) gets the record's metrics
+  // (ARGV[4 ..]) added to the id's sums, kept as one value "requests errors prompt completion
+  // units" (exact to 2^53); a key gets the stream's expiry when it is created.
   tgUsageAdd: { keys: 2 + TOTALS_KEYS, lua: `
 if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then return 2 end
 redis.call('XADD', KEYS[1], '*', 'r', ARGV[1])
 redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+if redis.call('INCR', KEYS[3]) == 1 then redis.call('PEXPIREAT', KEYS[3], ARGV[2]) end
 local nm = ${METRICS.length}
 local add = {}
 for m = 1, nm do add[m] = tonumber(ARGV[3 + m]) end
-for c = 1, ${COLUMNS.length} do
-  local id = ARGV[3 + nm + c]
-  if id ~= '' then
-    local key = KEYS[2 + c]
+for p = 4 + nm, #ARGV - 1, 2 do
+  local id = ARGV[p + 1]
+  do
+    local key = KEYS[3 + tonumber(ARGV[p])]
     local old = redis.call('HGET', key, id)
     local sums = {}
     local m = 0
@@ -77,13 +78,13 @@ return 0` },
   // A filtered look at up to ARGV[2] entries of one stream from ARGV[1] ('-' or '(ID'): the
   // entries whose JSON holds every needle (ARGV[3..]: '"account":"A"' and the like, the exact
   // text JSON.stringify writes; a needle cannot match inside a string value, whose quotes are
-  // escaped), as {last id looked at ('' for none), 1 when the stream ended, id, json, ...}. Only
-  // the matches cross the network; the caller checks them again.
+  // escaped), as {last id looked at ('' for none), 1 when the stream ended, the entries looked
+  // at, id, json, ...}. Only the matches cross the network; the caller checks them again.
   tgUsageSelect: { keys: 1, lua: `
 local count = tonumber(ARGV[2])
 local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', count)
 local n = #entries
-local out = {'', 0}
+local out = {'', 0, n}
 if n < count then out[2] = 1 end
 if n > 0 then out[1] = entries[n][1] end
 for i = 1, n do
@@ -112,14 +113,20 @@ export class RedisUsage implements Buckets {
   readonly #retentionMs: number;
   /** Hours this instance has put in the index. */
   readonly #indexed = new Set<number>();
+  readonly #hours: RedisHours;
   readonly #totals: RedisTotals;
+  readonly reads = new ReadCount();
+  #wholeStarted = false;
 
-  constructor(redis: RedisClient & UsageScripts, prefix: string, retentionDays?: number) {
+  /** `hoursPerCall`: hours a totals read asks for in one script call (1 on a Cluster: each hour is its own slot). */
+  constructor(redis: RedisClient & UsageScripts, prefix: string, retentionDays?: number, hoursPerCall = 24) {
     this.#redis = redis;
     this.#prefix = prefix;
     this.#index = `${prefix}{usage:index}`;
     this.#retentionMs = retentionMs(retentionDays);
-    this.#totals = new RedisTotals(redis, (hour) => this.#key(hour), prefix, this.#retentionMs);
+    const hourKey = (hour: number) => this.#key(hour);
+    this.#hours = new RedisHours(redis, hourKey, this.#retentionMs, hoursPerCall, this.reads);
+    this.#totals = new RedisTotals(redis, this.#hours, hourKey, (from, to) => this.list(from, to), prefix, this.#retentionMs);
   }
 
   hourly(since: number, until: number, account: string | undefined): Promise<HourTotals[]> {
@@ -128,6 +135,30 @@ export class RedisUsage implements Buckets {
 
   top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): Promise<TopRow[]> {
     return this.#totals.top(by, since, until, limit, account);
+  }
+
+  /** A totals read (checked by the caller: checkTotalsQuery). */
+  totals(q: TotalsQuery): Promise<TotalsRow[]> {
+    return this.#totals.read(q);
+  }
+
+  /**
+   * Makes whole, in the background and once per start, the totals of the hours whose records
+   * were written by a version with other columns (./totals-hours.ts), newest first, so that
+   * reads find them whole. Reads do the same for the hours they cover, should they come first.
+   */
+  wholeInBackground(onError: (err: Error) => void): void {
+    if (this.#wholeStarted) return;
+    this.#wholeStarted = true;
+    const run = async () => {
+      const from = Math.floor((Date.now() - this.#retentionMs) / HOUR_MS);
+      const hours = (await this.list(from, Number.MAX_SAFE_INTEGER)).reverse();
+      for (let i = 0; i < hours.length; i += 24) await this.#hours.read(hours.slice(i, i + 24));
+    };
+    run().catch((err: unknown) => {
+      this.#wholeStarted = false;
+      onError(err instanceof Error ? err : new Error(String(err)));
+    });
   }
 
   #key(hour: number): string { return `${this.#prefix}{usage:${hour}}`; }
@@ -154,7 +185,7 @@ export class RedisUsage implements Buckets {
     }
     const key = this.#key(hour);
     const created = await this.#redis.tgUsageAdd(
-      key, `${key}:w:${writeId}`, ...totalsKeys(key), JSON.stringify(r), String(expireAt), String(WRITE_MARK_MS), ...totalsArgs(r),
+      key, `${key}:w:${writeId}`, ...totalsKeys(key, r), JSON.stringify(r), String(expireAt), String(WRITE_MARK_MS), ...totalsArgs(r),
     );
     // A stream this instance thought indexed was created anew (Redis restarted empty): index it.
     if (created === 1) await this.#redis.zadd(this.#index, hour, String(hour));
@@ -171,27 +202,31 @@ export class RedisUsage implements Buckets {
     if (pos !== undefined && !beforeLastId(pos)) return { entries: [], done: true };
     const page = await this.#redis.xrange(this.#key(bucket), pos === undefined ? '-' : `(${pos}`, '+', 'COUNT', max);
     const entries: Entry[] = page.map(([id, fields]) => ({ record: recordOf(fields), pos: id }));
+    this.reads.n += entries.length;
     return { entries, done: page.length < max };
   }
 
   /** A filtered look at one hour's stream, in Redis (the tgUsageSelect script). */
   async select(bucket: number, f: UsageFilter, pos: string | undefined, max: number): Promise<Selection> {
-    if (pos !== undefined && !beforeLastId(pos)) return { entries: [], pos, done: true };
+    if (pos !== undefined && !beforeLastId(pos)) return { entries: [], examined: 0, pos, done: true };
     const needles: string[] = [];
     if (f.account !== undefined) needles.push(`"account":${JSON.stringify(f.account)}`);
     if (f.keyId !== undefined) needles.push(`"key_id":${JSON.stringify(f.keyId)}`);
     if (f.model !== undefined) needles.push(`"model":${JSON.stringify(f.model)}`);
     const count = Math.min(max, SELECT_SCAN);
     const out = await this.#redis.tgUsageSelect(this.#key(bucket), pos === undefined ? '-' : `(${pos}`, String(count), ...needles);
-    if (!Array.isArray(out) || out.length < 2) throw new Error('unexpected answer of tgUsageSelect');
+    if (!Array.isArray(out) || out.length < 3) throw new Error('unexpected answer of tgUsageSelect');
     const entries: Entry[] = [];
-    for (let i = 2; i + 1 < out.length; i += 2) {
+    for (let i = 3; i + 1 < out.length; i += 2) {
       let record: UsageRecord | undefined;
       try { record = readRecord(JSON.parse(String(out[i + 1]))); } catch { record = undefined; }
       entries.push({ record, pos: String(out[i]) });
     }
     const last = String(out[0]);
-    return { entries, pos: last === '' ? pos : last, done: Number(out[1]) === 1 };
+    this.reads.n += entries.length;
+    // The entries the script looked at in Redis, parsing none: a quarter of a read each (so a
+    // page has Redis look at 80,000 entries at most).
+    return { entries, examined: entries.length + Math.ceil(Number(out[2]) / 4), pos: last === '' ? pos : last, done: Number(out[1]) === 1 };
   }
 
   /**
@@ -203,25 +238,25 @@ export class RedisUsage implements Buckets {
     const account = f.account ?? keyAccount;
     let column: string;
     let id: string;
-    if (f.keyId !== undefined && account !== undefined) [column, id] = ['key', `${account}${SEP}${f.keyId}`];
-    else if (f.model !== undefined && account !== undefined) [column, id] = ['model@', `${account}${SEP}${f.model}`];
+    let group = '';
+    if (f.keyId !== undefined && account !== undefined) [column, group, id] = ['key@', account, f.keyId];
+    else if (f.model !== undefined && account !== undefined) [column, group, id] = ['model@', account, f.model];
     else if (f.model !== undefined) [column, id] = ['model', f.model];
     else if (account !== undefined) [column, id] = ['account', account];
     else return hours.map(() => true);
-    // An hour with no totals at all (its records written by a version before them) may hold any.
-    const keys = (h: number) => totalsKeys(this.#key(h));
-    const found = await Promise.all(hours.map((h) => Promise.all([
-      this.#redis.hexists(keys(h)[COLUMNS.indexOf(column)]!, id),
-      this.#redis.exists(keys(h)[0]!),
-    ])));
-    return found.map(([has, totals]) => has === 1 || totals === 0);
+    // An hour whose totals are not whole (records written by a version with other columns) may hold any.
+    const found = await Promise.all(hours.map((h) => {
+      const hk = this.#key(h);
+      return Promise.all([this.#redis.hexists(columnKey(hk, column, group), id), this.#redis.get(counterKey(hk)), this.#redis.xlen(hk)]);
+    }));
+    return found.map(([has, counted, length]) => has === 1 || Number(counted ?? 0) !== length);
   }
 
   #cutoff(): number { return Date.now() - this.#retentionMs; }
 
-  async report(account: string | undefined, since: number): Promise<UsageReport> {
-    if (typeof since !== 'number' || Number.isNaN(since)) throw new TypeError('since must be a number');
-    return reportOf(this, account, since, this.#cutoff());
+  report(account: string | undefined, since: number): Promise<UsageReport> {
+    const now = Date.now();
+    return reportOf(this, account, since, visibleFrom(now - this.#retentionMs, HOUR_MS), now);
   }
 
   /** `keyAccount`: the account of q.keyId, when known (hours without it are skipped). */

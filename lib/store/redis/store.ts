@@ -27,7 +27,8 @@
 //   channel P + "revocations"  pub/sub: {"from": <instance id>, "r": <Revocation>} (./revocations.ts)
 //   metering (holds, settlements, usage windows): see metering.ts
 //   usage records (P{usage:HOUR}, P{usage:index}): see records.ts; their totals per hour
-//   (P{usage:HOUR}:t:COLUMN) and day (P{usage:day:DAY}:...): see totals.ts
+//   (P{usage:HOUR}:t:COLUMN[:GROUP], and the hour's count P{usage:HOUR}:t#V): see
+//   totals-hours.ts; per day (P{usage:day:DAY}:...): see totals.ts
 //   stored responses (P{resp:ACCOUNT}:...): see responses.ts
 //   the alerts outbox (P{alerts}:..., P{acct:ID}:walarm): see alerts.ts
 //
@@ -69,15 +70,16 @@ import { RedisRevocations } from './revocations.js';
 import type { ResponseChain } from '../response-chains.js';
 import { RedisUsage, USAGE_SCRIPTS } from './records.js';
 import { TOTALS_SCRIPTS } from './totals.js';
+import { HOUR_SCRIPTS } from './totals-hours.js';
 import { SCRIPTS, type Scripts } from './scripts.js';
 import { RedisTeams } from './teams.js';
 import { ALERT_SCRIPTS, RedisAlerts, type AlertScripts } from './alerts.js';
 import type {
   AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation,
   SettleResult, Settlement, Store, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
-  AccountsPage, AccountsQuery, HourTotals, HourlyQuery, TopQuery, TopRow,
+  AccountsPage, AccountsQuery, HourTotals, HourlyQuery, TopQuery, TopRow, TotalsQuery, TotalsRow,
 } from '../types.js';
-import { checkRange, checkTop } from '../usage-totals.js';
+import { checkRange, checkTop, checkTotalsQuery } from '../usage-totals.js';
 
 export interface RedisStoreOptions {
   /** One Redis; ignored when `topology` is given. */
@@ -112,6 +114,7 @@ export class RedisStore implements Store {
   readonly #responses: RedisResponses;
   readonly #audit: RedisAudit;
   readonly #usage: RedisUsage;
+  readonly #onError: (err: Error) => void;
   /** Rejects on close(), so ready() cannot wait on a connection that will never come. */
   readonly #closing: Promise<never>;
   #markClosed: (err: Error) => void = () => {};
@@ -138,7 +141,10 @@ export class RedisStore implements Store {
     ]) {
       redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
     }
+    // Scripts called with their count of keys first (a read's hours vary).
+    for (const [name, s] of Object.entries(HOUR_SCRIPTS)) redis.defineCommand(name, { lua: s.lua });
     this.#redis = redis as RedisClient & Scripts;
+    this.#onError = onError;
     if (waitReplicas > 0) {
       const waitMs = options.waitTimeoutMs ?? Math.max(1, Math.floor(timeout / 2));
       const durable = Array.from({ length: WAIT_CONNECTIONS }, () => {
@@ -151,7 +157,8 @@ export class RedisStore implements Store {
       this.#wait = null;
     }
     this.#metering = new RedisMetering(this.#redis, this.prefix, this.#wait);
-    this.#usage = new RedisUsage(this.#redis, this.prefix, options.usageRetentionDays);
+    // On a Cluster each hour is its own slot: a script reads one hour's totals at a time.
+    this.#usage = new RedisUsage(this.#redis, this.prefix, options.usageRetentionDays, topology.kind === 'cluster' ? 1 : 24);
     this.#responses = new RedisResponses(this.#redis, this.prefix);
     this.#audit = new RedisAudit(this.#redis as unknown as RedisClient & AuditScripts, this.prefix, this.#wait);
     this.#revocations = new RedisRevocations(this.prefix, topology, connectTimeout, onError);
@@ -204,6 +211,7 @@ export class RedisStore implements Store {
       await Promise.race([this.#revocations.subscribed(), ...ends]);
       await connected(this.#redis);
       await this.ping();
+      this.#usage.wholeInBackground(this.#onError);
       for (const c of this.#wait?.clients ?? []) {
         await connected(c);
         await c.ping();
@@ -282,6 +290,11 @@ export class RedisStore implements Store {
     checkTop(q.by, q.limit);
     return this.#usage.top(q.by, q.since, q.until, q.limit, q.account);
   }
+  async usageTotals(q: TotalsQuery): Promise<TotalsRow[]> {
+    checkTotalsQuery(q);
+    return this.#usage.totals(q);
+  }
+  usageRecordsRead(): number { return this.#usage.reads.n; }
   putResponse(account: string, id: string, value: string, parent: string | null, ttlMs: number): Promise<void> {
     return this.#responses.put(account, id, value, parent, ttlMs);
   }

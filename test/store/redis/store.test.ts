@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import { keyIdOf, sha256Hex } from '../../../lib/store/digest.js';
 import { RedisStore } from '../../../lib/store/redis/store.js';
 import { SETTLED_KEEP_MS } from '../../../lib/store/redis/metering.js';
-import { totalsKeys } from '../../../lib/store/redis/totals.js';
+import { totalsKeys } from '../../../lib/store/redis/totals-hours.js';
 import type { Revocation, UsageRecord } from '../../../lib/store/types.js';
 import { startRedis } from '../../helpers/redis.js';
 import { storeContract } from '../contract.js';
@@ -642,8 +642,11 @@ t.test('every key the store writes starts with its prefix', async (t) => {
   await s.hold(holdOf('acme', 'r3', 1));
   await s.accountUsage('acme', DAY, MONTH);
   const at = Date.now();
-  await s.recordUsage(usageRecord(1, 'acme', 'm', at));
+  const record = usageRecord(1, 'acme', 'm', at);
+  await s.recordUsage(record);
   await s.usageReport('acme', 0);
+  const today = Math.floor(at / 86_400_000) * 86_400_000;
+  await s.usageTotals({ by: ['model'], account: 'acme', key: record.key_id!, since: today, until: today + 86_400_000, daily: true });
   await s.usageRecords({ since: 0, limit: 10 });
   await s.usageHourly({ since: at - 3_600_000, until: at + 1 });
   await s.usageTop({ by: 'model', since: at - 3_600_000, until: at + 1, limit: 5, account: 'acme' });
@@ -656,10 +659,11 @@ t.test('every key the store writes starts with its prefix', async (t) => {
   const hourKey = `{usage:${Math.floor(at / 3_600_000)}}`;
   const marks = written.filter((k) => k.startsWith(`${prefix}${hourKey}:w:`));
   t.equal(marks.length, 1, "the record's write mark");
-  // Its totals (lib/store/redis/totals.ts): hashes beside its hour's stream, in its slot.
-  const totals = written.filter((k) => k.startsWith(`${prefix}${hourKey}:t:`));
-  t.ok(totals.length >= 5, "the record's totals");
-  t.strictSame(totals.filter((k) => !totalsKeys(`${prefix}${hourKey}`).includes(k)), [], 'only the documented totals hashes');
+  // Its totals (lib/store/redis/totals-hours.ts): hashes beside its hour's stream, in its slot,
+  // and the hour's count of the records they hold.
+  const totals = written.filter((k) => k.startsWith(`${prefix}${hourKey}:t`));
+  t.ok(totals.length >= 6, "the record's totals and its hour's count");
+  t.strictSame(totals.filter((k) => !totalsKeys(`${prefix}${hourKey}`, record).includes(k)), [], 'only the documented totals keys');
   t.strictSame(written.filter((k) => !marks.includes(k) && !totals.includes(k)).map((k) => k.slice(prefix.length)).sort(), [
     '{acct:acme}', '{acct:acme}:credits', '{acct:seeded}',
     `{key:${d2}}`, `{key:${d}}`, `{keyid:${keyIdOf(d2)}}`, `{keyid:${keyIdOf(d)}}`, '{sess:sid}', '{plan:free}', '{plan:pro}',

@@ -1,0 +1,171 @@
+// The memory store's usage totals (with or without a path): hour and day buckets of the
+// columns of ./usage-totals.ts, in this process. The file store rebuilds them from its day
+// files on open (./memory/usage-files.ts); the store without a path starts empty. A read costs
+// the buckets of its range and the ids of the column (or group) it reads, never a record.
+
+import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsageRecord } from './types.js';
+import { DAY_MS } from '../utc-day.js';
+import { ALL, ALL_COLUMN, HOUR_MS, METRICS, RowSums, SEP, cellsOf, hourRow, hoursOf, metricsOf, planOf, spans, topRows, type Cell, type ColumnSpec, type Plan, type Sums } from './usage-totals.js';
+
+const N = METRICS.length;
+
+/**
+ * One column of one bucket: ids to slots of five sums in one array (no object per id). A
+ * grouped column's ids are kept whole (GROUP<SEP>ID), and with `indexed`, each group's slots
+ * listed, so that reading one group (a key's models) costs that group's ids.
+ */
+class Column {
+  readonly slots = new Map<string, number>();
+  sums = new Float64Array(2 * N);
+  readonly groups: Map<string, number[]> | undefined;
+  /** With groups: each slot's id. */
+  readonly ids: string[] = [];
+
+  constructor(indexed: boolean) {
+    this.groups = indexed ? new Map() : undefined;
+  }
+
+  add(id: string, group: string, m: Sums): void {
+    let slot = this.slots.get(id);
+    if (slot === undefined) {
+      slot = this.slots.size;
+      this.slots.set(id, slot);
+      if ((slot + 1) * N > this.sums.length) {
+        const grown = new Float64Array(this.sums.length * 2);
+        grown.set(this.sums);
+        this.sums = grown;
+      }
+      if (this.groups !== undefined) {
+        this.ids.push(id);
+        const list = this.groups.get(group);
+        if (list === undefined) this.groups.set(group, [slot]);
+        else list.push(slot);
+      }
+    }
+    const at = slot * N;
+    for (let i = 0; i < N; i++) this.sums[at + i]! += m[i]!;
+  }
+
+  get(id: string): Float64Array | undefined {
+    const slot = this.slots.get(id);
+    return slot === undefined ? undefined : this.sums.subarray(slot * N, slot * N + N);
+  }
+}
+
+/** A grouped column's groups of more than one part (a key's models) are indexed; an account's are filtered. */
+const indexed = (c: ColumnSpec): boolean => c.group > 1;
+
+/** The totals of one hour or day: per column kept in memory. */
+class Bucket {
+  readonly columns = new Map<string, Column>();
+
+  add(cells: readonly Cell[], m: Sums): void {
+    for (const { column, group, id } of cells) {
+      let col = this.columns.get(column.name);
+      if (col === undefined) this.columns.set(column.name, (col = new Column(indexed(column))));
+      col.add(group === '' ? id : `${group}${SEP}${id}`, group, m);
+    }
+  }
+
+  column(name: string): Column | undefined {
+    return this.columns.get(name);
+  }
+}
+
+/**
+ * Hour and day buckets. Columns kept per day only (ColumnSpec.daily) are in the day buckets
+ * alone. Strings are interned, so an id repeated over hours is held once.
+ */
+export class TotalsBook {
+  readonly #hours = new Map<number, Bucket>();
+  readonly #days = new Map<number, Bucket>();
+  readonly #strings = new Map<string, string>();
+
+  #intern(s: string): string {
+    const known = this.#strings.get(s);
+    if (known !== undefined) return known;
+    this.#strings.set(s, s);
+    return s;
+  }
+
+  /** Counts record `r` (once: the caller adds each record it keeps exactly once). */
+  add(r: UsageRecord): void {
+    const hour = Math.floor(r.at / HOUR_MS);
+    const day = Math.floor(r.at / DAY_MS);
+    const cells = cellsOf(r).filter((c) => c.column.memory).map((c): Cell => ({ column: c.column, group: this.#intern(c.group), id: this.#intern(c.id) }));
+    const m = metricsOf(r);
+    bucketOf(this.#hours, hour).add(cells.filter((c) => !c.column.daily), m);
+    bucketOf(this.#days, day).add(cells, m);
+  }
+
+  /** Drops the buckets of days wholly before `cutoff` (as the records of those days are dropped). */
+  prune(cutoff: number): void {
+    for (const day of this.#days.keys()) if ((day + 1) * DAY_MS <= cutoff) this.#days.delete(day);
+    for (const hour of this.#hours.keys()) if ((Math.floor(hour / 24) + 1) * DAY_MS <= cutoff) this.#hours.delete(hour);
+    if (this.#days.size === 0) this.#strings.clear();
+  }
+
+  hourly(since: number, until: number, account: string | undefined): HourTotals[] {
+    const { from, to } = hoursOf(since, until);
+    const rows: HourTotals[] = [];
+    for (let h = from; h < to; h++) {
+      const b = this.#hours.get(h);
+      const s = account === undefined ? b?.column(ALL_COLUMN)?.get(ALL) : b?.column('account')?.get(account);
+      rows.push(hourRow(h, s));
+    }
+    return rows;
+  }
+
+  top(by: TotalsDimension, since: number, until: number, limit: number, account: string | undefined): TopRow[] {
+    const { from, to } = hoursOf(since, until);
+    return topRows(this.read({ by: [by], account, since: from * HOUR_MS, until: to * HOUR_MS }), limit);
+  }
+
+  /** A totals read (checked by the caller: checkTotalsQuery). */
+  read(q: TotalsQuery): TotalsRow[] {
+    const plan = planOf(q, (c) => c.memory);
+    const sums = new RowSums();
+    const from = q.since / HOUR_MS;
+    const to = q.until / HOUR_MS;
+    if (q.daily === true) {
+      for (let d = from / 24; d < to / 24; d++) addBucket(sums, this.#days.get(d), plan, d * DAY_MS);
+      return sums.rows();
+    }
+    const { days, hours } = spans(from, to);
+    for (const d of days) addBucket(sums, this.#days.get(d), plan, null);
+    for (const h of hours) addBucket(sums, this.#hours.get(h), plan, null);
+    return sums.rows();
+  }
+}
+
+function bucketOf(map: Map<number, Bucket>, n: number): Bucket {
+  let b = map.get(n);
+  if (b === undefined) map.set(n, (b = new Bucket()));
+  return b;
+}
+
+/** Adds what bucket `b` holds of the plan's column (or group) to `sums`. */
+function addBucket(sums: RowSums, b: Bucket | undefined, plan: Plan, day: number | null): void {
+  const col = b?.column(plan.column.name);
+  if (col === undefined) return;
+  const add = (id: string, slot: number): void => {
+    const values = plan.shown(id);
+    if (values !== undefined) sums.add(day, values, col.sums.subarray(slot * N, slot * N + N));
+  };
+  if (plan.group === '') {
+    if (plan.exactId !== undefined) {
+      const s = col.get(plan.exactId);
+      if (s !== undefined) sums.add(day, [], s);
+      return;
+    }
+    for (const [id, slot] of col.slots) add(id, slot);
+    return;
+  }
+  // A group: its ids whole are GROUP<SEP>ID; the plan shows the ID part.
+  const prefix = `${plan.group}${SEP}`;
+  if (col.groups !== undefined) {
+    for (const slot of col.groups.get(plan.group) ?? []) add(col.ids[slot]!.slice(prefix.length), slot);
+    return;
+  }
+  for (const [id, slot] of col.slots) if (id.startsWith(prefix)) add(id.slice(prefix.length), slot);
+}
