@@ -143,7 +143,7 @@ async function tollgateConfig(objs: any[], configMap: string): Promise<any> {
   const file = join(dir, 'tollgate.yaml');
   writeFileSync(file, cm.data['tollgate.yaml']);
   const saved = { ...process.env };
-  Object.assign(process.env, { TOLLGATE_ADMIN_TOKEN: 'a', UPSTREAM_API_KEY: 'b', REDIS_PASSWORD: 'c' });
+  Object.assign(process.env, { TOLLGATE_ADMIN_TOKEN: 'manifest-admin-token-0123456789', UPSTREAM_API_KEY: 'b', REDIS_PASSWORD: 'c' });
   try {
     return await loadConfigFile(file);
   } catch (err) {
