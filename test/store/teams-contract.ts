@@ -44,6 +44,8 @@ export function teamsContract(t: any, name: string, open: () => Promise<OpenedSt
       t.equal(await s.createTeam('b', 'red', settings()), 'team_exists', 'team ids are unique across accounts');
       t.equal(await s.createTeam('nobody', 'green', settings()), 'account_not_found');
       t.equal(await s.getTeam('green'), undefined, 'nothing made for an unknown account');
+      // The list is oldest first, ties by id: let the clock move so 'blue' is younger than 'red'.
+      for (const at = Date.now(); Date.now() <= at;) await new Promise((r) => setTimeout(r, 1));
       t.equal(await s.createTeam('a', 'blue', settings({ limits: { requests_per_minute: 5, tokens_per_minute: null, max_concurrent: 2 } })), 'created');
       const red = await s.getTeam('red');
       t.match(red, { id: 'red', account: 'a', name: 'Red', budget: { units: 100, period: 'month' }, models: ['echo-*'], spent: { period: 'n', units: 0 } });
