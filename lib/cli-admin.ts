@@ -5,6 +5,7 @@
 
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
+import type { AccountView, CreditAnswer, KeyAnswer, NewKeyAnswer, Show, TeamAnswer, UsageAnswer } from './cli-admin-answers.js';
 
 export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADMIN_TOKEN, --json):
   tollgate accounts create ID --plan P [--wallet-units N]
@@ -151,7 +152,7 @@ function controlsOf(opts: Opts, verb: string): Record<string, unknown> {
 }
 
 /** One key as the list shows it, on a few lines. */
-function keyLines(k: any): string {
+function keyLines(k: KeyAnswer): string {
   const b = k.budget;
   const budget = b.units === null ? `spent ${b.spent_units} (no budget)` : `${b.spent_units}/${b.units} per ${b.period ?? 'lifetime'}${b.resets_at ? ` (resets ${b.resets_at})` : ''}`;
   const l = k.limits;
@@ -180,7 +181,7 @@ function teamSettingsOf(opts: Opts, verb: string): Record<string, unknown> {
 }
 
 /** One team as the list shows it. */
-function teamLines(tm: any): string {
+function teamLines(tm: TeamAnswer): string {
   const b = tm.budget;
   const budget = b.units === null ? `spent ${b.spent_units} (no budget)` : `${b.spent_units}/${b.units} per ${b.period ?? 'lifetime'}${b.resets_at ? ` (resets ${b.resets_at})` : ''}`;
   const l = tm.limits;
@@ -195,11 +196,11 @@ function teamLines(tm: any): string {
   ].join('\n');
 }
 
-function plan(command: string, sub: string | undefined, args: string[], opts: Opts): { call: Call; show: (b: any) => string } {
+function plan(command: string, sub: string | undefined, args: string[], opts: Opts): { call: Call; show: Show } {
   const need = (n: number, usage: string) => {
     if (args.length !== n || args.some((a) => a === '')) throw new CliError(`usage: tollgate ${usage}`, 2);
   };
-  const account = (b: any) => `${b.id}  plan=${b.plan}  balance=${b.balance_units}  held=${b.held_units}  available=${b.available_units}`;
+  const account = (b: AccountView) => `${b.id}  plan=${b.plan}  balance=${b.balance_units}  held=${b.held_units}  available=${b.available_units}`;
   // `usage` has no sub-command: its words are all options.
   switch (command === 'usage' ? 'usage' : `${command} ${sub}`) {
     case 'accounts create': {
@@ -207,40 +208,40 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Op
       if (opts.plan === undefined) throw new CliError('accounts create: --plan is required', 2);
       const body: Record<string, unknown> = { id: args[0], plan: opts.plan };
       if (typeof opts['wallet-units'] === 'string') body.wallet_units = decimalUnits(opts['wallet-units'], 'accounts create: --wallet-units', false);
-      return { call: { method: 'POST', path: '/admin/accounts', body }, show: (b) => `created ${account(b)}` };
+      return { call: { method: 'POST', path: '/admin/accounts', body }, show: (b: AccountView) => `created ${account(b)}` };
     }
     case 'accounts show':
       need(1, 'accounts show ID');
       return {
         call: { method: 'GET', path: `/admin/accounts/${enc(args[0]!)}` },
-        show: (b) => `${account(b)}\n  today: ${b.usage.day.requests} requests, ${b.usage.day.tokens} tokens, ${b.usage.day.units} units\n  this month: ${b.usage.month.requests} requests, ${b.usage.month.tokens} tokens, ${b.usage.month.units} units`,
+        show: (b: AccountView) => `${account(b)}\n  today: ${b.usage.day.requests} requests, ${b.usage.day.tokens} tokens, ${b.usage.day.units} units\n  this month: ${b.usage.month.requests} requests, ${b.usage.month.tokens} tokens, ${b.usage.month.units} units`,
       };
     case 'keys create': {
       need(1, 'keys create ACCOUNT [--models a,b] [--budget-units N --budget-period day|week|month|never] [--expires ISO-8601] ...');
       const body = controlsOf(opts, 'keys create');
       return {
         call: { method: 'POST', path: `/admin/accounts/${enc(args[0]!)}/keys`, ...(Object.keys(body).length === 0 ? {} : { body }) },
-        show: (b) => `key ${b.id} for ${b.account}:\n${b.key}\n(shown once: only its SHA-256 is stored)`,
+        show: (b: NewKeyAnswer) => `key ${b.id} for ${b.account}:\n${b.key}\n(shown once: only its SHA-256 is stored)`,
       };
     }
     case 'keys list':
       need(1, 'keys list ACCOUNT');
       return {
         call: { method: 'GET', path: `/admin/accounts/${enc(args[0]!)}/keys` },
-        show: (b) => (b.keys.length === 0 ? `no keys for ${args[0]}` : b.keys.map(keyLines).join('\n')),
+        show: (b: { keys: KeyAnswer[] }) => (b.keys.length === 0 ? `no keys for ${args[0]}` : b.keys.map(keyLines).join('\n')),
       };
     case 'keys update': {
       need(1, 'keys update KEY_ID [--models a,b|null] [--budget-units N|null] [--expires ISO-8601|null] ...');
       const body = controlsOf(opts, 'keys update');
       if (Object.keys(body).length === 0) throw new CliError('keys update: name at least one control to change (see tollgate --help)', 2);
-      return { call: { method: 'PATCH', path: `/admin/keys/${enc(args[0]!)}`, body }, show: (b) => `updated ${keyLines(b)}` };
+      return { call: { method: 'PATCH', path: `/admin/keys/${enc(args[0]!)}`, body }, show: (b: KeyAnswer) => `updated ${keyLines(b)}` };
     }
     case 'keys rotate': {
       need(1, 'keys rotate KEY_ID [--grace-seconds N]');
       const grace = typeof opts['grace-seconds'] === 'string' ? decimalUnits(opts['grace-seconds'], 'keys rotate: --grace-seconds', false) : 0;
       return {
         call: { method: 'POST', path: `/admin/keys/${enc(args[0]!)}/rotate`, body: { grace_seconds: grace } },
-        show: (b) => `key ${b.id} for ${b.account} rotated; new key:\n${b.key}\n(shown once; the old key works until ${b.previous_key_valid_until})`,
+        show: (b: NewKeyAnswer) => `key ${b.id} for ${b.account} rotated; new key:\n${b.key}\n(shown once; the old key works until ${b.previous_key_valid_until})`,
       };
     }
     case 'keys revoke':
@@ -249,19 +250,19 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Op
     case 'teams create': {
       need(2, 'teams create ACCOUNT TEAM_ID [--name N] [--budget-units N --budget-period day|week|month|never] [--rpm N] [--tpm N] [--max-concurrent N] [--models a,b]');
       const body = { id: args[1], ...teamSettingsOf(opts, 'teams create') };
-      return { call: { method: 'POST', path: `/admin/accounts/${enc(args[0]!)}/teams`, body }, show: (b) => `created ${teamLines(b)}` };
+      return { call: { method: 'POST', path: `/admin/accounts/${enc(args[0]!)}/teams`, body }, show: (b: TeamAnswer) => `created ${teamLines(b)}` };
     }
     case 'teams list':
       need(1, 'teams list ACCOUNT');
       return {
         call: { method: 'GET', path: `/admin/accounts/${enc(args[0]!)}/teams` },
-        show: (b) => (b.teams.length === 0 ? `no teams for ${args[0]}` : b.teams.map(teamLines).join('\n')),
+        show: (b: { teams: TeamAnswer[] }) => (b.teams.length === 0 ? `no teams for ${args[0]}` : b.teams.map(teamLines).join('\n')),
       };
     case 'teams update': {
       need(1, 'teams update TEAM_ID [--name N|null] [--budget-units N|null] [--rpm N|null] [--models a,b|null] ...');
       const body = teamSettingsOf(opts, 'teams update');
       if (Object.keys(body).length === 0) throw new CliError('teams update: name at least one setting to change (see tollgate --help)', 2);
-      return { call: { method: 'PATCH', path: `/admin/teams/${enc(args[0]!)}`, body }, show: (b) => `updated ${teamLines(b)}` };
+      return { call: { method: 'PATCH', path: `/admin/teams/${enc(args[0]!)}`, body }, show: (b: TeamAnswer) => `updated ${teamLines(b)}` };
     }
     case 'teams delete':
       need(1, 'teams delete TEAM_ID');
@@ -273,7 +274,7 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Op
       const key = opts['idempotency-key'] ?? randomUUID();
       return {
         call: { method: 'POST', path: `/admin/accounts/${enc(args[0]!)}/credits`, body: { units, idempotency_key: key } },
-        show: (b) => `${b.applied ? 'applied' : 'already applied (same idempotency key), nothing changed'}: ${account(b)}  idempotency-key=${key}`,
+        show: (b: CreditAnswer) => `${b.applied ? 'applied' : 'already applied (same idempotency key), nothing changed'}: ${account(b)}  idempotency-key=${key}`,
       };
     }
     case 'usage': {
@@ -284,11 +285,11 @@ function plan(command: string, sub: string | undefined, args: string[], opts: Op
       const qs = q.toString();
       return {
         call: { method: 'GET', path: `/admin/usage${qs === '' ? '' : `?${qs}`}` },
-        show: (b) => [
+        show: (b: UsageAnswer) => [
           `usage since ${b.since}${b.account === null ? ' (all accounts)' : ` for ${b.account}`}: ${b.requests} requests, ${b.prompt_tokens} prompt + ${b.completion_tokens} completion tokens, ${b.units} units`,
-          ...Object.entries(b.by_model as Record<string, any>).map(([m, u]) => `  ${m}: ${u.requests} requests, ${u.prompt_tokens} + ${u.completion_tokens} tokens, ${u.units} units`),
-          ...Object.entries((b.by_key ?? {}) as Record<string, any>).map(([k, u]) => `  key ${k}: ${u.requests} requests, ${u.prompt_tokens} + ${u.completion_tokens} tokens, ${u.units} units`),
-          ...Object.entries((b.by_team ?? {}) as Record<string, any>).map(([k, u]) => `  team ${k}: ${u.requests} requests, ${u.prompt_tokens} + ${u.completion_tokens} tokens, ${u.units} units`),
+          ...Object.entries(b.by_model).map(([m, u]) => `  ${m}: ${u.requests} requests, ${u.prompt_tokens} + ${u.completion_tokens} tokens, ${u.units} units`),
+          ...Object.entries(b.by_key ?? {}).map(([k, u]) => `  key ${k}: ${u.requests} requests, ${u.prompt_tokens} + ${u.completion_tokens} tokens, ${u.units} units`),
+          ...Object.entries(b.by_team ?? {}).map(([k, u]) => `  team ${k}: ${u.requests} requests, ${u.prompt_tokens} + ${u.completion_tokens} tokens, ${u.units} units`),
         ].join('\n'),
       };
     }
@@ -434,13 +435,13 @@ function normalize(argv: readonly string[]): string[] {
 }
 
 /** What to print for a successful answer; a body that is not what the API sends is an error. */
-function shown(step: { show: (b: any) => string }, status: number, body: unknown, url: string, json: boolean): string | undefined {
+function shown(step: { show: Show }, status: number, body: unknown, url: string, json: boolean): string | undefined {
   if (status !== 204 && (body === null || typeof body !== 'object')) {
     throw new CliError(`unexpected answer from ${url}: status ${status}, not a JSON object`, 1);
   }
   if (json) return status === 204 ? undefined : JSON.stringify(body);
   try {
-    return step.show(body);
+    return step.show(body as never); // this command's answer: another shape throws in show
   } catch {
     throw new CliError(`unexpected answer from ${url}: status ${status}, ${JSON.stringify(body).slice(0, 200)}`, 1);
   }

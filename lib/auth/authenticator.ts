@@ -207,7 +207,9 @@ export class Authenticator {
       this.#used.delete(id);
     }
     if (this.#used.size > 0) this.#arm();
-    if (uses.length > 0) this.#write(uses);
+    // `void`: #write never rejects (a failed write is logged there and dropped), and a timer has
+    // no caller to await it; flushUses awaits the same chain.
+    if (uses.length > 0) void this.#write(uses);
   }
 
   /**

@@ -526,7 +526,7 @@ function Config({ session }) {
   const [check, setCheck] = useState(null);
   const [reload, setReload] = useState(null);
   const [error, setError] = useState(null);
-  const run = async (fn, set) => {
+  const run = async (fn, set) => { // never rejects: a failure is shown through setError
     setError(null);
     try { set(await fn()); } catch (err) { setError(err); }
   };
@@ -535,7 +535,7 @@ function Config({ session }) {
       ${state.data === undefined ? html`<${Loading} state=${state} />` : html`<pre class="yaml" tabindex="0" aria-label="Effective config (YAML)">${state.data.yaml}</pre>`}
     </section>
     <section aria-labelledby="h-check"><h2 id="h-check">Check a config</h2>
-      <form onSubmit=${(e) => { e.preventDefault(); run(() => call('POST', '/console/api/config/check', { yaml: text }), setCheck); }}>
+      <form onSubmit=${(e) => { e.preventDefault(); void run(() => call('POST', '/console/api/config/check', { yaml: text }), setCheck); }}>
         <label for="check-yaml">YAML to check</label>
         <textarea id="check-yaml" rows="10" spellcheck="false" value=${text} onInput=${(e) => setText(e.currentTarget.value)}></textarea>
         <button type="submit">Check</button>
@@ -578,7 +578,7 @@ function App() {
   const [session, setSession] = useState(undefined);
   const [error, setError] = useState(null);
   useEffect(() => {
-    (async () => {
+    void (async () => { // never rejects: every failure ends in setSession or setError
       try {
         setInfo(await call('GET', '/console/api/info'));
         const s = await call('GET', '/console/api/session');
