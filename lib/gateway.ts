@@ -13,7 +13,7 @@ import type { Config } from './config/types.js';
 import { GatewayError, clip, toGatewayError } from './errors.js';
 import { requestIdFor } from './http/request-id.js';
 import { takeRequest } from './http/body.js';
-import { normalisePath, normaliseTarget } from './http/path.js';
+import { checkOutbound, normalisePath, normaliseTarget } from './http/path.js';
 import { sendError } from './http/respond.js';
 import { createLogger, type Logger } from './observe/log.js';
 import { Metrics } from './observe/metrics.js';
@@ -190,7 +190,7 @@ export class Gateway {
     }
   };
 
-  /** A path normalisePath refused: 400 invalid_value, counted and logged as an unknown route. */
+  /** A path normalisePath or checkOutbound refused: 400 invalid_value, counted and logged as an unknown route. */
   async #refusedPath(res: ServerResponse, requestId: string, err: unknown): Promise<void> {
     await this.#track(newContext(requestId, 'unknown'), res, () => Promise.reject(err));
   }
@@ -251,6 +251,12 @@ export class Gateway {
   async #elsewhere(req: IncomingMessage, res: ServerResponse, path: string, next: Next | undefined): Promise<void> {
     const requestId = requestIdFor(req.headers['x-request-id']);
     try {
+      checkOutbound(path);
+    } catch (err) {
+      await this.#refusedPath(res, requestId, err);
+      return;
+    }
+    try {
       const state = this.#state ?? (await this.#pending);
       if (state.passthrough !== null) {
         if (state.config.server.passthrough_auth) await state.auth.authenticate(req.headers.authorization, req);
@@ -275,15 +281,17 @@ export class Gateway {
 
   async #upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     let target: string;
+    let path: string;
     try {
       target = normaliseTarget(req.url ?? '/');
+      const q = target.indexOf('?');
+      path = q === -1 ? target : target.slice(0, q);
+      if (!this.#owns(path)) checkOutbound(path);
     } catch {
       socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
       return;
     }
     req.url = target;
-    const q = target.indexOf('?');
-    const path = q === -1 ? target : target.slice(0, q);
     const state = this.#state;
     if (state?.passthrough != null && !this.#owns(path)) {
       try {

@@ -10,10 +10,14 @@
 // - repeated slashes are one; `.` and `..` segments are resolved (above the root stays at root);
 // - a percent-encoded unreserved character (`%76` is `v`, `%31` is `1`) is decoded, as a model
 //   server decodes it before routing;
-// - refused 400 invalid_value: an encoded `/`, `\` or `.` (%2F %5C %2E, either case), a raw
-//   `\` (a WHATWG URL reads it as `/`), a `#` (a fragment never belongs in a request, and a
-//   WHATWG URL drops what follows), a control character or space, and a `%` not followed by
-//   two hex digits (so decoding can never make a new `%2E` out of `%2%65`).
+// - refused 400 invalid_value: an encoded `\` or `.` (%5C %2E, either case), a raw `\` (a
+//   WHATWG URL reads it as `/`), a `#` (a fragment never belongs in a request, and a WHATWG URL
+//   drops what follows), a control character or space, and a `%` not followed by two hex digits
+//   (so decoding can never make a new `%2E` out of `%2%65`);
+// - an encoded `/` (%2F) stays as it is in a path the gateway serves itself, where it can only
+//   be part of an id (the official SDKs send `GET /v1/models/Qwen%2FQwen2.5-7B`), and is refused
+//   in a path that leaves the gateway (checkOutbound: the passthrough, the host app), whose
+//   server would decode it into a separator the decision never saw.
 // The result is a fixed point: normalising it again, or reading it as a WHATWG URL does, gives
 // the same segments. The common path (no dot segment, '//', '%', '\' or '#') costs one scan of
 // its characters and no allocation.
@@ -59,6 +63,16 @@ function isPlain(raw: string): boolean {
   return true;
 }
 
+const ENCODED = "an encoded '/', '\\' or '.' (%2F, %5C, %2E) is not accepted; send the path as it is meant";
+
+/**
+ * Refuses (400 invalid_value) a normalised path that is about to leave the gateway (to the
+ * passthrough or the host app) with an encoded '/' in it.
+ */
+export function checkOutbound(path: string): void {
+  if (path.indexOf('%') !== -1 && /%2f/i.test(path)) refuse(path, "an encoded '/' (%2F) is accepted only in the gateway's own paths (an id: /v1/models/org%2Fname); send the path as it is meant");
+}
+
 function refuse(raw: string, why: string): never {
   throw new GatewayError('invalid_value', `The request path ${JSON.stringify(clip(raw, 200))} is refused: ${why}.`);
 }
@@ -94,7 +108,7 @@ function decodeUnreserved(raw: string): string {
     const lo = hex(raw.charCodeAt(i + 2));
     if (hi === -1 || lo === -1) refuse(raw, "a '%' must be followed by two hex digits");
     const byte = hi * 16 + lo;
-    if (byte === SLASH || byte === BACKSLASH || byte === DOT) refuse(raw, "an encoded '/', '\\' or '.' (%2F, %5C, %2E) is not accepted; send the path as it is meant");
+    if (byte === BACKSLASH || byte === DOT) refuse(raw, ENCODED);
     if (isUnreserved(byte)) {
       out += raw.slice(from, i) + String.fromCharCode(byte);
       from = i + 3;

@@ -1,12 +1,13 @@
 // normalisePath (lib/http/path.ts): one path, one decision (CONTRACT section 21). Dot segments
-// and repeated slashes resolved, encoded unreserved characters decoded, an encoded '/', '\' or
-// '.' (and a raw '\', '#', control character or malformed '%') refused 400 invalid_value; the
-// result is a fixed point, of itself and of the WHATWG URL reading the passthrough's proxy does.
+// and repeated slashes resolved, encoded unreserved characters decoded, an encoded '\' or '.'
+// (and a raw '\', '#', control character or malformed '%') refused 400 invalid_value, an
+// encoded '/' refused by checkOutbound in a path leaving the gateway; the result is a fixed
+// point, of itself and of the WHATWG URL reading the passthrough's proxy does.
 
 import t from 'tap';
 import fc from 'fast-check';
 import { GatewayError } from '../../lib/errors.js';
-import { normalisePath, normaliseTarget } from '../../lib/http/path.js';
+import { checkOutbound, normalisePath, normaliseTarget } from '../../lib/http/path.js';
 
 t.test('normal paths come back as they are (the same string)', async (t) => {
   for (const p of ['/', '/v1', '/v1/', '/v1/chat/completions', '/admin/keys', '/healthz', '/static/app.js', '/a/.../b', '/a/.b/..c/c..',
@@ -66,8 +67,7 @@ function refused(t: any, raw: string, why: RegExp): GatewayError | undefined {
 }
 
 t.test('encoded /, \\ and . (either case), raw \\ and #, controls and malformed % are refused 400 invalid_value', async (t) => {
-  for (const p of ['/v1/%2e%2e/admin/keys', '/%2Fv1/chat/completions', '/%2fv1', '/v1%2Fchat%2Fcompletions', '/%2E/v1', '/x/%2e./v1', '/x/.%2E/v1',
-    '/a%5Cb', '/a%5cb', '/file%2Ejs']) {
+  for (const p of ['/v1/%2e%2e/admin/keys', '/%2E/v1', '/x/%2e./v1', '/x/.%2E/v1', '/a%5Cb', '/a%5cb', '/file%2Ejs', '/%2F%2e']) {
     refused(t, p, /encoded '\/', '\\' or '\.'/);
   }
   refused(t, '/x\\..\\v1\\chat\\completions', /holds a '\\'/);
@@ -79,6 +79,23 @@ t.test('encoded /, \\ and . (either case), raw \\ and #, controls and malformed 
   const long = `/${'%2e'.repeat(500)}`;
   const m = refused(t, long, /encoded/)!.message;
   t.ok(m.length < 400 && m.includes(`${long.slice(0, 200)}…"`), 'the message quotes at most 200 characters of the path');
+});
+
+t.test("an encoded '/' stays encoded; checkOutbound refuses it in a path that leaves the gateway", async (t) => {
+  t.equal(normalisePath('/v1/models/Qwen%2FQwen2.5-7B'), '/v1/models/Qwen%2FQwen2.5-7B', 'an id with a slash, as the openai SDK sends it');
+  t.equal(normalisePath('/x/../%2Fv1//chat'), '/%2Fv1/chat', 'resolved around it, never into it');
+  t.doesNotThrow(() => checkOutbound('/v1/tokenize'));
+  t.doesNotThrow(() => checkOutbound('/a%20b%25'));
+  for (const p of ['/%2Fv1/chat/completions', '/%2fv1', '/v1%2Fchat%2Fcompletions', '/x/%2F']) {
+    try {
+      checkOutbound(p);
+      t.fail(`${p} was not refused`);
+    } catch (err) {
+      const e = err as GatewayError;
+      t.same([e.status, e.code, e.type, e.param], [400, 'invalid_value', 'invalid_request_error', null], `${p}: 400 invalid_value`);
+      t.match(e.message, /encoded '\/' \(%2F\) is accepted only in the gateway's own paths/);
+    }
+  }
 });
 
 t.test('normaliseTarget keeps the query as it is', async (t) => {
@@ -110,7 +127,7 @@ t.test('property: a normalised path is a fixed point, of itself and of a WHATWG 
       return err instanceof GatewayError && err.code === 'invalid_value' && err.status === 400;
     }
     if (normalisePath(path) !== path) return false;
-    if (!path.startsWith('/') || path.includes('//') || /(^|\/)\.\.?(\/|$)/.test(path) || /%2[eEfF]|%5[cC]/.test(path)) return false;
+    if (!path.startsWith('/') || path.includes('//') || /(^|\/)\.\.?(\/|$)/.test(path) || /%2[eE]|%5[cC]/.test(path)) return false;
     // A WHATWG URL reads the path as it is (these paths hold no character it would percent-encode).
     return whatwg(path) === path;
   }), { numRuns: 3000, seed: 40_21 });

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import fc from 'fast-check';
-import { normaliseTarget } from '../../lib/http/path.js';
+import { checkOutbound, normaliseTarget } from '../../lib/http/path.js';
 import { baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { rawRequest } from '../helpers/raw-request.js';
 import { holds } from './arbitraries.js';
@@ -103,8 +103,14 @@ t.test('property: hostile paths never reach the model server as a route of the g
     assert.equal(responses.length, 1, `one answer to ${path}`);
     const res = responses[0]!;
     assert.ok(res.status < 500, `never a 5xx: ${res.status} ${res.body.slice(0, 200)}`);
+    // The decision, from lib/http/path.ts: the normalised target, or refused (undefined).
     let decided: string | undefined;
-    try { decided = normaliseTarget(path); } catch { /* refused below */ }
+    try {
+      decided = normaliseTarget(path);
+      if (!owned(decided.split('?')[0]!)) checkOutbound(decided.split('?')[0]!);
+    } catch {
+      decided = undefined;
+    }
     if (res.headers['x-fake-model-server'] === 'yes') {
       passed++;
       assert.equal(seen.length, before + 1, 'the model server got this one request');
@@ -113,6 +119,7 @@ t.test('property: hostile paths never reach the model server as a route of the g
       assert.ok(!gatewayRoute(serverView(got)), `the model server never gets a path of the gateway's: ${got}`);
       assert.ok(!gatewayRoute(serverView(path)), `a path a model server reads as the gateway's is never passed through: ${path}`);
       assert.ok(!owned(got.split('?')[0]!), `nor one the gateway answers itself: ${got}`);
+      assert.doesNotMatch(got.split('?')[0]!, /%2f|%5c|%2e|\\|\/\/|(^|\/)\.\.?(\/|$)/i, `no encoded '/', '\\' or '.', '\\', '//' or dot segment leaves the gateway: ${got}`);
       return;
     }
     assert.equal(seen.length, before, `the gateway answered ${path}: the model server got nothing`);
