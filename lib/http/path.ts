@@ -12,12 +12,13 @@
 //   server decodes it before routing;
 // - refused 400 invalid_value: an encoded `\` or `.` (%5C %2E, either case), a raw `\` (a
 //   WHATWG URL reads it as `/`), a `#` (a fragment never belongs in a request, and a WHATWG URL
-//   drops what follows), a control character or space, and a `%` not followed by two hex digits
-//   (so decoding can never make a new `%2E` out of `%2%65`);
+//   drops what follows), a control character or space;
 // - an encoded `/` (%2F) stays as it is in a path the gateway serves itself, where it can only
 //   be part of an id (the official SDKs send `GET /v1/models/Qwen%2FQwen2.5-7B`), and is refused
 //   in a path that leaves the gateway (checkOutbound: the passthrough, the host app), whose
-//   server would decode it into a separator the decision never saw.
+//   server would decode it into a separator the decision never saw. So is a `%` not followed by
+//   two hex digits: a path holding one is decoded not at all (`%2%65` must never become `%2e`),
+//   and may only be one of the gateway's own (its routes answer 404 for what they cannot read).
 // The result is a fixed point: normalising it again, or reading it as a WHATWG URL does, gives
 // the same segments. The common path (no dot segment, '//', '%', '\' or '#') costs one scan of
 // its characters and no allocation.
@@ -63,14 +64,19 @@ function isPlain(raw: string): boolean {
   return true;
 }
 
-const ENCODED = "an encoded '/', '\\' or '.' (%2F, %5C, %2E) is not accepted; send the path as it is meant";
+const ENCODED = "an encoded '.' or '\\' (%2E, %5C) is not accepted; send the path as it is meant";
 
 /**
  * Refuses (400 invalid_value) a normalised path that is about to leave the gateway (to the
- * passthrough or the host app) with an encoded '/' in it.
+ * passthrough or the host app) with an encoded '/', or a '%' that begins no triplet, in it.
  */
 export function checkOutbound(path: string): void {
-  if (path.indexOf('%') !== -1 && /%2f/i.test(path)) refuse(path, "an encoded '/' (%2F) is accepted only in the gateway's own paths (an id: /v1/models/org%2Fname); send the path as it is meant");
+  for (let i = path.indexOf('%'); i !== -1; i = path.indexOf('%', i + 1)) {
+    const hi = hex(path.charCodeAt(i + 1));
+    const lo = hex(path.charCodeAt(i + 2));
+    if (hi === -1 || lo === -1) refuse(path, "a '%' must be followed by two hex digits");
+    if (hi * 16 + lo === SLASH) refuse(path, "an encoded '/' (%2F) is accepted only in the gateway's own paths (an id: /v1/models/org%2Fname); send the path as it is meant");
+  }
 }
 
 function refuse(raw: string, why: string): never {
@@ -79,8 +85,10 @@ function refuse(raw: string, why: string): never {
 
 function normaliseSlow(raw: string): string {
   if (raw.charCodeAt(0) !== SLASH) refuse(raw, "a request's path must begin with '/'");
-  const decoded = decodeUnreserved(raw);
-  const parts = decoded.split('/');
+  check(raw);
+  // Dots are resolved before decoding, and the same segments result either way: a decoded
+  // unreserved character is never a '/' or a '.'.
+  const parts = raw.split('/');
   const out: string[] = [];
   for (let i = 1; i < parts.length; i++) {
     const seg = parts[i]!;
@@ -91,13 +99,11 @@ function normaliseSlow(raw: string): string {
   // A path that ended in '/', '/.' or '/..' names a folder: it keeps its trailing slash.
   const last = parts[parts.length - 1]!;
   const trailing = out.length > 0 && (last === '' || last === '.' || last === '..');
-  return `/${out.join('/')}${trailing ? '/' : ''}`;
+  return decodeUnreserved(`/${out.join('/')}${trailing ? '/' : ''}`);
 }
 
-/** Checks every character and decodes percent-encoded unreserved ones; refuses what the module header lists. */
-function decodeUnreserved(raw: string): string {
-  let out = '';
-  let from = 0;
+/** Refuses what the module header lists: '\\', '#', controls and space, an encoded '\\' or '.'. */
+function check(raw: string): void {
   for (let i = 0; i < raw.length; i++) {
     const c = raw.charCodeAt(i);
     if (c === BACKSLASH) refuse(raw, "it holds a '\\'");
@@ -106,16 +112,27 @@ function decodeUnreserved(raw: string): string {
     if (c !== PERCENT) continue;
     const hi = hex(raw.charCodeAt(i + 1));
     const lo = hex(raw.charCodeAt(i + 2));
-    if (hi === -1 || lo === -1) refuse(raw, "a '%' must be followed by two hex digits");
+    if (hi !== -1 && lo !== -1 && (hi * 16 + lo === BACKSLASH || hi * 16 + lo === DOT)) refuse(raw, ENCODED);
+  }
+}
+
+/** Decodes percent-encoded unreserved characters; nothing at all in a path with a '%' that begins no triplet (`%2%65` must not become `%2e`). */
+function decodeUnreserved(path: string): string {
+  if (path.indexOf('%') === -1) return path;
+  let out = '';
+  let from = 0;
+  for (let i = path.indexOf('%'); i !== -1; i = path.indexOf('%', i + 1)) {
+    const hi = hex(path.charCodeAt(i + 1));
+    const lo = hex(path.charCodeAt(i + 2));
+    if (hi === -1 || lo === -1) return path;
     const byte = hi * 16 + lo;
-    if (byte === BACKSLASH || byte === DOT) refuse(raw, ENCODED);
     if (isUnreserved(byte)) {
-      out += raw.slice(from, i) + String.fromCharCode(byte);
+      out += path.slice(from, i) + String.fromCharCode(byte);
       from = i + 3;
     }
     i += 2;
   }
-  return from === 0 ? raw : out + raw.slice(from);
+  return from === 0 ? path : out + path.slice(from);
 }
 
 function hex(c: number): number {

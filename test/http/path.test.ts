@@ -1,7 +1,7 @@
 // normalisePath (lib/http/path.ts): one path, one decision (CONTRACT section 21). Dot segments
 // and repeated slashes resolved, encoded unreserved characters decoded, an encoded '\' or '.'
-// (and a raw '\', '#', control character or malformed '%') refused 400 invalid_value, an
-// encoded '/' refused by checkOutbound in a path leaving the gateway; the result is a fixed
+// (and a raw '\', '#' or control character) refused 400 invalid_value, an encoded '/' or a
+// malformed '%' refused by checkOutbound in a path leaving the gateway; the result is a fixed
 // point, of itself and of the WHATWG URL reading the passthrough's proxy does.
 
 import t from 'tap';
@@ -68,13 +68,12 @@ function refused(t: any, raw: string, why: RegExp): GatewayError | undefined {
 
 t.test('encoded /, \\ and . (either case), raw \\ and #, controls and malformed % are refused 400 invalid_value', async (t) => {
   for (const p of ['/v1/%2e%2e/admin/keys', '/%2E/v1', '/x/%2e./v1', '/x/.%2E/v1', '/a%5Cb', '/a%5cb', '/file%2Ejs', '/%2F%2e']) {
-    refused(t, p, /encoded '\/', '\\' or '\.'/);
+    refused(t, p, /encoded '\.' or '\\' \(%2E, %5C\)/);
   }
   refused(t, '/x\\..\\v1\\chat\\completions', /holds a '\\'/);
   refused(t, '\\v1', /must begin with '\/'/);
   refused(t, '/v1#/chat/completions', /holds a '#'/);
   for (const c of ['\t', '\n', '\r', ' ', '\x00', '\x7f']) refused(t, `/v${c}1/chat`, /control character or space/);
-  for (const p of ['/%', '/%2', '/%zz', '/%2%65', '/%%32e', '/a%g0']) refused(t, p, /two hex digits/);
   for (const p of ['', '*', 'v1/chat/completions', 'http://evil/v1/chat/completions', 'https://x/admin']) refused(t, p, /must begin with '\/'/);
   const long = `/${'%2e'.repeat(500)}`;
   const m = refused(t, long, /encoded/)!.message;
@@ -86,16 +85,24 @@ t.test("an encoded '/' stays encoded; checkOutbound refuses it in a path that le
   t.equal(normalisePath('/x/../%2Fv1//chat'), '/%2Fv1/chat', 'resolved around it, never into it');
   t.doesNotThrow(() => checkOutbound('/v1/tokenize'));
   t.doesNotThrow(() => checkOutbound('/a%20b%25'));
-  for (const p of ['/%2Fv1/chat/completions', '/%2fv1', '/v1%2Fchat%2Fcompletions', '/x/%2F']) {
+  for (const p of ['/%2Fv1/chat/completions', '/%2fv1', '/v1%2Fchat%2Fcompletions', '/x/%2F', '/%', '/%2', '/%zz', '/%2%65', '/%%32e', '/a%g0', '/%76%31/chat/completions/%zz']) {
     try {
       checkOutbound(p);
       t.fail(`${p} was not refused`);
     } catch (err) {
       const e = err as GatewayError;
       t.same([e.status, e.code, e.type, e.param], [400, 'invalid_value', 'invalid_request_error', null], `${p}: 400 invalid_value`);
-      t.match(e.message, /encoded '\/' \(%2F\) is accepted only in the gateway's own paths/);
+      t.match(e.message, /%2F/i.test(p) ? /encoded '\/' \(%2F\) is accepted only in the gateway's own paths/ : /a '%' must be followed by two hex digits/);
     }
   }
+});
+
+t.test("a '%' that begins no triplet: nothing is decoded, dots still resolved, encoded dots still refused", async (t) => {
+  for (const p of ['/%', '/%2', '/%zz', '/%2%65', '/%%32e', '/a%g0', '/admin/accounts/%ZZ']) t.equal(normalisePath(p), p, p);
+  t.equal(normalisePath('/x/../%76%31/chat/completions/%zz'), '/%76%31/chat/completions/%zz', 'never decoded: so never made /v1 of');
+  t.equal(normalisePath('/v1/./models/%zz'), '/v1/models/%zz');
+  refused(t, '/%zz/%2e%2e/v1', /encoded/);
+  refused(t, '/%%2e', /encoded/);
 });
 
 t.test('normaliseTarget keeps the query as it is', async (t) => {
