@@ -1,7 +1,8 @@
 // The gateway: owns the config's lifecycle (the current state, swapped whole on reload; a
 // request keeps the state it started on) and the top-level dispatch: /v1 to the route table
 // (routes/), the health and metrics paths (routes/ops.ts), /admin, and everything else to the
-// passthrough, the host app (`next`) or 404. Works as a node:http request listener and as
+// passthrough, the host app (`next`) or 404, on the path http/path.ts normalised (CONTRACT
+// section 21: one path, one decision). Works as a node:http request listener and as
 // Express/Connect middleware.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
