@@ -1,7 +1,8 @@
 // The gateway: owns the config's lifecycle (the current state, swapped whole on reload; a
 // request keeps the state it started on) and the top-level dispatch: /v1 to the route table
 // (routes/), the health and metrics paths (routes/ops.ts), /admin, and everything else to the
-// passthrough, the host app (`next`) or 404. Works as a node:http request listener and as
+// passthrough, the host app (`next`) or 404, on the path http/path.ts normalised (CONTRACT
+// section 21: one path, one decision). Works as a node:http request listener and as
 // Express/Connect middleware.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -13,6 +14,7 @@ import type { Config } from './config/types.js';
 import { GatewayError, clip, toGatewayError } from './errors.js';
 import { requestIdFor } from './http/request-id.js';
 import { takeRequest } from './http/body.js';
+import { checkOutbound, normalisePath, normaliseTarget } from './http/path.js';
 import { sendError } from './http/respond.js';
 import { createLogger, type Logger } from './observe/log.js';
 import { Metrics } from './observe/metrics.js';
@@ -165,7 +167,17 @@ export class Gateway {
     takeRequest(req, this.#state?.config.server);
     const url = req.url ?? '/';
     const q = url.indexOf('?');
-    const path = q === -1 ? url : url.slice(0, q);
+    const raw = q === -1 ? url : url.slice(0, q);
+    let path: string;
+    try {
+      path = normalisePath(raw);
+    } catch (err) {
+      void this.#refusedPath(res, requestIdFor(req.headers['x-request-id']), err);
+      return;
+    }
+    // One path, one decision (CONTRACT section 21): the normalised path decides below, and it is
+    // what every handler, the passthrough's proxy and the host app read from req.url.
+    if (path !== raw) req.url = q === -1 ? path : path + url.slice(q);
     if (path === '/v1' || path.startsWith('/v1/')) {
       void this.#v1(req, res, path);
     } else if (path === '/healthz' || path === '/readyz' || path === '/metrics') {
@@ -178,6 +190,17 @@ export class Gateway {
       void this.#elsewhere(req, res, path, next);
     }
   };
+
+  /** A path normalisePath or checkOutbound refused: 400 invalid_value, counted and logged as an unknown route. */
+  async #refusedPath(res: ServerResponse, requestId: string, err: unknown): Promise<void> {
+    await this.#track(newContext(requestId, 'unknown'), res, () => Promise.reject(err));
+  }
+
+  /** The paths the gateway answers itself: never passed through, a WebSocket upgrade included. */
+  #owns(path: string): boolean {
+    return path === '/v1' || path.startsWith('/v1/') || path === '/admin' || path.startsWith('/admin/') ||
+      path === '/healthz' || path === '/readyz' || path === '/metrics' || this.#state?.console?.owns(path) === true;
+  }
 
   /** /admin: the admin API when admin.token is set, else 404 for every path (CONTRACT section 5). */
   async #admin(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
@@ -229,6 +252,12 @@ export class Gateway {
   async #elsewhere(req: IncomingMessage, res: ServerResponse, path: string, next: Next | undefined): Promise<void> {
     const requestId = requestIdFor(req.headers['x-request-id']);
     try {
+      checkOutbound(path);
+    } catch (err) {
+      await this.#refusedPath(res, requestId, err);
+      return;
+    }
+    try {
       const state = this.#state ?? (await this.#pending);
       if (state.passthrough !== null) {
         if (state.config.server.passthrough_auth) await state.auth.authenticate(req.headers.authorization, req);
@@ -252,11 +281,20 @@ export class Gateway {
   };
 
   async #upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-    const path = (req.url ?? '/').split('?')[0]!;
+    let target: string;
+    let path: string;
+    try {
+      target = normaliseTarget(req.url ?? '/');
+      const q = target.indexOf('?');
+      path = q === -1 ? target : target.slice(0, q);
+      if (!this.#owns(path)) checkOutbound(path);
+    } catch {
+      socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+      return;
+    }
+    req.url = target;
     const state = this.#state;
-    const owned = path === '/v1' || path.startsWith('/v1/') || path === '/admin' || path.startsWith('/admin/') ||
-      path === '/healthz' || path === '/readyz' || path === '/metrics';
-    if (state?.passthrough != null && !owned) {
+    if (state?.passthrough != null && !this.#owns(path)) {
       try {
         if (state.config.server.passthrough_auth) await state.auth.authenticate(req.headers.authorization, req);
         state.passthrough.ws(req, socket, head);

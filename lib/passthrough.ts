@@ -1,8 +1,11 @@
 // Passthrough: paths outside /v1, /admin and the ops paths are reverse-proxied to the model
 // server (http-proxy-3), WebSocket upgrades included, so its own endpoints stay reachable
 // through the sidecar. With passthrough_auth the caller needs a Tollgate credential, which is
-// not forwarded (the model server never sees Tollgate keys). http-proxy-3 is loaded only when a
-// config names a passthrough target: a gateway without one does not carry it (about 2 MB of heap).
+// not forwarded (the model server never sees Tollgate keys). The path it sends on is the one the
+// dispatch decided on (http/path.ts: normalised in req.url, never one of the gateway's own, no
+// encoded '/' or dot segment left for the proxy or the server to resolve differently).
+// http-proxy-3 is loaded only when a config names a passthrough target: a gateway without one
+// does not carry it (about 2 MB of heap).
 
 import { Agent as HttpAgent, type IncomingMessage, type ServerResponse } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';

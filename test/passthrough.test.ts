@@ -17,14 +17,16 @@ async function modelServer(t: any) {
     res.writeHead(200, { 'content-type': 'application/json', 'x-model-server': 'yes' });
     res.end(JSON.stringify({ url: req.url, method: req.method, body }));
   });
-  server.on('upgrade', (_req, socket) => {
+  const upgrades: string[] = [];
+  server.on('upgrade', (req, socket) => {
+    upgrades.push(req.url!);
     socket.write('HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\r\n');
     socket.on('data', (d) => socket.write(Buffer.concat([Buffer.from('echo:'), d])));
     socket.on('end', () => socket.end()); // as a WebSocket server closes when its peer does
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.teardown(() => { server.closeAllConnections(); server.close(); });
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen, upgrades };
 }
 
 t.test('paths outside /v1, /admin and ops are proxied; /v1 stays the gateway\'s', async (t) => {
@@ -118,4 +120,58 @@ t.test('without passthrough, other paths are 404 unknown_url', async (t) => {
   const res = await fetch(`${gw.url}/version`);
   t.equal(res.status, 404);
   t.equal(((await res.json()) as any).code, 'unknown_url');
+});
+
+/** Sends a WebSocket upgrade for `path` on a raw socket; the status line and the request the model server got, if any. */
+async function upgrade(gwUrl: string, path: string): Promise<string> {
+  const { port } = new URL(gwUrl);
+  const sock = connect(Number(port), '127.0.0.1');
+  await once(sock, 'connect');
+  sock.write(`GET ${path} HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`);
+  let got = '';
+  sock.on('data', (d) => { got += d; });
+  while (!got.includes('\r\n\r\n') && !sock.destroyed) await new Promise((r) => setTimeout(r, 10));
+  sock.destroy();
+  return got.split('\r\n')[0]!;
+}
+
+t.test('one path, one decision (CONTRACT section 21): the normalised path is judged and sent on', async (t) => {
+  const ms = await modelServer(t);
+  const c = baseConfig();
+  c.admin = { token: 'admin-token-passthrough-paths-0123' };
+  c.server.passthrough = ms.url;
+  const gw = await startGateway(c);
+  t.teardown(() => gw.close());
+
+  // A path outside the gateway's is proxied as normalised, its query untouched.
+  const { rawRequest } = await import('./helpers/raw-request.js');
+  const res = await rawRequest(gw.url, { method: 'GET', path: '/a/./b//../tokenize?x=/../v1', headers: [['connection', 'close']], body: Buffer.alloc(0) });
+  t.equal(res.responses[0]!.status, 200);
+  t.same(JSON.parse(res.responses[0]!.body), { url: '/a/tokenize?x=/../v1', method: 'GET', body: '' });
+  t.equal(ms.seen.at(-1)!.url, '/a/tokenize?x=/../v1');
+
+  // The gateway's own paths in disguise are the gateway's; encoded dots and slashes are refused.
+  for (const [path, status, code] of [['/./v1/models', 401, 'invalid_api_key'], ['/x/../admin/accounts', 401, 'invalid_api_key'], ['//healthz', 200, undefined],
+    ['/v%31/models', 401, 'invalid_api_key'], ['/%2e%2e/v1/models', 400, 'invalid_value'], ['/%2Fv1/models', 400, 'invalid_value'], ['/v1\\models', 400, 'invalid_value'],
+    ['/console/../v1/models', 401, 'invalid_api_key'], ['http://evil/v1/models', 400, 'invalid_value']] as const) {
+    const r = (await rawRequest(gw.url, { method: 'GET', path, headers: [['connection', 'close'], ['x-request-id', 'paths-1']], body: Buffer.alloc(0) })).responses[0]!;
+    t.equal(r.status, status, `${path}: ${status}`);
+    if (code !== undefined) {
+      const body = JSON.parse(r.body);
+      t.equal(body.code, code, `${path}: ${code}`);
+      t.same(schemas.error(body), [], `${path}: the envelope`);
+      t.equal(r.headers['x-request-id'], 'paths-1');
+      if (status === 400) t.same([body.type, body.param, body.error.code], ['invalid_request_error', null, 'invalid_value']);
+    }
+  }
+  t.equal(ms.seen.length, 1, 'the model server got only the one passthrough request');
+
+  // WebSocket upgrades take the same decision.
+  t.match(await upgrade(gw.url, '/x/../ws'), /^HTTP\/1\.1 101 /, 'an upgrade outside the gateway\'s paths is tunnelled');
+  t.same(ms.upgrades, ['/ws'], 'the model server got the normalised path');
+  t.match(await upgrade(gw.url, '/./v1/realtime'), /^HTTP\/1\.1 404 /, '/./v1/... is the gateway\'s: never tunnelled');
+  t.match(await upgrade(gw.url, '//admin'), /^HTTP\/1\.1 404 /);
+  t.match(await upgrade(gw.url, '/console/ws'), /^HTTP\/1\.1 404 /, 'the console\'s paths are the gateway\'s too');
+  t.match(await upgrade(gw.url, '/%2e%2e/v1/realtime'), /^HTTP\/1\.1 400 /, 'an encoded dot: 400');
+  t.same(ms.upgrades, ['/ws'], 'and none of those reached the model server');
 });

@@ -4,6 +4,7 @@
 // refusal). The CLI sub-commands are in cli.test.ts.
 
 import t from 'tap';
+import { rawRequest } from '../helpers/raw-request.js';
 import { request } from 'undici';
 import { DEMO_KEY, baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
 
@@ -195,8 +196,8 @@ const ROUTES: Array<[string, string]> = [
   ['/admin/usage', 'GET, HEAD'],
 ];
 const UNKNOWN = [
-  '/admin', '/admin/', '/admin/nothing', '/admin/accounts/', '/admin/accounts//credits', '/admin/keys/', '/admin/keys',
-  '/admin/sessions//revoke', '/admin/sessions/s1', '/admin/sessions/s1/revoke/x', '/admin/accounts/c1/credits/x',
+  '/admin', '/admin/', '/admin/nothing', '/admin/accounts/', '/admin/keys/', '/admin/keys',
+  '/admin/sessions/s1', '/admin/sessions/s1/revoke/x', '/admin/accounts/c1/credits/x',
   '/admin/accounts/c1/nothing', '/admin/accounts/%ZZ', '/admin/usage/x',
 ];
 
@@ -227,6 +228,28 @@ t.test('404 unknown_url for paths that name nothing', async (t) => {
   for (const path of UNKNOWN) {
     for (const method of ['GET', 'POST', 'DELETE']) expectError(t, await call(method, path), 404, 'unknown_url');
   }
+});
+
+t.test('one path, one decision (CONTRACT section 21): repeated slashes are one, dot segments resolved', async (t) => {
+  // On a raw socket: undici, as any WHATWG URL client, resolves dot segments (even %2e) before sending.
+  const raw = async (method: string, path: string, token: string | null = ADMIN): Promise<Res> => {
+    const headers: Array<[string, string]> = [['connection', 'close'], ['content-length', '0']];
+    if (token !== null) headers.push(['authorization', `Bearer ${token}`]);
+    const r = (await rawRequest(gw.url, { method, path, headers, body: Buffer.alloc(0) })).responses[0]!;
+    return { status: r.status, headers: r.headers, text: r.body };
+  };
+  for (const [path, same] of [['/admin/accounts//credits', '/admin/accounts/credits'], ['/admin/sessions//revoke', '/admin/sessions/revoke'],
+    ['/admin//accounts/c1', '/admin/accounts/c1'], ['/admin/keys/x/../../accounts/c1', '/admin/accounts/c1'], ['/x/../admin/./accounts/c1', '/admin/accounts/c1']]) {
+    for (const method of ['GET', 'POST', 'DELETE']) {
+      const [a, b] = [await raw(method, path!), await call(method, same!)];
+      t.equal(a.status, b.status, `${method} ${path} is ${method} ${same}: ${a.status}`);
+      t.equal(a.status < 300 ? a.text : JSON.parse(a.text).code, b.status < 300 ? b.text : JSON.parse(b.text).code);
+    }
+  }
+  // An encoded '.' is refused, before the token is looked at.
+  expectError(t, await raw('GET', '/admin/accounts/c1/%2e%2e/c1'), 400, 'invalid_value');
+  expectError(t, await raw('GET', '/admin/accounts/c1/%2E%2E/c1', null), 400, 'invalid_value');
+  t.equal(await balance('c1'), 10, 'nothing was changed');
 });
 
 t.test('with no admin.token every /admin path answers 404 unknown_url, whatever the token', async (t) => {

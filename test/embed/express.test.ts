@@ -63,3 +63,28 @@ t.test('as a plain node:http listener: unknown paths are 404 unknown_url', async
   t.equal(body.code, 'unknown_url');
   t.equal(body.request_id, res.headers.get('x-request-id'));
 });
+
+t.test('mounted in Express: one path, one decision (CONTRACT section 21) before the host app', async (t) => {
+  const gateway = createGateway(baseConfig(), { logger: pino({ level: 'silent' }) });
+  const app = express();
+  const hostSaw: string[] = [];
+  app.use(gateway.handler);
+  app.use((req, res) => { hostSaw.push(req.url); res.json({ from: 'host', url: req.url }); });
+  const server = createServer(app);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  t.teardown(async () => { server.closeAllConnections(); server.close(); await gateway.close(); });
+  await gateway.ready;
+  const { rawRequest } = await import('../helpers/raw-request.js');
+  const get = async (path: string) => (await rawRequest(base, { method: 'GET', path, headers: [['connection', 'close']], body: Buffer.alloc(0) })).responses[0]!;
+
+  const host = await get('/files/./a//b?q=1');
+  t.same(JSON.parse(host.body), { from: 'host', url: '/files/a/b?q=1' }, 'the host app gets the path the gateway decided on');
+  const v1 = await get('/files/../v1/models');
+  t.equal(v1.status, 401, '/files/../v1/models is the gateway\'s');
+  t.equal(JSON.parse(v1.body).code, 'invalid_api_key');
+  const refused = await get('/files/%2e%2e/v1/models');
+  t.equal(refused.status, 400);
+  t.match(JSON.parse(refused.body), { code: 'invalid_value', type: 'invalid_request_error', param: null });
+  t.same(hostSaw, ['/files/a/b?q=1'], 'the host app saw only the one request');
+});

@@ -39,8 +39,9 @@ function exactBalance(text: string): bigint {
   return BigInt(m[1]!);
 }
 
+/** Reads an account; its id percent-encoded as clients encode a path segment (unreserved characters as they are: an encoded '.' is refused, CONTRACT section 21). */
 async function account(id: string): Promise<Answer> {
-  return call('GET', `/admin/accounts/${[...Buffer.from(id)].map((b) => `%${b.toString(16).padStart(2, '0')}`).join('')}`, undefined, undefined);
+  return call('GET', `/admin/accounts/${[...Buffer.from(id)].map((b) => (/[A-Za-z0-9._~-]/.test(String.fromCharCode(b)) ? String.fromCharCode(b) : `%${b.toString(16).padStart(2, '0')}`)).join('')}`, undefined, undefined);
 }
 
 const tag = (a: Answer) => (a.status < 300 ? String(a.status) : `${assertEnvelope(a).code}:${JSON.parse(a.text).param}`);
@@ -188,7 +189,7 @@ function keyBodyRefusals(body: string | undefined, ct: string | undefined): stri
 }
 
 t.test('POST /admin/accounts/{id}/keys: a working key for an account, 404 for none', async (t) => {
-  const scenario = fc.record({ body: fc.option(rawBody, { nil: undefined }), ct: contentType, path: fc.oneof({ weight: 3, arbitrary: fc.constant(undefined) }, oddString.filter((s) => s !== '' && s.length < 200 && s !== 'demo' && s !== 'acme'), fc.constantFrom('%zz', '%', 'a%2Fb', '..', 'demo%00')) });
+  const scenario = fc.record({ body: fc.option(rawBody, { nil: undefined }), ct: contentType, path: fc.oneof({ weight: 3, arbitrary: fc.constant(undefined) }, oddString.filter((s) => s !== '' && s.length < 200 && s !== 'demo' && s !== 'acme' && s !== '.' && s !== '..'), fc.constantFrom('%zz', '%', 'a%2Fb', '..', 'demo%00')) });
   await holds(t, 'key requests', fc.asyncProperty(scenario, async ({ body, ct, path }) => {
     const { account: id } = await freshAccount(gw.url, ADMIN, 'free', 10);
     // Lone surrogates have no UTF-8 form: their bytes are what Buffer makes of them.
@@ -212,7 +213,9 @@ t.test('POST /admin/accounts/{id}/keys: a working key for an account, 404 for no
     const refusals = keyBodyRefusals(body, ct);
     if (refusals !== undefined && refusals.includes(e.code)) return;
     if (exists) assert.fail(`a key request for an existing account got ${e.code}`);
-    assert.ok(['account_not_found', 'unknown_url'].includes(e.code), `${e.code} for an account that does not exist`);
+    // An encoded '.' or '\\' in a path is refused 400 invalid_value (CONTRACT section 21), unless undici resolved it as a dot segment.
+    const allowed = ['account_not_found', 'unknown_url', ...(/%2e|%5c/i.test(target) ? ['invalid_value'] : [])];
+    assert.ok(allowed.includes(e.code), `${e.code} for an account that does not exist`);
   }), 60);
 });
 
@@ -406,7 +409,8 @@ t.test('ids in admin paths: a contract answer for any id, sessions revoked with 
   const encode = (x: string) => (/%/.test(x) ? x : [...Buffer.from(x)].map((b) => `%${b.toString(16).padStart(2, '0')}`).join(''));
   await holds(t, 'admin path ids', fc.asyncProperty(id, async (raw) => {
     const key = await call('POST', `/admin/accounts/${encode(raw)}/keys`, undefined, undefined);
-    if (key.status !== 201) assert.ok(['account_not_found', 'unknown_url', 'invalid_value'].includes(assertEnvelope(key).code), `a key for account ${JSON.stringify(raw)}`);
+    // '' makes /admin/accounts//keys: repeated slashes are one (CONTRACT section 21), POST /admin/accounts/keys.
+    if (key.status !== 201) assert.ok(['account_not_found', 'unknown_url', 'invalid_value', ...(raw === '' ? ['method_not_allowed'] : [])].includes(assertEnvelope(key).code), `a key for account ${JSON.stringify(raw)}`);
     const revoke = await call('POST', `/admin/sessions/${encode(raw)}/revoke`, undefined, undefined);
     if (revoke.status === 204) assert.equal(revoke.text, '', '204 has no body');
     else assert.ok(['unknown_url', 'invalid_value'].includes(assertEnvelope(revoke).code), `revoke of session ${JSON.stringify(raw)}: ${revoke.status}`);
