@@ -120,6 +120,7 @@ routing: { auto: [small, huge] }
   const kinds = Object.keys(shapes(1, 1, 'small'));
   let runs = 0;
   let worst = { delay: 0, what: '' };
+  const tried = new Map<string, number>();
   await fc.assert(fc.asyncProperty(
     fc.constantFrom(...kinds), fc.integer({ min: 256 * 1024, max: 4 * 1024 * 1024 }), fc.constantFrom('small', 'huge', 'auto'), fc.nat(),
     async (kind, size, model, seed) => {
@@ -140,6 +141,7 @@ routing: { auto: [small, huge] }
       let delay = first.delay;
       for (let i = 0; i < 2 && delay > MAX_DELAY_MS; i++) delay = Math.min(delay, (await send()).delay);
       runs++;
+      tried.set(kind, (tried.get(kind) ?? 0) + 1);
       const what = `${kind} ${model} ${(body.length / 1048576).toFixed(1)} MB -> ${res.statusCode}`;
       if (delay > worst.delay) worst = { delay, what };
       if (res.statusCode >= 500) throw new Error(`${what}: a 5xx: ${text.slice(0, 300)}`);
@@ -153,5 +155,5 @@ routing: { auto: [small, huge] }
     },
   ), { seed: SEED, numRuns: 20 });
   t.equal(runs, 20, 'every generated body was sent');
-  t.comment(`worst event-loop delay: ${worst.delay.toFixed(1)} ms (${worst.what})`);
+  t.comment(`worst event-loop delay: ${worst.delay.toFixed(1)} ms (${worst.what}); shapes tried: ${[...tried].map(([k, n]) => `${k} ${n}`).join(', ')}`);
 });
