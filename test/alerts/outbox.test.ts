@@ -161,6 +161,12 @@ for (const [name, open] of Object.entries(kinds)) {
     t.strictSame(await a.due(T0 + 10, 100, h2), ['evt_2', 'evt_3', 'evt_4', 'evt_5']);
     t.strictSame(await a.due(T0 + 10, 100), ['evt_2', 'evt_3', 'evt_4', 'evt_5'], 'the whole due set: evt_1 waits for h1 only');
 
+    // Appended within one millisecond: taken in the order appended (ids that sort otherwise).
+    const burst = ['evt_z', 'evt_y', 'evt_x', 'evt_c', 'evt_b', 'evt_a'];
+    for (const id of burst) await a.append({ ...ev(9), id }, ['http://burst'], T0 + 20);
+    t.strictSame(await a.due(T0 + 20, 100, 'http://burst'), burst, 'in append order, due at the time appended');
+    t.strictSame(await a.due(T0 + 19, 100, 'http://burst'), [], 'not before');
+
     // Leases per delivery: h1's does not hold h2's, nor the event's.
     t.equal(await a.lease('evt_3', 'one', 60_000, T0, h1), true);
     t.equal(await a.lease('evt_3', 'two', 60_000, T0, h1), false);

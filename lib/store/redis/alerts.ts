@@ -37,15 +37,18 @@ export interface AlertScripts {
 export const ALERT_KEYED_SCRIPTS: Record<'tgAlertAppend', { lua: string }> = {
   // 1 appended, 0 there already (nothing changed). ARGV[6..]: delivery JSONs, each pending and
   // due at ARGV[3]; the field is d: + its webhook (decoded here to name it); KEYS[5..]: each
-  // one's webhook due set, in the same order.
+  // one's webhook due set, in the same order, where it is scored a fraction of a millisecond
+  // before ARGV[3] by its sequence number, so that a lane takes events appended within one
+  // millisecond in the order they were (equal scores would order them by id).
   tgAlertAppend: { lua: `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local seq = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'ev', ARGV[2], 'seq', seq)
+local first = string.format('%.4f', tonumber(ARGV[3]) - 1 + (seq % 1024 + 1) / 1024)
 for i = 6, #ARGV do
   local d = cjson.decode(ARGV[i])
   redis.call('HSET', KEYS[1], 'd:' .. d.webhook, ARGV[i])
-  redis.call('ZADD', KEYS[i - 1], ARGV[3], ARGV[1])
+  redis.call('ZADD', KEYS[i - 1], first, ARGV[1])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[3], seq, ARGV[1])
