@@ -23,7 +23,7 @@ import { Limits } from './limits/limits.js';
 import type { Slots } from './limits/slots.js';
 import type { StoreHandle } from './store/index.js';
 import type { Store } from './store/types.js';
-import { countUpTo, promptParts } from './tokens/count.js';
+import { countEach, countUpTo, promptParts } from './tokens/count.js';
 import { UpstreamTokens } from './tokens/upstream.js';
 import type { ChatRequest, PlainPrompts } from './schema/chat.js';
 import type { Circuit, Health } from './upstream/health.js';
@@ -198,6 +198,19 @@ export class GatewayState {
     const remote = model.tokenizer === 'upstream' ? this.#upstreamTokens.get(model.provider) : undefined;
     if (remote === undefined) return countUpTo(model.tokenizer, [text], 0, limit);
     return remote.count(text, model.upstream_model ?? model.id, undefined, limit);
+  }
+
+  /**
+   * Tokens of each of many texts (rerank's, score's, embeddings' inputs), each counted no
+   * further than `limit`: as one job that gives the event loop back every few milliseconds
+   * (CONTRACT section 21), or the server's own counts for `tokenizer: upstream`.
+   */
+  async textsTokens(texts: readonly string[], model: ModelConfig, limit = Infinity): Promise<number[]> {
+    const remote = model.tokenizer === 'upstream' ? this.#upstreamTokens.get(model.provider) : undefined;
+    if (remote === undefined) return countEach(model.tokenizer, texts, limit);
+    const counts: number[] = [];
+    for (const text of texts) counts.push(await remote.count(text, model.upstream_model ?? model.id, undefined, limit));
+    return counts;
   }
 
   /** The model's provider, then its fallbacks, in order. */

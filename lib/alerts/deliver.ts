@@ -1,56 +1,41 @@
 // The delivery worker: POSTs each event in the outbox (../store/alerts.ts) to its webhooks,
 // signed, and retries what fails with exponential backoff and jitter for 24 hours from the
-// event, then gives up (`failed`). One instance delivers an event at a time: it takes the
-// event's lease in the store first (SET NX PX on Redis), held for longer than an attempt can
-// last; an instance that crashed mid-delivery leaves a lease that runs out, and whoever finds
-// the event due then (another instance, or this one restarted) delivers it: at least once,
-// receivers dedupe by id (x-tollgate-event-id).
+// event, then gives up (`failed`) (./retry.ts).
 //
-// The clock is injectable (tests simulate hours); the HTTP calls are undici's, one Pool per
-// webhook origin (../upstream/undici.ts: without undici's whole index), each attempt bounded by
+// Webhooks are delivered independently (CONTRACT section 21): one lane per webhook (./lane.ts),
+// each with its own queue, pool and loop, so a receiver that hangs delays only its own lane.
+// Each delivery holds the lease of its (event, webhook) pair in the store (SET NX PX on Redis),
+// held for longer than an attempt can last; an instance that crashed mid-delivery leaves a
+// lease that runs out, and whoever finds the delivery due then (another instance, or this one
+// restarted) delivers it: at least once, receivers dedupe by id (x-tollgate-event-id).
+//
+// Beside the lanes, a sweep reads the outbox's due events as a whole: a due delivery to a
+// webhook that left the config is marked `failed` (nobody to deliver to), and one to a webhook
+// that has a lane is offered to it (a lane reads its webhook's own due set; the sweep also
+// finds deliveries no such set lists, e.g. appended by an older build). A reload adds lanes
+// for new webhooks and stops those of removed ones (their attempt in flight is let finish).
+//
+// The clock is injectable (tests simulate hours); the HTTP calls are undici's, one Pool per lane
+// (../upstream/undici.ts: without undici's whole index), each attempt bounded by
 // alerts.delivery_timeout_ms.
 
-import { createHmac, randomBytes } from 'node:crypto';
-import { Pool } from '../upstream/undici.js';
+import { randomBytes } from 'node:crypto';
 import type { AlertWebhookConfig } from '../config/types.js';
 import type { Logger } from '../observe/log.js';
-import type { AlertDelivery, AlertEvent, AlertOutbox } from '../store/alerts.js';
+import type { AlertOutbox } from '../store/alerts.js';
+import { Lane, safeUrl } from './lane.js';
+import type { Clock } from './retry.js';
 
-/** Events are retried this long after they happened; then their pending deliveries fail. */
-export const RETRY_WINDOW_MS = 24 * 3600_000;
-/** The first retry's delay; each next one doubles, up to MAX_DELAY_MS. */
-export const FIRST_DELAY_MS = 30_000;
-export const MAX_DELAY_MS = 3600_000;
-/** Jitter: a delay is scaled by 1 + JITTER x (2 x random - 1). */
-export const JITTER = 0.2;
+export { FIRST_DELAY_MS, JITTER, MAX_DELAY_MS, RETRY_WINDOW_MS, afterAttempt, retryDelay, signature, type Clock } from './retry.js';
 
-export interface Clock { now(): number }
-
-/** `x-tollgate-signature` of a body: sha256= and the hex HMAC-SHA256 of its exact bytes. */
-export function signature(secret: string, body: string | Buffer): string {
-  return `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`;
-}
-
-/** The delay before attempt `attempts + 1`, after `attempts` failed ones (>= 1); `random` in [0, 1). */
-export function retryDelay(attempts: number, random: number): number {
-  const base = Math.min(FIRST_DELAY_MS * 2 ** Math.min(attempts - 1, 30), MAX_DELAY_MS);
-  return Math.round(base * (1 + JITTER * (2 * random - 1)));
-}
-
-/** The delivery after an attempt that ended with `status` (null: no answer) at `now`. */
-export function afterAttempt(d: AlertDelivery, eventAt: number, status: number | null, now: number, random: number): AlertDelivery {
-  const attempts = d.attempts + 1;
-  if (status !== null && status >= 200 && status < 300) return { ...d, state: 'delivered', attempts, last_status: status, next_at: now };
-  const next = now + retryDelay(attempts, random);
-  if (next > eventAt + RETRY_WINDOW_MS) return { ...d, state: 'failed', attempts, last_status: status, next_at: now };
-  return { ...d, state: 'pending', attempts, last_status: status, next_at: next };
-}
+/** Due events the sweep looks at per pass. */
+const SWEEP_PAGE = 100;
 
 export interface WorkerOptions {
   clock?: Clock;
   /** In [0, 1): jitter's source (tests fix it). */
   random?: () => number;
-  /** How often the outbox is looked at (real time). Default 1000. */
+  /** How often each lane (and the sweep) looks at the outbox (real time). Default 1000. */
   pollMs?: number;
   logger?: Logger;
 }
@@ -63,13 +48,15 @@ export class DeliveryWorker {
   readonly #logger: Logger | undefined;
   /** This instance, as a lease's owner. */
   readonly owner = randomBytes(9).toString('base64url');
-  readonly #pools = new Map<string, Pool>();
-  #webhooks: readonly AlertWebhookConfig[] = [];
+  /** Per webhook URL (its identity across reloads), its lane. */
+  readonly #lanes = new Map<string, Lane>();
+  /** Lanes of removed webhooks, finishing their attempt in flight. */
+  readonly #retiring = new Set<Promise<void>>();
   #timeoutMs = 10_000;
   #timer: NodeJS.Timeout | undefined;
-  #running: Promise<void> | undefined;
+  #sweeping: Promise<void> | undefined;
+  #started = false;
   #stopped = false;
-  readonly #abort = new AbortController();
 
   constructor(outbox: AlertOutbox, options: WorkerOptions = {}) {
     this.#outbox = outbox;
@@ -79,18 +66,38 @@ export class DeliveryWorker {
     this.#logger = options.logger;
   }
 
-  /** The webhooks and timeout in force (a reload calls it again). */
+  /** The webhooks and timeout in force (a reload calls it again): lanes added, updated, stopped. */
   configure(webhooks: readonly AlertWebhookConfig[], timeoutMs: number): void {
-    this.#webhooks = webhooks;
     this.#timeoutMs = timeoutMs;
+    const urls = new Set(webhooks.map((w) => w.url));
+    for (const [url, lane] of this.#lanes) {
+      if (urls.has(url)) continue;
+      this.#lanes.delete(url);
+      const done = lane.stop();
+      this.#retiring.add(done);
+      void done.finally(() => this.#retiring.delete(done));
+    }
+    if (this.#stopped) return;
+    for (const hook of webhooks) {
+      const lane = this.#lanes.get(hook.url);
+      if (lane !== undefined) {
+        lane.configure(hook, timeoutMs);
+        continue;
+      }
+      const added = new Lane({ outbox: this.#outbox, clock: this.#clock, random: this.#random, logger: this.#logger, owner: this.owner }, hook, timeoutMs);
+      this.#lanes.set(hook.url, added);
+      if (this.#started) added.start(this.#pollMs);
+    }
   }
 
-  /** Looks at the outbox every pollMs until stop(). */
+  /** Starts every lane and the sweep, each looking at the outbox every pollMs, until stop(). */
   start(): void {
-    if (this.#timer !== undefined || this.#stopped) return;
+    if (this.#started || this.#stopped) return;
+    this.#started = true;
+    for (const lane of this.#lanes.values()) lane.start(this.#pollMs);
     const loop = (): void => {
       this.#timer = setTimeout(() => {
-        void this.tick().finally(() => { if (!this.#stopped) loop(); });
+        void this.#sweep().finally(() => { if (!this.#stopped) loop(); });
       }, this.#pollMs);
       this.#timer.unref();
     };
@@ -98,20 +105,30 @@ export class DeliveryWorker {
   }
 
   /**
-   * Delivers every delivery due now (one pass; tests call it with their clock). Passes never
-   * overlap: a call during one waits for it.
+   * Delivers every delivery due now (one pass of the sweep, then one of every lane, the lanes
+   * side by side; tests call it with their clock). A lane's passes never overlap.
    */
   async tick(): Promise<void> {
-    while (this.#running !== undefined) await this.#running;
     if (this.#stopped) return;
-    this.#running = this.#pass().finally(() => { this.#running = undefined; });
-    return this.#running;
+    await this.#sweep();
+    await Promise.all([...this.#lanes.values()].map((l) => l.tick()));
   }
 
-  async #pass(): Promise<void> {
+  /** The lane of a webhook URL, if it has one (tests). */
+  lane(url: string): Lane | undefined {
+    return this.#lanes.get(url);
+  }
+
+  #sweep(): Promise<void> {
+    this.#sweeping ??= this.#sweepPass().finally(() => { this.#sweeping = undefined; });
+    return this.#sweeping;
+  }
+
+  async #sweepPass(): Promise<void> {
+    const now = this.#clock.now();
     let ids: string[];
     try {
-      ids = await this.#outbox.due(this.#clock.now(), 100);
+      ids = await this.#outbox.due(now, SWEEP_PAGE);
     } catch (err) {
       this.#logger?.warn({ err: (err as Error).message }, 'alerts: the outbox cannot be read; delivery waits for the store');
       return;
@@ -119,89 +136,43 @@ export class DeliveryWorker {
     for (const id of ids) {
       if (this.#stopped) return;
       try {
-        await this.#deliverEvent(id);
+        const stored = await this.#outbox.get(id);
+        for (const d of stored?.deliveries ?? []) {
+          if (d.state !== 'pending' || d.next_at > now) continue;
+          const lane = this.#lanes.get(d.webhook);
+          if (lane !== undefined) lane.offer(id);
+          else await this.#orphaned(id, d.webhook);
+        }
       } catch (err) {
-        this.#logger?.warn({ event_id: id, err: (err as Error).message }, 'alerts: delivery pass failed; retried at the next pass');
+        this.#logger?.warn({ event_id: id, err: (err as Error).message }, 'alerts: delivery sweep failed; retried at the next pass');
       }
     }
   }
 
-  async #deliverEvent(id: string): Promise<void> {
-    // Longer than one attempt per webhook can take, so the lease outlives the work it covers.
-    const leaseMs = this.#timeoutMs * Math.max(1, this.#webhooks.length) + 5000;
-    if (!(await this.#outbox.lease(id, this.owner, leaseMs, this.#clock.now()))) return;
+  /** A due delivery to a webhook that left the config: nobody to deliver to, so `failed`. */
+  async #orphaned(id: string, webhook: string): Promise<void> {
+    const owner = `${this.owner}.sweep`;
+    if (this.#stopped || !(await this.#outbox.lease(id, owner, this.#timeoutMs + 5000, this.#clock.now(), webhook))) return;
     try {
-      const stored = await this.#outbox.get(id);
-      if (stored === undefined) return;
-      const eventAt = Date.parse(stored.event.at);
-      const body = JSON.stringify(stored.event);
-      for (const d of stored.deliveries) {
-        const now = this.#clock.now();
-        if (d.state !== 'pending' || d.next_at > now || this.#stopped) continue;
-        const hook = this.#webhooks.find((w) => w.url === d.webhook);
-        if (hook === undefined) {
-          // The webhook left the config: nobody to deliver to.
-          await this.#outbox.update(id, { ...d, state: 'failed', next_at: now });
-          continue;
-        }
-        const status = await this.#post(hook, stored.event, body);
-        const next = afterAttempt(d, eventAt, status, this.#clock.now(), this.#random());
-        await this.#outbox.update(id, next);
-        if (next.state !== 'delivered') {
-          this.#logger?.warn({ event_id: id, type: stored.event.type, webhook: safeUrl(hook.url), status, attempts: next.attempts, state: next.state }, 'alerts: webhook delivery failed');
-        }
-      }
+      const d = (await this.#outbox.get(id))?.deliveries.find((x) => x.webhook === webhook);
+      if (d === undefined || d.state !== 'pending' || this.#lanes.has(webhook)) return;
+      await this.#outbox.update(id, { ...d, state: 'failed', next_at: this.#clock.now() });
+      this.#logger?.warn({ event_id: id, webhook: safeUrl(webhook) }, 'alerts: webhook no longer configured; its delivery failed');
     } finally {
-      await this.#outbox.unlease(id, this.owner).catch(() => undefined);
-    }
-  }
-
-  /** One POST: the answer's status, or null when none came in time (or no connection). */
-  async #post(hook: AlertWebhookConfig, event: AlertEvent, body: string): Promise<number | null> {
-    const url = new URL(hook.url);
-    let pool = this.#pools.get(url.origin);
-    if (pool === undefined) {
-      pool = new Pool(url.origin, { connections: 4, connectTimeout: this.#timeoutMs, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs });
-      this.#pools.set(url.origin, pool);
-    }
-    const signal = AbortSignal.any([AbortSignal.timeout(this.#timeoutMs), this.#abort.signal]);
-    try {
-      const res = await pool.request({
-        method: 'POST', path: `${url.pathname}${url.search}`, body, signal,
-        headers: {
-          'content-type': 'application/json', 'x-tollgate-event-id': event.id, 'x-tollgate-signature': signature(hook.secret, body),
-          'user-agent': 'tollgate-alerts',
-        },
-      });
-      // The body is not used; read to the end so the connection is reused.
-      await res.body.dump({ limit: 65536, signal });
-      return res.statusCode;
-    } catch {
-      return null;
+      await this.#outbox.unlease(id, owner, webhook).catch(() => undefined);
     }
   }
 
   /**
-   * Stops: no new pass or attempt begins; an attempt in flight is let finish (bounded by the
-   * delivery timeout) and its outcome recorded; then the pools close. A delivery left pending
-   * is picked up after its lease by whichever instance runs next.
+   * Stops: no new pass or attempt begins; each lane's attempt in flight is let finish (bounded
+   * by the delivery timeout) and its outcome recorded; then the pools close. A delivery left
+   * pending is picked up after its lease by whichever instance runs next.
    */
   async stop(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#timer);
-    await this.#running?.catch(() => undefined);
-    this.#abort.abort();
-    await Promise.allSettled([...this.#pools.values()].map((p) => p.close()));
-    this.#pools.clear();
-  }
-}
-
-/** A webhook's URL for the log: no user info, no query (a token may ride there). */
-function safeUrl(u: string): string {
-  try {
-    const url = new URL(u);
-    return `${url.origin}${url.pathname}`;
-  } catch {
-    return '[unparsable]';
+    const lanes = [...this.#lanes.values()];
+    await Promise.allSettled([this.#sweeping, ...lanes.map((l) => l.stop()), ...this.#retiring]);
+    this.#lanes.clear();
   }
 }

@@ -17,6 +17,7 @@ import { sendJson } from '../http/respond.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { GatewayState } from '../state.js';
 import { base64, parseEmbeddings } from '../dialects/embeddings/index.js';
+import { joinSliced } from '../slice.js';
 
 export async function serveEmbeddings(
   state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
@@ -35,11 +36,13 @@ export async function serveEmbeddings(
     maxOutputTokens: 0, imageCount: 0, body: {},
   };
   state.policy.check(request.messages);
+  // Each text counted no further than the model could take (an input past that is refused all
+  // the same), as one job that gives the event loop back (CONTRACT section 21).
+  const counted = await state.textsTokens(texts, model, model.context_window);
   let prompt = 0;
-  for (let i = 0; i < e.input.length; i++) {
+  for (let i = 0, t = 0; i < e.input.length; i++) {
     const x = e.input[i]!;
-    // Counted no further than the model could take: an input past that is refused all the same.
-    const n = typeof x === 'string' ? await state.textTokens(x, model, model.context_window) : x.length;
+    const n = typeof x === 'string' ? counted[t++]! : x.length;
     if (n > model.context_window) {
       throw new GatewayError('context_length_exceeded',
         `Input ${i} has at least ${n} tokens; the model '${model.id}' takes at most ${model.context_window}.`, { param: 'input' });
@@ -67,10 +70,11 @@ export async function serveEmbeddings(
         await admitted.charge.settle(ctx.usage);
         if (res.destroyed) return;
         ctx.ttftMs = performance.now() - ctx.start;
-        const data = result.vectors.map((v, index) => ({ object: 'embedding', index, embedding: e.base64 ? base64(v) : v }));
-        sendJson(res, 200, JSON.stringify({
-          object: 'list', data, model: model.id, usage: { prompt_tokens: tokens, total_tokens: tokens },
-        }), answerHeaders(ctx, result.headers));
+        // Rendered in slices: 2048 vectors of thousands of numbers are tens of MB of JSON.
+        const data = await joinSliced(result.vectors, (v, index) => JSON.stringify({ object: 'embedding', index, embedding: e.base64 ? base64(v) : v }));
+        if (res.destroyed) return;
+        const usage = JSON.stringify({ prompt_tokens: tokens, total_tokens: tokens });
+        sendJson(res, 200, `{"object":"list","data":[${data}],"model":${JSON.stringify(model.id)},"usage":${usage}}`, answerHeaders(ctx, result.headers));
         return;
       } catch (err) {
         if (!attempts.canFallBack(err)) throw err;

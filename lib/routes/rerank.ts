@@ -35,9 +35,12 @@ export async function serveRerank(
     maxOutputTokens: 0, imageCount: 0, body: {},
   };
   state.policy.check(request.messages);
-  // Each distinct text counted once, no further than the model could take; a pair is its two.
+  // Each text counted no further than the model could take, as one job that gives the event
+  // loop back (CONTRACT section 21; a repeated text is remembered, not counted again); a pair
+  // is its two.
+  const counted = await state.textsTokens(r.texts, model, model.context_window);
   const counts = new Map<string, number>();
-  for (const t of r.texts) counts.set(t, await state.textTokens(t, model, model.context_window));
+  for (let i = 0; i < r.texts.length; i++) counts.set(r.texts[i]!, counted[i]!);
   let prompt = 0;
   for (let i = 0; i < r.pairs.length; i++) {
     const [a, b] = r.pairs[i]!;
@@ -70,7 +73,8 @@ export async function serveRerank(
         await admitted.charge.settle(ctx.usage);
         if (res.destroyed) return;
         ctx.ttftMs = performance.now() - ctx.start;
-        const answer = route === 'rerank' ? renderRerank(r, model.id, result.scores, tokens) : renderScore(model.id, result.scores, tokens);
+        const answer = route === 'rerank' ? await renderRerank(r, model.id, result.scores, tokens) : await renderScore(model.id, result.scores, tokens);
+        if (res.destroyed) return;
         sendJson(res, 200, answer, answerHeaders(ctx, result.headers));
         return;
       } catch (err) {

@@ -1,5 +1,6 @@
 // The alerts outbox as both stores keep it (./memory/alerts.ts, ./redis/alerts.ts): events
-// appended once by id, a delivery state per (event, webhook), a lease per event so that one
+// appended once by id, a delivery state per (event, webhook), what is due per webhook (each
+// webhook's lane in ../alerts/lane.ts reads its own), a lease per (event, webhook) so that one
 // instance delivers it at a time, the wallet.low armed flag per account, and the keys that
 // expire soon. What is detected and how it is delivered is ../alerts/.
 
@@ -64,16 +65,20 @@ export interface AlertOutbox {
    * resolves.
    */
   append(event: AlertEvent, webhooks: readonly string[], now: number): Promise<boolean>;
-  /** Ids of events with a pending delivery due at or before `now`, earliest due first. */
-  due(now: number, limit: number): Promise<string[]>;
+  /**
+   * Ids of events with a pending delivery due at or before `now`, earliest due first; with
+   * `webhook`, only those whose delivery to that webhook is (ordered by its own next_at).
+   */
+  due(now: number, limit: number, webhook?: string): Promise<string[]>;
   get(id: string): Promise<StoredAlert | undefined>;
   /**
-   * Takes the event's delivery lease for `ttlMs` (SET NX PX): true when `owner` now holds it
-   * (an expired lease is taken over; the owner's own lease is extended).
+   * Takes the delivery lease of the event (with `webhook`: of its delivery to that webhook
+   * only, the one delivery uses) for `ttlMs` (SET NX PX): true when `owner` now holds it (an
+   * expired lease is taken over; the owner's own lease is extended).
    */
-  lease(id: string, owner: string, ttlMs: number, now: number): Promise<boolean>;
+  lease(id: string, owner: string, ttlMs: number, now: number, webhook?: string): Promise<boolean>;
   /** Gives the lease back, if `owner` still holds it. */
-  unlease(id: string, owner: string): Promise<void>;
+  unlease(id: string, owner: string, webhook?: string): Promise<void>;
   /** Replaces one webhook's delivery state of the event (a webhook it does not have is added). */
   update(id: string, delivery: AlertDelivery): Promise<void>;
   /** Newest first, `limit` a page (1..1000); `cursor` from the previous page. */

@@ -114,8 +114,8 @@ export class GuardedStore implements Store {
   get alerts(): AlertOutbox {
     const a = this.#inner.alerts;
     return this.#alerts ??= {
-      append: (e, w, now) => guard(a.append(e, w, now)), due: (now, limit) => guard(a.due(now, limit)), get: (id) => guard(a.get(id)),
-      lease: (id, owner, ttl, now) => guard(a.lease(id, owner, ttl, now)), unlease: (id, owner) => guard(a.unlease(id, owner)),
+      append: (e, w, now) => guard(a.append(e, w, now)), due: (now, limit, hook) => guard(a.due(now, limit, hook)), get: (id) => guard(a.get(id)),
+      lease: (id, owner, ttl, now, hook) => guard(a.lease(id, owner, ttl, now, hook)), unlease: (id, owner, hook) => guard(a.unlease(id, owner, hook)),
       update: (id, d) => guard(a.update(id, d)), list: (limit, cursor) => guard(a.list(limit, cursor)),
       armWallet: (account, armed) => guard(a.armWallet(account, armed)), expiringKeys: (from, until) => guard(a.expiringKeys(from, until)),
     };

@@ -10,6 +10,7 @@ import type { Tokenizer } from '@huggingface/tokenizers';
 import { LRUCache } from 'lru-cache';
 import type { TokenizerName, TokenizerSpec } from '../config/types.js';
 import type { ChatMessage } from '../schema/chat.js';
+import { Slice } from '../slice.js';
 import { loadEncoding } from './bpe.js';
 
 export type CountFn = (text: string) => number;
@@ -35,8 +36,6 @@ const RUN_PIECE = 256;
 const SEGMENT = 8192;
 /** Texts shorter than this are counted afresh: hashing them costs about as much. */
 const MEMO_MIN_CHARS = 64;
-/** Counting gives the event loop back after this long (CONTRACT section 16: a few ms at most). */
-const SLICE_MS = 2;
 
 function isSpace(c: number): boolean {
   return c <= 32 || c === 0x85 || c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
@@ -63,28 +62,6 @@ function segmentEnd(text: string, from: number): number {
     }
   }
   return n;
-}
-
-/**
- * The time counting may still take before it gives the event loop back; one per counting job
- * (a request's prompt), so that many texts of one prompt share it.
- */
-class Slice {
-  #until = performance.now() + SLICE_MS;
-  /** Characters counted since the clock was last read: it is read once per SEGMENT of them. */
-  #chars = 0;
-
-  /** Undefined while time is left (`chars` more were just counted), else resolves after other work had its turn. */
-  pause(chars: number): Promise<void> | undefined {
-    this.#chars += chars;
-    if (this.#chars < SEGMENT) return undefined;
-    this.#chars = 0;
-    if (performance.now() < this.#until) return undefined;
-    return new Promise<void>((resolve) => setImmediate(() => {
-      this.#until = performance.now() + SLICE_MS;
-      resolve();
-    }));
-  }
 }
 
 /** A loaded tokenizer: its raw counter (one segment) and the counts of texts it saw. */
@@ -291,4 +268,24 @@ export async function countUpTo(spec: TokenizerSpec, texts: readonly string[], f
     if (pause !== undefined) await pause;
   }
   return total;
+}
+
+/**
+ * The tokens of each of `texts` under `spec`, each counted no further than needed to pass
+ * `limit` (then some count above it): many texts of one request (rerank's documents, score's
+ * pairs, embeddings' inputs) as one job, giving the event loop back every few milliseconds
+ * however many there are (CONTRACT section 21), where counting each alone never would (a text
+ * of a segment or less is counted at once).
+ */
+export async function countEach(spec: TokenizerSpec, texts: readonly string[], limit: number, slice = new Slice()): Promise<number[]> {
+  const t = tokenizer(spec);
+  const counts = new Array<number>(texts.length);
+  for (let i = 0; i < texts.length; i++) {
+    const text = texts[i]!;
+    const n = t.upTo(text, limit, slice);
+    counts[i] = typeof n === 'number' ? n : await n;
+    const pause = slice.pause(text.length);
+    if (pause !== undefined) await pause;
+  }
+  return counts;
 }

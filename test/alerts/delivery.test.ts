@@ -161,13 +161,13 @@ for (const kind of ['memory', 'redis'] as const) {
     t.teardown(() => rx.close());
     const e = event(clock);
     await outbox.append(e, [rx.url], clock.now());
-    // The crashed instance took the lease and never gave it back.
-    t.equal(await outbox.lease(e.id, 'crashed-instance', 3000, clock.now()), true);
+    // The crashed instance took the lease of the delivery and never gave it back.
+    t.equal(await outbox.lease(e.id, 'crashed-instance', 3000, clock.now(), rx.url), true);
     const w = worker(outbox, clock, [rx]);
     t.teardown(() => w.stop());
     await w.tick();
     t.equal(rx.received.length, 0, 'nobody delivers while the lease holds');
-    t.equal(await outbox.lease(e.id, 'third', 3000, clock.now()), false);
+    t.equal(await outbox.lease(e.id, 'third', 3000, clock.now(), rx.url), false);
     // Redis counts a lease in its own time; the memory store in the worker's clock.
     clock.advance(3100);
     if (kind === 'redis') await new Promise((r) => setTimeout(r, 3100));
@@ -271,7 +271,7 @@ t.test('stop() (the SIGTERM drain) lets the attempt in flight finish and records
   t.match((await store.alerts.get(second.id))!.deliveries[0], { state: 'pending', attempts: 0 }, 'the next one was left for whoever runs next');
   await w.tick();
   t.equal(rx.received.length, 1, 'a stopped worker sends nothing');
-  t.equal(await store.alerts.lease(first.id, 'other', 1000, clock.now()), true, 'its leases were given back');
+  t.equal(await store.alerts.lease(first.id, 'other', 1000, clock.now(), rx.url), true, 'its leases were given back');
 });
 
 t.test('redis: two gateways, both delivering: each event once per webhook', async (t) => {

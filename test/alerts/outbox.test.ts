@@ -132,3 +132,54 @@ for (const [name, open] of Object.entries(kinds)) {
     }
   });
 }
+
+// Per webhook (CONTRACT section 21: each webhook's lane reads its own): a due set per webhook,
+// ordered by that delivery's own next_at, and a lease per (event, webhook) that never blocks
+// another webhook's delivery of the same event.
+for (const [name, open] of Object.entries(kinds)) {
+  t.test(`${name}: due per webhook, lease per delivery`, async (t) => {
+    const opened = await open(t);
+    let store = opened.store;
+    t.teardown(() => store.close());
+    let a: AlertOutbox = store.alerts;
+    const h1 = 'http://h1.example/hook?token={x}';
+    const h2 = 'http://h2.example/hook';
+    for (let i = 1; i <= 4; i++) await a.append(ev(i), [h1, h2], T0 + i);
+    await a.append(ev(5), [h2], T0 + 5);
+    t.strictSame(await a.due(T0 + 10, 100, h1), ['evt_1', 'evt_2', 'evt_3', 'evt_4'], 'h1: its events, in order');
+    t.strictSame(await a.due(T0 + 10, 100, h2), ['evt_1', 'evt_2', 'evt_3', 'evt_4', 'evt_5']);
+    t.strictSame(await a.due(T0 + 10, 2, h2), ['evt_1', 'evt_2'], 'a page');
+    t.strictSame(await a.due(T0 + 10, 100, 'http://other'), [], 'a webhook with none');
+
+    // h1 fails evt_1 (retry later) and delivers evt_2: h2 is not concerned.
+    await a.update('evt_1', { webhook: h1, state: 'pending', attempts: 1, last_status: null, next_at: T0 + 1000 });
+    await a.update('evt_2', { webhook: h1, state: 'delivered', attempts: 1, last_status: 204, next_at: T0 + 10 });
+    t.strictSame(await a.due(T0 + 10, 100, h1), ['evt_3', 'evt_4']);
+    t.strictSame(await a.due(T0 + 1000, 100, h1), ['evt_3', 'evt_4', 'evt_1'], 'by its own next_at');
+    t.strictSame(await a.due(T0 + 10, 100, h2), ['evt_1', 'evt_2', 'evt_3', 'evt_4', 'evt_5'], 'h2 unchanged');
+    await a.update('evt_1', { webhook: h2, state: 'failed', attempts: 30, last_status: 500, next_at: T0 + 10 });
+    t.strictSame(await a.due(T0 + 10, 100, h2), ['evt_2', 'evt_3', 'evt_4', 'evt_5']);
+    t.strictSame(await a.due(T0 + 10, 100), ['evt_2', 'evt_3', 'evt_4', 'evt_5'], 'the whole due set: evt_1 waits for h1 only');
+
+    // Appended within one millisecond: taken in the order appended (ids that sort otherwise).
+    const burst = ['evt_z', 'evt_y', 'evt_x', 'evt_c', 'evt_b', 'evt_a'];
+    for (const id of burst) await a.append({ ...ev(9), id }, ['http://burst'], T0 + 20);
+    t.strictSame(await a.due(T0 + 20, 100, 'http://burst'), burst, 'in append order, due at the time appended');
+    t.strictSame(await a.due(T0 + 19, 100, 'http://burst'), [], 'not before');
+
+    // Leases per delivery: h1's does not hold h2's, nor the event's.
+    t.equal(await a.lease('evt_3', 'one', 60_000, T0, h1), true);
+    t.equal(await a.lease('evt_3', 'two', 60_000, T0, h1), false);
+    t.equal(await a.lease('evt_3', 'two', 60_000, T0, h2), true, 'another webhook of the same event');
+    t.equal(await a.lease('evt_3', 'two', 60_000, T0), true, 'the event as a whole');
+    await a.unlease('evt_3', 'one', h1);
+    t.equal(await a.lease('evt_3', 'two', 60_000, T0, h1), true, 'given back');
+
+    if (opened.reopen !== undefined) {
+      await store.close();
+      store = await opened.reopen();
+      a = store.alerts;
+      t.strictSame(await a.due(T0 + 1000, 100, h1), ['evt_3', 'evt_4', 'evt_1'], 'the per-webhook due survives a reopen');
+    }
+  });
+}

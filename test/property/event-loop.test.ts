@@ -1,5 +1,6 @@
-// Property (CONTRACT section 16): whatever shape a hostile body takes (one huge text, many
-// messages, many parts, long tool arguments or names, many embedding inputs, many small values
+// Property (CONTRACT sections 16 and 21): whatever shape a hostile body takes (one huge text, many
+// messages, many parts, long tool arguments or names, many embedding inputs, many rerank
+// documents or score pairs, many small values
 // in an ignored member, deep nesting), refusing or serving it never holds the gateway's event loop for long, and the answer
 // is a contract status and code, never a 500. The gateway runs as the operator runs it (`tollgate
 // serve` on a YAML file); its own event-loop delay monitor (a preload, event-loop-probe.mjs)
@@ -38,6 +39,12 @@ function words(chars: number, seed: number): string {
 
 type Shape = { route: string; body: unknown };
 
+/** `size` characters as up to 2,048 texts of at least 1,000 characters each. */
+function many(size: number, seed: number): string[] {
+  const count = Math.min(2048, Math.max(1, Math.floor(size / 1000)));
+  return Array.from({ length: count }, (_, i) => words(Math.floor(size / count), seed + i));
+}
+
 const shapes = (size: number, seed: number, model: string): Record<string, Shape> => ({
   oneText: { route: '/v1/chat/completions', body: { model, messages: [{ role: 'user', content: words(size, seed) }] } },
   manyMessages: {
@@ -64,6 +71,10 @@ const shapes = (size: number, seed: number, model: string): Record<string, Shape
   countTokens: { route: '/v1/messages/count_tokens', body: { model, messages: [{ role: 'user', content: words(size, seed) }] } },
   responses: { route: '/v1/responses', body: { model, input: words(size, seed) } },
   embeddings: { route: '/v1/embeddings', body: { model: 'embed', input: Array.from({ length: 64 }, (_, i) => words(Math.floor(size / 64), seed + i)) } },
+  // Many texts of one request (CONTRACT section 21): up to 2,048 documents, pairs or inputs.
+  rerankMany: { route: '/v1/rerank', body: { model: 'rr', query: words(64, seed), documents: many(size, seed) } },
+  scoreMany: { route: '/v1/score', body: { model: 'rr', text_1: words(64, seed), text_2: many(size, seed) } },
+  embeddingsMany: { route: '/v1/embeddings', body: { model: 'embed', input: many(size, seed) } },
   // Many small values rather than long strings: each costs the main thread once parsed.
   junkKeys: { route: '/v1/chat/completions', body: { model, messages: [{ role: 'user', content: 'hi' }], junk: Object.fromEntries(Array.from({ length: Math.floor(size / 12) }, (_, i) => [`k${i}`, 0])) } },
   emptyMessages: { route: '/v1/messages/count_tokens', body: { model, messages: Array.from({ length: Math.floor(size / 30) }, () => ({ role: 'user', content: '' })) } },
@@ -100,6 +111,7 @@ models:
   - { id: small, provider: echo, context_window: 8192, max_output_tokens: 64 }
   - { id: huge, provider: echo, context_window: 400000, max_output_tokens: 64 }
   - { id: embed, type: embedding, provider: echo, context_window: 8192 }
+  - { id: rr, type: rerank, provider: echo, context_window: 8192 }
 routing: { auto: [small, huge] }
 `);
   const gw = await serveChild(t, file, {}, ['--import', PROBE]);
@@ -108,6 +120,7 @@ routing: { auto: [small, huge] }
   const kinds = Object.keys(shapes(1, 1, 'small'));
   let runs = 0;
   let worst = { delay: 0, what: '' };
+  const tried = new Map<string, number>();
   await fc.assert(fc.asyncProperty(
     fc.constantFrom(...kinds), fc.integer({ min: 256 * 1024, max: 4 * 1024 * 1024 }), fc.constantFrom('small', 'huge', 'auto'), fc.nat(),
     async (kind, size, model, seed) => {
@@ -128,6 +141,7 @@ routing: { auto: [small, huge] }
       let delay = first.delay;
       for (let i = 0; i < 2 && delay > MAX_DELAY_MS; i++) delay = Math.min(delay, (await send()).delay);
       runs++;
+      tried.set(kind, (tried.get(kind) ?? 0) + 1);
       const what = `${kind} ${model} ${(body.length / 1048576).toFixed(1)} MB -> ${res.statusCode}`;
       if (delay > worst.delay) worst = { delay, what };
       if (res.statusCode >= 500) throw new Error(`${what}: a 5xx: ${text.slice(0, 300)}`);
@@ -141,5 +155,5 @@ routing: { auto: [small, huge] }
     },
   ), { seed: SEED, numRuns: 20 });
   t.equal(runs, 20, 'every generated body was sent');
-  t.comment(`worst event-loop delay: ${worst.delay.toFixed(1)} ms (${worst.what})`);
+  t.comment(`worst event-loop delay: ${worst.delay.toFixed(1)} ms (${worst.what}); shapes tried: ${[...tried].map(([k, n]) => `${k} ${n}`).join(', ')}`);
 });

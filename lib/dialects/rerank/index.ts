@@ -3,6 +3,7 @@
 // renderers. The route that meters them is routes/rerank.ts.
 
 import { randomUUID } from 'node:crypto';
+import { joinSliced } from '../../slice.js';
 import { badValue, missing, wrongType } from '../../schema/params.js';
 import type { RerankInput, RerankResult } from '../../providers/types.js';
 
@@ -13,7 +14,11 @@ export interface RerankRequest extends RerankInput {
   model: string;
   /** Rerank: whether each result carries its document (default true, as vLLM's and Jina's). */
   returnDocuments: boolean;
-  /** The distinct texts of the request, each once (content policy and counting). */
+  /**
+   * Every text of the request (content policy and counting), a repeated one as often as it
+   * comes: equal texts are found while they are counted, in slices (hashing 20 MB of them at
+   * once held the event loop).
+   */
   texts: string[];
 }
 
@@ -42,10 +47,6 @@ function texts(v: unknown, param: string): string[] {
   return v.map((x, i) => text(x, `${param}[${i}]`));
 }
 
-function distinct(...lists: string[][]): string[] {
-  return [...new Set(lists.flat())];
-}
-
 /** POST /v1/rerank: `model`, `query`, `documents` (strings), `top_n`, `return_documents`. */
 export function parseRerank(body: unknown): RerankRequest {
   const b = object(body);
@@ -64,7 +65,7 @@ export function parseRerank(body: unknown): RerankRequest {
   if (typeof rd !== 'boolean') throw wrongType('return_documents', 'a boolean');
   return {
     route: 'rerank', model: b.model as string, body: b, pairs: documents.map((d) => [query, d] as const), topN,
-    returnDocuments: rd, texts: distinct([query], documents),
+    returnDocuments: rd, texts: [query, ...documents],
   };
 }
 
@@ -80,23 +81,27 @@ export function parseScore(body: unknown): RerankRequest {
     throw badValue('text_2', `must have as many texts as text_1 (${first.length}), or text_1 just one`);
   }
   const pairs = second.map((t2, i) => [first.length === 1 ? first[0]! : first[i]!, t2] as const);
-  return { route: 'score', model: b.model as string, body: b, pairs, topN: undefined, returnDocuments: false, texts: distinct(first, second) };
+  return { route: 'score', model: b.model as string, body: b, pairs, topN: undefined, returnDocuments: false, texts: first.length === 1 ? [first[0]!, ...second] : [...first, ...second] };
 }
 
-/** The answer to a rerank: results by falling score (ties by index), the best top_n. */
-export function renderRerank(r: RerankRequest, slug: string, scores: RerankResult['scores'], tokens: number): string {
-  const results = [...scores].sort((a, b) => b.score - a.score || a.index - b.index).slice(0, r.topN ?? scores.length)
-    .map(({ index, score }) => (r.returnDocuments
-      ? { index, relevance_score: score, document: { text: r.pairs[index]![1] } }
-      : { index, relevance_score: score }));
-  return JSON.stringify({ id: `rerank-${randomUUID().replaceAll('-', '')}`, model: slug, results, usage: { total_tokens: tokens } });
+/**
+ * The answer to a rerank: results by falling score (ties by index), the best top_n; rendered in
+ * slices (2048 documents echoed back are 20 MB of JSON).
+ */
+export async function renderRerank(r: RerankRequest, slug: string, scores: RerankResult['scores'], tokens: number): Promise<string> {
+  const ranked = [...scores].sort((a, b) => b.score - a.score || a.index - b.index).slice(0, r.topN ?? scores.length);
+  const results = await joinSliced(ranked, ({ index, score }) => JSON.stringify(r.returnDocuments
+    ? { index, relevance_score: score, document: { text: r.pairs[index]![1] } }
+    : { index, relevance_score: score }));
+  const id = `rerank-${randomUUID().replaceAll('-', '')}`;
+  return `{"id":${JSON.stringify(id)},"model":${JSON.stringify(slug)},"results":[${results}],"usage":${JSON.stringify({ total_tokens: tokens })}}`;
 }
 
 /** The answer to a score: one score per pair, in pair order. */
-export function renderScore(slug: string, scores: RerankResult['scores'], tokens: number): string {
-  const data = [...scores].sort((a, b) => a.index - b.index).map(({ index, score }) => ({ index, object: 'score', score }));
-  return JSON.stringify({
-    id: `score-${randomUUID().replaceAll('-', '')}`, object: 'list', created: Math.floor(Date.now() / 1000), model: slug, data,
-    usage: { prompt_tokens: tokens, total_tokens: tokens, completion_tokens: 0 },
-  });
+export async function renderScore(slug: string, scores: RerankResult['scores'], tokens: number): Promise<string> {
+  const sorted = [...scores].sort((a, b) => a.index - b.index);
+  const data = await joinSliced(sorted, ({ index, score }) => JSON.stringify({ index, object: 'score', score }));
+  const head = JSON.stringify({ id: `score-${randomUUID().replaceAll('-', '')}`, object: 'list', created: Math.floor(Date.now() / 1000), model: slug });
+  const usage = JSON.stringify({ prompt_tokens: tokens, total_tokens: tokens, completion_tokens: 0 });
+  return `${head.slice(0, -1)},"data":[${data}],"usage":${usage}}`;
 }

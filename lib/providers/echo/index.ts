@@ -7,7 +7,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChatMessage, ChunkChoice, CompletionChoice, FinishReason, Usage } from '../../schema/chat.js';
 import type { ProviderConfig } from '../../config/types.js';
 import { GatewayError } from '../../errors.js';
-import { countUpTo, promptParts } from '../../tokens/count.js';
+import { countEach, countUpTo, promptParts } from '../../tokens/count.js';
+import { Slice } from '../../slice.js';
 import { Fleet } from '../../upstream/balance/index.js';
 import { plainAnswers, plainChoices, plainParts } from './completions.js';
 import { echoWords } from './words.js';
@@ -51,9 +52,14 @@ export function echoVector(model: string, input: string | number[], dimensions: 
 
 /** Shared words over all words of two texts (0 when neither has any): a deterministic relevance. */
 export function overlap(a: string, b: string): number {
-  const words = (t: string) => new Set(t.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []);
-  const x = words(a);
-  const y = words(b);
+  return jaccard(wordSet(a), wordSet(b));
+}
+
+function wordSet(t: string): Set<string> {
+  return new Set(t.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []);
+}
+
+function jaccard(x: Set<string>, y: Set<string>): number {
   let shared = 0;
   for (const w of x) if (y.has(w)) shared++;
   const all = x.size + y.size - shared;
@@ -136,10 +142,20 @@ export class EchoProvider implements Provider {
   }
 
   async embed(call: ProviderCall, e: EmbedInput): Promise<EmbedResult> {
+    // Runs in the gateway's process: many inputs are one job that gives the event loop back.
+    const slice = new Slice();
+    const counted = await countEach(call.model.tokenizer, e.input.filter((x): x is string => typeof x === 'string'), Infinity, slice);
     let tokens = 0;
-    for (const x of e.input) tokens += typeof x === 'string' ? await countUpTo(call.model.tokenizer, [x], 0, Infinity) : x.length;
+    for (const n of counted) tokens += n;
     const dims = e.dimensions ?? ECHO_DIMENSIONS;
-    return { vectors: e.input.map((x) => echoVector(call.upstreamModel, x, dims)), promptTokens: tokens, headers: {} };
+    const vectors: number[][] = [];
+    for (const x of e.input) {
+      if (typeof x !== 'string') tokens += x.length;
+      vectors.push(echoVector(call.upstreamModel, x, dims));
+      const pause = slice.pause(typeof x === 'string' ? x.length : x.length * 4);
+      if (pause !== undefined) await pause;
+    }
+    return { vectors, promptTokens: tokens, headers: {} };
   }
 
   /**
@@ -147,16 +163,24 @@ export class EchoProvider implements Provider {
    * document sharing the query's words ranks first; tokens as the gateway counts them.
    */
   async rerank(call: ProviderCall, r: RerankInput): Promise<RerankResult> {
-    const counts = new Map<string, number>();
+    // Runs in the gateway's process: many pairs are one job that gives the event loop back.
+    const slice = new Slice();
+    const texts = [...new Set(r.pairs.flat())];
+    const counted = await countEach(call.model.tokenizer, texts, Infinity, slice);
+    const counts = new Map(texts.map((x, i) => [x, counted[i]!]));
+    // The first text's words are kept while it stays the same (rerank's query: every pair).
+    let first: { text: string; words: Set<string> } | undefined;
     let tokens = 0;
-    for (const pair of r.pairs) {
-      for (const x of pair) {
-        let n = counts.get(x);
-        if (n === undefined) counts.set(x, n = await countUpTo(call.model.tokenizer, [x], 0, Infinity));
-        tokens += n;
-      }
+    const scores: Array<{ index: number; score: number }> = [];
+    for (let index = 0; index < r.pairs.length; index++) {
+      const [a, b] = r.pairs[index]!;
+      tokens += counts.get(a)! + counts.get(b)!;
+      if (first?.text !== a) first = { text: a, words: wordSet(a) };
+      scores.push({ index, score: jaccard(first.words, wordSet(b)) });
+      const pause = slice.pause(a.length + b.length);
+      if (pause !== undefined) await pause;
     }
-    return { scores: r.pairs.map(([a, b], index) => ({ index, score: overlap(a, b) })), totalTokens: tokens, headers: {} };
+    return { scores, totalTokens: tokens, headers: {} };
   }
 
   /** A transcript in the format asked for: the form's prompt, else the audio's length (./transcript.ts). */

@@ -4,6 +4,7 @@
 
 import type { Dispatcher } from 'undici';
 import { GatewayError } from '../../errors.js';
+import { stringifySliced } from '../../slice.js';
 import { forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint } from '../../upstream/http.js';
 import { isObj, mapErrorBody, parseJson, tokenCount } from '../shared.js';
 import type { EmbedInput, EmbedResult, ProviderCall } from '../types.js';
@@ -17,10 +18,12 @@ export async function embedOpenAI(
   const body: Record<string, unknown> = { model: call.upstreamModel, input: e.input, encoding_format: 'float' };
   if (e.dimensions !== undefined) body.dimensions = e.dimensions;
   if (e.user !== undefined) body.user = e.user;
+  // Made in slices: 2,048 inputs are tens of MB of JSON (CONTRACT section 21).
+  const text = await stringifySliced(body);
   let res: Dispatcher.ResponseData;
   try {
     res = await endpoint.pool.request({
-      method: 'POST', path: `${endpoint.basePath}/embeddings`, headers, body: JSON.stringify(body), signal: call.signal,
+      method: 'POST', path: `${endpoint.basePath}/embeddings`, headers, body: text, signal: call.signal,
     });
   } catch (err) {
     throw transportError(err, call.signal, provider);
@@ -29,14 +32,14 @@ export async function embedOpenAI(
     void readCapped(res.body, 0);
     throw unavailable(res.headers, provider, res.statusCode);
   }
-  let text: string;
+  let answerText: string;
   try {
-    text = await readCapped(res.body, res.statusCode >= 200 && res.statusCode <= 299 ? MAX_ANSWER_BYTES : 65536);
+    answerText = await readCapped(res.body, res.statusCode >= 200 && res.statusCode <= 299 ? MAX_ANSWER_BYTES : 65536);
   } catch (err) {
     throw transportError(err, call.signal, provider);
   }
-  if (res.statusCode < 200 || res.statusCode > 299) throw mapErrorBody(res.statusCode, text, call, provider);
-  const answer = parseJson(text);
+  if (res.statusCode < 200 || res.statusCode > 299) throw mapErrorBody(res.statusCode, answerText, call, provider);
+  const answer = parseJson(answerText);
   if (!isObj(answer) || !Array.isArray(answer.data)) throw new GatewayError('provider_error', 'The model provider sent an embeddings answer without data.');
   const vectors: number[][] = new Array(e.input.length);
   for (const d of answer.data) {

@@ -4,6 +4,7 @@
 
 import type { Dispatcher } from 'undici';
 import { GatewayError } from '../../errors.js';
+import { stringifySliced } from '../../slice.js';
 import { forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint } from '../../upstream/http.js';
 import { isObj, mapErrorBody, parseJson, tokenCount } from '../shared.js';
 import type { ProviderCall, RerankInput, RerankResult } from '../types.js';
@@ -18,8 +19,9 @@ function invalid(route: string): GatewayError {
 export async function rerankOpenAI(
   endpoint: UpstreamEndpoint, headers: Record<string, string>, provider: string, call: ProviderCall, r: RerankInput,
 ): Promise<RerankResult> {
-  // Fields as sent, in their order; only the model is the upstream's.
-  const body = JSON.stringify({ ...r.body, model: call.upstreamModel });
+  // Fields as sent, in their order; only the model is the upstream's. Made in slices: 2,048
+  // documents are 20 MB of JSON (CONTRACT section 21).
+  const body = await stringifySliced({ ...r.body, model: call.upstreamModel });
   let res: Dispatcher.ResponseData;
   try {
     res = await endpoint.pool.request({ method: 'POST', path: `${endpoint.basePath}/${r.route}`, headers, body, signal: call.signal });

@@ -111,12 +111,14 @@ export class MemoryAlerts implements AlertOutbox {
     return true;
   }
 
-  async due(now: number, limit: number): Promise<string[]> {
+  async due(now: number, limit: number, webhook?: string): Promise<string[]> {
     await this.#host.begin();
     const due: Array<{ id: string; at: number }> = [];
     for (const [id, h] of this.#events) {
       let soonest = Infinity;
-      for (const d of h.alert.deliveries) if (d.state === 'pending' && d.next_at < soonest) soonest = d.next_at;
+      for (const d of h.alert.deliveries) {
+        if (d.state === 'pending' && d.next_at < soonest && (webhook === undefined || d.webhook === webhook)) soonest = d.next_at;
+      }
       if (soonest <= now) due.push({ id, at: soonest });
     }
     due.sort((a, b) => a.at - b.at);
@@ -131,16 +133,18 @@ export class MemoryAlerts implements AlertOutbox {
     return h === undefined ? undefined : structuredClone(h.alert);
   }
 
-  async lease(id: string, owner: string, ttlMs: number, now: number): Promise<boolean> {
+  async lease(id: string, owner: string, ttlMs: number, now: number, webhook?: string): Promise<boolean> {
     await this.#host.begin();
-    const cur = this.#leases.get(id);
+    const name = leaseName(id, webhook);
+    const cur = this.#leases.get(name);
     if (cur !== undefined && cur.owner !== owner && cur.until > now) return false;
-    this.#leases.set(id, { owner, until: now + ttlMs });
+    this.#leases.set(name, { owner, until: now + ttlMs });
     return true;
   }
 
-  async unlease(id: string, owner: string): Promise<void> {
-    if (this.#leases.get(id)?.owner === owner) this.#leases.delete(id);
+  async unlease(id: string, owner: string, webhook?: string): Promise<void> {
+    const name = leaseName(id, webhook);
+    if (this.#leases.get(name)?.owner === owner) this.#leases.delete(name);
   }
 
   async update(id: string, delivery: AlertDelivery): Promise<void> {
@@ -182,4 +186,9 @@ export class MemoryAlerts implements AlertOutbox {
     await this.#host.settled();
     return out;
   }
+}
+
+/** A lease's name: the event's, or one delivery's of it. */
+function leaseName(id: string, webhook: string | undefined): string {
+  return webhook === undefined ? id : `${id}\u0000${webhook}`;
 }

@@ -5,11 +5,15 @@
 //   P{alerts}:seq       string  the last sequence number given (list order: newest first)
 //   P{alerts}:log       zset    event ids scored by seq (trimmed to the newest LOG_MAX)
 //   P{alerts}:due       zset    ids of events with a pending delivery, scored by the earliest next_at
-//   P{alerts}:l:ID      string  the delivery lease: its owner, with a PX expiry (SET NX PX)
+//   P{alerts}:due:H     zset    per webhook (H: a hash of its URL), ids of events whose delivery to
+//                               it is pending, scored by that delivery's next_at (its lane reads it)
+//   P{alerts}:l:ID      string  an event's delivery lease: its owner, with a PX expiry (SET NX PX)
+//   P{alerts}:l:ID:H    string  the lease of its delivery to one webhook (what the lanes take)
 //   P{alerts}:exp       zset    "ACCOUNT\0KEY_ID" scored by the key's expires_at (kept by
 //                               createKey/updateKey; read back against the key itself)
 //   P{acct:ID}:walarm   string  '0' while the account's wallet.low alert is disarmed (absent: armed)
 
+import { createHash } from 'node:crypto';
 import type { RedisClient } from './connect.js';
 import {
   ALERT_KEEP_MS, alertCursor, fromAlertCursor, isDelivery, type AlertDelivery, type AlertEvent, type AlertOutbox, type AlertPage, type ExpiringKey,
@@ -21,23 +25,30 @@ import type { KeyRecord } from '../types.js';
 const LOG_MAX = 100_000;
 
 export interface AlertScripts {
-  tgAlertAppend(e: string, seq: string, log: string, due: string, id: string, ev: string, now: string, keepMs: string, logMax: string, ...deliveries: string[]): Promise<unknown>;
-  tgAlertUpdate(e: string, due: string, id: string, field: string, delivery: string): Promise<unknown>;
+  /** Called with its count of keys first (one due set per webhook). */
+  tgAlertAppend(numberOfKeys: number, ...keysAndArgs: string[]): Promise<unknown>;
+  tgAlertUpdate(e: string, due: string, hookDue: string, id: string, field: string, delivery: string): Promise<unknown>;
   tgAlertLease(lease: string, owner: string, ttl: string): Promise<unknown>;
   tgAlertUnlease(lease: string, owner: string): Promise<unknown>;
   tgWalletArm(flag: string, armed: string): Promise<unknown>;
 }
 
-export const ALERT_SCRIPTS: Record<keyof AlertScripts, { keys: number; lua: string }> = {
+/** The scripts called with their count of keys first. */
+export const ALERT_KEYED_SCRIPTS: Record<'tgAlertAppend', { lua: string }> = {
   // 1 appended, 0 there already (nothing changed). ARGV[6..]: delivery JSONs, each pending and
-  // due at ARGV[3]; the field is d: + its webhook (decoded here to name it).
-  tgAlertAppend: { keys: 4, lua: `
+  // due at ARGV[3]; the field is d: + its webhook (decoded here to name it); KEYS[5..]: each
+  // one's webhook due set, in the same order, where it is scored a fraction of a millisecond
+  // before ARGV[3] by its sequence number, so that a lane takes events appended within one
+  // millisecond in the order they were (equal scores would order them by id).
+  tgAlertAppend: { lua: `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local seq = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'ev', ARGV[2], 'seq', seq)
+local first = string.format('%.4f', tonumber(ARGV[3]) - 1 + (seq % 1024 + 1) / 1024)
 for i = 6, #ARGV do
   local d = cjson.decode(ARGV[i])
   redis.call('HSET', KEYS[1], 'd:' .. d.webhook, ARGV[i])
+  redis.call('ZADD', KEYS[i - 1], first, ARGV[1])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[3], seq, ARGV[1])
@@ -45,14 +56,25 @@ if #ARGV >= 6 then redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1]) end
 local n = redis.call('ZCARD', KEYS[3])
 if n > tonumber(ARGV[5]) then redis.call('ZREMRANGEBYRANK', KEYS[3], 0, n - tonumber(ARGV[5]) - 1) end
 return 1` },
-  // Sets one delivery (when the event is still there), then the event's place in the due set:
-  // the earliest next_at of its pending deliveries, or out of it when none is pending.
-  tgAlertUpdate: { keys: 2, lua: `
+};
+
+export const ALERT_SCRIPTS: Record<Exclude<keyof AlertScripts, 'tgAlertAppend'>, { keys: number; lua: string }> = {
+  // Sets one delivery (when the event is still there), then the event's place in its webhook's
+  // due set (its next_at while pending) and in the due set: the earliest next_at of its pending
+  // deliveries, or out of it when none is pending.
+  tgAlertUpdate: { keys: 3, lua: `
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
   return 0
 end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+local mine = cjson.decode(ARGV[3])
+if mine.state == 'pending' then
+  redis.call('ZADD', KEYS[3], string.format('%d', mine.next_at), ARGV[1])
+else
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
 local all = redis.call('HGETALL', KEYS[1])
 local soonest = nil
 for i = 1, #all, 2 do
@@ -97,29 +119,31 @@ export class RedisAlerts implements AlertOutbox {
 
   async append(event: AlertEvent, webhooks: readonly string[], now: number): Promise<boolean> {
     const deliveries = webhooks.map((webhook): string => JSON.stringify({ webhook, state: 'pending', attempts: 0, last_status: null, next_at: now } satisfies AlertDelivery));
-    const r = await this.#redis.tgAlertAppend(this.#e(event.id), `${this.#p}:seq`, `${this.#p}:log`, `${this.#p}:due`,
+    const keys = [this.#e(event.id), `${this.#p}:seq`, `${this.#p}:log`, `${this.#p}:due`, ...webhooks.map((w) => this.#hookDue(w))];
+    const r = await this.#redis.tgAlertAppend(keys.length, ...keys,
       event.id, JSON.stringify(event), String(now), String(ALERT_KEEP_MS), String(LOG_MAX), ...deliveries);
     return r === 1;
   }
 
-  async due(now: number, limit: number): Promise<string[]> {
-    return this.#redis.zrangebyscore(`${this.#p}:due`, '-inf', String(now), 'LIMIT', 0, limit);
+  async due(now: number, limit: number, webhook?: string): Promise<string[]> {
+    const set = webhook === undefined ? `${this.#p}:due` : this.#hookDue(webhook);
+    return this.#redis.zrangebyscore(set, '-inf', String(now), 'LIMIT', 0, limit);
   }
 
   async get(id: string): Promise<StoredAlert | undefined> {
     return parseAlert(await this.#redis.hgetall(this.#e(id)));
   }
 
-  async lease(id: string, owner: string, ttlMs: number): Promise<boolean> {
-    return (await this.#redis.tgAlertLease(`${this.#p}:l:${id}`, owner, String(Math.max(1, Math.ceil(ttlMs))))) === 1;
+  async lease(id: string, owner: string, ttlMs: number, _now: number, webhook?: string): Promise<boolean> {
+    return (await this.#redis.tgAlertLease(this.#lease(id, webhook), owner, String(Math.max(1, Math.ceil(ttlMs))))) === 1;
   }
 
-  async unlease(id: string, owner: string): Promise<void> {
-    await this.#redis.tgAlertUnlease(`${this.#p}:l:${id}`, owner);
+  async unlease(id: string, owner: string, webhook?: string): Promise<void> {
+    await this.#redis.tgAlertUnlease(this.#lease(id, webhook), owner);
   }
 
   async update(id: string, delivery: AlertDelivery): Promise<void> {
-    await this.#redis.tgAlertUpdate(this.#e(id), `${this.#p}:due`, id, `d:${delivery.webhook}`, JSON.stringify(delivery));
+    await this.#redis.tgAlertUpdate(this.#e(id), `${this.#p}:due`, this.#hookDue(delivery.webhook), id, `d:${delivery.webhook}`, JSON.stringify(delivery));
   }
 
   async list(limit: number, cursor?: string): Promise<AlertPage> {
@@ -172,6 +196,17 @@ export class RedisAlerts implements AlertOutbox {
   }
 
   #e(id: string): string { return `${this.#p}:e:${id}`; }
+
+  #hookDue(webhook: string): string { return `${this.#p}:due:${hookHash(webhook)}`; }
+
+  #lease(id: string, webhook: string | undefined): string {
+    return webhook === undefined ? `${this.#p}:l:${id}` : `${this.#p}:l:${id}:${hookHash(webhook)}`;
+  }
+}
+
+/** A webhook URL's short name in keys (URLs are long and may hold braces). */
+function hookHash(webhook: string): string {
+  return createHash('sha256').update(webhook).digest('hex').slice(0, 24);
 }
 
 function parseAlert(h: Record<string, string>): StoredAlert | undefined {

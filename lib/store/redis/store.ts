@@ -73,7 +73,7 @@ import { TOTALS_SCRIPTS } from './totals.js';
 import { HOUR_SCRIPTS } from './totals-hours.js';
 import { SCRIPTS, type Scripts } from './scripts.js';
 import { RedisTeams } from './teams.js';
-import { ALERT_SCRIPTS, RedisAlerts, type AlertScripts } from './alerts.js';
+import { ALERT_KEYED_SCRIPTS, ALERT_SCRIPTS, RedisAlerts, type AlertScripts } from './alerts.js';
 import type {
   AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyPatch, KeyRecord, KeyWithAccount, KnownKey, NewKey, Revocation,
   SettleResult, Settlement, Store, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageTotals,
@@ -142,7 +142,7 @@ export class RedisStore implements Store {
       redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
     }
     // Scripts called with their count of keys first (a read's hours vary).
-    for (const [name, s] of Object.entries(HOUR_SCRIPTS)) redis.defineCommand(name, { lua: s.lua });
+    for (const [name, s] of [...Object.entries(HOUR_SCRIPTS), ...Object.entries(ALERT_KEYED_SCRIPTS)]) redis.defineCommand(name, { lua: s.lua });
     this.#redis = redis as RedisClient & Scripts;
     this.#onError = onError;
     if (waitReplicas > 0) {
