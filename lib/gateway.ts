@@ -260,6 +260,7 @@ export class Gateway {
     try {
       const state = this.#state ?? (await this.#pending);
       if (state.passthrough !== null) {
+        state.passthrough.refuseGeneration(path, req.method);
         if (state.config.server.passthrough_auth) await state.auth.authenticate(req.headers.authorization, req);
         res.once('close', () => this.metrics.countRequest('passthrough', res.statusCode, ''));
         state.passthrough.web(req, res, requestId);
@@ -295,6 +296,12 @@ export class Gateway {
     req.url = target;
     const state = this.#state;
     if (state?.passthrough != null && !this.#owns(path)) {
+      try {
+        state.passthrough.refuseGeneration(path, req.method);
+      } catch {
+        socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+        return;
+      }
       try {
         if (state.config.server.passthrough_auth) await state.auth.authenticate(req.headers.authorization, req);
         state.passthrough.ws(req, socket, head);

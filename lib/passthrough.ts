@@ -3,7 +3,8 @@
 // through the sidecar. With passthrough_auth the caller needs a Tollgate credential, which is
 // not forwarded (the model server never sees Tollgate keys). The path it sends on is the one the
 // dispatch decided on (http/path.ts: normalised in req.url, never one of the gateway's own, no
-// encoded '/' or dot segment left for the proxy or the server to resolve differently).
+// encoded '/' or dot segment left for the proxy or the server to resolve differently), and never
+// one that reaches the model server's generation endpoints (http/generation-paths.ts: 404).
 // http-proxy-3 is loaded only when a config names a passthrough target: a gateway without one
 // does not carry it (about 2 MB of heap).
 
@@ -12,6 +13,7 @@ import { Agent as HttpsAgent } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { ProxyServer } from 'http-proxy-3';
 import { GatewayError } from './errors.js';
+import { baseSegments, refuseGeneration } from './http/generation-paths.js';
 import { sendError } from './http/respond.js';
 import type { Logger } from './observe/log.js';
 
@@ -20,19 +22,29 @@ export class Passthrough {
   readonly #agent: HttpAgent;
   readonly #stripAuth: boolean;
   readonly #logger: Logger;
+  readonly #base: string[];
 
   /** Loads http-proxy-3 (once per process) and makes the proxy. */
   static async open(target: string, stripAuth: boolean, logger: Logger): Promise<Passthrough> {
     const { createProxyServer } = await import('http-proxy-3');
     const agent = target.startsWith('https:') ? new HttpsAgent({ keepAlive: true }) : new HttpAgent({ keepAlive: true });
-    return new Passthrough(createProxyServer({ target, agent, xfwd: true, changeOrigin: true, ws: true }), agent, stripAuth, logger);
+    return new Passthrough(createProxyServer({ target, agent, xfwd: true, changeOrigin: true, ws: true }), agent, stripAuth, logger, baseSegments(target));
   }
 
-  private constructor(proxy: ProxyServer, agent: HttpAgent, stripAuth: boolean, logger: Logger) {
+  private constructor(proxy: ProxyServer, agent: HttpAgent, stripAuth: boolean, logger: Logger, base: string[]) {
+    this.#base = base;
     this.#proxy = proxy;
     this.#agent = agent;
     this.#stripAuth = stripAuth;
     this.#logger = logger;
+  }
+
+  /**
+   * Throws 404 unknown_url for a path that would reach one of the model server's generation
+   * endpoints (http/generation-paths.ts): those are metered routes, never passed through.
+   */
+  refuseGeneration(path: string, method: string | undefined): void {
+    refuseGeneration(this.#base, path, method);
   }
 
   web(req: IncomingMessage, res: ServerResponse, requestId: string): void {

@@ -317,8 +317,10 @@ function replicaProblems(name: string, p: Obj): string[] {
 }
 
 /**
- * Passthrough is unmetered by design: pointed at a provider's own host, that server's
- * generation endpoints become free (and, without passthrough_auth, open to anyone).
+ * Passthrough is unmetered by design: pointed at a provider's own host, that server's generation
+ * endpoints are refused (http/generation-paths.ts), but its other endpoints (management such as
+ * llama.cpp's /slots and /lora-adapters or Ollama's /api/pull and /api/delete, /tokenize,
+ * /metrics) are reachable through the gateway (and, without passthrough_auth, by anyone).
  */
 function passthroughWarnings(c: Config): string[] {
   if (c.server.passthrough === null) return [];
@@ -326,13 +328,17 @@ function passthroughWarnings(c: Config): string[] {
   try { target = new URL(c.server.passthrough); } catch { return []; }
   const hostOf = (u: URL) => `${u.hostname}:${u.port || (u.protocol === 'https:' ? '443' : '80')}`;
   const out: string[] = [];
+  if (/^\/v1(\/|$)/i.test(target.pathname)) {
+    out.push(`server.passthrough: its path ${target.pathname} is under the model server's /v1, which is metered: ` +
+      'every request passthrough would send there is refused 404; point passthrough at the server\'s root');
+  }
   for (const [name, p] of Object.entries(c.providers)) {
     const urls = p.targets?.map((t) => t.url) ?? (p.base_url === undefined ? [] : [p.base_url]);
     const base = urls.map((u) => { try { return new URL(u); } catch { return undefined; } })
       .find((u) => u !== undefined && hostOf(u) === hostOf(target));
     if (base === undefined) continue;
-    out.push(`server.passthrough: points at the host of provider ${q(name)} (${hostOf(base)}): its own generation endpoints ` +
-      `are reachable through the gateway unmetered${c.server.passthrough_auth ? '' : ' and without a key (passthrough_auth is false)'}`);
+    out.push(`server.passthrough: points at the host of provider ${q(name)} (${hostOf(base)}): its generation endpoints are refused, ` +
+      `but its other endpoints (management, tokenize, metrics) are reachable through the gateway${c.server.passthrough_auth ? ' with a key' : ' without a key (passthrough_auth is false)'}`);
   }
   return out;
 }

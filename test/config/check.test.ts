@@ -167,7 +167,7 @@ t.test('a price no wallet can pay is a warning: check says ok, exit 0', async (t
   t.equal((await fetch(`${child.url}/healthz`)).status, 200, 'and serves');
 });
 
-t.test('passthrough pointed at a provider host is warned about (it would be free), never refused', async (t) => {
+t.test('passthrough pointed at a provider host, or under /v1, is warned about, never refused', async (t) => {
   const text = [
     'server: {passthrough: "http://127.0.0.1:8081"}',
     'providers:',
@@ -177,13 +177,17 @@ t.test('passthrough pointed at a provider host is warned about (it would be free
     '  - {id: m, provider: llama}',
     '',
   ].join('\n');
-  const warning = 'server.passthrough: points at the host of provider "llama" (127.0.0.1:8081): its own generation endpoints are reachable through the gateway unmetered and without a key (passthrough_auth is false)';
+  const warning = 'server.passthrough: points at the host of provider "llama" (127.0.0.1:8081): its generation endpoints are refused, but its other endpoints (management, tokenize, metrics) are reachable through the gateway without a key (passthrough_auth is false)';
   t.strictSame(configWarnings(parseConfig(text, {})), [warning]);
   const r = await check('passthrough.yaml', text);
   t.equal(r.code, 0);
   t.equal(r.stderr, `WARNING ${warning}\n`);
   const authed = text.replace('passthrough: "http://127.0.0.1:8081"', 'passthrough: "http://127.0.0.1:8081/", passthrough_auth: true');
-  t.match(configWarnings(parseConfig(authed, {})), [/unmetered$/], 'with passthrough_auth: still unmetered, but keyed');
+  t.match(configWarnings(parseConfig(authed, {})), [/reachable through the gateway with a key$/], 'with passthrough_auth: still reachable, but keyed');
+  const underV1 = text.replace('passthrough: "http://127.0.0.1:8081"', 'passthrough: "http://127.0.0.1:7000/v1/"');
+  t.strictSame(configWarnings(parseConfig(underV1, {})), [
+    "server.passthrough: its path /v1/ is under the model server's /v1, which is metered: every request passthrough would send there is refused 404; point passthrough at the server's root",
+  ], 'a target under /v1: said at check');
   const elsewhere = text.replace('8081"}', '7000"}');
   t.strictSame(configWarnings(parseConfig(elsewhere, {})), [], 'another host: nothing to say');
 });

@@ -145,3 +145,50 @@ t.test('tollgate serve --config: a path that normalises into /v1 is metered or r
   }
   t.equal(await metric(url, 'tollgate_requests_total', { route: 'unknown', status: '400', code: 'invalid_value' }), 4, 'metrics: the four refused paths');
 });
+
+// Our own attack after the fix above: with passthrough_auth, a key limited to one model and two
+// requests a minute got 200 from the model server's own names for metered routes (vLLM's
+// /invocations, /rerank, /v2/rerank, /score, /pooling, /classify), five in a row, uncharged and
+// unrecorded; and a target with a base path (`http://host/v1`) turned /chat/completions into the
+// server's /v1/chat/completions. Each is now 404 unknown_url before any key is read, and the
+// model server gets nothing; its other paths are still passed through.
+t.test('tollgate serve --config: passthrough never reaches a generation endpoint, under any base path', async (t) => {
+  const generation = ['/invocations', '/rerank', '/v2/rerank', '/score', '/pooling', '/classify', '/completion', '/embedding',
+    '/infill', '/api/chat', '/api/generate', '/api/embed', '/generate', '/generate_stream', '/v2/models/served-model/infer',
+    '/RERANK', '/rerank;x=1', '/x/..;/score', '/chat/completions', '/%72erank'];
+  for (const [name, target, extra] of [
+    ['root target, passthrough_auth', ms.url, ['/']],
+    ['target under /v1', `${ms.url}/v1`, ['/models', '/version']],
+  ] as const) {
+    const served = await serveFile(t, operatorConfig({
+      server: { port: 0, passthrough: target, passthrough_auth: name.includes('auth') },
+      providers: { vllm: { kind: 'openai', base_url: ms.baseUrl, api_key: UPSTREAM_KEY } },
+      models: [{ id: 'served', provider: 'vllm', upstream_model: 'served-model', price: PRICE }],
+    }));
+    const url = served.url;
+    t.equal(await statusOf(`${url}/readyz`, 200), 200, `${name}: ready`);
+    ms.requests.length = 0;
+    const before = await wallet(url);
+    let n = 0;
+    for (const path of [...generation, ...extra]) {
+      for (const key of [KEY, undefined]) {
+        const id = `gen-${name.length}-${n++}`;
+        const res = await post(url, path, CHAT, key, id);
+        t.equal(res.status, 404, `${name}: POST ${path} ${key === undefined ? 'without' : 'with'} a key: 404`);
+        t.equal(res.json?.error?.code, 'unknown_url', `${name}: POST ${path}: unknown_url`);
+        t.equal(res.json?.error?.type, 'invalid_request_error');
+        t.equal(res.headers['x-request-id'], id);
+        t.match(res.json?.error?.message, /not passed through to the model server/);
+      }
+    }
+    t.same(ms.requests.map((r) => `${r.method} ${r.url}`), [], `${name}: the model server got none of them`);
+    t.same(await wallet(url), before, `${name}: the wallet is unchanged`);
+    if (target === ms.url) {
+      // The model server's other paths still go through (with the key passthrough_auth asks for).
+      const version = await rawRequest(url, { method: 'GET', path: '/version', headers: [['authorization', `Bearer ${KEY}`], ['connection', 'close']], body: Buffer.alloc(0) });
+      t.equal(version.responses[0]!.status, 200, `${name}: GET /version is passed through`);
+      t.equal(ms.requests.length, 1);
+      t.notOk(ms.requests[0]!.headers.authorization, 'the Tollgate key is not forwarded');
+    }
+  }
+});

@@ -5,13 +5,15 @@
 // to a fake model server that records every request it gets. Invariants: a path that a model
 // server would read as /v1, /admin, /console or an ops path is answered by the gateway (its
 // route, which wants a key) or refused 400 invalid_value, and never reaches the model server;
-// what the model server gets is exactly the path the gateway decided on; never a 500.
+// what the model server gets is exactly the path the gateway decided on, and never one of its
+// generation endpoints (refused 404 unknown_url); never a 500.
 
 import t from 'tap';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import fc from 'fast-check';
+import { refuseGeneration } from '../../lib/http/generation-paths.js';
 import { checkOutbound, normaliseTarget } from '../../lib/http/path.js';
 import { baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { rawRequest } from '../helpers/raw-request.js';
@@ -42,6 +44,16 @@ function serverView(target: string): string {
 /** The gateway's metered and privileged routes: never the model server's to answer. */
 function gatewayRoute(path: string): boolean {
   return /^\/(v1|admin|console)(\/|$)/.test(path);
+}
+
+/** A model server's generation endpoint (passthrough refuses it 404 unknown_url). */
+function generation(path: string): boolean {
+  try {
+    refuseGeneration([], path, 'POST');
+    return false;
+  } catch {
+    return true;
+  }
 }
 
 /** Everything the gateway answers itself: those and the ops paths. */
@@ -95,6 +107,7 @@ t.test('property: hostile paths never reach the model server as a route of the g
   let passed = 0;
   let refused = 0;
   let metered = 0;
+  let generated = 0;
   await holds(t, 'one path, one decision', fc.asyncProperty(hostilePath, async (path) => {
     const before = seen.length;
     const { responses } = await rawRequest(gw.url, {
@@ -119,6 +132,7 @@ t.test('property: hostile paths never reach the model server as a route of the g
       assert.ok(!gatewayRoute(serverView(got)), `the model server never gets a path of the gateway's: ${got}`);
       assert.ok(!gatewayRoute(serverView(path)), `a path a model server reads as the gateway's is never passed through: ${path}`);
       assert.ok(!owned(got.split('?')[0]!), `nor one the gateway answers itself: ${got}`);
+      assert.ok(!generation(serverView(got)), `nor a generation endpoint of the model server: ${got}`);
       assert.doesNotMatch(got.split('?')[0]!, /%2f|%5c|%2e|\\|\/\/|(^|\/)\.\.?(\/|$)/i, `no encoded '/', '\\' or '.', '\\', '//' or dot segment leaves the gateway: ${got}`);
       return;
     }
@@ -135,6 +149,12 @@ t.test('property: hostile paths never reach the model server as a route of the g
       return;
     }
     const p = decided.split('?')[0]!;
+    if (!owned(p) && generation(p)) {
+      generated++;
+      const e = assertEnvelope({ status: res.status, headers: res.headers, text: res.body });
+      assert.deepEqual([res.status, e.code, e.body.type], [404, 'unknown_url', 'invalid_request_error'], `a generation endpoint is not passed through: ${path} -> ${p}`);
+      return;
+    }
     assert.ok(owned(p), `only the gateway's own paths are answered by it: ${path} -> ${p} (${res.status})`);
     if (p === '/v1' || p.startsWith('/v1/') || p.startsWith('/admin')) {
       metered++;
@@ -143,6 +163,6 @@ t.test('property: hostile paths never reach the model server as a route of the g
       assert.ok(['invalid_api_key', 'unknown_url', 'method_not_allowed'].includes(e.code), `${path} -> ${p}: ${res.status} ${e.code}`);
     }
   }), 400);
-  t.comment(`passed through ${passed}, refused ${refused}, answered by /v1 or /admin ${metered}`);
-  t.ok(passed > 20 && refused > 20 && metered > 20, 'the generator reaches every outcome');
+  t.comment(`passed through ${passed}, refused ${refused}, answered by /v1 or /admin ${metered}, generation refused ${generated}`);
+  t.ok(passed > 20 && refused > 20 && metered > 20 && generated > 5, 'the generator reaches every outcome');
 });
