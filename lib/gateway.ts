@@ -28,7 +28,19 @@ import { MemorySlots, RedisSlots, type Slots } from './limits/slots.js';
 import { openStore, type StoreHandle } from './store/index.js';
 import { Health } from './upstream/health.js';
 import { Alerts, type AlertsOptions } from './alerts/alerts.js';
+import { SECURITY_HEADERS } from './console/index.js';
 import { Replicas } from './upstream/balance/index.js';
+
+/** A raw path that begins as the console's (any case, any slashes before it). */
+const CONSOLE_RAW = /^\/+console/i;
+
+/**
+ * A path refused before it could reach the console (/console/%2e%2e/x) still answers as the
+ * console: with its security headers, as every console answer of every status (CONTRACT section 21).
+ */
+function consoleHeaders(res: ServerResponse, raw: string): void {
+  if (CONSOLE_RAW.test(raw)) for (const [name, value] of Object.entries(SECURITY_HEADERS)) res.setHeader(name, value);
+}
 
 export type Next = (err?: unknown) => void;
 export type Handler = (req: IncomingMessage, res: ServerResponse, next?: Next) => void;
@@ -172,6 +184,7 @@ export class Gateway {
     try {
       path = normalisePath(raw);
     } catch (err) {
+      consoleHeaders(res, raw);
       void this.#refusedPath(res, requestIdFor(req.headers['x-request-id']), err);
       return;
     }
@@ -254,6 +267,7 @@ export class Gateway {
     try {
       checkOutbound(path);
     } catch (err) {
+      consoleHeaders(res, path); // /console%2F.. is refused as it would leave: a console answer still
       await this.#refusedPath(res, requestId, err);
       return;
     }

@@ -9,7 +9,12 @@ import fc from 'fast-check';
 import { holds } from '../property/arbitraries.js';
 import { ADMIN_TOKEN, WALLET, ssoSignIn, startConsole, tokenSignIn, withSession, type Signed } from '../helpers/console.js';
 
-const rig = await startConsole(t);
+// A webhook whose token rides in its query, a provider whose key rides in its base URL's query:
+// the Config page shows neither (the webhook's port is closed: no alert is expected to go).
+const rig = await startConsole(t, {
+  providers: { echo: { kind: 'echo' }, keyed: { kind: 'openai', base_url: 'http://127.0.0.1:9/v1?api-version=2024-10&key=QUERYSECRET' } },
+  alerts: { webhooks: [{ url: 'http://127.0.0.1:18502/hook?token=SUPERSECRET', secret: 'webhook-hmac-secret', events: ['upstream.ejected'] }] },
+});
 const { url } = rig;
 const admin = (path: string, init: RequestInit = {}) =>
   fetch(`${url}${path}`, { ...init, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json', ...(init.headers as Record<string, string> ?? {}) } });
@@ -230,6 +235,9 @@ t.test('Config: secrets are ***; the check lists check\'s problems; it never rea
   t.notOk(yaml.includes('op-client-secret'), 'no client secret');
   t.match(yaml, /token: "\*\*\*"/);
   t.match(yaml, /client_secret: "\*\*\*"/);
+  for (const secret of ['SUPERSECRET', 'webhook-hmac-secret', 'QUERYSECRET', '/hook']) t.notOk(yaml.includes(secret), `no ${secret}`);
+  t.match(yaml, /url: http:\/\/127\.0\.0\.1:18502\/\*\*\*\n/, 'the webhook: scheme, host and port only');
+  t.match(yaml, /base_url: http:\/\/127\.0\.0\.1:9\/v1\?api-version=\*\*\*&key=\*\*\*\n/, 'query values masked, names kept');
   const check = async (text: string) => (await (await fetch(`${url}/console/api/config/check`, {
     method: 'POST', headers: { ...withSession(viewer, 'POST'), 'content-type': 'application/json' }, body: JSON.stringify({ yaml: text }),
   })).json()) as { ok: boolean; problems: string[] };

@@ -1,6 +1,7 @@
 // The usage download's CSV (lib/console/export.ts): any record text comes back from a CSV
 // parser as written, except that a cell a spreadsheet would run as a formula starts with ';
-// the Config page's masking (lib/console/redact.ts) leaves no secret anywhere in the YAML.
+// the Config page's masking (lib/console/redact.ts) leaves no secret anywhere in the YAML (URL
+// query values, fragments and alert webhook paths included).
 
 import t from 'tap';
 import fc from 'fast-check';
@@ -64,6 +65,34 @@ t.test('Config: no secret survives the masking, whatever it is', async (t) => {
       if (yaml.includes(s) || yaml.includes(JSON.stringify(s).slice(1, -1))) throw new Error(`${JSON.stringify(s)} is in ${yaml}`);
     }
   }), 200);
+  await holds(t, 'no query value, fragment or webhook path survives', fc.property(secret, secret, secret, (q, frag, path) => {
+    const enc = encodeURIComponent;
+    const config = {
+      providers: { p: { base_url: `https://up.example.com/v1?api-version=1&key=${enc(q)}#${enc(frag)}` } },
+      alerts: { webhooks: [{ url: `https://hooks.example.com/services/${enc(path)}?token=${enc(q)}`, secret: q, events: ['wallet.low'] }] },
+    };
+    const yaml = YAML.stringify(redactConfig(config));
+    for (const s of [q, frag, path]) {
+      for (const form of [s, enc(s)]) if (yaml.includes(form)) throw new Error(`${JSON.stringify(form)} is in ${yaml}`);
+    }
+  }), 200);
+  t.same(redactConfig({
+    base_url: 'http://u:p@h:1/v1?api-version=2024&key=SEC&bare#frag',
+    store: 'redis://h:6379/0',
+    alerts: { webhooks: [
+      { url: 'http://127.0.0.1:18502/hook?token=SUPERSECRET', secret: 's', events: ['wallet.low'] },
+      { url: 'https://user:pw@hooks.slack.com/services/T0/B0/XYZ' },
+      { url: 'not a url' },
+    ] },
+  }), {
+    base_url: 'http://***@h:1/v1?api-version=***&key=***&***#***',
+    store: 'redis://h:6379/0',
+    alerts: { webhooks: [
+      { url: 'http://127.0.0.1:18502/***', secret: '***', events: ['wallet.low'] },
+      { url: 'https://hooks.slack.com/***' },
+      { url: '***' },
+    ] },
+  }, 'query values, fragments and user info masked; a webhook shows its scheme, host and port only');
   const shown = redactConfig({ server: { port: 8080 }, admin: { token: null }, providers: { p: { base_url: 'http://h:1/v1' } } });
   t.same(shown, { server: { port: 8080 }, admin: { token: null }, providers: { p: { base_url: 'http://h:1/v1' } } }, 'what is not secret is shown as it is');
 });

@@ -4,7 +4,8 @@
 // every error the gateway writes for the console: 400, 401, 403, 404, 405, 413, 415, 429, 500
 // and 503. Raw HTTP (node:http, nothing normalised) against `tollgate serve --config FILE` with
 // a Redis store (stopped for the 503) and, for the 500, a copy of the package whose console
-// bundle cannot be read. On the old code only pages and redirects carried them.
+// bundle cannot be read; a console path the path normaliser refuses before routing (raw
+// /console/%2e%2e/x). On the old code only pages and redirects carried them.
 
 import t from 'tap';
 import { spawn } from 'node:child_process';
@@ -132,4 +133,43 @@ t.test('a 500 (the console bundle cannot be read) carries them too', async (t) =
   const broken = await raw(url, 'GET', '/console/assets/console.js');
   error(t, broken, 500, 'internal_error', '500');
   t.notMatch(broken.body, /EISDIR|\/dist\//, 'the cause stays in the log');
+});
+
+/** One request with its path exactly as given: through `path`, never a WHATWG URL (which resolves %2e%2e and reads \\ as /). */
+function rawPath(url: string, path: string): Promise<Answer> {
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const req = request({ host: u.hostname, port: u.port, method: 'GET', path, agent: false }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { text += d; });
+      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: text }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+t.test('a console path the path normaliser refuses as it came is a console answer: 400 with the headers', async (t) => {
+  const file = join(dir, 'paths.yaml');
+  await writeFile(file, YAML.stringify({
+    server: { host: '127.0.0.1', port: 0 }, admin: { token: TOKEN },
+    providers: { echo: { kind: 'echo' } }, models: [{ id: 'echo-small', provider: 'echo' }],
+  }));
+  const url = (await serveChild(t, file)).url;
+  for (const path of ['/console/%2e%2e/x', '/CONSOLE/%2E%2E/admin/accounts', '/Console/a\\b', '//console/%5c/x', '/console/api/info#x', '/console%2F..%2Fx', '/console/%2e%2e/x?next=1']) {
+    const a = await rawPath(url, path);
+    t.equal(a.status, 400, `${path}: 400`);
+    t.equal(a.headers['content-type'], 'application/json', `${path}: JSON`);
+    const e = JSON.parse(a.body);
+    t.match(e, { code: 'invalid_value', param: null, type: 'invalid_request_error', error: { code: 'invalid_value', param: null, type: 'invalid_request_error' } }, `${path}: the envelope`);
+    t.ok(a.headers['x-request-id'], `${path}: x-request-id`);
+    t.equal(e.request_id, a.headers['x-request-id']);
+    secured(t, a, path);
+  }
+  // Not the console's: its refusal stays without them (they belong to the console alone).
+  const v1 = await rawPath(url, '/v1/%2e%2e/console');
+  t.equal(v1.status, 400);
+  t.equal(v1.headers['content-security-policy'], undefined, 'a /v1 refusal: no console CSP');
+  t.equal(v1.headers['x-frame-options'], undefined);
 });

@@ -14,6 +14,11 @@ const text = (t: string, finish: string | null = null) => ({
 });
 const coder = await startUpstream(async (req, res, body) => {
   if (req.method !== 'POST' || req.url !== '/v1/completions') return json(res, 404, { error: { message: 'no such route' } });
+  // The attack's server: generates what it is told and reports it (n_predict first, as llama.cpp reads it).
+  if (body.prompt === 'hi') {
+    const made = typeof body.n_predict === 'number' ? body.n_predict : body.max_tokens;
+    return json(res, 200, { ...text(' x'.repeat(Math.min(made, 4)), 'length'), usage: { prompt_tokens: 1, completion_tokens: made, total_tokens: 1 + made } });
+  }
   if (body.stream === true) {
     return writeSse(res, [
       `data: ${JSON.stringify(text('  return'))}\n\n`, `data: ${JSON.stringify(text(' a + b', 'stop'))}\n\n`,
@@ -91,4 +96,43 @@ t.test('tollgate serve --config: /v1/completions on echo and openai models, refu
   }
   t.equal(requests, requestsBefore + 3, 'metrics: three completions requests, 200');
   t.notMatch(served.output(), /sk-coder-upstream-secret|tg_demo_0000000000000000/, 'no credential in the logs');
+});
+
+t.test('tollgate serve --config: n_predict (llama.cpp\'s output limit) is held and sent as max_tokens, never itself', async (t) => {
+  const served = await serveFile(t, operatorConfig({
+    accounts: [{ id: 'demo', plan: 'free', wallet_units: 1_000_000, keys: [KEY] }, { id: 'small', plan: 'free', wallet_units: 12, keys: ['tg_small_0000000000000000'] }],
+    providers: { oai: { kind: 'openai', base_url: coder.baseUrl } },
+    models: [{ id: 'fim-coder', provider: 'oai', upstream_model: 'upstream-coder', context_window: 200_000, max_output_tokens: 200_000, price: PRICE }],
+  }));
+  const url = served.url;
+  t.equal(await statusOf(`${url}/readyz`, 200), 200);
+  const post = (body: unknown) => fetch(`${url}/v1/completions`, {
+    method: 'POST', headers: { authorization: 'Bearer tg_small_0000000000000000', 'content-type': 'application/json' }, body: JSON.stringify(body),
+  });
+  const before = await wallet(url, 'small');
+  const calls = coder.requests.length;
+
+  const attack = await post({ model: 'fim-coder', max_tokens: 1, n_predict: 100000, prompt: 'hi' });
+  t.equal(attack.status, 400);
+  t.equal(attack.headers.get('content-type'), 'application/json');
+  const e: any = await attack.json();
+  t.same(e.error, {
+    message: "Invalid value for 'n_predict': must equal 'max_tokens' when both are given (100000 and 1): 'n_predict' is another name for 'max_tokens'.",
+    type: 'invalid_request_error', param: 'n_predict', code: 'invalid_value',
+  });
+  const alone = await post({ model: 'fim-coder', n_predict: 100000, prompt: 'hi' });
+  t.equal(alone.status, 402, 'n_predict alone is held in full');
+  t.match(await alone.json(), { code: 'insufficient_credits', type: 'insufficient_credits' });
+  t.equal(coder.requests.length, calls, 'the upstream was never called');
+  t.same(await wallet(url, 'small'), before, 'the wallet is unchanged by the refusals');
+
+  const ok = await post({ model: 'fim-coder', n_predict: 3, prompt: 'hi' });
+  t.equal(ok.status, 200);
+  await ok.json();
+  t.same(coder.requests.at(-1)!.body, { model: 'upstream-coder', prompt: 'hi', max_tokens: 3 }, 'sent as max_tokens, no n_predict');
+  t.equal(ok.headers.get('x-tollgate-units-charged'), String(1 + 2 * 3));
+  let after = await wallet(url, 'small');
+  for (let i = 0; i < 100 && after.held_units !== 0; i++) after = await wallet(url, 'small');
+  t.equal(after.balance_units, before.balance_units - 7, 'charged exactly 1 prompt + 2 x 3 completion units');
+  t.equal(after.held_units, 0);
 });

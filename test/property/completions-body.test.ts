@@ -1,5 +1,5 @@
 // Boundary: bodies of POST /v1/completions, generated (valid fields, odd values, odd types,
-// token-id prompts, large n x prompt arrays), through the real socket to the echo provider.
+// token-id prompts, large n x prompt arrays, llama.cpp's n_predict and n_cmpl aliases), through the real socket to the echo provider.
 // Every answer is a 200 (a schema-valid text_completion, or chunks of it ending in [DONE],
 // debited exactly the contract's cost of its usage) or a contract error (table code and status,
 // the envelope, never a 500); a rejection leaves the wallet (balance and holds) as it was. A
@@ -51,6 +51,10 @@ const fields = fc.record({
   stream_options: fc.oneof(fc.record({ include_usage: fc.boolean() }), fc.record({ include_usage: oddValue }), oddValue),
   user: fc.oneof(fc.string({ maxLength: 8 }), oddValue),
   best_of: fc.oneof(fc.integer({ min: 1, max: 4 }), oddValue),
+  // llama.cpp's aliases of max_tokens and n (read before them by its server), and vLLM's min_tokens.
+  n_predict: fc.oneof(fc.integer({ min: 1, max: 64 }), fc.integer({ min: -2, max: 100_000 }), oddValue),
+  n_cmpl: fc.oneof(fc.integer({ min: 1, max: 4 }), fc.integer({ min: -2, max: 200 }), oddValue),
+  min_tokens: fc.oneof(fc.integer({ min: 0, max: 64 }), oddValue),
   unknown_field: oddValue,
 }, { requiredKeys: [] });
 
@@ -63,7 +67,17 @@ const validBody = fc.record({
   echo: fc.boolean(),
   stream: fc.boolean(),
   stream_options: fc.record({ include_usage: fc.boolean() }),
-}, { requiredKeys: ['model', 'prompt'] });
+  // The aliases valid: beside their field (equal to it) or alone (standing for it).
+  aliases: fc.record({ n_predict: fc.boolean(), n_cmpl: fc.boolean(), keep: fc.boolean() }),
+}, { requiredKeys: ['model', 'prompt'] }).map(({ aliases, ...b }) => {
+  const out: Record<string, unknown> = { ...b };
+  if (aliases !== undefined) {
+    if (aliases.n_predict) out.n_predict = b.max_tokens ?? 16;
+    if (aliases.n_cmpl) out.n_cmpl = b.n ?? 1;
+    if (!aliases.keep) { delete out.max_tokens; delete out.n; }
+  }
+  return out;
+});
 
 const anyBody = fc.tuple(fc.oneof(fc.constant('code-echo'), fc.constant('echo-small'), oddValue), prompt, fields)
   .map(([model, p, f]) => ({ model, prompt: p, ...f }));
@@ -119,7 +133,10 @@ async function exchange(body: Record<string, unknown>, valid: boolean): Promise<
     if (valid) assert.ok(e.code === 'context_length_exceeded', `a valid body is answered: ${e.code} ${e.message}`);
   } else {
     const prompts = Array.isArray(body.prompt) ? body.prompt.length : 1;
-    assert.equal(ok.choices, prompts * (typeof body.n === 'number' ? body.n : 1), 'prompts x n answers');
+    const n = typeof body.n === 'number' ? body.n : typeof body.n_cmpl === 'number' ? body.n_cmpl : 1;
+    assert.equal(ok.choices, prompts * n, 'prompts x n (or n_cmpl) answers');
+    const limit = typeof body.max_tokens === 'number' ? body.max_tokens : typeof body.n_predict === 'number' ? body.n_predict : 16;
+    if (ok.usage !== undefined) assert.ok(ok.usage.completion_tokens <= prompts * n * limit, 'no answer beyond the output limit (max_tokens or n_predict)');
   }
   const after = await eventually(async () => {
     const w = await wallet(gw.url, ADMIN, who.account);

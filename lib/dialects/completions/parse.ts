@@ -21,6 +21,19 @@ const MAX_N = 128;
  */
 export const MAX_ANSWERS = 2048;
 
+/**
+ * Two names for one number: the OpenAI field and the alias llama.cpp's server reads first
+ * (n_predict before max_tokens, n_cmpl before n). Validated alike; the alias alone stands for
+ * the field; both differing are refused, naming the alias (the upstream would obey it, not the
+ * figure the hold was sized for). The alias is never forwarded (providers/openai/completions.ts).
+ */
+function aliased(body: Record<string, unknown>, key: string, alias: string, min: number, max?: number): number | undefined {
+  const v = checkInteger(body, key, min, max);
+  const a = checkInteger(body, alias, min, max);
+  if (v !== undefined && a !== undefined && v !== a) throw badValue(alias, `must equal '${key}' when both are given (${a} and ${v}): '${alias}' is another name for '${key}'`);
+  return v ?? a;
+}
+
 /** `prompt`: a string or a non-empty array of strings. */
 function prompts(v: unknown): string[] {
   if (v === undefined || v === null) throw missing('prompt');
@@ -45,12 +58,16 @@ export function parseCompletions(body: unknown): ChatRequest {
   const suffix = body.suffix;
   if (suffix !== undefined && suffix !== null && typeof suffix !== 'string') throw wrongType('suffix', 'a string');
 
-  const maxTokens = checkInteger(body, 'max_tokens', 1);
+  const maxTokens = aliased(body, 'max_tokens', 'n_predict', 1);
+  const limit = maxTokens ?? DEFAULT_MAX_TOKENS;
+  // vLLM's min_tokens above the limit would be the server's 400; refused here, before the hold.
+  const minTokens = checkInteger(body, 'min_tokens', 0);
+  if (minTokens !== undefined && minTokens > limit) throw badValue('min_tokens', `must be at most the output limit (${limit})`);
   checkNumber(body, 'temperature', 0, 2);
   checkNumber(body, 'top_p', 0, 1);
   checkNumber(body, 'presence_penalty', -2, 2);
   checkNumber(body, 'frequency_penalty', -2, 2);
-  const n = checkInteger(body, 'n', 1, MAX_N) ?? 1;
+  const n = aliased(body, 'n', 'n_cmpl', 1, MAX_N) ?? 1;
   // best_of: the server generates that many answers per prompt and returns the n best; each is
   // held like one of n (CONTRACT section 21), and charged as the server reports them
   // (providers/choices-usage.ts: the dropped ones are never seen).
@@ -80,7 +97,11 @@ export function parseCompletions(body: unknown): ChatRequest {
     if (iu !== undefined && iu !== null && typeof iu !== 'boolean') throw wrongType('stream_options.include_usage', 'a boolean');
     includeUsage = iu === true;
   }
-  if (texts.length * generated > MAX_ANSWERS) throw badValue(generated > n ? 'best_of' : 'n', `the prompts times ${generated > n ? 'best_of' : 'n'} must be at most ${MAX_ANSWERS}`);
+  if (texts.length * generated > MAX_ANSWERS) {
+    const nName = (body.n ?? null) === null && (body.n_cmpl ?? null) !== null ? 'n_cmpl' : 'n';
+    const param = generated > n ? 'best_of' : nName;
+    throw badValue(param, `the prompts times ${param} must be at most ${MAX_ANSWERS}`);
+  }
 
   const messages: ChatMessage[] = texts.map((content) => ({ role: 'user', content }));
   if (typeof suffix === 'string' && suffix !== '') messages.push({ role: 'user', content: suffix });
@@ -89,7 +110,7 @@ export function parseCompletions(body: unknown): ChatRequest {
     messages,
     stream,
     includeUsage: stream && includeUsage,
-    maxOutputTokens: maxTokens ?? DEFAULT_MAX_TOKENS,
+    maxOutputTokens: limit,
     imageCount: 0,
     body,
     native: { dialect: COMPLETIONS, body, headers: {} },

@@ -20,6 +20,12 @@ import type { WholeCompletion } from './completions-whole.js';
 /** The dialect (dialects/completions) whose requests go natively; named here, as anthropic/native.ts names its own. */
 export const COMPLETIONS_DIALECT = 'completions';
 
+/**
+ * Fields llama.cpp's server reads before the OpenAI ones the hold is sized by (n_predict before
+ * max_tokens, n_cmpl before n): never sent upstream as the client wrote them, forward_params or not.
+ */
+export const HOLD_ALIASES: readonly string[] = ['n_predict', 'n_cmpl'];
+
 export function isCompletions(call: ProviderCall): boolean {
   return call.request.native?.dialect === COMPLETIONS_DIALECT;
 }
@@ -33,6 +39,11 @@ export function completionsBody(call: ProviderCall, stream: boolean, streamUsage
   const src = call.request.native!.body;
   const out = merged<Obj>(src, { model: call.upstreamModel });
   out.max_tokens = call.request.maxOutputTokens;
+  // llama.cpp's names for the output limit and n, which it reads before OpenAI's: never sent, so
+  // what the server obeys is the figure held (dialects/completions/parse.ts folds them in).
+  for (const key of HOLD_ALIASES) delete out[key];
+  const p = call.request.prompts;
+  if (p !== undefined && (src.n_cmpl ?? null) !== null) out.n = p.n;
   // A null suffix is no suffix (OpenAI's reading); older llama.cpp refuses the key whatever its value.
   if (out.suffix === null) delete out.suffix;
   if (stream) {

@@ -18,7 +18,7 @@ import type { ChoicesAndUsage } from '../shared.js';
 import type { ChatRequest } from '../../schema/chat.js';
 import { withCallHeaders, type CompletionResult, type DiscoveredModel, type EmbedInput, type EmbedResult, type ProviderCall, type RerankInput, type RerankResult, type StreamPart, type TranscribeInput, type TranscribeResult, type UpstreamStream } from '../types.js';
 import { embedOpenAI } from './embed.js';
-import { completionsAnswer, completionsBody, CompletionsTranslator, isCompletions } from './completions.js';
+import { completionsAnswer, completionsBody, CompletionsTranslator, HOLD_ALIASES, isCompletions } from './completions.js';
 import { WholeCompletion } from './completions-whole.js';
 import { InfillTranslator, infillAnswer, infillBody, infillRefusal, infillUnsupported, wantsInfill } from './infill.js';
 import { rerankOpenAI } from './rerank.js';
@@ -225,7 +225,7 @@ export class OpenAIProvider extends HttpProvider {
     }
     for (const key of this.config.forward_params) {
       const v = src[key];
-      if (v !== undefined) out[key] = v;
+      if (v !== undefined && !HOLD_ALIASES.includes(key)) out[key] = v;
     }
     // Output is never longer than what was held: with no limit from the client, the upstream
     // gets the one the hold was sized for (CONTRACT section 10).

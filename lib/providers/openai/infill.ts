@@ -14,7 +14,7 @@ import type { SseEvent } from '../../sse/parser.js';
 import type { StreamTranslator } from '../http-provider.js';
 import { emptyAnswer, isEmptyAnswer, isObj, mapErrorValue, matchedStop, parseJson, sanitize, tokenCount, usageFrom, type ChoicesAndUsage, type Obj } from '../shared.js';
 import type { ProviderCall, StreamPart } from '../types.js';
-import { COMPLETIONS_DIALECT, isCompletions } from './completions.js';
+import { COMPLETIONS_DIALECT, HOLD_ALIASES, isCompletions } from './completions.js';
 import { usageOf } from './translate.js';
 
 /** A completions request that asks for fill-in-the-middle: it sent a `suffix` string ('' too: older llama.cpp refuses the key). */
@@ -41,7 +41,7 @@ export function infillRefusal(request: ChatRequest): GatewayError | undefined {
   const refuse = (param: string, what: string) => new GatewayError('unsupported_value',
     `Fill-in-the-middle on this model (llama.cpp's /infill) takes ${what}; '${param}' cannot be used with 'suffix'.`, { param });
   if (p.texts.length > 1) return refuse('prompt', 'one prompt');
-  if (p.n > 1) return refuse('n', 'one answer (n: 1)');
+  if (p.n > 1) return refuse((body.n ?? null) === null ? 'n_cmpl' : 'n', 'one answer (n: 1)');
   if (typeof body.best_of === 'number' && body.best_of > 1) return refuse('best_of', 'one answer (best_of: 1)');
   if (p.echo) return refuse('echo', 'no echo');
   if (typeof body.logprobs === 'number' && body.logprobs > 0) return refuse('logprobs', 'no log probabilities');
@@ -61,7 +61,7 @@ export function infillBody(call: ProviderCall, stream: boolean, forward: readonl
   }
   for (const key of forward) {
     const v = src[key];
-    if (v !== undefined) out[key] = v;
+    if (v !== undefined && !HOLD_ALIASES.includes(key)) out[key] = v;
   }
   if (stream) out.stream = true;
   return JSON.stringify(out);
