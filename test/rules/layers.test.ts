@@ -3,6 +3,7 @@
 // still break the rule; and the rule itself catches each way to break it.
 
 import t from 'tap';
+import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { ALLOWED, LAYERS, cycles, layerProblems, libGraph, resolveSpecifier, specifiers, unitOf, type Graph } from './layers.js';
 
@@ -37,6 +38,13 @@ t.test('the allowlist and the layers are well formed', async (t) => {
     ['pipeline/', 'routes/'], ['routes/', 'gateway.ts'], ['gateway.ts', 'server.ts']]) {
     t.ok(at(low!) < at(high!), `a request's calls go down: ${high} above ${low}`);
   }
+});
+
+t.test('docs/contributing.md shows LAYERS as they are, top first', async (t) => {
+  const doc = await readFile(`${root}docs/contributing.md`, 'utf8');
+  const rows = [...doc.matchAll(/^\| (\d+) \| ((?:`[^`]+`(?:, )?)+) \| [^|\n]+ \|$/gm)]
+    .map((m) => ({ layer: Number(m[1]), units: [...m[2]!.matchAll(/`([^`]+)`/g)].map((u) => u[1]) }));
+  t.same(rows, LAYERS.map((units, i) => ({ layer: i + 1, units: [...units] })).reverse());
 });
 
 t.test('imports are read by the parser, not from text', async (t) => {
