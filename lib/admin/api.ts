@@ -20,7 +20,7 @@ import { windows } from '../billing/meter.js';
 import { MAX_UNITS, type AccountRecord, type AuditEvent, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
 import { isCursor } from '../store/usage-records.js';
 import { alertsPage } from './alerts.js';
-import { decide, isWrite, outsideAccount, type Principal } from '../console/permissions.js';
+import { decide, isWrite, outsideAccount, type Principal } from './permissions.js';
 import { addressReader, type AddressOf } from '../auth/client-address.js';
 import { accountsPage, usageHourly, usageTop } from './insights.js';
 import { TokenGuard } from './token-guard.js';
@@ -147,7 +147,7 @@ export class AdminApi {
   /**
    * One /admin request: by the Bearer admin token, or (`session`) by a console session the
    * gateway checked (cookie, revocation, CSRF). Either way through the permission table
-   * (../console/permissions.ts); every write that succeeds is recorded in the audit log with
+   * (permissions.ts); every write that succeeds is recorded in the audit log with
    * the write, in one store step, before it is answered (./audit.ts).
    */
   async handle(req: IncomingMessage, res: ServerResponse, path: string, requestId: string, session?: Principal): Promise<void> {

@@ -9,7 +9,7 @@
 import type { IncomingMessage } from 'node:http';
 import { GatewayError } from '../errors.js';
 import type { AddressOf } from '../auth/client-address.js';
-import type { Principal } from '../console/permissions.js';
+import type { Principal } from './permissions.js';
 import type { AuditEvent, Store } from '../store/types.js';
 
 /** The event of one write: who, in which role, what (`METHOD route`), on what, from where, which request. */

@@ -10,7 +10,7 @@ import { GatewayError, clip } from '../errors.js';
 import { keyIdOf, sha256Hex } from '../store/digest.js';
 import { TeamNotFoundError, applyPatch, defaultControls, type KeyRecord, type Store } from '../store/types.js';
 import { readControls } from '../auth/controls.js';
-import type { Principal } from '../console/permissions.js';
+import type { Principal } from './permissions.js';
 import type { WriteAudit } from './audit.js';
 import { integerParam, type Body } from './body.js';
 import { refuseMemberKey, refuseWidening } from './narrowing.js';

@@ -10,7 +10,7 @@
 import type * as Client from 'openid-client';
 import type { JWTPayload, createRemoteJWKSet } from 'jose';
 import type { Config } from '../config/types.js';
-import type { Principal } from './permissions.js';
+import type { Principal } from '../admin/permissions.js';
 
 type Oidc = NonNullable<Config['console']['oidc']>;
 

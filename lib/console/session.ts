@@ -15,7 +15,7 @@
 import { createHmac, hkdfSync, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Config } from '../config/types.js';
-import type { Principal, Role } from './permissions.js';
+import type { Principal, Role } from '../admin/permissions.js';
 
 export const SESSION_COOKIE = 'tg_console';
 /** The SSO round trip's state, nonce and PKCE verifier, for the callback (10 minutes). */

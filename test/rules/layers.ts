@@ -56,10 +56,6 @@ export const ALLOWED: Readonly<Record<string, string>> = {
   'lib/config/cross-check.ts -> lib/auth/jwt-common.ts': 'the config check vets a JWT public key with auth\'s publicKeyProblem; move that check down into config/',
   // config (2) -> tokens (3), and config <-> tokens through tokens -> config.
   'lib/config/local.ts -> lib/tokens/count.ts': '`tollgate check` loads a named tokenizer.json with the gateway\'s own loader (a dynamic import); pass the loader in from cli.ts',
-  // admin (7) -> console (8), and admin <-> console through console -> admin.
-  'lib/admin/api.ts -> lib/console/permissions.ts': 'the role table serves /admin as well as /console/api; move permissions.ts down to admin/',
-  'lib/admin/audit.ts -> lib/console/permissions.ts': 'its Principal type, from the same role table',
-  'lib/admin/keys.ts -> lib/console/permissions.ts': 'its Principal type, from the same role table',
 };
 
 /** An import of one lib file by another (paths like lib/x/y.ts). */
