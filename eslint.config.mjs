@@ -14,8 +14,7 @@ const rules = {
 export default defineConfig(
   { ignores: ['dist/**', 'node_modules/**', 'bench/**', 'scripts/**', 'deploy/**'] },
   {
-    // test/ itself is not linted yet (tap's unawaited t.test calls and `any` in helpers); the
-    // fixture is the rules' planted-violation check.
+    // The fixture is the rules' planted-violation check.
     files: ['lib/**/*.ts', 'lib/console/ui/*.js', 'bin/**/*.js', 'test/fixtures/lint/*.ts'],
     languageOptions: {
       parser: tseslint.parser,
@@ -28,5 +27,22 @@ export default defineConfig(
     // Off: lib keeps a disable comment for a core rule (no-control-regex) not enabled here.
     linterOptions: { reportUnusedDisableDirectives: 'off' },
     rules,
+  },
+  {
+    // The tests: the promise rules, not no-explicit-any (fakes read loosely typed JSON). tap's
+    // t.test() returns a promise tap itself awaits (PromiseWithSubtest): safe to leave.
+    files: ['test/**/*.ts'],
+    ignores: ['test/fixtures/**'],
+    languageOptions: {
+      parser: tseslint.parser,
+      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+    },
+    plugins: { '@typescript-eslint': tseslint.plugin },
+    linterOptions: { reportUnusedDisableDirectives: 'off' },
+    rules: {
+      '@typescript-eslint/no-floating-promises': ['error', { allowForKnownSafePromises: [{ from: 'package', name: 'PromiseWithSubtest', package: '@tapjs/core' }] }],
+      '@typescript-eslint/no-misused-promises': 'error',
+      '@typescript-eslint/await-thenable': 'error',
+    },
   },
 );

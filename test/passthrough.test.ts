@@ -7,16 +7,17 @@ import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import { DEMO_KEY, baseConfig, startGateway } from './helpers/gateway.js';
 import { schemas } from './helpers/schemas.js';
+import { httpHandler } from './helpers/async-handler.js';
 
 async function modelServer(t: any) {
   const seen: Array<{ method: string; url: string; headers: any; body: string }> = [];
-  const server = createServer(async (req, res) => {
+  const server = createServer(httpHandler(async (req, res) => {
     let body = '';
     for await (const c of req) body += c;
     seen.push({ method: req.method!, url: req.url!, headers: req.headers, body });
     res.writeHead(200, { 'content-type': 'application/json', 'x-model-server': 'yes' });
     res.end(JSON.stringify({ url: req.url, method: req.method, body }));
-  });
+  }));
   const upgrades: string[] = [];
   server.on('upgrade', (req, socket) => {
     upgrades.push(req.url!);

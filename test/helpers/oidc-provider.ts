@@ -12,6 +12,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { SignJWT, exportJWK, generateKeyPair } from 'jose';
+import { asyncHandler } from './async-handler.js';
 
 export interface TestProvider {
   issuer: string;
@@ -80,7 +81,7 @@ export async function startProvider(redirectUri: string, opts: { clientId?: stri
       let raw = '';
       req.setEncoding('utf8');
       req.on('data', (d) => { raw += d; });
-      req.on('end', async () => {
+      req.on('end', asyncHandler(async () => {
         const f = new URLSearchParams(raw);
         let id = f.get('client_id');
         let secret = f.get('client_secret');
@@ -105,7 +106,7 @@ export async function startProvider(redirectUri: string, opts: { clientId?: stri
           .setIssuer(issuer).setAudience(clientId).setSubject(String(grant.user.sub)).setIssuedAt(now).setExpirationTime(now + 300)
           .sign(privateKey);
         json(res, 200, { access_token: randomBytes(16).toString('hex'), token_type: 'Bearer', expires_in: 300, id_token: idToken, scope: 'openid profile email' });
-      });
+      }));
       return;
     }
     json(res, 404, { error: 'not_found' });

@@ -5,6 +5,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { httpHandler } from './async-handler.js';
 
 export interface SeenRequest {
   method: string;
@@ -38,7 +39,7 @@ export interface FakeUpstream {
 export async function startUpstream(script: Script, opts: { props?: boolean } = {}): Promise<FakeUpstream> {
   let current = script;
   const requests: SeenRequest[] = [];
-  const server: Server = createServer(async (req, res) => {
+  const server: Server = createServer(httpHandler(async (req, res) => {
     if (opts.props !== true && req.method === 'GET' && req.url === '/props') {
       res.writeHead(404, { 'content-type': 'application/json' });
       res.end('{"detail":"Not Found"}');
@@ -60,7 +61,7 @@ export async function startUpstream(script: Script, opts: { props?: boolean } = 
     } catch {
       res.destroy();
     }
-  });
+  }));
   server.keepAliveTimeout = 5000;
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const { port } = server.address() as AddressInfo;

@@ -16,6 +16,7 @@ import { tracesUrl } from '../../lib/observe/trace.js';
 import { serveChild } from '../helpers/child.js';
 import { DEMO_KEY, authHeaders, baseConfig, postChat, startGateway } from '../helpers/gateway.js';
 import { completionBody, json, startUpstream, streamFrames, writeSse } from '../helpers/upstream.js';
+import { httpHandler } from '../helpers/async-handler.js';
 
 interface ReceivedSpan {
   traceId: string;
@@ -42,7 +43,7 @@ function attrs(list: Array<{ key: string; value: Record<string, unknown> }> | un
 
 const spans: ReceivedSpan[] = [];
 const exports: Array<{ path: string; headers: Record<string, unknown> }> = [];
-const receiver: Server = createServer(async (req, res) => {
+const receiver: Server = createServer(httpHandler(async (req, res) => {
   const chunks: Buffer[] = [];
   for await (const c of req) chunks.push(c as Buffer);
   exports.push({ path: req.url ?? '', headers: req.headers });
@@ -63,7 +64,7 @@ const receiver: Server = createServer(async (req, res) => {
     }
   }
   res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-});
+}));
 await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
 const receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
 t.teardown(() => new Promise<void>((r) => receiver.close(() => r())));

@@ -1,5 +1,6 @@
 // The lint rules (eslint.config.mjs, Tollgate #40): lib/ and bin/ have no floating or misused
-// promise, no await of a non-promise and no explicit `any`; and each rule fires on a planted
+// promise, no await of a non-promise and no explicit `any`; test/ has none of the first three
+// (tap's own t.test() promise aside); and each rule fires on a planted
 // violation, so a config that stopped checking would fail here too. Type-aware linting of lib
 // takes a while (about 20-60 s), hence the timeout.
 
@@ -42,6 +43,20 @@ t.test('lib/ and bin/ have no problems', async (t) => {
   const files = results.map((r) => r.filePath.slice(root.length));
   for (const f of ['lib/gateway.ts', 'lib/auth/authenticator.ts', 'lib/console/ui/app.js', 'bin/tollgate.js']) t.ok(files.includes(f), `${f} was linted`);
   t.ok(results.length > 150, `${results.length} files linted`);
+  const problems = listed(results);
+  t.same(problems, [], `lint problems (npm run lint; see docs/contributing.md):\n${problems.join('\n')}`);
+});
+
+t.test('test/ has no floating or misused promise and no await of a non-promise', async (t) => {
+  for (const rule of RULES.slice(0, 3)) {
+    const config = (await eslint.calculateConfigForFile(`${root}test/helpers/upstream.ts`)) as { rules?: Record<string, unknown> };
+    const level = config.rules?.[rule];
+    t.equal(Array.isArray(level) ? level[0] : level, 2, `test/: ${rule} is an error`);
+  }
+  const results = await eslint.lintFiles(['test']);
+  const files = results.map((r) => r.filePath.slice(root.length));
+  for (const f of ['test/helpers/upstream.ts', 'test/rules/lint.test.ts']) t.ok(files.includes(f), `${f} was linted`);
+  t.ok(results.length > 200, `${results.length} files linted`);
   const problems = listed(results);
   t.same(problems, [], `lint problems (npm run lint; see docs/contributing.md):\n${problems.join('\n')}`);
 });

@@ -48,7 +48,7 @@ function fullFleet(t: { equal(...args: any[]): unknown }, n: number, max: number
   const finish = async () => {
     while (queue.size > 0 || running.length > 0) {
       if (running.length > 0) release();
-      await null;
+      await Promise.resolve();
     }
   };
   return { fleet, queue, running, results, release, finish };
@@ -63,10 +63,10 @@ t.test('each release hands its replica to the next in line before Fleet.end retu
     // No await since the release: nothing else has run.
     t.equal(f.queue.dispatched - before, 1, `release ${i}: one dispatch in the same tick`);
     t.equal(f.fleet.replicas.reduce((s, r) => s + r.outstanding, 0), 12, 'the fleet is full again at once');
-    if (i % 10 === 0) await null;
+    if (i % 10 === 0) await Promise.resolve();
   }
   t.equal(f.queue.size, 0);
-  await null;
+  await Promise.resolve();
   t.equal(f.results.filter((r) => 'slot' in r).length, 40, 'every waiter got its slot');
   await f.finish();
   t.equal(f.queue.dispatched, 40);

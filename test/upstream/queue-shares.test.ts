@@ -204,7 +204,7 @@ t.test('property: arrivals, leaves and dispatches never refuse a place a flow is
       if (waiting.length > Math.max(max, 0)) fail('more waiting than max_queued');
       if (waiting.length > 0 && running < slots) fail('a slot idle while requests wait');
     };
-    const flush = async () => { for (let i = 0; i < 3; i++) await null; };
+    const flush = async () => { for (let i = 0; i < 3; i++) await Promise.resolve(); };
     for (const o of ops) {
       if (o.kind === 'arrive') {
         const flow = fairness === 'none' ? '' : `f${o.flow % nflows}`;
