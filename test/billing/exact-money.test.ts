@@ -12,6 +12,7 @@ import { validateChatRequest } from '../../lib/schema/validate.js';
 import { DEMO_KEY, baseConfig, postChat, sseData, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { startRedis } from '../helpers/redis.js';
 import { chunk, completionBody, json, startUpstream, writeSse, type FakeUpstream } from '../helpers/upstream.js';
+import { isOpenAiHosted, tellLimit } from '../../lib/providers/openai/output-limit.js';
 
 const ADMIN = 'money-admin-token-0123';
 const MAX = Number.MAX_SAFE_INTEGER;
@@ -146,9 +147,36 @@ t.test('the upstream is told the output limit that was held', async (t) => {
   await postChat(gw.url, { model: 'in0', messages: [{ role: 'user', content: 'usage 1 1' }], max_tokens: 7 });
   t.equal(up.requests.at(-1)!.body.max_tokens, 7, "the client's own limit is sent as it is");
   t.notOk('max_completion_tokens' in up.requests.at(-1)!.body);
+  // Our own attack (#40): a server that reads only max_tokens (llama.cpp before 2026-02,
+  // llama-cpp-python, TGI) ran to 4000 tokens on a hold sized for max_completion_tokens: 10.
   await postChat(gw.url, { model: 'in0', messages: [{ role: 'user', content: 'usage 1 1' }], max_completion_tokens: 9 });
   t.equal(up.requests.at(-1)!.body.max_completion_tokens, 9);
-  t.notOk('max_tokens' in up.requests.at(-1)!.body, 'max_completion_tokens alone is not doubled with max_tokens');
+  t.equal(up.requests.at(-1)!.body.max_tokens, 9, 'max_completion_tokens is sent as max_tokens too (not OpenAI\'s own API)');
+  await postChat(gw.url, { model: 'in0', messages: [{ role: 'user', content: 'usage 1 1' }], max_completion_tokens: 10, max_tokens: 900 });
+  t.same([up.requests.at(-1)!.body.max_completion_tokens, up.requests.at(-1)!.body.max_tokens], [10, 10], 'both fields say the limit held (max_completion_tokens wins)');
+  const responses = await fetch(`${gw.url}/v1/responses`, {
+    method: 'POST', headers: { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'in0', input: 'usage 1 1', max_output_tokens: 11 }),
+  });
+  t.equal(responses.status, 200);
+  t.same([up.requests.at(-1)!.body.max_completion_tokens, up.requests.at(-1)!.body.max_tokens], [11, 11], "/v1/responses' max_output_tokens in both fields");
+});
+
+t.test("OpenAI's own API gets max_completion_tokens alone (its reasoning models refuse max_tokens)", async (t) => {
+  t.equal(isOpenAiHosted(['https://api.openai.com/v1']), true);
+  t.equal(isOpenAiHosted(['https://my-res.openai.azure.com/openai/deployments/x']), true);
+  t.equal(isOpenAiHosted(['http://127.0.0.1:8000/v1']), false);
+  t.equal(isOpenAiHosted(['https://api.openai.com/v1', 'http://vllm:8000/v1']), false, 'a mixed fleet gets both');
+  const told = (src: Record<string, unknown>, hosted: boolean) => {
+    const out: Record<string, unknown> = { ...src };
+    tellLimit(out, src, 10, hosted);
+    return [out.max_completion_tokens, out.max_tokens];
+  };
+  t.same(told({ max_completion_tokens: 10 }, true), [10, undefined]);
+  t.same(told({ max_completion_tokens: 10 }, false), [10, 10]);
+  t.same(told({ max_completion_tokens: 10, max_tokens: 99 }, true), [10, 10], 'the client sent both: both, equal');
+  t.same(told({ max_tokens: 10 }, true), [undefined, 10]);
+  t.same(told({}, true), [undefined, 10], 'no client limit: the model\'s, as max_tokens');
 });
 
 t.test('usage the upstream reports that is not a token count is not billed as one', async (t) => {

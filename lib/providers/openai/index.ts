@@ -28,6 +28,7 @@ import { hasStop } from '../shared.js';
 import { assemble } from '../assemble.js';
 import { CoveredStream, coverWhole, coversStream } from '../choices-usage.js';
 import { ServerKind } from './server-kind.js';
+import { isOpenAiHosted, tellLimit } from './output-limit.js';
 import { countUpTo } from '../../tokens/count.js';
 import { UpstreamTokens } from '../../tokens/upstream.js';
 
@@ -101,6 +102,8 @@ export class OpenAIProvider extends HttpProvider {
    * only when asked to be verbose.
    */
   readonly #kind: ServerKind;
+  /** Its replicas are OpenAI's own API (output-limit.ts: max_completion_tokens sent alone). */
+  readonly #openAiHosted: boolean;
   /** Handed to a stream's translator while the server is not known yet. */
   readonly #learn = (llamaCpp: boolean): void => this.#kind.suggest(llamaCpp);
   /** The calls that go to llama.cpp's /infill: decided once per call (#infillCheck), before its body is built. */
@@ -117,6 +120,7 @@ export class OpenAIProvider extends HttpProvider {
     if (config.api_key !== '') headers.authorization = `Bearer ${config.api_key}`;
     super(name, config, { path: '/chat/completions', headers, unavailable: new Set([429, 503]) }, fleet);
     this.#kind = new ServerKind(this.fleet.replicas.map((r) => r.url).join(' '), (signal) => this.#probe(signal), config.timeout_ms);
+    this.#openAiHosted = isOpenAiHosted(this.fleet.replicas.map((r) => r.url));
   }
 
   /** Health checks and scraping, and the question of what the server is, asked now rather than by the first request. */
@@ -227,9 +231,9 @@ export class OpenAIProvider extends HttpProvider {
       const v = src[key];
       if (v !== undefined && !HOLD_ALIASES.includes(key)) out[key] = v;
     }
-    // Output is never longer than what was held: with no limit from the client, the upstream
-    // gets the one the hold was sized for (CONTRACT section 10).
-    if (call.request.maxOutputTokens === undefined) out.max_tokens = call.model.max_output_tokens;
+    // Output is never longer than what was held: every limit field the upstream may read says the
+    // figure the hold was sized for, the model's own when the client gave none (CONTRACT section 10).
+    tellLimit(out, src, call.request.maxOutputTokens ?? call.model.max_output_tokens, this.#openAiHosted);
     // llama.cpp says which stop string ended an answer only in its verbose debug member.
     if (this.#kind.llamaCpp === true && hasStop(call)) out.verbose = true;
     if (stream) {
