@@ -199,11 +199,14 @@ export class Lane {
   }
 }
 
-/** A webhook's URL for the log: no user info, no query (a token may ride there). */
+/**
+ * A webhook's URL for the log: its origin alone, as the console shows it. A token may ride in
+ * the user info, the query or the path itself (Slack's /services/T/B/secret).
+ */
 export function safeUrl(u: string): string {
   try {
     const url = new URL(u);
-    return `${url.origin}${url.pathname}`;
+    return url.pathname === '/' && url.search === '' ? url.origin : `${url.origin}/***`;
   } catch {
     return '[unparsable]';
   }

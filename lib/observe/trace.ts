@@ -118,9 +118,13 @@ export async function createTracing(config: Config, logger: Logger): Promise<Tra
   };
 }
 
-function redacted(url: string): string {
+/** The OTLP URL as the log shows it: no user info, no query value, no fragment. */
+export function redacted(url: string): string {
   const u = new URL(url);
   if (u.password !== '') u.password = '***';
   if (u.username !== '') u.username = '***';
+  // An API key may ride in the query (?api_key=...): the names are kept, never a value.
+  for (const name of [...new Set(u.searchParams.keys())]) u.searchParams.set(name, '***');
+  u.hash = '';
   return u.toString();
 }

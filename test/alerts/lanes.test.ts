@@ -113,7 +113,8 @@ t.test('memory: a lane\'s queue is bounded and drops nothing: the rest waits in 
   const outbox = await outboxOf(t, 'memory');
   const lines: string[] = [];
   const logger = pino({ level: 'info' }, new Writable({ write(c, _e, cb) { lines.push(String(c)); cb(); } }));
-  const hang = await startReceiver();
+  // Slack's shape: the secret is the path; the log shows the origin alone (as the console does).
+  const hang = await startReceiver(undefined, '/services/T000/B000/SLACKPATHSECRET');
   const ok = await startReceiver();
   hang.mode = 'hang';
   const w = new DeliveryWorker(outbox, { pollMs: 20, logger });
@@ -128,7 +129,8 @@ t.test('memory: a lane\'s queue is bounded and drops nothing: the rest waits in 
   t.equal((await outbox.due(Date.now(), 10 * count, hang.url)).length, count, 'every delivery to it is still due in the outbox: none dropped');
   t.ok(await until(() => lines.some((l) => l.includes('webhook behind')), 5000), 'the backlog is logged');
   const behind = JSON.parse(lines.find((l) => l.includes('webhook behind'))!);
-  t.equal(behind.webhook, hang.url);
+  t.equal(behind.webhook, `http://127.0.0.1:${hang.port}/***`, 'the origin alone');
+  t.notMatch(lines.join(''), /SLACKPATHSECRET/, 'no log line holds the path');
   t.equal(behind.level, 40);
   await hang.close();
   await w.stop();

@@ -226,3 +226,9 @@ t.test('config: observe and usage keys are checked', async (t) => {
   t.equal(tracesUrl('http://c:4318/'), 'http://c:4318/v1/traces');
   t.equal(tracesUrl('https://c/otel/v1/traces'), 'https://c/otel/v1/traces');
 });
+
+t.test('the OTLP URL in the log: no password, no query value, no fragment', async (t) => {
+  const { redacted } = await import('../../lib/observe/trace.js');
+  t.equal(redacted('http://user:pw@collector:4318/v1/traces?api_key=OTLPSECRET&x=1#frag'), 'http://***:***@collector:4318/v1/traces?api_key=***&x=***');
+  t.equal(redacted('http://collector:4318/v1/traces'), 'http://collector:4318/v1/traces');
+});
