@@ -5,6 +5,9 @@
 // /infill, /reranking; Ollama's /api/chat, /api/generate, /api/embed; TGI's /generate and its
 // POST /; SGLang's /generate, /encode; KServe v2's /v2/models/{m}/infer; and all of /v1 (a
 // target such as http://host/v1 turns /chat/completions into /v1/chat/completions).
+// Any segment counts, not only the last (KoboldCpp's /api/extra/generate/stream). This is a list
+// of the names model servers use; a server with a generation route of another name needs
+// passthrough_auth (check warns when passthrough points at a provider's host).
 // Judged on the path http/path.ts already normalised (dot segments resolved, unreserved
 // characters decoded), lower-cased, with ';' parameters cut off each segment, so neither a
 // case-insensitive server nor one that reads matrix parameters is offered a way round.
@@ -16,6 +19,9 @@ const GENERATION = new Set([
   'completion', 'completions', 'chat', 'embedding', 'embeddings', 'embed', 'infill', 'rerank', 'reranking',
   'score', 'pooling', 'classify', 'invocations', 'generate', 'generate_stream', 'encode', 'infer', 'predict',
   'responses', 'messages', 'transcriptions', 'translations', 'speech', 'realtime',
+  // TGI's and SGLang's Vertex AI routes, SGLang's one-token health check and file batch,
+  // LocalAI's unprefixed image and speech routes.
+  'vertex', 'vertex_generate', 'health_generate', 'generate_from_file', 'generations', 'tts',
 ]);
 
 /** The target's base path as segments ('/' and '' give none). */
@@ -30,10 +36,10 @@ export function baseSegments(target: string): string[] {
 export function refuseGeneration(base: readonly string[], path: string, method: string | undefined): void {
   const own = segments(path);
   const all = base.length === 0 ? own : [...base, ...own];
-  const last = all[all.length - 1];
+  const named = all.find((seg) => GENERATION.has(seg));
   const why = all[0] === 'v1' ? 'it reaches the model server\'s /v1'
-    : last !== undefined && GENERATION.has(last) ? `${last} is a generation endpoint of the model server`
-      : all.length === 0 && method === 'POST' ? 'POST / generates on some model servers (TGI)'
+    : named !== undefined ? `${named} names a generation endpoint of the model server`
+      : own.length === 0 && method === 'POST' ? 'POST to the server\'s root generates on some model servers (TGI)'
         : undefined;
   if (why === undefined) return;
   throw new GatewayError('unknown_url',

@@ -19,7 +19,9 @@ t.test('generation endpoints of vLLM, llama.cpp, Ollama, TGI, SGLang and KServe 
   for (const p of ['/invocations', '/rerank', '/v2/rerank', '/score', '/pooling', '/classify', '/completion', '/completions',
     '/chat/completions', '/embedding', '/embeddings', '/infill', '/reranking', '/api/chat', '/api/generate', '/api/embed',
     '/api/embeddings', '/generate', '/generate_stream', '/encode', '/v2/models/m/infer', '/v1/chat/completions', '/v1',
-    '/RERANK', '/Rerank/', '/rerank;jsessionid=1', '/x/..;/rerank', '/a/./rerank']) {
+    '/RERANK', '/Rerank/', '/rerank;jsessionid=1', '/x/..;/rerank', '/a/./rerank',
+    // Found by our second attack: Vertex routes (TGI, SGLang), KoboldCpp, LocalAI, SGLang's health generate.
+    '/vertex', '/vertex_generate', '/api/extra/generate/stream', '/images/generations', '/tts', '/health_generate', '/generate_from_file']) {
     t.equal(refused('', p), 'unknown_url', p);
   }
   t.equal(refused('', '/', 'POST'), 'unknown_url', 'POST / (TGI generates there)');
@@ -34,4 +36,6 @@ t.test('other paths pass; the base path counts as the proxy joins it', async (t)
   t.equal(refused('/v1/', '/version', 'GET'), 'unknown_url');
   t.equal(refused('/ollama', '/api/chat'), 'unknown_url', 'a prefix keeps the last segment');
   t.equal(refused('/ollama', '/api/tags', 'GET'), undefined);
+  t.equal(refused('/tgi', '/', 'POST'), 'unknown_url', 'POST to the root under a base path too');
+  t.equal(refused('/tgi', '/', 'GET'), undefined);
 });
