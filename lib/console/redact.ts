@@ -1,7 +1,7 @@
 // The effective config as the console's Config page shows it (CONTRACT section 12): every
 // secret replaced by "***" — tokens, passwords, API keys, client secrets, account keys and
 // their digests, every header value (they carry credentials), and in any URL its user:password
-// part (a Redis URL may hold one), every query value and its fragment (an API key or token may
+// part (a Redis URL may hold one), every query value, every `;` matrix parameter and its fragment (an API key or token may
 // ride there); an alert webhook's URL shows only its scheme, host and port (Slack- and
 // Discord-style webhooks carry their secret in the path).
 
@@ -28,6 +28,13 @@ function redactUrl(v: string): string {
   let out = at < m[0].length ? v : `${m[0]}${MASK}${v.slice(at)}`;
   const hash = out.indexOf('#', m[0].length);
   if (hash >= 0) out = `${out.slice(0, hash)}#${MASK}`;
+  // Matrix parameters (`/v1;key=...`), read by some servers as a query: their values go too.
+  const slash = out.indexOf('/', m[0].length);
+  if (slash >= 0) {
+    const stop = out.slice(slash).search(/[?#]/);
+    const end = stop < 0 ? out.length : slash + stop;
+    out = `${out.slice(0, slash)}${out.slice(slash, end).replace(/;[^/]*/g, `;${MASK}`)}${out.slice(end)}`;
+  }
   const q = out.indexOf('?', m[0].length);
   if (q >= 0) {
     const end = out.indexOf('#', q);

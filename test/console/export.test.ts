@@ -93,6 +93,8 @@ t.test('Config: no secret survives the masking, whatever it is', async (t) => {
       { url: '***' },
     ] },
   }, 'query values, fragments and user info masked; a webhook shows its scheme, host and port only');
+  t.same(redactConfig({ base_url: 'http://h:1/v1;key=MATRIXSECRET/x;a;b?q=1' }), { base_url: 'http://h:1/v1;***/x;***?q=***' }, 'matrix parameters are masked');
+  t.same(redactConfig({ base_url: 'http://h:1/a;b' }), { base_url: 'http://h:1/a;***' });
   const shown = redactConfig({ server: { port: 8080 }, admin: { token: null }, providers: { p: { base_url: 'http://h:1/v1' } } });
   t.same(shown, { server: { port: 8080 }, admin: { token: null }, providers: { p: { base_url: 'http://h:1/v1' } } }, 'what is not secret is shown as it is');
 });
