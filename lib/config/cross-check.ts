@@ -288,6 +288,11 @@ export function configWarnings(c: Config): string[] {
   c.models.forEach((m, i) => warnings.push(...priceWarnings(m.price, `models[${i}].price`)));
   for (const [name, p] of Object.entries(c.providers)) {
     warnings.push(...priceWarnings(p.model_defaults.price, `providers.${name}.model_defaults.price`));
+    for (const f of p.forward_params) {
+      if (f === 'n_predict' || f === 'n_cmpl') {
+        warnings.push(`providers.${name}.forward_params: ${f} is never forwarded as it is: it is held and sent as ${f === 'n_predict' ? 'max_tokens' : 'n'}`);
+      }
+    }
   }
   warnings.push(...passthroughWarnings(c));
   return warnings;

@@ -210,3 +210,17 @@ t.test('cache prices (CONTRACT section 8): optional, non-negative integers, abse
     'providers.e.model_defaults.price.cached_input_per_mtok: 1e+22 units per million tokens: one token costs more than the largest possible wallet (9007199254740991 units), so no request can ever be paid',
   ]);
 });
+
+t.test('forward_params naming a held alias is warned about: it is sent under its held name', async (t) => {
+  const text = [
+    'providers:',
+    '  llama: {kind: openai, base_url: "http://127.0.0.1:8081/v1", forward_params: [n_predict, n_cmpl, top_k]}',
+    'models:',
+    '  - {id: m, provider: llama}',
+    '',
+  ].join('\n');
+  t.strictSame(configWarnings(parseConfig(text, {})), [
+    'providers.llama.forward_params: n_predict is never forwarded as it is: it is held and sent as max_tokens',
+    'providers.llama.forward_params: n_cmpl is never forwarded as it is: it is held and sent as n',
+  ]);
+});
