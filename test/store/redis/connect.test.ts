@@ -156,7 +156,10 @@ t.test('a defined script: no Array.prototype.flat, arguments as ioredis sends th
   const s = c as Scripted;
   const flat = Array.prototype.flat;
   let flats = 0;
-  Array.prototype.flat = function (this: unknown[], ...a: unknown[]) { flats++; return flat.apply(this, a as []); } as typeof flat;
+  // Only a flat of these calls' own arguments counts: other work of the process (timers, other
+  // clients) may flatten arrays of its own meanwhile.
+  const ours = (v: unknown): boolean => v === 'tg-script:k' || (Array.isArray(v) && v.some(ours));
+  Array.prototype.flat = function (this: unknown[], ...a: unknown[]) { if (this.some(ours)) flats++; return flat.apply(this, a as []); } as typeof flat;
   let first: unknown, spread: unknown;
   try {
     first = await s.tgEcho('tg-script:k', 'a', 7, '');
