@@ -11,9 +11,9 @@ import fc from 'fast-check';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
-import { serveChild, type ChildGateway } from '../helpers/child.js';
+import { serveChild } from '../helpers/child.js';
+import { PROBE, stallSince } from '../helpers/event-loop.js';
 
 const SEED = Number(process.env.TOLLGATE_PROPERTY_SEED ?? 16016);
 const KEY = 'tg_hostile_000000000000000000';
@@ -84,21 +84,6 @@ const shapes = (size: number, seed: number, model: string): Record<string, Shape
 
 // Counting megabytes is seconds of CPU in all: on a loaded CI host this file needs more than tap's 300 s.
 t.setTimeout(900_000);
-
-const PROBE = fileURLToPath(new URL('../fixtures/event-loop-probe.mjs', import.meta.url));
-
-/** The longest event-loop stall the child saw since the last ask (ms). */
-async function stallSince(gw: ChildGateway, seen: { n: number }): Promise<number> {
-  const want = seen.n++;
-  gw.proc.kill('SIGUSR2');
-  const line = new RegExp(`event-loop-max ${want} ([0-9.]+)`);
-  for (let i = 0; i < 500; i++) {
-    const m = line.exec(gw.output());
-    if (m !== null) return Number(m[1]);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  throw new Error(`the gateway did not report its event loop: ${gw.output().slice(-500)}`);
-}
 
 t.test('hostile bodies never hold the event loop, and get a contract answer', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-event-loop-'));
