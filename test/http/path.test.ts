@@ -8,6 +8,7 @@ import t from 'tap';
 import fc from 'fast-check';
 import { GatewayError } from '../../lib/errors.js';
 import { checkOutbound, normalisePath, normaliseTarget } from '../../lib/http/path.js';
+import { holds } from '../property/arbitraries.js';
 
 t.test('normal paths come back as they are (the same string)', async (t) => {
   for (const p of ['/', '/v1', '/v1/', '/v1/chat/completions', '/admin/keys', '/healthz', '/static/app.js', '/a/.../b', '/a/.b/..c/c..',
@@ -126,7 +127,7 @@ const hostile = fc.array(fc.oneof(
 ), { maxLength: 8 }).map((segs) => `/${segs.join('/')}`);
 
 t.test('property: a normalised path is a fixed point, of itself and of a WHATWG URL; never another error', async (t) => {
-  fc.assert(fc.property(hostile, (raw) => {
+  await holds(t, 'a normalised path is a fixed point', fc.property(hostile, (raw) => {
     let path: string;
     try {
       path = normalisePath(raw);
@@ -137,6 +138,5 @@ t.test('property: a normalised path is a fixed point, of itself and of a WHATWG 
     if (!path.startsWith('/') || path.includes('//') || /(^|\/)\.\.?(\/|$)/.test(path) || /%2[eE]|%5[cC]/.test(path)) return false;
     // A WHATWG URL reads the path as it is (these paths hold no character it would percent-encode).
     return whatwg(path) === path;
-  }), { numRuns: 3000, seed: 40_21 });
-  t.pass('3000 hostile paths');
+  }), 3000);
 });
