@@ -93,6 +93,6 @@ t.test('a header the config accepts is one the HTTP client sends (property)', as
     if (problems(config).length > 0) return;
     accepted++;
     assert.ok(await sends({ [name]: value, authorization: `Bearer ${value}`, 'x-api-key': value }), `undici sends ${JSON.stringify({ [name]: value })}`);
-  }), { numRuns: 300 });
+  }), { numRuns: 300, seed: 20261123 }); // seeded like every property here: CI replays the same cases
   t.ok(accepted > 40, `${accepted} of 300 accepted, each one sent`);
 });
