@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import type { AccountView, CreditAnswer, KeyAnswer, NewKeyAnswer, Show, TeamAnswer, UsageAnswer } from './cli-admin-answers.js';
-
+import { TAG_OPTIONS, TAG_USAGE, addTeamAndTags, teamAndTagLines } from './cli-admin-tags.js';
 export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADMIN_TOKEN, --json):
   tollgate accounts create ID --plan P [--wallet-units N]
   tollgate accounts show ID
@@ -18,7 +18,7 @@ export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADM
     CONTROLS: --name N  --models a,llama-*  --expires ISO-8601  --budget-units N
               --budget-period day|week|month|never  --rpm N  --tpm N  --max-concurrent N
               --priority high|normal|low  --allow-ips CIDR,CIDR  --metadata k=v (repeatable)
-              --team TEAM_ID
+              --team TEAM_ID  ${TAG_USAGE}
   tollgate teams create ACCOUNT TEAM_ID [TEAM]
   tollgate teams list ACCOUNT
   tollgate teams update TEAM_ID TEAM          (a value of null clears a setting)
@@ -133,8 +133,7 @@ function controlsOf(opts: Opts, verb: string): Record<string, unknown> {
   if (priority !== undefined) body.priority = priority === 'null' ? null : priority;
   const ips = str('allow-ips');
   if (ips !== undefined) body.allowed_ips = listOpt(ips, `${verb}: --allow-ips`);
-  const team = str('team');
-  if (team !== undefined) body.team = team === 'null' ? null : team;
+  addTeamAndTags(body, str, verb, (message) => { throw new CliError(message, 2); });
   const meta = opts.metadata;
   if (Array.isArray(meta) && meta.length > 0) {
     if (meta.length === 1 && meta[0] === 'null') body.metadata = null;
@@ -164,7 +163,7 @@ function keyLines(k: KeyAnswer): string {
     `  budget: ${budget}`,
     `  limits: ${limits}`,
     `  priority: ${k.priority ?? "the plan's"}`,
-    ...(k.team === null || k.team === undefined ? [] : [`  team: ${k.team}`]),
+    ...teamAndTagLines(k),
     `  expires: ${k.expires_at ?? 'never'}  ips: ${k.allowed_ips === null ? 'any' : k.allowed_ips.join(', ')}`,
     `  created: ${k.created_at}  last used: ${k.last_used_at ?? 'never'}`,
     ...(Object.keys(k.metadata).length === 0 ? [] : [`  metadata: ${Object.entries(k.metadata).map(([a, v]) => `${a}=${v}`).join(' ')}`]),
@@ -310,7 +309,7 @@ function adminToken(given: string | undefined): string {
 /** The columns of `usage export --format csv`: the record's fields, in the contract's order. */
 export const USAGE_COLUMNS = [
   'request_id', 'at', 'account', 'key_id', 'team', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
-  'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms',
+  'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms', 'tags', 'end_user',
 ] as const;
 
 /**
@@ -332,7 +331,7 @@ function needsQuoteMark(s: string): boolean {
  */
 export function csvField(v: unknown): string {
   if (v === null || v === undefined) return '';
-  let s = typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : JSON.stringify(v);
+  let s = typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : Array.isArray(v) ? v.join(',') : JSON.stringify(v);
   if (needsQuoteMark(s)) s = `'${s}`;
   return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
 }
@@ -408,7 +407,7 @@ const OPTIONS = {
   name: { type: 'string' }, models: { type: 'string' }, expires: { type: 'string' }, 'budget-units': { type: 'string' },
   'budget-period': { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' }, 'max-concurrent': { type: 'string' },
   priority: { type: 'string' }, 'allow-ips': { type: 'string' }, metadata: { type: 'string', multiple: true }, 'grace-seconds': { type: 'string' },
-  team: { type: 'string' },
+  team: { type: 'string' }, ...TAG_OPTIONS,
 } as const;
 
 /**

@@ -97,6 +97,10 @@ export function refuseWidening(key: KeyRecord, patch: KeyPatch, planPriority: Qu
   for (const [name, value] of Object.entries(patch.limits ?? {}) as Array<[keyof KeyControls['limits'], number | null | undefined]>) {
     if (value !== undefined) narrowNumber(`limits.${name}`, c.limits[name], value);
   }
+  // A key whose tags are locked keeps them: unlocking or relabelling would let its spend be mislabelled.
+  if (c.tags_locked && (patch.tags_locked === false || (patch.tags !== undefined && patch.tags.join(',') !== c.tags.join(',')))) {
+    throw denied(patch.tags_locked === false ? 'tags_locked' : 'tags', "the key's tags are locked; a member may not change or unlock them");
+  }
   if (patch.expires_at !== undefined && c.expires_at !== null) {
     if (patch.expires_at === null) throw denied('expires_at', `the key expires at ${new Date(c.expires_at).toISOString()}; null would make it never expire`);
     if (patch.expires_at > c.expires_at) throw denied('expires_at', `the key expires at ${new Date(c.expires_at).toISOString()}; a member may bring it forward, not extend it`);

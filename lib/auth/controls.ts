@@ -8,12 +8,13 @@ import { GatewayError, clip } from '../errors.js';
 import { perUtcDay } from '../utc-day.js';
 import { isObject } from '../objects.js';
 import type { QueuePriority } from '../config/types.js';
+import { readKeyTags } from './attribution.js';
 import {
   KEY_PRIORITIES, MAX_UNITS, TEAM_ID, periodId, spentIn,
   type BudgetPeriod, type BudgetPeriods, type KeyControls, type KeyLimits, type KeyPatch, type KeyRecord, type TeamPatch, type TeamRecord,
 } from '../store/types.js';
 
-export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'priority', 'allowed_ips', 'metadata', 'team'] as const;
+export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'priority', 'allowed_ips', 'metadata', 'team', 'tags', 'tags_locked'] as const;
 export const LIMIT_FIELDS = ['requests_per_minute', 'tokens_per_minute', 'max_concurrent'] as const;
 const PERIODS = ['day', 'week', 'month'] as const;
 
@@ -169,6 +170,11 @@ export function readControls(body: Record<string, unknown>, rounded: ReadonlySet
   }
   if (body.metadata !== undefined) out.metadata = readMetadata(body.metadata);
   if (body.team !== undefined) out.team = body.team === null ? null : readTeamId(body.team, 'team');
+  if (body.tags !== undefined) out.tags = readKeyTags(body.tags, 'tags');
+  if (body.tags_locked !== undefined) {
+    if (typeof body.tags_locked !== 'boolean') throw badType('tags_locked', 'a boolean');
+    out.tags_locked = body.tags_locked;
+  }
   return out;
 }
 
@@ -278,6 +284,10 @@ export interface KeyPolicy {
   priority: QueuePriority | null;
   /** The key's team (CONTRACT section 15): its limits count over all its keys; null: none. */
   team: { id: string; limits: KeyLimits } | null;
+  /** The key's tags, added to each request's (CONTRACT section 20). */
+  tags: readonly string[];
+  /** The request's own tags are ignored. */
+  tagsLocked: boolean;
 }
 
 /**
@@ -291,7 +301,7 @@ export function compilePolicy(record: KeyRecord, team?: TeamRecord): KeyPolicy {
   const models = own === null ? theirs : theirs === null ? own : (slug: string) => own(slug) && theirs(slug);
   return {
     id: record.id, expiresAt: c.expires_at, models, patterns: c.models, ips: ipMatcher(c.allowed_ips), limits: c.limits,
-    priority: c.priority, team: team === undefined ? null : { id: team.id, limits: team.limits },
+    priority: c.priority, team: team === undefined ? null : { id: team.id, limits: team.limits }, tags: c.tags, tagsLocked: c.tags_locked,
   };
 }
 
@@ -330,6 +340,8 @@ export function keyView(record: KeyRecord, prefix: string, now = Date.now()): Re
     allowed_ips: c.allowed_ips,
     metadata: c.metadata,
     team: c.team,
+    tags: c.tags,
+    tags_locked: c.tags_locked,
     rotated_key_valid_until: record.previous === null || record.previous.until <= now ? null : new Date(record.previous.until).toISOString(),
   };
 }

@@ -4,13 +4,14 @@
 
 export const CSV_COLUMNS = [
   'at', 'request_id', 'account', 'key_id', 'model', 'provider', 'route', 'status', 'prompt_tokens', 'cached_tokens', 'completion_tokens', 'units', 'duration_ms',
+  'tags', 'end_user',
 ] as const;
 
 type Row = Record<string, unknown>;
 
 function cell(v: unknown): string {
   if (v === null || v === undefined) return '';
-  let s = typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : JSON.stringify(v);
+  let s = typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : Array.isArray(v) ? v.join(',') : JSON.stringify(v);
   if (typeof v === 'string' && /^[=+\-@\t\r]/.test(s)) s = `'${s}`;
   return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
 }

@@ -71,6 +71,10 @@ export interface KeyControls {
   metadata: Record<string, string>;
   /** The team (inside the key's account) whose budget, limits and models apply too; null: none. */
   team: string | null;
+  /** Tags every request of the key carries (CONTRACT section 20); [] for none. */
+  tags: string[];
+  /** True: the request's own tags are ignored (a caller cannot mislabel its spend). */
+  tags_locked: boolean;
 }
 
 /** A change of controls: each member named replaces the key's; `limits` members one by one. */
@@ -86,7 +90,7 @@ export function defaultControls(): KeyControls {
   return {
     name: null, models: null, expires_at: null, budget: null,
     limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null },
-    priority: null, allowed_ips: null, metadata: {}, team: null,
+    priority: null, allowed_ips: null, metadata: {}, team: null, tags: [], tags_locked: false,
   };
 }
 
@@ -117,12 +121,16 @@ export function toControls(v: unknown): KeyControls | null {
   // Controls written before teams name none.
   const team = v.team ?? null;
   if (!(team === null || (str(team) && TEAM_ID.test(team)))) return null;
+  // Controls written before tags (CONTRACT section 20) have none, unlocked.
+  const tags = v.tags ?? [];
+  const locked = v.tags_locked ?? false;
+  if (!Array.isArray(tags) || !tags.every(str) || typeof locked !== 'boolean') return null;
   return {
     name, models, expires_at,
     budget: budget === null ? null : { units: budget.units as number, period: budget.period as BudgetPeriod },
     limits: { requests_per_minute: limits.requests_per_minute, tokens_per_minute: limits.tokens_per_minute, max_concurrent: limits.max_concurrent },
     priority: priority as QueuePriority | null,
-    allowed_ips, metadata: { ...metadata } as Record<string, string>, team: team as string | null,
+    allowed_ips, metadata: { ...metadata } as Record<string, string>, team: team as string | null, tags: [...tags] as string[], tags_locked: locked,
   };
 }
 

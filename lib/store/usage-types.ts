@@ -40,6 +40,10 @@ export interface UsageRecord {
    * it did not wait or its provider has no queue; a refused wait (503 model_overloaded) counts.
    */
   queue_ms: number;
+  /** The request's tags, its key's first (CONTRACT section 20); [] for none. */
+  tags: string[];
+  /** The end user the request was made for (x-tollgate-end-user, else the body's user); null: none. */
+  end_user: string | null;
 }
 
 /** Totals of a set of records. */
