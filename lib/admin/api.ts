@@ -27,6 +27,7 @@ import { TokenGuard } from './token-guard.js';
 import { WriteAudit, auditEvent, auditPage } from './audit.js';
 import { adminBody, hasBody, integerParam, type Body } from './body.js';
 import { issueKey, patchKey, revokeKey, rotateKey, type KeyWrite } from './keys.js';
+import { usageGroups, wantsGroups } from './usage-groups.js';
 
 const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/;
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,200}$/;
@@ -275,6 +276,7 @@ export class AdminApi {
     if (account !== undefined && (await this.#store.getAccount(account)) === undefined) {
       throw new GatewayError('account_not_found', `No account with id '${clip(account)}'.`);
     }
+    if (wantsGroups(q)) return usageGroups(this.#store, q, account, since);
     const report = await this.#store.usageReport(account, since);
     return { account: account ?? null, since: new Date(since).toISOString(), ...report };
   }

@@ -43,12 +43,22 @@ interface Dimension {
 
 const one = (v: string | null): readonly string[] => (v === null ? [] : [v]);
 
+/**
+ * The value a record without tags, or without an end user, counts under in those dimensions
+ * (no tag or end user is empty), so that every record counts in each: a read shows it as null.
+ */
+export const NONE = '';
+const NONE_LIST: readonly string[] = [NONE];
+
 /** Every dimension totals are kept by: one line each. */
 export const DIMENSIONS: Readonly<Record<TotalsDimension, Dimension>> = {
   account: { values: (r) => [r.account], owned: false },
   key: { values: (r) => one(r.key_id), owned: true },
   model: { values: (r) => [r.model], owned: false },
   team: { values: (r) => one(r.team), owned: true },
+  // A record counts once under each of its tags (CONTRACT section 20).
+  tag: { values: (r) => (r.tags.length === 0 ? NONE_LIST : r.tags), owned: false },
+  end_user: { values: (r) => [r.end_user ?? NONE], owned: false },
 };
 
 export interface ColumnSpec {
@@ -93,6 +103,18 @@ export const COLUMNS: readonly ColumnSpec[] = [
   column('key@', ['key'], true, 1, false, false),
   column('team@', ['team'], true, 1, false, false),
   column('key+model', ['key', 'model'], true, 2, true),
+  // Spend attribution (CONTRACT section 20): by tag and by end user, alone, with the model, and
+  // with each other; of all accounts, and of one (@: grouped by account).
+  column('tag', ['tag']),
+  column('tag@', ['tag'], true, 1),
+  column('end_user', ['end_user']),
+  column('end_user@', ['end_user'], true, 1),
+  column('tag+model', ['tag', 'model']),
+  column('tag+model@', ['tag', 'model'], true, 1),
+  column('end_user+model', ['end_user', 'model']),
+  column('end_user+model@', ['end_user', 'model'], true, 1),
+  column('tag+end_user', ['tag', 'end_user']),
+  column('tag+end_user@', ['tag', 'end_user'], true, 1),
 ];
 
 export const COLUMN_NAMES: readonly string[] = COLUMNS.map((c) => c.name);
@@ -143,11 +165,13 @@ export interface Plan {
  * filters (the account part may be left out of a read of owned values: a key id names its
  * account). Of several, the one that reads least. RangeError when no column answers it.
  */
-export function planOf(q: Pick<TotalsQuery, 'by' | 'account' | 'key'>, kept: (c: ColumnSpec) => boolean = () => true): Plan {
+export function planOf(q: Pick<TotalsQuery, 'by' | 'account' | 'key' | 'tag' | 'end_user'>, kept: (c: ColumnSpec) => boolean = () => true): Plan {
   if (q.key !== undefined && q.account === undefined) throw new RangeError('a totals read of a key names its account');
   const filters = new Map<string, string>();
   if (q.account !== undefined) filters.set('account', q.account);
   if (q.key !== undefined) filters.set('key', q.key);
+  if (q.tag !== undefined) filters.set('tag', q.tag);
+  if (q.end_user !== undefined) filters.set('end_user', q.end_user);
   let best: { plan: Plan; rank: number } | undefined;
   for (const c of COLUMNS) {
     if (!kept(c)) continue;

@@ -92,7 +92,7 @@ export interface HourTotals {
 export interface HourlyQuery { since: number; until: number; account?: string }
 
 /** The dimensions totals are kept by (one more here, e.g. 'tag', with its line in ./usage-totals.ts). */
-export type TotalsDimension = 'account' | 'key' | 'model' | 'team';
+export type TotalsDimension = 'account' | 'key' | 'model' | 'team' | 'tag' | 'end_user';
 
 /**
  * A read of the totals kept as records are written (Store.usageTotals, ./usage-totals.ts): the
@@ -105,6 +105,10 @@ export interface TotalsQuery {
   account?: string;
   /** Only this key's records (with its `account`). */
   key?: string;
+  /** Only the records carrying this tag ('' : those with none; CONTRACT section 20). */
+  tag?: string;
+  /** Only the records of this end user ('' : those with none). */
+  end_user?: string;
   since: number;
   until: number;
   /** One row per UTC day and value (else one per value over the range). */

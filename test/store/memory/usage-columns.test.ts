@@ -13,7 +13,7 @@ import { holds } from '../../property/arbitraries.js';
 
 const NOW = Date.UTC(2026, 10, 23, 12);
 const FIELDS = ['request_id', 'at', 'account', 'key_id', 'team', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens',
-  'cached_tokens', 'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms'];
+  'cached_tokens', 'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms', 'tags', 'end_user'];
 
 // First, before other tests leave garbage for the collector to free while it measures.
 t.test('100,000 records cost under 250 bytes each (as objects: about 600)', async (t) => {
@@ -31,7 +31,7 @@ t.test('100,000 records cost under 250 bytes each (as objects: about 600)', asyn
       key_id: i % 5 === 0 ? null : `key_${(i % 40).toString(16).padStart(16, '0')}`, team: i % 3 === 0 ? null : `team-${i % 4}`, model: i % 2 ? 'llama-3-8b' : 'qwen-7b',
       provider: 'local', target: `http://10.0.0.${i % 4}:8000/v1`, route: '/v1/chat/completions', status: i % 50 ? 200 : 429,
       prompt_tokens: 100 + (i % 900), cached_tokens: i % 64, completion_tokens: i % 500, units: 1000 * i, usage_source: 'upstream',
-      duration_ms: 12.5 + i / 1000, ttft_ms: i % 3 ? 3.25 + i / 7 : null, queue_ms: i % 4 ? 0 : i % 30_000,
+      duration_ms: 12.5 + i / 1000, ttft_ms: i % 3 ? 3.25 + i / 7 : null, queue_ms: i % 4 ? 0 : i % 30_000, tags: i % 5 ? [] : ['a', `t${i % 7}`], end_user: i % 3 ? null : `u${i % 11}`,
     });
   }
   const per = ((await settled()) - before) / N;
