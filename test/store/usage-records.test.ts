@@ -317,9 +317,9 @@ t.test('the single usage.jsonl of an earlier version is moved into day files, it
   const page = await s.usageRecords({ since: 0, limit: 10 });
   t.strictSame(page.records, [
     { request_id: 'o1', at: day, account: 'acme', key_id: 'key_abc', team: null, model: 'm', provider: 'p', target: null, route: '', status: 200,
-      prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2, queue_ms: 0 },
+      prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2, queue_ms: 0, tags: [], end_user: null },
     { request_id: 'o2', at: day + DAY_MS, account: 'acme', key_id: null, team: null, model: 'm', provider: 'p', target: null, route: '', status: 200,
-      prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2, queue_ms: 0 },
+      prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2, queue_ms: 0, tags: [], end_user: null },
   ]);
   t.strictSame((await readdir(dir)).includes(LEGACY_USAGE_FILE), false, 'the old file is gone');
   t.strictSame((await readdir(join(dir, USAGE_DIR))).sort(), ['2026-11-20.jsonl', '2026-11-21.jsonl']);

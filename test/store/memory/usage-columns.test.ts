@@ -63,6 +63,8 @@ const record: fc.Arbitrary<UsageRecord> = fc.record({
   duration_ms: ms,
   ttft_ms: fc.option(ms, { nil: null }),
   queue_ms: count,
+  tags: fc.uniqueArray(fc.stringMatching(/^[a-z0-9._:-]{1,64}$/), { maxLength: 8 }),
+  end_user: fc.option(text.filter((s) => s !== ''), { nil: null }),
 }) as fc.Arbitrary<UsageRecord>;
 
 t.test('records read back exactly as written, in the contract\'s field order, page by page over days', async (t) => {
@@ -86,7 +88,8 @@ t.test('records read back exactly as written, in the contract\'s field order, pa
     back.forEach((got, i) => {
       if (JSON.stringify(Object.keys(got)) !== JSON.stringify(FIELDS)) throw new Error(`fields ${Object.keys(got).join(',')}`);
       for (const f of FIELDS) {
-        if (!Object.is((got as any)[f], (expected[i] as any)[f])) throw new Error(`record ${i}: ${f} ${String((got as any)[f])} != ${String((expected[i] as any)[f])}`);
+        const [a, b] = f === 'tags' ? [JSON.stringify((got as any)[f]), JSON.stringify((expected[i] as any)[f])] : [(got as any)[f], (expected[i] as any)[f]];
+        if (!Object.is(a, b)) throw new Error(`record ${i}: ${f} ${String((got as any)[f])} != ${String((expected[i] as any)[f])}`);
       }
     });
     const report = await log.report(undefined, 0);
@@ -97,7 +100,7 @@ t.test('records read back exactly as written, in the contract\'s field order, pa
 t.test('a record without a known usage_source is refused, and nothing is kept of it', async (t) => {
   const day = new DayColumns();
   const bad = { request_id: 'r', at: NOW, account: 'a', key_id: null, team: null, model: 'm', provider: 'p', target: null, route: '/', status: 200,
-    prompt_tokens: 1, cached_tokens: 0, completion_tokens: 1, units: 1, usage_source: 'guessed', duration_ms: 1, ttft_ms: null, queue_ms: 0 } as unknown as UsageRecord;
+    prompt_tokens: 1, cached_tokens: 0, completion_tokens: 1, units: 1, usage_source: 'guessed', duration_ms: 1, ttft_ms: null, queue_ms: 0, tags: [], end_user: null } as unknown as UsageRecord;
   t.throws(() => day.push(bad), { name: 'TypeError', message: /usage_source/ });
   t.equal(day.length, 0);
   day.push({ ...bad, usage_source: 'none' });
