@@ -15,7 +15,7 @@
 import { GatewayError, clip } from '../errors.js';
 import type { Store, TotalsDimension, TotalsRow } from '../store/types.js';
 import { DAY_MS } from '../utc-day.js';
-import { TAG, checkEndUser } from '../auth/attribution.js';
+import { OTHER_END_USERS, TAG, checkEndUser } from '../auth/attribution.js';
 
 const HOUR_MS = 3_600_000;
 /** What group_by may name. */
@@ -48,11 +48,12 @@ export function wantsGroups(q: URLSearchParams): boolean {
 export async function usageGroups(store: Store, q: URLSearchParams, account: string | undefined, since: number, now = Date.now()): Promise<Record<string, unknown>> {
   const dims = q.has('group_by') ? groupByOf(q.get('group_by')!) : [];
   const tag = q.get('tag') ?? undefined;
-  if (tag !== undefined && !TAG.test(tag)) {
+  if (tag !== undefined && tag !== OTHER_END_USERS && !TAG.test(tag)) {
     throw new GatewayError('invalid_value', "Invalid value for 'tag': a tag of 1-64 of a-z 0-9 . _ : -.", { param: 'tag' });
   }
   const endUser = q.get('end_user') ?? undefined;
-  if (endUser !== undefined) checkEndUser(endUser, 'end_user');
+  // The group of end users past the bound may be read by its name.
+  if (endUser !== undefined && endUser !== OTHER_END_USERS) checkEndUser(endUser, 'end_user');
   const daily = dims.includes('day');
   const by = dims.filter((d): d is Exclude<GroupDim, 'day'> => d !== 'day') as TotalsDimension[];
   const unit = daily ? DAY_MS : HOUR_MS;

@@ -11,6 +11,8 @@ export const MAX_TAGS = 8;
 /** A tag: 1-64 of lowercase letters, digits and . _ : - */
 export const TAG = /^[a-z0-9._:-]{1,64}$/;
 export const MAX_END_USER = 128;
+/** The group usage totals count end users past their bound under (../store/usage-totals.ts OTHER). */
+export const OTHER_END_USERS = '(other)';
 export const TAGS_HEADER = 'x-tollgate-tags';
 export const END_USER_HEADER = 'x-tollgate-end-user';
 // Printable: no C0 or C1 control characters, no DEL.
@@ -47,6 +49,7 @@ export function readKeyTags(v: unknown, param: string): string[] {
 /** An end user id: 1-128 printable characters, or 400 naming `param`. */
 export function checkEndUser(v: string, param: string): string {
   if (v.length === 0 || v.length > MAX_END_USER || CONTROL_CHARS.test(v)) throw invalid(param, `1 to ${MAX_END_USER} printable characters`);
+  if (v === OTHER_END_USERS) throw invalid(param, `'${OTHER_END_USERS}' is reserved: usage counts end users past its bound under it`);
   return v;
 }
 

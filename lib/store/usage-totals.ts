@@ -50,6 +50,42 @@ const one = (v: string | null): readonly string[] => (v === null ? [] : [v]);
 export const NONE = '';
 const NONE_LIST: readonly string[] = [NONE];
 
+/**
+ * Cardinality (CONTRACT section 20): per account and UTC hour, the totals keep at most this
+ * many distinct values of a bounded dimension by name; a record's value past the bound counts
+ * under OTHER instead, so every record still counts once and the sums stay exact. The first
+ * values of the hour (in the order records were written) keep their names.
+ */
+export const BOUNDS: Readonly<Partial<Record<TotalsDimension, number>>> = { tag: 1_000, end_user: 10_000 };
+/** The value records past a bound count under (no tag or end user may be it). */
+export const OTHER = '(other)';
+
+/** What a bounded value counts as: itself, or OTHER (see BOUNDS); given per record. */
+export type BoundValue = (dim: TotalsDimension, value: string) => string;
+
+/** The distinct bounded values of one hour, per dimension and account (the memory store's, and a Redis hour's rebuild). */
+export class HourBounds {
+  readonly #seen = new Map<string, Set<string>>();
+
+  /** `value` of `account` in `dim`, as the totals count it. */
+  value(dim: TotalsDimension, account: string, value: string): string {
+    const cap = BOUNDS[dim];
+    if (cap === undefined || value === NONE) return value;
+    const key = `${dim}${SEP}${account}`;
+    let set = this.#seen.get(key);
+    if (set === undefined) this.#seen.set(key, (set = new Set()));
+    if (set.has(value)) return value;
+    if (set.size >= cap) return OTHER;
+    set.add(value);
+    return value;
+  }
+
+  /** The BoundValue of record `r`. */
+  of(r: UsageRecord): BoundValue {
+    return (dim, value) => this.value(dim, r.account, value);
+  }
+}
+
 /** Every dimension totals are kept by: one line each. */
 export const DIMENSIONS: Readonly<Record<TotalsDimension, Dimension>> = {
   account: { values: (r) => [r.account], owned: false },
@@ -123,25 +159,29 @@ export const COLUMN_NAMES: readonly string[] = COLUMNS.map((c) => c.name);
 export interface Cell { column: ColumnSpec; group: string; id: string }
 
 /** The combinations of the record's values in `dims` (none when a dimension has no value). */
-function combinations(dims: readonly TotalsDimension[], r: UsageRecord): string[][] {
+function combinations(dims: readonly TotalsDimension[], r: UsageRecord, bound: BoundValue | undefined): string[][] {
   let out: string[][] = [[]];
   for (const d of dims) {
-    const values = DIMENSIONS[d].values(r);
+    let values = DIMENSIONS[d].values(r);
+    if (bound !== undefined && BOUNDS[d] !== undefined) values = [...new Set(values.map((v) => bound(d, v)))];
     if (values.length === 0) return [];
     out = values.length === 1 ? out.map((p) => [...p, values[0]!]) : out.flatMap((p) => values.map((v) => [...p, v]));
   }
   return out;
 }
 
-/** The cells record `r` adds to, in the order of COLUMNS (the totals of all records first). */
-export function cellsOf(r: UsageRecord): Cell[] {
+/**
+ * The cells record `r` adds to, in the order of COLUMNS (the totals of all records first).
+ * `bound`: what its values of bounded dimensions count as (BOUNDS); without it, themselves.
+ */
+export function cellsOf(r: UsageRecord, bound?: BoundValue): Cell[] {
   const out: Cell[] = [];
   for (const c of COLUMNS) {
     if (c.dims.length === 0) {
       out.push({ column: c, group: '', id: ALL });
       continue;
     }
-    for (const values of combinations(c.dims, r)) {
+    for (const values of combinations(c.dims, r, bound)) {
       const parts = c.within ? [r.account, ...values] : values;
       out.push({ column: c, group: parts.slice(0, c.group).join(SEP), id: parts.slice(c.group).join(SEP) });
     }

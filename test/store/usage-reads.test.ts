@@ -253,7 +253,7 @@ for (const kind of kinds) {
       await t.rejects(s.usageTotals({ by: ['model'], key: 'k', since: d, until: d + DAY_MS }), RangeError, 'a key without its account');
       await t.rejects(s.usageTotals({ by: ['model', 'team'], since: d, until: d + DAY_MS }), RangeError, 'no column holds model by team');
       await t.rejects(s.usageTotals({ by: ['model'], account: 'a', key: 'k', since: d, until: d + HOUR_MS }), RangeError, 'a key\'s models are kept per day');
-      await t.rejects(s.usageTotals({ by: ['tag' as 'model'], since: d, until: d + DAY_MS }), RangeError);
+      await t.rejects(s.usageTotals({ by: ['colour' as 'model'], since: d, until: d + DAY_MS }), RangeError);
       await t.rejects(s.usageReport(undefined, Number.NaN), TypeError);
       t.strictSame(await s.usageReport('a', Date.now() + 3 * DAY_MS), { requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0, by_model: {}, by_key: {}, by_team: {} });
     });
