@@ -75,6 +75,8 @@ export interface KeyControls {
   tags: string[];
   /** True: the request's own tags are ignored (a caller cannot mislabel its spend). */
   tags_locked: boolean;
+  /** Units each end user of the key may spend per period (CONTRACT section 20); null: no cap per end user. */
+  end_user_budget: { units: number; period: BudgetPeriod } | null;
 }
 
 /** A change of controls: each member named replaces the key's; `limits` members one by one. */
@@ -90,7 +92,7 @@ export function defaultControls(): KeyControls {
   return {
     name: null, models: null, expires_at: null, budget: null,
     limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null },
-    priority: null, allowed_ips: null, metadata: {}, team: null, tags: [], tags_locked: false,
+    priority: null, allowed_ips: null, metadata: {}, team: null, tags: [], tags_locked: false, end_user_budget: null,
   };
 }
 
@@ -125,12 +127,15 @@ export function toControls(v: unknown): KeyControls | null {
   const tags = v.tags ?? [];
   const locked = v.tags_locked ?? false;
   if (!Array.isArray(tags) || !tags.every(str) || typeof locked !== 'boolean') return null;
+  const eub = v.end_user_budget ?? null;
+  if (!(eub === null || (isRecord(eub) && int(eub.units) && (eub.period === null || ['day', 'week', 'month'].includes(eub.period as string))))) return null;
   return {
     name, models, expires_at,
     budget: budget === null ? null : { units: budget.units as number, period: budget.period as BudgetPeriod },
     limits: { requests_per_minute: limits.requests_per_minute, tokens_per_minute: limits.tokens_per_minute, max_concurrent: limits.max_concurrent },
     priority: priority as QueuePriority | null,
     allowed_ips, metadata: { ...metadata } as Record<string, string>, team: team as string | null, tags: [...tags] as string[], tags_locked: locked,
+    end_user_budget: eub === null ? null : { units: eub.units as number, period: eub.period as BudgetPeriod },
   };
 }
 

@@ -25,8 +25,7 @@ import { MemoryAlerts } from './alerts.js';
 import type { ResponseChain } from '../response-chains.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './state.js';
 import {
-  TEAM_ID, TeamNotFoundError, addSpend, applyPatch, applyTeamPatch, seededKeys, creditRefusal, defaultControls, periodId, requireAuditEvent, requireId, requireRequestId, spentIn,
-  toTeamSettings,
+  TEAM_ID, TeamNotFoundError, addSpend, applyPatch, applyTeamPatch, seededKeys, creditRefusal, defaultControls, periodId, requireAuditEvent, requireId, requireRequestId, spentIn, toTeamSettings,
 } from '../rules.js';
 import type {
   AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation,
@@ -34,9 +33,9 @@ import type {
   UsageReport, UsageTotals, AccountsPage, AccountsQuery, HourTotals, HourlyQuery, TopQuery, TopRow, TotalsQuery, TotalsRow,
 } from '../types.js';
 import { FileUsageLog, UsageWriteError } from './usage-files.js';
-import { WRITE_MARK_MS } from '../usage-records.js';
 import { MemoryUsageLog } from './usage-columns.js';
-import { validateUsageRecord, type UsageLog } from '../usage-records.js';
+import { WRITE_MARK_MS, validateUsageRecord, type UsageLog } from '../usage-records.js';
+import { MemoryEndUsers } from '../end-users.js';
 import { checkRange, checkTop, checkTotalsQuery } from '../usage-totals.js';
 import { accountsCursor, checkAccountsQuery } from '../account-pages.js';
 
@@ -81,6 +80,7 @@ export class MemoryStore implements Store {
   readonly #accountTeams = new Map<string, Set<string>>();
   readonly #listeners = new Set<(r: Revocation) => void>();
   readonly #metering = new MemoryMetering();
+  readonly endUsers = new MemoryEndUsers();
   readonly #responses = new MemoryResponses();
   /** The alerts outbox (./alerts.ts), journaled with the rest. */
   readonly alerts: MemoryAlerts = new MemoryAlerts({
