@@ -8,6 +8,8 @@ import type { KeyAnswer } from './cli-admin-answers.js';
 /** The options parseArgs learns. */
 export const TAG_OPTIONS = {
   tags: { type: 'string' }, 'tags-locked': { type: 'string' }, 'end-user-budget-units': { type: 'string' }, 'end-user-budget-period': { type: 'string' },
+  // usage export's filters
+  tag: { type: 'string' }, 'end-user': { type: 'string' },
 } as const;
 
 export const TAG_USAGE = `--tags a,b (null: none)  --tags-locked true|false

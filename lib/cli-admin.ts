@@ -28,7 +28,7 @@ export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADM
   tollgate credits add ACCOUNT UNITS [--idempotency-key K]
   tollgate sessions revoke SID
   tollgate usage [--account A] [--since DATE]
-  tollgate usage export --since DATE [--until DATE] [--account A] [--key KEY_ID] [--model M] --format jsonl|csv`;
+  tollgate usage export --since DATE [--until DATE] [--account A] [--key KEY_ID] [--model M] [--tag T] [--end-user U] --format jsonl|csv`;
 
 class CliError extends Error {
   readonly exitCode: number;
@@ -343,12 +343,12 @@ export function csvRow(r: Record<string, unknown>): string {
 interface ExportArgs { query: URLSearchParams; format: 'jsonl' | 'csv' }
 
 function exportPlan(args: string[], opts: Record<string, string | undefined>): ExportArgs {
-  const usage = 'usage: tollgate usage export --since DATE [--until DATE] [--account A] [--key KEY_ID] [--model M] --format jsonl|csv';
+  const usage = 'usage: tollgate usage export --since DATE [--until DATE] [--account A] [--key KEY_ID] [--model M] [--tag T] [--end-user U] --format jsonl|csv';
   if (args.length !== 0) throw new CliError(usage, 2);
   if (opts.since === undefined) throw new CliError(`usage export: --since is required\n${usage}`, 2);
   if (opts.format !== 'jsonl' && opts.format !== 'csv') throw new CliError(`usage export: --format must be jsonl or csv\n${usage}`, 2);
   const query = new URLSearchParams({ since: opts.since, limit: '1000' });
-  for (const [opt, param] of [['until', 'until'], ['account', 'account'], ['key', 'key'], ['model', 'model']] as const) {
+  for (const [opt, param] of [['until', 'until'], ['account', 'account'], ['key', 'key'], ['model', 'model'], ['tag', 'tag'], ['end-user', 'end_user']] as const) {
     if (opts[opt] !== undefined) query.set(param, opts[opt]!);
   }
   return { query, format: opts.format };

@@ -282,7 +282,7 @@ export class AdminApi {
   }
 
   /**
-   * GET /admin/usage/records?account=&key=&team=&model=&since=&until=&limit=&cursor= (CONTRACT
+   * GET /admin/usage/records?account=&key=&team=&model=&tag=&end_user=&since=&until=&limit=&cursor= (CONTRACT
    * section 8): one page, `{records, next_cursor}`; next_cursor is null on the last page. Pass a
    * page's next_cursor with the same filters for the next one. `at` is ISO-8601 (ms, UTC).
    */
@@ -295,7 +295,7 @@ export class AdminApi {
       return v;
     };
     const query: UsageQuery = {
-      account: text('account'), keyId: text('key'), team: text('team'), model: text('model'),
+      account: text('account'), keyId: text('key'), team: text('team'), model: text('model'), tag: text('tag'), endUser: text('end_user'),
       since: recordsTime(text('since'), 'since') ?? 0,
       until: recordsTime(text('until'), 'until'),
       limit: recordsLimit(text('limit')),

@@ -143,7 +143,8 @@ function matches(q: Omit<UsageQuery, 'limit' | 'cursor'>, r: UsageRecord, cutoff
   return r.at >= q.since && r.at >= cutoff && (q.until === undefined || r.at < q.until) &&
     (q.account === undefined || r.account === q.account) && (q.keyId === undefined || r.key_id === q.keyId) &&
     (q.team === undefined || r.team === q.team) &&
-    (q.model === undefined || r.model === q.model);
+    (q.model === undefined || r.model === q.model) &&
+    (q.tag === undefined || r.tags.includes(q.tag)) && (q.endUser === undefined || r.end_user === q.endUser);
 }
 
 /** One record read from a bucket, and the position just after it. */

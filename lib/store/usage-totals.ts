@@ -151,6 +151,9 @@ export const COLUMNS: readonly ColumnSpec[] = [
   column('end_user+model@', ['end_user', 'model'], true, 1),
   column('tag+end_user', ['tag', 'end_user']),
   column('tag+end_user@', ['tag', 'end_user'], true, 1),
+  // GET /v1/usage?tag= / ?end_user=: a key's models per day, of one tag or end user.
+  column('key+tag+model', ['key', 'tag', 'model'], true, 2, true),
+  column('key+end_user+model', ['key', 'end_user', 'model'], true, 2, true),
 ];
 
 export const COLUMN_NAMES: readonly string[] = COLUMNS.map((c) => c.name);

@@ -63,6 +63,9 @@ export interface UsageQuery {
   keyId?: string;
   team?: string;
   model?: string;
+  /** Only records carrying this tag, or made for this end user (CONTRACT section 20). */
+  tag?: string;
+  endUser?: string;
   since: number;
   until?: number;
   limit: number;

@@ -73,6 +73,7 @@ async function exercise(t: any, url: string): Promise<void> {
   t.equal(by(null, ['prod', 'eval']), 1, "the key's tags, then the request's");
 
   await groups(t, url, locked.id, open.id);
+  await filters(t, url, open.key);
 
   // Refusals: 400 before anything is held; the wallet unchanged.
   const before = await wallet(url);
@@ -150,6 +151,27 @@ async function groups(t: any, url: string, lockedId: string, openId: string): Pr
     t.equal(r.status, 400, query);
     t.equal(r.body.param, param, query);
   }
+}
+
+/** tag= and end_user= on the records (and so the exports) and on GET /v1/usage. */
+async function filters(t: any, url: string, openKey: string): Promise<void> {
+  const page = async (q: string) => (await admin(url, 'GET', `/admin/usage/records?account=demo&${q}`)).body.records.filter((r: any) => r.model === 'llama');
+  t.equal((await page('tag=search')).length, 2, 'records by tag');
+  t.same((await page('end_user=alice')).map((r: any) => r.end_user), ['alice'], 'records by end user');
+  t.equal((await page('tag=search&end_user=alice')).length, 1, 'both');
+  const self = async (q: string) => {
+    const res = await fetch(`${url}/v1/usage?${q}`, { headers: { authorization: `Bearer ${openKey}` } });
+    return { status: res.status, body: await res.json() as any };
+  };
+  const eval_ = await self('tag=eval');
+  t.equal(eval_.status, 200);
+  t.match(eval_.body.data, [{ model: 'llama', requests: 1, units: 26 }], "the key's own usage of one tag");
+  t.same((await self('tag=search')).body.data, [], 'a tag of other keys is not its own');
+  t.same((await self('end_user=alice')).body.data, [], 'nor their end users');
+  const both = await self('tag=eval&end_user=alice');
+  t.match([both.status, both.body.code, both.body.param], [400, 'invalid_value', 'end_user']);
+  const bad = await self('tag=NOPE');
+  t.match([bad.status, bad.body.code, bad.body.param], [400, 'invalid_value', 'tag']);
 }
 
 t.test('attribution from YAML on the embedded store with a path: records keep tags and end users across a restart', async (t) => {

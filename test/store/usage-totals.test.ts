@@ -315,7 +315,7 @@ t.test('redis: the totals expire with their hour stream', async (t) => {
     n++;
     t.equal(await c.pexpiretime(k), streamExpiry, `${k} expires with the stream`);
   }
-  t.equal(n, 18, 'the count, and seventeen columns: all, account, key, model, the account\'s models, the account\'s keys, the key\'s models (no team), and the ten of tags and end users (the record counts as none of either)');
+  t.equal(n, 20, 'the count, and nineteen columns: all, account, key, model, the account\'s models, the account\'s keys, the key\'s models (no team), and the twelve of tags and end users (the record counts as none of either)');
   t.equal(await c.get(counterKey(hourKey)), '1', 'the hour counts its one record');
 });
 
