@@ -284,7 +284,7 @@ export async function hold(
   }
   const charge = new Charge(store, principal.accountId, requestId, model.price, w, key, result.team);
   const eub = principal.key?.endUserBudget;
-  if (eub != null && endUser != null && key !== undefined) await holdEndUser(store, charge, { keyId: key.id, endUser, period: periodId(eub.period, key.periods) }, eub, requestId, units, ttlMs, now);
+  if (eub != null && endUser != null && key !== undefined) await holdEndUser(store, charge, principal.accountId, { keyId: key.id, endUser, period: periodId(eub.period, key.periods) }, eub, requestId, units, ttlMs, now);
   return charge;
 }
 
@@ -293,12 +293,12 @@ export async function hold(
  * hold is released and the answer is 402 budget_exceeded with budget_scope "end_user".
  */
 async function holdEndUser(
-  store: Store, charge: Charge, eu: NonNullable<Charge['endUser']>, budget: { units: number; period: BudgetPeriod }, requestId: string, units: bigint,
+  store: Store, charge: Charge, account: string, eu: NonNullable<Charge['endUser']>, budget: { units: number; period: BudgetPeriod }, requestId: string, units: bigint,
   ttlMs: number, now: Date,
 ): Promise<void> {
   let r;
   try {
-    r = await store.endUsers.hold({ ...eu, requestId, units: storeUnits(units), cap: budget.units, ttlMs });
+    r = await store.endUsers.hold({ ...eu, account, requestId, units: storeUnits(units), cap: budget.units, ttlMs });
   } catch (err) {
     await charge.release().catch(() => undefined);
     throw unavailable(err);

@@ -9,6 +9,9 @@ import t from 'tap';
 import OpenAI from 'openai';
 import { ADMIN, PRICE, drainExit, fakeOpenAI, operatorConfig, serveFile, wallet } from '../helpers/operator.js';
 import { startRedis } from '../helpers/redis.js';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 const upstream = await fakeOpenAI('vllm');
 t.teardown(() => upstream.close());
@@ -93,6 +96,21 @@ t.test('end-user budgets from YAML on the embedded store', async (t) => {
   const served = await serveFile(t, config({ kind: 'memory' }));
   await exercise(t, served.url);
   await drainExit(t, served);
+});
+
+t.test('the embedded store with a path: an end user\'s spend this period survives a restart (read from its records)', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'tollgate-eub-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const served = await serveFile(t, config({ kind: 'memory', path: join(dir, 'state'), fsync_ms: 0 }));
+  const made = (await admin(served.url, 'POST', '/admin/accounts/demo/keys', { end_user_budget: { units: 60, period: 'month' } })).body;
+  for (let i = 0; i < 2; i++) t.equal((await (await ask(served.url, made.key, 'dave')).json()).usage.total_tokens, 19);
+  await drainExit(t, served);
+  const again = await serveFile(t, undefined, served.file);
+  const r = await ask(again.url, made.key, 'dave');
+  t.equal(r.status, 402);
+  t.match(await r.json(), { code: 'budget_exceeded', budget_scope: 'end_user', budget_remaining_units: 8 }, '60 - 2 x 26, as before the restart');
+  t.equal((await ask(again.url, made.key, 'erin')).status, 200, 'another end user');
+  await drainExit(t, again);
 });
 
 t.test('end-user budgets from YAML on Redis', async (t) => {

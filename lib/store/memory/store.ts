@@ -35,7 +35,7 @@ import type {
 import { FileUsageLog, UsageWriteError } from './usage-files.js';
 import { MemoryUsageLog } from './usage-columns.js';
 import { WRITE_MARK_MS, validateUsageRecord, type UsageLog } from '../usage-records.js';
-import { MemoryEndUsers } from '../end-users.js';
+import { MemoryEndUsers, spentBefore } from '../end-users.js';
 import { checkRange, checkTop, checkTotalsQuery } from '../usage-totals.js';
 import { accountsCursor, checkAccountsQuery } from '../account-pages.js';
 
@@ -80,7 +80,7 @@ export class MemoryStore implements Store {
   readonly #accountTeams = new Map<string, Set<string>>();
   readonly #listeners = new Set<(r: Revocation) => void>();
   readonly #metering = new MemoryMetering();
-  readonly endUsers = new MemoryEndUsers();
+  readonly endUsers = new MemoryEndUsers((account, key, endUser, period) => spentBefore(this, account, key, endUser, period));
   readonly #responses = new MemoryResponses();
   /** The alerts outbox (./alerts.ts), journaled with the rest. */
   readonly alerts: MemoryAlerts = new MemoryAlerts({
