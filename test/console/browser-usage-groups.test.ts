@@ -67,6 +67,8 @@ if (haveChromium(t)) {
       t.equal(await row.getByRole('button').textContent(), g.units.toLocaleString('en-US'), `tag ${g.tag}: ${g.units} units`);
     }
     t.match(await page.getByTestId('group-totals').textContent(), /3 requests/);
+    await page.getByTestId('group-chart').locator('canvas').first().waitFor();
+    t.match(await page.getByTestId('group-chart').locator('figcaption').textContent(), /search: 20/, 'the top groups per day, drawn and as text');
     await shoot(page, 'usage-by-tag');
 
     // A group's units open its records: the two records tagged search.

@@ -7,6 +7,7 @@ import { html } from 'htm/preact';
 import { useMemo, useState } from 'preact/hooks';
 import { call, query } from './api.js';
 import { Loading, Problem, fmt, useLoad, when } from './common.js';
+import { GroupChart } from './group-chart.js';
 
 /** What the page may group by (one or two dimensions), with their labels. */
 const GROUPINGS = [
@@ -68,7 +69,11 @@ export function Usage({ session }) {
 /** The usage grouped (GET /admin/usage?group_by=): biggest groups first, each linking to its records. */
 function Groups({ filters, params, onPick }) {
   const dims = filters.group_by.split(',');
-  const [state] = useLoad(() => call('GET', `/admin/usage${query({ account: params.account, tag: params.tag, end_user: params.end_user, since: params.since ?? '2000-01-01', group_by: filters.group_by })}`), [params, filters.group_by]);
+  const [state] = useLoad(() => call('GET', `/admin/usage${query({ account: params.account, tag: params.tag, end_user: params.end_user, since: params.since, group_by: filters.group_by })}`), [params, filters.group_by]);
+  // With one dimension (not the day), its top groups per day too, for the chart.
+  const one = dims.length === 1 && dims[0] !== 'day' ? dims[0] : undefined;
+  const [daily] = useLoad(() => (one === undefined ? Promise.resolve(undefined)
+    : call('GET', `/admin/usage${query({ account: params.account, tag: params.tag, end_user: params.end_user, since: params.since, group_by: `day,${one}` })}`)), [params, one]);
   const d = state.data;
   if (d === undefined) return html`<${Loading} state=${state} />`;
   const groups = [...d.groups].sort((a, b) => (a.day && b.day && a.day !== b.day ? (a.day < b.day ? 1 : -1) : b.units - a.units));
@@ -76,6 +81,7 @@ function Groups({ filters, params, onPick }) {
   return html`<${Problem} error=${state.error} />
     <p class="muted" data-testid="group-totals">Totals from ${when(d.since)}: ${fmt(d.totals.requests)} requests, ${fmt(d.totals.units)} units.
       ${dims.includes('tag') ? ' A request with several tags counts in each of their groups.' : ''}</p>
+    ${one !== undefined && daily.data !== undefined && html`<${GroupChart} rows=${daily.data.groups} dim=${one} name=${(v) => shown({ [one]: v }, one)} />`}
     ${groups.length === 0 ? html`<p class="empty">No usage in this range.</p>` : html`<div class="scroll"><table data-testid="usage-groups">
       <caption class="sr-only">Usage by ${dims.map((x) => LABELS[x]).join(' and ')}</caption>
       <thead><tr>${dims.map((x) => html`<th scope="col">${LABELS[x]}</th>`)}<th scope="col" class="num">Requests</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Units</th></tr></thead>
