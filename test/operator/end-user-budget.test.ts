@@ -103,7 +103,7 @@ t.test('the embedded store with a path: an end user\'s spend this period survive
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   const served = await serveFile(t, config({ kind: 'memory', path: join(dir, 'state'), fsync_ms: 0 }));
   const made = (await admin(served.url, 'POST', '/admin/accounts/demo/keys', { end_user_budget: { units: 60, period: 'month' } })).body;
-  for (let i = 0; i < 2; i++) t.equal((await (await ask(served.url, made.key, 'dave')).json()).usage.total_tokens, 19);
+  for (let i = 0; i < 2; i++) t.equal(((await (await ask(served.url, made.key, 'dave')).json()) as any).usage.total_tokens, 19);
   await drainExit(t, served);
   const again = await serveFile(t, undefined, served.file);
   const r = await ask(again.url, made.key, 'dave');
