@@ -258,3 +258,30 @@ export function layerProblems(graph: Graph, layers: ReadonlyArray<readonly strin
   }
   return problems;
 }
+
+/**
+ * Loops of files (Tollgate #41): files that import each other in a loop, inside one unit as across
+ * units (an `import type` counts: the two files cannot be read apart either). One line per import
+ * on a loop, as `from -> to (file loop: the files)`. No allowlist: a loop is broken by moving what
+ * both need into a file of its own.
+ */
+export function fileLoops(graph: Graph): string[] {
+  const arrows = new Map<string, Set<string>>();
+  for (const e of graph.edges) {
+    if (e.from === e.to) continue;
+    let set = arrows.get(e.from);
+    if (set === undefined) arrows.set(e.from, set = new Set());
+    set.add(e.to);
+  }
+  const out: string[] = [];
+  for (const loop of cycles(arrows)) {
+    const members = new Set(loop);
+    const names = loop.map((f) => f.slice('lib/'.length)).join(', ');
+    for (const from of loop) {
+      for (const to of [...(arrows.get(from) ?? [])].sort()) {
+        if (members.has(to)) out.push(`${from} -> ${to} (file loop: ${names} import each other)`);
+      }
+    }
+  }
+  return out;
+}

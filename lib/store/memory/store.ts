@@ -25,7 +25,7 @@ import { MemoryAlerts } from './alerts.js';
 import type { ResponseChain } from '../response-chains.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './state.js';
 import {
-  TEAM_ID, TeamNotFoundError, addSpend, applyPatch, applyTeamPatch, seededKeys, creditRefusal, defaultControls, periodId, requireAuditEvent, requireId, requireRequestId, spentIn,
+  TEAM_ID, TeamNotFoundError, addSpend, applyPatch, applyTeamPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn,
   toTeamSettings,
 } from '../rules.js';
 import type {
@@ -34,9 +34,9 @@ import type {
   UsageReport, UsageTotals, AccountsPage, AccountsQuery, HourTotals, HourlyQuery, TopQuery, TopRow, TotalsQuery, TotalsRow,
 } from '../types.js';
 import { FileUsageLog, UsageWriteError } from './usage-files.js';
-import { WRITE_MARK_MS } from '../usage-records.js';
 import { MemoryUsageLog } from './usage-columns.js';
-import { validateUsageRecord, type UsageLog } from '../usage-records.js';
+import { WRITE_MARK_MS, validateUsageRecord, type UsageLog } from '../usage-records.js';
+import { requireAuditEvent } from '../audit-rules.js';
 import { checkRange, checkTop, checkTotalsQuery } from '../usage-totals.js';
 import { accountsCursor, checkAccountsQuery } from '../account-pages.js';
 

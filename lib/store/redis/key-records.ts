@@ -6,7 +6,7 @@
 
 import { defaultControls, TEAM_ID, toControls } from '../rules.js';
 import type { AccountRecord, KeyControls, KeyPatch, KeyRecord, KeyWithAccount } from '../types.js';
-import { teamFromFields } from './teams.js';
+import { teamFromFields } from './team-records.js';
 
 export function integer(n: number, what: string): string {
   if (!Number.isSafeInteger(n)) throw new RangeError(`${what} must be a safe integer`);

@@ -26,6 +26,8 @@ import type { RedisKeys } from './keys.js';
 import type { RedisRevocations } from './revocations.js';
 import type { Scripts } from './scripts.js';
 import { TEAM_ID, requireId, toTeamSettings } from '../rules.js';
+import { hashOf } from './key-records.js';
+import { teamFromFields } from './team-records.js';
 import type { AuditEvent, KeyRecord, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings } from '../types.js';
 
 /** An index left by a creation that did not finish is taken over after this long. */
@@ -200,31 +202,4 @@ function patchFields(patch: TeamPatch): { set: string[]; del: string[] } {
   if (patch.budget === null) del.push('bu', 'bp');
   else if (patch.budget !== undefined) set.push('bu', integer(patch.budget.units, 'budget.units'), 'bp', patch.budget.period ?? '');
   return { set, del };
-}
-
-function json(text: string | undefined): unknown {
-  if (text === undefined) return null;
-  try { return JSON.parse(text); } catch { return undefined; }
-}
-
-/**
- * A team from its fields (member -> value, as MEMBERS names them); undefined when it has no `c`
- * (no such team) or a member is unreadable.
- */
-export function teamFromFields(id: string, account: string, f: Record<string, string>): TeamRecord | undefined {
-  if (f.c === undefined) return undefined;
-  const period = f.bp === 'day' || f.bp === 'week' || f.bp === 'month' ? f.bp : null;
-  const settings = toTeamSettings({
-    name: json(f.n), models: json(f.m),
-    limits: { requests_per_minute: json(f.rpm), tokens_per_minute: json(f.tpm), max_concurrent: json(f.mc) },
-    budget: f.bu === undefined ? null : { units: Number(f.bu), period },
-  });
-  if (settings === null) return undefined;
-  return { id, account, created_at: Number(f.c), ...settings, spent: { period: f.sp ?? 'n', units: Number(f.su ?? '0') } };
-}
-
-function hashOf(flat: readonly string[]): Record<string, string> {
-  const h: Record<string, string> = Object.create(null);
-  for (let i = 0; i + 1 < flat.length; i += 2) h[flat[i]!] = flat[i + 1]!;
-  return h;
 }
