@@ -25,7 +25,7 @@
 import { BlockList } from 'node:net';
 import type { QueuePriority } from '../config/types.js';
 import { GatewayError, clip } from '../errors.js';
-import { parseCidr } from '../auth/controls.js';
+import { parseCidr } from '../http/cidr.js';
 import type { KeyControls, KeyPatch, KeyRecord } from '../store/types.js';
 
 const RANK: Record<QueuePriority, number> = { low: 0, normal: 1, high: 2 };

@@ -5,6 +5,7 @@
 
 import { BlockList, isIP } from 'node:net';
 import { GatewayError, clip } from '../errors.js';
+import { parseCidr } from '../http/cidr.js';
 import { perUtcDay } from '../utc-day.js';
 import { isObject } from '../objects.js';
 import type { QueuePriority } from '../config/types.js';
@@ -66,22 +67,6 @@ export function parseIsoTime(v: string): number | undefined {
   // Date.parse rolls 2026-02-31 over to March: refuse a day the month does not have.
   if (new Date(Date.UTC(Number(y), Number(mo) - 1, Number(d))).getUTCDate() !== Number(d)) return undefined;
   return ms;
-}
-
-/** A CIDR (or a single address) as [address, prefix, family]; undefined when malformed. */
-export function parseCidr(v: string): [string, number, 'ipv4' | 'ipv6'] | undefined {
-  const slash = v.indexOf('/');
-  const addr = slash === -1 ? v : v.slice(0, slash);
-  const family = isIP(addr);
-  if (family === 0) return undefined;
-  const max = family === 4 ? 32 : 128;
-  let prefix = max;
-  if (slash !== -1) {
-    const p = v.slice(slash + 1);
-    if (!/^(0|[1-9][0-9]{0,2})$/.test(p) || Number(p) > max) return undefined;
-    prefix = Number(p);
-  }
-  return [addr, prefix, family === 4 ? 'ipv4' : 'ipv6'];
 }
 
 function readBudget(v: unknown, rounded: ReadonlySet<number>): KeyControls['budget'] {

@@ -6,8 +6,8 @@
 // problem at once: it reads only the parts whose shape is right and skips the rest (the
 // schema's own messages already name those).
 
-import { publicKeyProblem } from '../auth/jwt-common.js';
-import { parseCidr } from '../auth/controls.js';
+import { publicKeyProblem } from './jwt-key.js';
+import { parseCidr } from '../http/cidr.js';
 import { clip } from '../errors.js';
 import { secretProblems } from './secrets.js';
 import type { Config } from './types.js';
