@@ -5,6 +5,7 @@
 
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
+import { CSV_HEADER, csvRow } from './store/usage-csv.js';
 import type { AccountView, CreditAnswer, KeyAnswer, NewKeyAnswer, Show, TeamAnswer, UsageAnswer } from './cli-admin-answers.js';
 
 export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADMIN_TOKEN, --json):
@@ -307,40 +308,6 @@ function adminToken(given: string | undefined): string {
   return token;
 }
 
-/** The columns of `usage export --format csv`: the record's fields, in the contract's order. */
-export const USAGE_COLUMNS = [
-  'request_id', 'at', 'account', 'key_id', 'team', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
-  'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms',
-] as const;
-
-/**
- * Whether a spreadsheet could take a cell of this text for a formula (CONTRACT section 16): it
- * begins with =, +, -, @, a tab or a CR. Such a cell is written with a leading ', and so is one
- * that begins with ' itself, so that dropping one leading ' gives back any cell's text.
- */
-function needsQuoteMark(s: string): boolean {
-  switch (s.charCodeAt(0)) {
-    case 0x3d: case 0x2b: case 0x2d: case 0x40: case 0x09: case 0x0d: case 0x27: return true; // = + - @ TAB CR '
-    default: return false;
-  }
-}
-
-/**
- * One CSV field (RFC 4180): quoted when it holds a comma, a quote, CR or LF; null is empty.
- * Every cell, numbers too, is neutralised as needsQuoteMark says (a negative number, which no
- * usage column should hold, would be written '-5). This is the only place the CLI writes CSV.
- */
-export function csvField(v: unknown): string {
-  if (v === null || v === undefined) return '';
-  let s = typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : JSON.stringify(v);
-  if (needsQuoteMark(s)) s = `'${s}`;
-  return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
-}
-
-export function csvRow(r: Record<string, unknown>): string {
-  return `${USAGE_COLUMNS.map((c) => csvField(r[c])).join(',')}\r\n`;
-}
-
 interface ExportArgs { query: URLSearchParams; format: 'jsonl' | 'csv' }
 
 function exportPlan(args: string[], opts: Record<string, string | undefined>): ExportArgs {
@@ -373,7 +340,7 @@ function write(text: string): Promise<void> {
  * one row per record (RFC 4180, CRLF).
  */
 async function exportUsage(url: string, token: string, a: ExportArgs): Promise<number> {
-  if (a.format === 'csv') await write(`${USAGE_COLUMNS.join(',')}\r\n`);
+  if (a.format === 'csv') await write(CSV_HEADER);
   let cursor: string | null = null;
   let pages = 0;
   do {

@@ -6,7 +6,7 @@
 import t from 'tap';
 import fc from 'fast-check';
 import YAML from 'yaml';
-import { CSV_COLUMNS, toCsv, toJsonl } from '../../lib/console/export.js';
+import { USAGE_COLUMNS as CSV_COLUMNS, toCsv, toJsonl } from '../../lib/console/export.js';
 import { redactConfig } from '../../lib/console/redact.js';
 import { holds } from '../property/arbitraries.js';
 
@@ -37,7 +37,7 @@ t.test('CSV: every text field round-trips, formula cells neutralised', async (t)
         const row = rows[i + 1]!;
         for (const name of ['request_id', 'account', 'model', 'route'] as const) {
           const got = row[CSV_COLUMNS.indexOf(name)]!;
-          const want = /^[=+\-@\t\r]/.test(r[name]) ? `'${r[name]}` : r[name];
+          const want = /^[=+\-@\t\r']/.test(r[name]) ? `'${r[name]}` : r[name];
           if (got !== want) throw new Error(`${name}: ${JSON.stringify(got)} != ${JSON.stringify(want)}`);
         }
         if (row[CSV_COLUMNS.indexOf('units')] !== String(r.units)) throw new Error('units');
