@@ -116,6 +116,8 @@ export class GatewayState {
     this.passthrough = passthrough;
     this.#discovery.start();
     for (const p of this.providers.values()) p.start?.();
+    // A fleet found in DNS that has no replica yet (not a reload's: it starts from the last set) waits for its first lookup.
+    await Promise.all([...this.providers.values()].map((p) => p.fleet.ready()));
     await this.#seed();
   }
 
