@@ -1,7 +1,8 @@
 // A discovered fleet inside a gateway (in-process): before any address is found its models
 // answer 503 model_unavailable with Retry-After of refresh_ms and charge nothing; a found
 // replica serves; a reload whose lookups fail starts from the last good set at once; closing
-// the gateway stops the lookups.
+// the gateway stops the lookups; with discover_models, the models are asked of the first
+// replica found, once the first lookup has ended.
 
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -13,7 +14,7 @@ import { completionBody, json, startUpstream } from '../helpers/upstream.js';
 const NAME = 'fleet.dns.test';
 const dns = await startDns();
 const upstream = await startUpstream(async (req, res) => {
-  if (req.method === 'GET') return json(res, 200, { object: 'list', data: [] });
+  if (req.method === 'GET') return json(res, 200, { object: 'list', data: [{ id: 'found-model', object: 'model' }] });
   json(res, 200, completionBody('from 127.0.0.2'));
 }, { host: '127.0.0.2' });
 t.teardown(async () => { await dns.close(); await upstream.close(); });
@@ -60,4 +61,18 @@ t.test('no replica yet, then one, a reload on failing lookups, and close', async
   await sleep(1500);
   t.equal(dns.queries.length, asked, 'closed: no more lookups');
   dns.mode = 'answer';
+});
+
+t.test('discover_models on a discovered fleet: asked once the first lookup found a replica', async (t) => {
+  dns.records.set(NAME, ['127.0.0.2']);
+  const c = config();
+  c.providers.vllm.discover_models = true;
+  c.models = c.models.filter((m: any) => m.id !== 'm');
+  const gw = await startGateway(c);
+  t.teardown(() => gw.close());
+  t.ok(await until(async () => {
+    const list = (await (await fetch(`${gw.url}/v1/models`, { headers: { authorization: 'Bearer tg_demo_0000000000000000' } })).json()) as any;
+    return list.data?.some((m: any) => m.id === 'found-model') === true;
+  }, 3000), 'the model the replica lists is in the catalog');
+  t.notMatch(gw.logs(), /model discovery failed/, 'no failed attempt before the replica was known');
 });
