@@ -87,6 +87,7 @@ t.test('a fleet follows its lookups: joins, leaves after its requests end, keeps
   t.strictSame(view.discovery!.addresses, ['127.0.0.3']);
   fleet.end(slot.replica, slot.token, 'success', false);
   t.strictSame(left, ['http://127.0.0.2:8000/v1'], 'its last request ended: its pool may close');
+  t.not(registry.get('p', 'http://127.0.0.2:8000/v1'), onOld, 'and the registry lets it go (pods come and go with new addresses)');
   t.strictSame(fleet.view().discovery!.draining, [], 'nothing draining');
 
   dns.mode = 'servfail';

@@ -77,6 +77,12 @@ export class Replicas {
     this.#found.set(key, addresses);
   }
 
+  /** A discovered replica that left and has nothing in flight: not kept for good (pods come and go, each with a new address). */
+  forget(provider: string, replica: Replica): void {
+    const key = `${provider}\u0000${replica.url}`;
+    if (this.#all.get(key) === replica) this.#all.delete(key);
+  }
+
   get(provider: string, url: string): Replica {
     const key = `${provider}\u0000${url}`;
     let r = this.#all.get(key);
@@ -210,9 +216,14 @@ export class Fleet {
   #sweep(): void {
     for (const r of this.#retiring) {
       if (r.outstanding > 0) continue;
-      this.#retiring.delete(r);
-      this.members?.left(r);
+      this.#left(r);
     }
+  }
+
+  #left(r: Replica): void {
+    this.#retiring.delete(r);
+    this.#registry.forget(this.provider, r);
+    this.members?.left(r);
   }
 
   /** Starts discovery's lookups (with watch()) and resolves after the first when the fleet has no replica yet. */
@@ -270,7 +281,7 @@ export class Fleet {
       // Back at the end of its ejection: the queue hears of it then, not at its next poll.
       if (this.queue !== undefined) this.#after(replica.availableAt() - Date.now(), () => this.queue?.drain());
     }
-    if (this.#retiring.size > 0 && replica.outstanding === 0 && this.#retiring.delete(replica)) this.members?.left(replica);
+    if (this.#retiring.size > 0 && replica.outstanding === 0 && this.#retiring.has(replica)) this.#left(replica);
     // The room it left goes to the next in line at once.
     this.queue?.drain();
   }
