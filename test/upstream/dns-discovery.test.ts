@@ -139,3 +139,24 @@ t.test('a resolver that does not answer: the first lookup gives up, the fleet st
   t.equal(fleet.available(), false, 'no replica: not available (503 model_unavailable)');
   t.match(fleet.view().discovery!.last_error, /TIMEOUT|timeout/i);
 });
+
+t.test("a request of an earlier config's fleet on a replica that left: let go at the next lookup after it ends", async (t) => {
+  dns.mode = 'answer';
+  dns.records.set('vllm.test', ['127.0.0.5', '127.0.0.6']);
+  const registry = new Replicas();
+  const fleet = discovered({}, registry);
+  const left: string[] = [];
+  fleet.members = { joined: () => undefined, left: (r) => left.push(r.url) };
+  t.teardown(() => fleet.stop());
+  fleet.watch(undefined);
+  await fleet.ready();
+  // The earlier config's request: counted on the shared replica, ended through that config's fleet.
+  const shared = registry.get('p', 'http://127.0.0.5:8000/v1');
+  const token = shared.begin();
+  dns.records.set('vllm.test', ['127.0.0.6']);
+  t.ok(await until(() => fleet.replicas.length === 1, 3000), 'it left');
+  t.strictSame(left, [], 'its request is still in flight');
+  shared.end(token, 'success', false, null);
+  t.ok(await until(() => left.length === 1, 3000), 'the next lookup lets it go');
+  t.strictSame(fleet.view().discovery!.draining, []);
+});

@@ -75,7 +75,7 @@ export class DnsDiscovery {
   #failures = 0;
   #warnedCap = false;
 
-  /** `initial`: the last good set (a reload's); `found` gets each new set that differs from the one before. */
+  /** `initial`: the last good set (a reload's); `found` gets the set of each good lookup (the same array while it does not change). */
   constructor(provider: string, config: DiscoverConfig, initial: readonly string[], found: (addresses: string[]) => void, logger?: Logger) {
     this.#provider = provider;
     this.#config = config;
@@ -133,9 +133,9 @@ export class DnsDiscovery {
     }
     this.#failures = 0;
     this.#lastRefresh = Date.now();
-    if (found.length === this.#addresses.length && found.every((a, i) => a === this.#addresses[i])) return;
-    this.#addresses = found;
-    this.#found(found);
+    // Told of every good lookup, changed or not: the fleet also lets go of replicas whose last requests ended since.
+    if (found.length !== this.#addresses.length || found.some((a, i) => a !== this.#addresses[i])) this.#addresses = found;
+    this.#found(this.#addresses);
   }
 
   #failed(err: unknown): void {

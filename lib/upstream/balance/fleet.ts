@@ -159,7 +159,10 @@ export class Fleet {
       const key = `${provider}\u0000${d.dns}\u0000${d.port}`;
       const initial = registry.found(key);
       configs = replicasOf(initial, d, config.kind);
+      let last = initial;
       this.#discovery = new DnsDiscovery(provider, d, initial, (found) => {
+        if (found === last) { this.#sweep(); return; }
+        last = found;
         registry.setFound(key, found);
         this.#update(replicasOf(found, d, config.kind));
       }, logger);
@@ -194,8 +197,10 @@ export class Fleet {
     const before = new Set(this.#replicas);
     const next = configs.map((rc) => this.#member(rc));
     const kept = new Set(next);
+    let changed = next.length !== before.size;
     for (const r of next) {
       if (before.has(r)) continue;
+      changed = true;
       // Back before its last requests ended: its pool is still open.
       if (!this.#retiring.delete(r)) this.members?.joined(r);
       this.#watch(r);
@@ -207,6 +212,7 @@ export class Fleet {
       this.#retiring.add(r);
     }
     this.#sweep();
+    if (!changed) return;
     this.#logger?.info({ provider: this.provider, replicas: next.map((r) => r.url) }, 'replica discovery: the fleet changed');
     // New room: requests waiting go to it now.
     this.queue?.drain();
