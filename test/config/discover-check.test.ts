@@ -75,6 +75,21 @@ t.test('resolver addresses: accepted exactly when an IP address and a port 1-655
   }), { seed: 7, numRuns: 400 });
 });
 
+t.test('discover.dns: any string is accepted as a DNS name or refused with its one message, never a crash (seeded property)', async () => {
+  const label = fc.stringMatching(/^[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?$/);
+  fc.assert(fc.property(fc.oneof(fc.string({ maxLength: 300 }), fc.array(label, { minLength: 1, maxLength: 6 }).map((l) => l.join('.'))), (name) => {
+    let problems: string[] = [];
+    try {
+      validateConfig({ providers: { vllm: { kind: 'openai', discover: { dns: name, port: 8000 } } } });
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      problems = err.problems;
+    }
+    const valid = name.length <= 253 && /^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$/.test(name);
+    return valid ? problems.length === 0 : JSON.stringify(problems) === JSON.stringify(['providers.vllm.discover.dns: must be a DNS name (letters, digits and -, dot-separated labels)']);
+  }), { seed: 4419, numRuns: 300 });
+});
+
 t.test('tollgate check prints the refusals as path: message lines, exit 1', async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'tollgate-discover-check-'));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
