@@ -114,8 +114,11 @@ export class GatewayState {
       target === null ? null : Passthrough.open(target, this.config.server.passthrough_auth, this.#logger),
     ]);
     this.passthrough = passthrough;
-    this.#discovery.start();
     for (const p of this.providers.values()) p.start?.();
+    // A fleet found in DNS that has no replica yet (not a reload's: it starts from the last set)
+    // waits for its first lookup, so that model discovery has a replica to ask.
+    await Promise.all([...this.providers.values()].map((p) => p.fleet.ready()));
+    this.#discovery.start();
     await this.#seed();
   }
 

@@ -96,6 +96,28 @@ const replica = obj(
   { required: ['url'] },
 );
 
+/**
+ * A fleet found in DNS (CONTRACT section 19): the A/AAAA records of `dns` (a Kubernetes
+ * headless Service), each address a replica at `port`, looked up again every refresh_ms.
+ */
+const discover = obj(
+  {
+    dns: {
+      type: 'string', pattern: '^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\\.?$',
+      'x-msg': 'must be a DNS name (letters, digits and -, dot-separated labels)',
+    },
+    port: { type: 'integer', minimum: 1, maximum: 65535, 'x-msg': 'must be an integer from 1 to 65535' },
+    refresh_ms: { type: 'integer', minimum: 1000, default: 5000, 'x-msg': 'must be an integer of at least 1000 (ms)', ...timerMsg },
+    // The DNS server asked (an IP address and port); null: the system's (/etc/resolv.conf).
+    resolver: { type: ['string', 'null'], default: null, pattern: '^(?:\\[[0-9A-Fa-f:.]+\\]|[0-9.]+):[0-9]{1,5}$', 'x-msg': 'must be an IP address and port (1.2.3.4:53 or [::1]:53)' },
+    // The path of each replica's base URL (default: /v1 for kind openai, none for anthropic).
+    path: { type: 'string', pattern: '^(?:/[\\x21-\\x7e]*)?$', 'x-msg': 'must be empty or a path beginning with /' },
+    // Each replica's Prometheus endpoint, as a target's metrics_url (default: none scraped).
+    metrics_path: { type: 'string', pattern: '^/[\\x21-\\x7e]*$', 'x-msg': 'must be a path beginning with /' },
+  },
+  { required: ['dns', 'port'] },
+);
+
 const model = obj(
   {
     id: slug,
@@ -131,6 +153,10 @@ const provider = obj(
     chunk_delay_ms: { ...uintMs, default: 0 },
     tokenize_timeout_ms: { ...posMs, default: 500 },
     targets: { type: 'array', items: replica, minItems: 1, 'x-msg': 'must be a non-empty list of {url, weight, metrics_url}' },
+    discover,
+    // Behind an inference gateway (llm-d, Gateway API Inference Extension): every request sends
+    // x-gateway-inference-fairness-id and x-gateway-inference-objective from what was verified.
+    inference_gateway: { type: 'boolean' },
     balance: {
       enum: ['round_robin', 'least_outstanding', 'prefix_affinity'], default: 'least_outstanding',
       'x-msg': 'must be one of round_robin, least_outstanding, prefix_affinity',

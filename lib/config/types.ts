@@ -49,6 +49,27 @@ export interface ReplicaConfig {
   metrics_url?: string;
 }
 
+/**
+ * The headers an inference gateway schedules on (llm-d, Gateway API Inference Extension): sent
+ * by a provider with inference_gateway from what Tollgate verified, never passed on from a client.
+ */
+export const INFERENCE_FAIRNESS_HEADER = 'x-gateway-inference-fairness-id';
+export const INFERENCE_OBJECTIVE_HEADER = 'x-gateway-inference-objective';
+export const INFERENCE_HEADERS: ReadonlySet<string> = new Set([INFERENCE_FAIRNESS_HEADER, INFERENCE_OBJECTIVE_HEADER]);
+
+/** A fleet from the A/AAAA records of a name (CONTRACT section 19). */
+export interface DiscoverConfig {
+  dns: string;
+  port: number;
+  refresh_ms: number;
+  /** host:port of the DNS server asked; null: the system's. */
+  resolver: string | null;
+  /** Each replica's base URL path; absent: /v1 for openai, none for anthropic. */
+  path?: string;
+  /** Each replica's metrics path (as a target's metrics_url); absent: none. */
+  metrics_path?: string;
+}
+
 export interface ProviderConfig {
   kind: ProviderKind;
   base_url?: string;
@@ -77,6 +98,10 @@ export interface ProviderConfig {
   tokenize_timeout_ms: number;
   /** Replicas of the server; `base_url` is the one-replica short form (exactly one of the two). */
   targets?: ReplicaConfig[];
+  /** Replicas found in DNS instead (CONTRACT section 19): exclusive with base_url and targets. */
+  discover?: DiscoverConfig;
+  /** Send the inference gateway's fairness and objective headers from the verified caller. */
+  inference_gateway?: boolean;
   balance: BalancePolicy;
   /** The prompt prefix that keys prefix_affinity, in tokens (approximated as 4 characters each). */
   affinity_prefix_tokens: number;

@@ -505,7 +505,7 @@ function Upstreams() {
     <${Problem} error=${state.error} />
     ${providers.length === 0 && html`<p class="empty">No providers.</p>`}
     ${providers.map(([name, p]) => html`<section class="provider" aria-labelledby=${`p-${name}`}>
-      <h2 id=${`p-${name}`}>${name} <span class="muted">${p.balance ?? ''}${p.queued ? ` · ${p.queued} queued` : ''}</span></h2>
+      <h2 id=${`p-${name}`}>${name} <span class="muted">${p.balance ?? ''}${p.queued ? ` · ${p.queued} queued` : ''}${p.discovery ? ` · from DNS ${p.discovery.dns}:${p.discovery.port}${p.discovery.draining.length ? ` · ${p.discovery.draining.length} draining` : ''}` : ''}</span>${p.discovery?.consecutive_failures ? html` <span class="bad">lookups failing (${p.discovery.last_error}); the last set serves</span>` : ''}</h2>
       <div class="scroll"><table><thead><tr><th scope="col">URL</th><th scope="col">State</th><th scope="col" class="num">Outstanding</th><th scope="col" class="num">Queue depth</th><th scope="col" class="num">KV cache</th><th scope="col" class="num">Failures</th></tr></thead>
       <tbody>${p.replicas.map((r) => html`<tr>
         <td class="id">${r.url}</td>
