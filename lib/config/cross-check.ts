@@ -9,6 +9,7 @@
 import { publicKeyProblem } from '../auth/jwt-common.js';
 import { parseCidr } from '../auth/controls.js';
 import { clip } from '../errors.js';
+import { mcpProblems } from './mcp-check.js';
 import { secretProblems } from './secrets.js';
 import type { Config } from './types.js';
 
@@ -70,6 +71,8 @@ export function crossCheck(data: unknown): string[] {
     if (text(p.api_key) && !HEADER_VALUE.test(p.api_key)) problems.push(`providers.${name}.api_key: ${BAD_VALUE}`);
   }
   problems.push(...headerProblems('observe.otlp_headers', obj(c.observe).otlp_headers));
+  for (const [name, raw] of Object.entries(obj(obj(c.mcp).servers))) problems.push(...headerProblems(`mcp.servers.${name}.headers`, obj(raw).headers));
+  problems.push(...mcpProblems(c));
 
   const modelIds = new Set<string>();
   list(c.models).forEach((raw, i) => {
