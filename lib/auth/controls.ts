@@ -278,6 +278,8 @@ export interface KeyPolicy {
   priority: QueuePriority | null;
   /** The key's team (CONTRACT section 15): its limits count over all its keys; null: none. */
   team: { id: string; limits: KeyLimits } | null;
+  /** The key's and its team's MCP tool patterns over `<server>__<tool>` (CONTRACT section 17); null: the plan's alone. */
+  mcpTools?: ((slug: string) => boolean) | null;
 }
 
 /**
@@ -289,9 +291,12 @@ export function compilePolicy(record: KeyRecord, team?: TeamRecord): KeyPolicy {
   const own = modelMatcher(c.models);
   const theirs = team === undefined ? null : modelMatcher(team.models);
   const models = own === null ? theirs : theirs === null ? own : (slug: string) => own(slug) && theirs(slug);
+  const ownTools = modelMatcher(c.mcp_tools ?? null);
+  const theirTools = modelMatcher(team?.mcp_tools ?? null);
+  const mcpTools = ownTools === null ? theirTools : theirTools === null ? ownTools : (slug: string) => ownTools(slug) && theirTools(slug);
   return {
     id: record.id, expiresAt: c.expires_at, models, patterns: c.models, ips: ipMatcher(c.allowed_ips), limits: c.limits,
-    priority: c.priority, team: team === undefined ? null : { id: team.id, limits: team.limits },
+    priority: c.priority, team: team === undefined ? null : { id: team.id, limits: team.limits }, mcpTools,
   };
 }
 

@@ -20,8 +20,8 @@ export interface PlanConfig {
   priority: QueuePriority;
   /** Its share within the band, against other accounts (or keys) waiting: tokens served per unit of weight. */
   fair_weight: number;
-  /** Patterns (`*` any run) over `<server>__<tool>` of the MCP tools its keys may use; [] none (CONTRACT section 17). */
-  mcp_tools: readonly string[];
+  /** Patterns (`*` any run) over `<server>__<tool>` of the MCP tools its keys may use; [] (the default) or absent: none (CONTRACT section 17). */
+  mcp_tools?: readonly string[];
   quotas: { requests_per_day: number | null; tokens_per_day: number | null; units_per_month: number | null };
 }
 

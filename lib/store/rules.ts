@@ -71,6 +71,8 @@ export interface KeyControls {
   metadata: Record<string, string>;
   /** The team (inside the key's account) whose budget, limits and models apply too; null: none. */
   team: string | null;
+  /** Patterns over `<server>__<tool>` narrowing the plan's MCP tools (CONTRACT section 17); null or absent: the plan's. */
+  mcp_tools?: string[] | null;
 }
 
 /** A change of controls: each member named replaces the key's; `limits` members one by one. */
@@ -143,6 +145,8 @@ export interface TeamSettings {
   limits: KeyLimits;
   /** Slugs or globs the team's keys may use (with the plan's and the key's own); null: any. */
   models: string[] | null;
+  /** Patterns over `<server>__<tool>` narrowing its keys' MCP tools (CONTRACT section 17); null or absent: the plan's. */
+  mcp_tools?: string[] | null;
 }
 
 export type TeamPatch = Partial<Omit<TeamSettings, 'limits'>> & { limits?: Partial<KeyLimits> };

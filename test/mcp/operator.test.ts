@@ -1,0 +1,234 @@
+// The MCP gateway as an operator runs it (CONTRACT section 17): a YAML file served by
+// `tollgate serve`, an upstream MCP server made with the official SDK's server classes, and the
+// official SDK's Client (Streamable HTTP, the key as Bearer through requestInit). Tools are listed
+// by grant, calls are charged exactly once (per_call_units, a tool's own price, isError
+// charged), a server that is down costs nothing, money refusals are JSON-RPC errors carrying
+// Tollgate's code, sessions are bound to their key, the client's Authorization never reaches the
+// server, and a body with a duplicate or case-variant member is refused with nothing forwarded.
+
+import t from 'tap';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { ADMIN, KEY, metric, operatorConfig, serveFile, wallet } from '../helpers/operator.js';
+import { deadUrl, startFakeMcp } from '../helpers/mcp.js';
+
+const OTHER = 'tg_other_1111111111111111';
+const POOR = 'tg_poor_2222222222222222';
+const TIGHT = 'tg_tight_3333333333333333';
+const WHOLE = 'tg_whole_4444444444444444';
+
+const upstream = await startFakeMcp();
+t.teardown(() => upstream.close());
+const down = await deadUrl();
+
+const gw = await serveFile(t, operatorConfig({
+  plans: {
+    free: { paid: false, requests_per_minute: 1000, mcp_tools: ['files__search', 'files__fail', 'files__echo', 'files__nosuch', 'down__*'] },
+    tight: { paid: false, requests_per_minute: 1, mcp_tools: ['files__*'] },
+    whole: { paid: false, requests_per_minute: 1000, mcp_tools: ['files__*'] },
+  },
+  accounts: [
+    { id: 'demo', plan: 'free', wallet_units: 1_000_000, keys: [KEY] },
+    { id: 'other', plan: 'free', wallet_units: 1_000_000, keys: [OTHER] },
+    { id: 'poor', plan: 'free', wallet_units: 10, keys: [POOR] },
+    { id: 'tight', plan: 'tight', wallet_units: 1_000_000, keys: [TIGHT] },
+    { id: 'whole', plan: 'whole', wallet_units: 1_000_000, keys: [WHOLE] },
+  ],
+  mcp: {
+    servers: {
+      files: { url: upstream.url, headers: { authorization: 'Bearer upstream-secret' }, timeout_ms: 5000, price: { per_call_units: 10 }, tools: { search: { per_call_units: 50 } } },
+      down: { url: down, timeout_ms: 2000, price: { per_call_units: 7 } },
+    },
+  },
+}));
+
+async function connect(t: any, path: string, key: string): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {
+  const transport = new StreamableHTTPClientTransport(new URL(gw.url + path), { requestInit: { headers: { authorization: `Bearer ${key}` } } });
+  const client = new Client({ name: 'test', version: '1' });
+  await client.connect(transport);
+  t.teardown(() => client.close());
+  return { client, transport };
+}
+
+async function rpcError(p: Promise<unknown>): Promise<McpError> {
+  try {
+    await p;
+  } catch (err) {
+    if (err instanceof McpError) return err;
+    throw err;
+  }
+  throw new Error('no error');
+}
+
+async function records(account: string): Promise<any[]> {
+  const res = await fetch(`${gw.url}/admin/usage/records?account=${account}`, { headers: { authorization: `Bearer ${ADMIN}` } });
+  return ((await res.json()) as any).records;
+}
+
+/** Waits for `n` usage records of `account` (they are written once each answer has closed). */
+async function recordsOf(account: string, n: number): Promise<any[]> {
+  for (let i = 0; i < 200; i++) {
+    const r = await records(account);
+    if (r.length >= n) return r;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  return records(account);
+}
+
+t.test('tools/list shows only granted tools, under their own names on /mcp/<server>', async (t) => {
+  const { client } = await connect(t, '/mcp/files', KEY);
+  const { tools } = await client.listTools();
+  t.same(tools.map((x) => x.name).sort(), ['echo', 'fail', 'search']);
+  t.equal(tools.find((x) => x.name === 'search')?.description, 'Search files');
+});
+
+t.test('a call is charged once: the tool\'s own price, else the server\'s; isError is charged', async (t) => {
+  const { client } = await connect(t, '/mcp/files', KEY);
+  const before = await wallet(gw.url);
+  const r = await client.callTool({ name: 'search', arguments: { q: 'tollgate' } });
+  t.same(r.content, [{ type: 'text', text: 'found: tollgate' }]);
+  t.equal((await wallet(gw.url)).balance_units, before.balance_units - 50);
+  const failed = await client.callTool({ name: 'fail', arguments: {} });
+  t.equal(failed.isError, true);
+  const after = await wallet(gw.url);
+  t.equal(after.balance_units, before.balance_units - 60);
+  t.equal(after.held_units, 0);
+  const recs = (await recordsOf('demo', 2)).filter((x) => x.route === '/mcp');
+  const search = recs.find((x) => x.tool === 'files__search');
+  t.match(search, { tool: 'files__search', route: '/mcp', units: 50, status: 200, provider: 'files' });
+  t.match(recs.find((x) => x.tool === 'files__fail'), { units: 10 });
+  t.ok(await metric(gw.url, 'tollgate_mcp_calls_total', { server: 'files', tool: 'search', outcome: 'ok' }) >= 1);
+  t.ok(await metric(gw.url, 'tollgate_mcp_calls_total', { server: 'files', tool: 'fail', outcome: 'tool_error' }) >= 1);
+});
+
+t.test('an ungranted tool and an unknown one get the same error, and neither is forwarded', async (t) => {
+  const { client } = await connect(t, '/mcp/files', KEY);
+  const calls = upstream.calls().length;
+  const before = await wallet(gw.url);
+  const secret = await rpcError(client.callTool({ name: 'secret', arguments: {} }));
+  const nosuch = await rpcError(client.callTool({ name: 'nosuch', arguments: {} }));
+  const never = await rpcError(client.callTool({ name: 'never', arguments: {} }));
+  t.equal(secret.code, -32602);
+  t.equal(secret.message, 'MCP error -32602: Unknown tool: secret');
+  t.equal(nosuch.message, 'MCP error -32602: Unknown tool: nosuch');
+  t.equal(never.message, 'MCP error -32602: Unknown tool: never');
+  t.equal(upstream.calls().length, calls);
+  t.same(await wallet(gw.url), before);
+});
+
+t.test('a server that cannot be reached: -32000 upstream_unavailable, nothing charged or held', async (t) => {
+  const { client } = await connect(t, '/mcp/down', KEY);
+  const before = await wallet(gw.url);
+  const err = await rpcError(client.callTool({ name: 'anything', arguments: {} }));
+  t.equal(err.code, -32000);
+  t.match(err.data, { code: 'upstream_unavailable', request_id: String });
+  t.same(await wallet(gw.url), before);
+  const admin = await (await fetch(`${gw.url}/admin/upstreams`, { headers: { authorization: `Bearer ${ADMIN}` } })).json() as any;
+  t.match(admin.mcp_servers.down, { url: down, reachable: false });
+  t.match(admin.mcp_servers.files, { url: upstream.url, reachable: true });
+});
+
+t.test('a refusal for money is a JSON-RPC error whose data is the /v1 error\'s', async (t) => {
+  const { client } = await connect(t, '/mcp/files', POOR);
+  const err = await rpcError(client.callTool({ name: 'search', arguments: { q: 'x' } }));
+  t.equal(err.code, -32000);
+  t.match(err.data, { code: 'insufficient_credits', request_id: String, wallet_balance_units: 10 });
+  t.match(await wallet(gw.url, 'poor'), { balance_units: 10, held_units: 0 });
+  // A call within the wallet (the server's price, 10) is served.
+  t.same((await client.callTool({ name: 'echo', arguments: {} })).isError, undefined);
+  t.equal((await wallet(gw.url, 'poor')).balance_units, 0);
+});
+
+t.test('requests_per_minute: HTTP 429 with Retry-After', async (t) => {
+  const { client, transport } = await connect(t, '/mcp/files', TIGHT);
+  await client.callTool({ name: 'search', arguments: { q: 'a' } });
+  const res = await fetch(`${gw.url}/mcp/files`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${TIGHT}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': transport.sessionId! },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/call', params: { name: 'search', arguments: { q: 'b' } } }),
+  });
+  t.equal(res.status, 429);
+  t.ok(Number(res.headers.get('retry-after')) >= 1);
+  t.match(await res.json(), { jsonrpc: '2.0', id: 9, error: { code: -32000, data: { code: 'rate_limit_exceeded' } } });
+  t.equal((await wallet(gw.url, 'tight')).balance_units, 1_000_000 - 50);
+});
+
+t.test('a session is bound to the key that opened it and to its endpoint', async (t) => {
+  const { transport } = await connect(t, '/mcp/files', KEY);
+  const sid = transport.sessionId!;
+  const post = (path: string, key: string) => fetch(`${gw.url}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', accept: 'application/json', 'mcp-session-id': sid },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+  });
+  t.equal((await post('/mcp/files', KEY)).status, 200);
+  const other = await post('/mcp/files', OTHER);
+  t.equal(other.status, 404);
+  t.match(await other.json(), { error: { code: -32001, message: 'Session not found' } });
+  t.equal((await post('/mcp', KEY)).status, 404);
+  const del = await fetch(`${gw.url}/mcp/files`, { method: 'DELETE', headers: { authorization: `Bearer ${KEY}`, 'mcp-session-id': sid } });
+  t.equal(del.status, 200);
+  t.equal((await post('/mcp/files', KEY)).status, 404);
+});
+
+t.test('401 envelope without a key; the client\'s Authorization never reaches the server', async (t) => {
+  const res = await fetch(`${gw.url}/mcp/files`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+  t.equal(res.status, 401);
+  t.match(await res.json(), { error: { code: 'invalid_api_key' } });
+  t.ok(upstream.seen.length > 0);
+  for (const r of upstream.seen) {
+    t.equal(r.headers.authorization, 'Bearer upstream-secret');
+    t.equal(r.headers.cookie, undefined);
+  }
+});
+
+t.test('duplicate and case-variant members: -32600, nothing forwarded', async (t) => {
+  const { transport } = await connect(t, '/mcp/files', KEY);
+  const seen = upstream.seen.length;
+  const before = await wallet(gw.url);
+  const send = (body: string) => fetch(`${gw.url}/mcp/files`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': transport.sessionId! },
+    body,
+  });
+  for (const body of [
+    '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","name":"secret","arguments":{}}}',
+    '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","Name":"secret","arguments":{}}}',
+    '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","n\\u0061me":"secret"}}',
+    '{"jsonrpc":"2.0","id":1,"method":"tools/call","Method":"tools/list","params":{"name":"search"}}',
+    '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"value":1,"value":2}}}',
+    '[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"q":"a"}}}]',
+  ]) {
+    const res = await send(body);
+    t.equal(res.status, 400, body);
+    t.match(await res.json(), { jsonrpc: '2.0', error: { code: -32600 } });
+  }
+  t.equal(upstream.seen.length, seen);
+  t.same(await wallet(gw.url), before);
+});
+
+t.test('the aggregate /mcp: every granted tool as <server>__<tool>', async (t) => {
+  const { client } = await connect(t, '/mcp', KEY);
+  const { tools } = await client.listTools();
+  t.same(tools.map((x) => x.name).sort(), ['files__echo', 'files__fail', 'files__search']);
+  const before = await wallet(gw.url);
+  const r = await client.callTool({ name: 'files__search', arguments: { q: 'agg' } });
+  t.same(r.content, [{ type: 'text', text: 'found: agg' }]);
+  t.equal((await wallet(gw.url)).balance_units, before.balance_units - 50);
+  t.same(upstream.calls().at(-1), { name: 'search', arguments: { q: 'agg' } });
+  const err = await rpcError(client.callTool({ name: 'files__secret', arguments: {} }));
+  t.equal(err.message, 'MCP error -32602: Unknown tool: files__secret');
+});
+
+t.test('prompts and resources only with <server>__*', async (t) => {
+  const narrow = await connect(t, '/mcp/files', KEY);
+  t.equal((await rpcError(narrow.client.listPrompts())).code, -32601);
+  const whole = await connect(t, '/mcp/files', WHOLE);
+  t.same((await whole.client.listPrompts()).prompts.map((p) => p.name), ['greet']);
+  const got = await whole.client.getPrompt({ name: 'greet', arguments: { name: 'Ada' } });
+  t.same(got.messages, [{ role: 'user', content: { type: 'text', text: 'Hello, Ada' } }]);
+  const read = await whole.client.readResource({ uri: 'file:///readme' });
+  t.same(read.contents, [{ uri: 'file:///readme', text: 'read me' }]);
+  t.same((await whole.client.listTools()).tools.map((x) => x.name).sort(), ['echo', 'fail', 'search', 'secret']);
+});
