@@ -125,6 +125,8 @@ export function toControls(v: unknown): KeyControls | null {
     limits: { requests_per_minute: limits.requests_per_minute, tokens_per_minute: limits.tokens_per_minute, max_concurrent: limits.max_concurrent },
     priority: priority as QueuePriority | null,
     allowed_ips, metadata: { ...metadata } as Record<string, string>, team: team as string | null,
+    // Controls written before MCP grants (CONTRACT section 17) have none: the plan's.
+    ...(strList(v.mcp_tools) && v.mcp_tools !== null ? { mcp_tools: [...v.mcp_tools] } : {}),
   };
 }
 
@@ -180,6 +182,7 @@ export function toTeamSettings(v: unknown): TeamSettings | null {
     name, models,
     budget: budget === null ? null : { units: budget.units as number, period: budget.period as BudgetPeriod },
     limits: { requests_per_minute: limits.requests_per_minute, tokens_per_minute: limits.tokens_per_minute, max_concurrent: limits.max_concurrent },
+    ...(strList(v.mcp_tools) && v.mcp_tools !== null ? { mcp_tools: [...v.mcp_tools] } : {}),
   };
 }
 

@@ -232,3 +232,38 @@ t.test('prompts and resources only with <server>__*', async (t) => {
   t.same(read.contents, [{ uri: 'file:///readme', text: 'read me' }]);
   t.same((await whole.client.listTools()).tools.map((x) => x.name).sort(), ['echo', 'fail', 'search', 'secret']);
 });
+
+t.test('a key\'s and its team\'s mcp_tools narrow the plan\'s (admin API and CLI)', async (t) => {
+  const admin = (method: string, path: string, body?: unknown) => fetch(`${gw.url}/admin${path}`, {
+    method, headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body),
+  }).then(async (r) => ({ status: r.status, body: await r.json() as any }));
+  const made = await admin('POST', '/accounts/whole/keys', { mcp_tools: ['files__search', 'files__echo'] });
+  t.equal(made.status, 201);
+  const listed = async (key: string) => (await (await connect(t, '/mcp/files', key)).client.listTools()).tools.map((x) => x.name).sort();
+  t.same(await listed(made.body.key), ['echo', 'search']);
+  const view = (await admin('GET', '/accounts/whole/keys')).body.keys.find((k: any) => k.id === made.body.id);
+  t.same(view.mcp_tools, ['files__search', 'files__echo']);
+  // A narrowed key reaches no prompt: its grant is not the whole server.
+  const { client } = await connect(t, '/mcp/files', made.body.key);
+  t.equal((await rpcError(client.listPrompts())).code, -32601);
+  t.equal((await rpcError(client.callTool({ name: 'secret', arguments: {} }))).message, 'MCP error -32602: Unknown tool: secret');
+
+  const team = await admin('POST', '/accounts/whole/teams', { id: 'agents', mcp_tools: ['files__echo', 'files__fail'] });
+  t.equal(team.status, 201, JSON.stringify(team.body));
+  t.same(team.body.mcp_tools, ['files__echo', 'files__fail']);
+  t.equal((await admin('PATCH', `/keys/${made.body.id}`, { team: 'agents' })).status, 200);
+  t.same(await listed(made.body.key), ['echo']);
+
+  // The CLI sets a key's list as `models` is set.
+  const { execFile } = await import('node:child_process');
+  const { BIN } = await import('../helpers/child.js');
+  const out = await new Promise<string>((resolve, reject) => {
+    execFile(process.execPath, [BIN, 'keys', 'update', made.body.id, '--mcp-tools', 'files__fail,files__echo', '--url', gw.url],
+      { env: { PATH: process.env.PATH, TOLLGATE_ADMIN_TOKEN: ADMIN }, timeout: 20_000 }, (err, stdout, stderr) => (err === null ? resolve(stdout) : reject(new Error(stderr))));
+  });
+  t.match(out, /mcp tools: files__fail, files__echo/);
+  t.same(await listed(made.body.key), ['echo', 'fail']);
+  const refused = await admin('PATCH', `/keys/${made.body.id}`, { mcp_tools: 'files__*' });
+  t.equal(refused.status, 400);
+  t.match(refused.body, { error: { code: 'invalid_type', param: 'mcp_tools' } });
+});
