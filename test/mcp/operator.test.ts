@@ -10,6 +10,7 @@ import t from 'tap';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { SignJWT } from 'jose';
 import { ADMIN, KEY, metric, operatorConfig, serveFile, wallet } from '../helpers/operator.js';
 import { deadUrl, startFakeMcp } from '../helpers/mcp.js';
 
@@ -17,6 +18,7 @@ const OTHER = 'tg_other_1111111111111111';
 const POOR = 'tg_poor_2222222222222222';
 const TIGHT = 'tg_tight_3333333333333333';
 const WHOLE = 'tg_whole_4444444444444444';
+const JWT_SECRET = 'operator-jwt-secret-of-some-length';
 
 const upstream = await startFakeMcp();
 t.teardown(() => upstream.close());
@@ -35,6 +37,7 @@ const gw = await serveFile(t, operatorConfig({
     { id: 'tight', plan: 'tight', wallet_units: 1_000_000, keys: [TIGHT] },
     { id: 'whole', plan: 'whole', wallet_units: 1_000_000, keys: [WHOLE] },
   ],
+  auth: { jwt: { secret: JWT_SECRET, issuer: 'dashboard' } },
   mcp: {
     servers: {
       files: { url: upstream.url, headers: { authorization: 'Bearer upstream-secret' }, timeout_ms: 5000, price: { per_call_units: 10 }, tools: { search: { per_call_units: 50 } } },
@@ -266,4 +269,50 @@ t.test('a key\'s and its team\'s mcp_tools narrow the plan\'s (admin API and CLI
   const refused = await admin('PATCH', `/keys/${made.body.id}`, { mcp_tools: 'files__*' });
   t.equal(refused.status, 400);
   t.match(refused.body, { error: { code: 'invalid_type', param: 'mcp_tools' } });
+});
+
+t.test('the transport: JWT, an event-stream answer, notifications, methods, sessions, versions', async (t) => {
+  const token = await new SignJWT({ type: 'access', sub: 'demo', sid: 'mcp-session-1' })
+    .setProtectedHeader({ alg: 'HS256' }).setIssuer('dashboard').setIssuedAt().setExpirationTime('10m')
+    .sign(new TextEncoder().encode(JWT_SECRET));
+  const { client } = await connect(t, '/mcp/files', token);
+  const before = await wallet(gw.url);
+  await client.callTool({ name: 'echo', arguments: { value: 1 } });
+  t.equal((await wallet(gw.url)).balance_units, before.balance_units - 10, 'a dashboard session is charged to its account');
+
+  const raw = (path: string, init: { method?: string; headers?: Record<string, string>; body?: unknown }) => fetch(`${gw.url}${path}`, {
+    method: init.method ?? 'POST',
+    headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', ...init.headers },
+    body: init.body === undefined ? undefined : JSON.stringify(init.body),
+  });
+  const init = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-03-26', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } };
+  const sse = await raw('/mcp/files', { headers: { accept: 'text/event-stream' }, body: init });
+  t.equal(sse.status, 200);
+  t.equal(sse.headers.get('content-type'), 'text/event-stream');
+  const sid = sse.headers.get('mcp-session-id')!;
+  const text = await sse.text();
+  t.match(text, /^event: message\ndata: \{.*\}\n\n$/);
+  t.match(JSON.parse(text.split('data: ')[1]!), { id: 1, result: { protocolVersion: '2025-03-26', capabilities: { tools: {} }, serverInfo: { name: 'tollgate' } } });
+  const headers = { accept: 'application/json, text/event-stream', 'mcp-session-id': sid };
+  const note = await raw('/mcp/files', { headers, body: { jsonrpc: '2.0', method: 'notifications/initialized' } });
+  t.equal(note.status, 202);
+  t.equal(await note.text(), '');
+  t.match(await (await raw('/mcp/files', { headers, body: { jsonrpc: '2.0', id: 2, method: 'ping' } })).json(), { id: 2, result: {} });
+  t.match(await (await raw('/mcp/files', { headers, body: { jsonrpc: '2.0', id: 3, method: 'sampling/createMessage' } })).json(), { id: 3, error: { code: -32601 } });
+  const get = await raw('/mcp/files', { method: 'GET', headers });
+  t.equal(get.status, 405);
+  t.equal(get.headers.get('allow'), 'POST, DELETE');
+  const noSession = await raw('/mcp/files', { headers: { accept: 'application/json' }, body: { jsonrpc: '2.0', id: 4, method: 'tools/list' } });
+  t.equal(noSession.status, 400);
+  t.match(await noSession.json(), { id: 4, error: { code: -32000 } });
+  t.equal((await raw('/mcp/files', { headers, body: init })).status, 400, 'initialize inside a session');
+  t.equal((await raw('/mcp/files', { headers: { ...headers, 'mcp-protocol-version': '1999-01-01' }, body: { jsonrpc: '2.0', id: 5, method: 'ping' } })).status, 400);
+  t.equal((await raw('/mcp/files', { headers: { accept: 'text/html' }, body: init })).status, 406);
+  t.equal((await raw('/mcp/files', { headers: { ...headers, 'content-type': 'text/plain' }, body: init })).status, 415);
+  const unknown = await raw('/mcp/nosuch', { headers, body: init });
+  t.equal(unknown.status, 404);
+  t.match(await unknown.json(), { error: { code: 'unknown_url' } });
+  const anonymous = await fetch(`${gw.url}/mcp/nosuch`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(init) });
+  t.equal(anonymous.status, 401, 'a server name is not confirmed to a caller without a key');
+  t.equal((await raw('/mcp/files/extra', { headers, body: init })).status, 404);
 });
