@@ -21,7 +21,7 @@ export interface FakeMcp {
   close(): Promise<void>;
 }
 
-/** The tools: search (text), echo (its arguments back), fail (isError: true), secret (never granted in tests); a prompt and a resource. */
+/** The tools: search (text), echo (its arguments back), fail (isError: true), slow (3 s), secret (never granted in tests); a prompt and a resource. */
 function build(): McpServer {
   const s = new McpServer({ name: 'fake-files', version: '1.0.0' });
   s.registerTool('search', { description: 'Search files', inputSchema: { q: z.string() } }, async ({ q }) => ({
@@ -31,6 +31,10 @@ function build(): McpServer {
     content: [{ type: 'text', text: JSON.stringify(args) }],
   }));
   s.registerTool('fail', { description: 'Always fails' }, async () => ({ content: [{ type: 'text', text: 'it failed' }], isError: true }));
+  s.registerTool('slow', { description: 'Answers after 3 s' }, async () => {
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+    return { content: [{ type: 'text', text: 'late' }] };
+  });
   s.registerTool('secret', { description: 'Not for everyone' }, async () => ({ content: [{ type: 'text', text: 'the secret' }] }));
   s.registerPrompt('greet', { description: 'A greeting', argsSchema: { name: z.string() } }, ({ name }) => ({
     messages: [{ role: 'user', content: { type: 'text', text: `Hello, ${name}` } }],

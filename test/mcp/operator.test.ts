@@ -26,7 +26,7 @@ const down = await deadUrl();
 
 const gw = await serveFile(t, operatorConfig({
   plans: {
-    free: { paid: false, requests_per_minute: 1000, mcp_tools: ['files__search', 'files__fail', 'files__echo', 'files__nosuch', 'down__*'] },
+    free: { paid: false, requests_per_minute: 1000, mcp_tools: ['files__search', 'files__fail', 'files__echo', 'files__nosuch', 'down__*', 'hasty__slow'] },
     tight: { paid: false, requests_per_minute: 1, mcp_tools: ['files__*'] },
     whole: { paid: false, requests_per_minute: 1000, mcp_tools: ['files__*'] },
   },
@@ -42,6 +42,8 @@ const gw = await serveFile(t, operatorConfig({
     servers: {
       files: { url: upstream.url, headers: { authorization: 'Bearer upstream-secret' }, timeout_ms: 5000, price: { per_call_units: 10 }, tools: { search: { per_call_units: 50 } } },
       down: { url: down, timeout_ms: 2000, price: { per_call_units: 7 } },
+      // The same server with a short timeout: its `slow` tool never answers in time.
+      hasty: { url: upstream.url, timeout_ms: 500, price: { per_call_units: 7 } },
     },
   },
 }));
@@ -132,6 +134,16 @@ t.test('a server that cannot be reached: -32000 upstream_unavailable, nothing ch
   t.match(admin.mcp_servers.files, { url: upstream.url, reachable: true });
 });
 
+t.test('a server that times out: -32000 upstream_unavailable, nothing charged or held', async (t) => {
+  const { client } = await connect(t, '/mcp/hasty', KEY);
+  const before = await wallet(gw.url);
+  const err = await rpcError(client.callTool({ name: 'slow', arguments: {} }));
+  t.equal(err.code, -32000);
+  t.match(err.data, { code: 'upstream_unavailable', request_id: String });
+  t.same(await wallet(gw.url), before);
+  t.ok(await metric(gw.url, 'tollgate_mcp_calls_total', { server: 'hasty', tool: 'slow', outcome: 'unavailable' }) >= 1);
+});
+
 t.test('a refusal for money is a JSON-RPC error whose data is the /v1 error\'s', async (t) => {
   const { client } = await connect(t, '/mcp/files', POOR);
   const err = await rpcError(client.callTool({ name: 'search', arguments: { q: 'x' } }));
@@ -180,10 +192,10 @@ t.test('401 envelope without a key; the client\'s Authorization never reaches th
   t.equal(res.status, 401);
   t.match(await res.json(), { error: { code: 'invalid_api_key' } });
   t.ok(upstream.seen.length > 0);
-  for (const r of upstream.seen) {
-    t.equal(r.headers.authorization, 'Bearer upstream-secret');
-    t.equal(r.headers.cookie, undefined);
-  }
+  // `files` sends its configured header; `hasty` (the same server) has none configured.
+  const auths = new Set(upstream.seen.map((r) => r.headers.authorization));
+  t.same([...auths].sort(), ['Bearer upstream-secret', undefined].sort());
+  t.ok(upstream.seen.every((r) => r.headers.cookie === undefined));
 });
 
 t.test('duplicate and case-variant members: -32600, nothing forwarded', async (t) => {
@@ -214,7 +226,7 @@ t.test('duplicate and case-variant members: -32600, nothing forwarded', async (t
 t.test('the aggregate /mcp: every granted tool as <server>__<tool>', async (t) => {
   const { client } = await connect(t, '/mcp', KEY);
   const { tools } = await client.listTools();
-  t.same(tools.map((x) => x.name).sort(), ['files__echo', 'files__fail', 'files__search']);
+  t.same(tools.map((x) => x.name).sort(), ['files__echo', 'files__fail', 'files__search', 'hasty__slow']);
   const before = await wallet(gw.url);
   const r = await client.callTool({ name: 'files__search', arguments: { q: 'agg' } });
   t.same(r.content, [{ type: 'text', text: 'found: agg' }]);
@@ -233,7 +245,7 @@ t.test('prompts and resources only with <server>__*', async (t) => {
   t.same(got.messages, [{ role: 'user', content: { type: 'text', text: 'Hello, Ada' } }]);
   const read = await whole.client.readResource({ uri: 'file:///readme' });
   t.same(read.contents, [{ uri: 'file:///readme', text: 'read me' }]);
-  t.same((await whole.client.listTools()).tools.map((x) => x.name).sort(), ['echo', 'fail', 'search', 'secret']);
+  t.same((await whole.client.listTools()).tools.map((x) => x.name).sort(), ['echo', 'fail', 'search', 'secret', 'slow']);
 });
 
 t.test('a key\'s and its team\'s mcp_tools narrow the plan\'s (admin API and CLI)', async (t) => {
