@@ -211,16 +211,19 @@ async function listTools(state: GatewayState, ctx: RequestContext, grant: ToolGr
     offset = Number(m[1]);
   }
   const fresh = cursor === undefined;
+  const names = server === null ? state.mcp.names() : [server];
+  // Every server's list at once: one that is slow to fail holds the others up no longer than itself.
+  const lists = await Promise.allSettled(names.map((name) => state.mcp.get(name)!.tools(fresh)));
   const tools: UpstreamTool[] = [];
-  for (const name of server === null ? state.mcp.names() : [server]) {
-    let list: UpstreamTool[];
-    try {
-      list = await state.mcp.get(name)!.tools(fresh);
-    } catch (err) {
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i]!;
+    const got = lists[i]!;
+    if (got.status === 'rejected') {
       // The aggregate lists the servers that answer; one server's own endpoint says it is down.
-      if (server === null && err instanceof McpUnavailableError) continue;
-      throw upstreamError(err, name, ctx.id);
+      if (server === null && got.reason instanceof McpUnavailableError) continue;
+      throw upstreamError(got.reason, name, ctx.id);
     }
+    const list = got.value;
     for (const t of list) {
       if (!grant.tool(name, t.name)) continue;
       tools.push(server === null ? { ...t, name: name + SEPARATOR + t.name } : t);
