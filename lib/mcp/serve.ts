@@ -45,6 +45,8 @@ export async function serveMcp(state: GatewayState, metrics: Metrics, ctx: Reque
   // A server the config does not name is as absent as any other path: the caller learns nothing.
   if (server !== null && state.mcp.get(server) === undefined) throw new GatewayError('unknown_url', `Unknown path: ${clip(path)}`);
   let id: string | number | null = null;
+  /** How a JSON-RPC answer is written once the request's Accept was read; refusals before that are JSON. */
+  let mode: 'json' | 'sse' = 'json';
   try {
     if (req.method === 'DELETE') {
       const sid = sessionOf(req);
@@ -56,7 +58,7 @@ export async function serveMcp(state: GatewayState, metrics: Metrics, ctx: Reque
     if (req.method !== 'POST') {
       throw new RpcError(RPC.server, 'Method Not Allowed: POST a JSON-RPC message (this gateway offers no server-to-client stream)', { status: 405, headers: { allow: 'POST, DELETE' } });
     }
-    const mode = acceptOf(req);
+    mode = acceptOf(req);
     const type = (req.headers['content-type'] ?? '').toLowerCase();
     if (!type.startsWith('application/json')) throw new RpcError(RPC.server, 'Unsupported Media Type: the body must be application/json', { status: 415 });
     const version = req.headers['mcp-protocol-version'];
@@ -88,7 +90,9 @@ export async function serveMcp(state: GatewayState, metrics: Metrics, ctx: Reque
     if (ctx.code === '') ctx.code = rpcCode(err);
     if (res.headersSent || res.destroyed) return;
     const headers = answerHeaders(ctx, err.headers);
-    sendJson(res, err.status, errorText(id, err), headers);
+    // An error of a method (HTTP 200) is the request's answer, written as its Accept allows; a refusal of the request itself is JSON.
+    if (err.status === 200) write(res, mode, 200, errorText(id, err), headers);
+    else sendJson(res, err.status, errorText(id, err), headers);
   }
 }
 

@@ -310,6 +310,9 @@ t.test('the transport: JWT, an event-stream answer, notifications, methods, sess
   t.equal(note.status, 202);
   t.equal(await note.text(), '');
   t.match(await (await raw('/mcp/files', { headers, body: { jsonrpc: '2.0', id: 2, method: 'ping' } })).json(), { id: 2, result: {} });
+  const sseError = await raw('/mcp/files', { headers: { ...headers, accept: 'text/event-stream' }, body: { jsonrpc: '2.0', id: 6, method: 'tools/call', params: { name: 'secret' } } });
+  t.equal(sseError.headers.get('content-type'), 'text/event-stream', 'a method\'s error is written as the Accept allows');
+  t.match(await sseError.text(), /^event: message\ndata: \{"jsonrpc":"2.0","id":6,"error":\{"code":-32602,"message":"Unknown tool: secret"\}\}\n\n$/);
   t.match(await (await raw('/mcp/files', { headers, body: { jsonrpc: '2.0', id: 3, method: 'sampling/createMessage' } })).json(), { id: 3, error: { code: -32601 } });
   const get = await raw('/mcp/files', { method: 'GET', headers });
   t.equal(get.status, 405);
