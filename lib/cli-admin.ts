@@ -19,13 +19,13 @@ export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADM
     CONTROLS: --name N  --models a,llama-*  --expires ISO-8601  --budget-units N
               --budget-period day|week|month|never  --rpm N  --tpm N  --max-concurrent N
               --priority high|normal|low  --allow-ips CIDR,CIDR  --metadata k=v (repeatable)
-              --team TEAM_ID
+              --team TEAM_ID  --mcp-tools files__*,web__search
   tollgate teams create ACCOUNT TEAM_ID [TEAM]
   tollgate teams list ACCOUNT
   tollgate teams update TEAM_ID TEAM          (a value of null clears a setting)
   tollgate teams delete TEAM_ID
     TEAM: --name N  --models a,llama-*  --budget-units N  --budget-period day|week|month|never
-          --rpm N  --tpm N  --max-concurrent N
+          --rpm N  --tpm N  --max-concurrent N  --mcp-tools files__*,web__search
   tollgate credits add ACCOUNT UNITS [--idempotency-key K]
   tollgate sessions revoke SID
   tollgate usage [--account A] [--since DATE]
@@ -107,8 +107,10 @@ function controlsOf(opts: Opts, verb: string): Record<string, unknown> {
   const str = (k: string) => (typeof opts[k] === 'string' ? opts[k] as string : undefined);
   const name = str('name');
   if (name !== undefined) body.name = name === 'null' ? null : name;
-  const models = str('models');
-  if (models !== undefined) body.models = listOpt(models, `${verb}: --models`);
+  for (const [opt, field] of [['models', 'models'], ['mcp-tools', 'mcp_tools'], ['allow-ips', 'allowed_ips']] as const) {
+    const v = str(opt);
+    if (v !== undefined) body[field] = listOpt(v, `${verb}: --${opt}`);
+  }
   const expires = str('expires');
   if (expires !== undefined) body.expires_at = expires === 'null' ? null : expires;
   const units = str('budget-units');
@@ -132,8 +134,6 @@ function controlsOf(opts: Opts, verb: string): Record<string, unknown> {
   if (Object.keys(limits).length > 0) body.limits = limits;
   const priority = str('priority');
   if (priority !== undefined) body.priority = priority === 'null' ? null : priority;
-  const ips = str('allow-ips');
-  if (ips !== undefined) body.allowed_ips = listOpt(ips, `${verb}: --allow-ips`);
   const team = str('team');
   if (team !== undefined) body.team = team === 'null' ? null : team;
   const meta = opts.metadata;
@@ -161,7 +161,7 @@ function keyLines(k: KeyAnswer): string {
     .filter(([, v]) => v !== null).map(([n, v]) => `${n}=${v}`).join(' ') || 'plan only';
   return [
     `${k.id}  ${k.hint ?? '(no hint)'}${k.name === null ? '' : `  "${k.name}"`}`,
-    `  models: ${k.models === null ? 'any the plan allows' : k.models.join(', ')}`,
+    `  models: ${k.models === null ? 'any the plan allows' : k.models.join(', ')}${k.mcp_tools == null ? '' : `  mcp tools: ${k.mcp_tools.join(', ')}`}`,
     `  budget: ${budget}`,
     `  limits: ${limits}`,
     `  priority: ${k.priority ?? "the plan's"}`,
@@ -190,7 +190,7 @@ function teamLines(tm: TeamAnswer): string {
     .filter(([, v]) => v !== null).map(([n, v]) => `${n}=${v}`).join(' ') || 'plan and keys only';
   return [
     `${tm.id}  account=${tm.account}${tm.name === null ? '' : `  "${tm.name}"`}`,
-    `  models: ${tm.models === null ? 'any the plan and key allow' : tm.models.join(', ')}`,
+    `  models: ${tm.models === null ? 'any the plan and key allow' : tm.models.join(', ')}${tm.mcp_tools == null ? '' : `  mcp tools: ${tm.mcp_tools.join(', ')}`}`,
     `  budget: ${budget}`,
     `  limits: ${limits}`,
     `  created: ${tm.created_at}`,
@@ -372,7 +372,7 @@ const OPTIONS = {
   plan: { type: 'string' }, 'wallet-units': { type: 'string' }, 'idempotency-key': { type: 'string' },
   account: { type: 'string' }, since: { type: 'string' }, until: { type: 'string' }, key: { type: 'string' },
   model: { type: 'string' }, format: { type: 'string' },
-  name: { type: 'string' }, models: { type: 'string' }, expires: { type: 'string' }, 'budget-units': { type: 'string' },
+  name: { type: 'string' }, models: { type: 'string' }, 'mcp-tools': { type: 'string' }, expires: { type: 'string' }, 'budget-units': { type: 'string' },
   'budget-period': { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' }, 'max-concurrent': { type: 'string' },
   priority: { type: 'string' }, 'allow-ips': { type: 'string' }, metadata: { type: 'string', multiple: true }, 'grace-seconds': { type: 'string' },
   team: { type: 'string' },

@@ -14,7 +14,7 @@ import {
   type BudgetPeriod, type BudgetPeriods, type KeyControls, type KeyLimits, type KeyPatch, type KeyRecord, type TeamPatch, type TeamRecord,
 } from '../store/types.js';
 
-export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'priority', 'allowed_ips', 'metadata', 'team'] as const;
+export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'priority', 'allowed_ips', 'metadata', 'team', 'mcp_tools'] as const;
 export const LIMIT_FIELDS = ['requests_per_minute', 'tokens_per_minute', 'max_concurrent'] as const;
 const PERIODS = ['day', 'week', 'month'] as const;
 
@@ -154,7 +154,13 @@ export function readControls(body: Record<string, unknown>, rounded: ReadonlySet
   }
   if (body.metadata !== undefined) out.metadata = readMetadata(body.metadata);
   if (body.team !== undefined) out.team = body.team === null ? null : readTeamId(body.team, 'team');
+  if (body.mcp_tools !== undefined) out.mcp_tools = readPatterns(body.mcp_tools, 'mcp_tools');
   return out;
+}
+
+/** A list of globs (models, mcp_tools), or null for no restriction of its own. */
+function readPatterns(v: unknown, param: string): string[] | null {
+  return v === null ? null : list(v, param, MAX_MODELS).map((m, i) => text(m, `${param}[${i}]`, MAX_PATTERN));
 }
 
 /** A team id (CONTRACT section 15): 1-128 letters, digits and ._@+- (no ':'). */
@@ -176,6 +182,7 @@ export function readTeamSettings(body: Record<string, unknown>, rounded: Readonl
   }
   if (body.budget !== undefined) out.budget = readBudget(body.budget, rounded);
   if (body.limits !== undefined) out.limits = readLimits(body.limits, rounded);
+  if (body.mcp_tools !== undefined) out.mcp_tools = readPatterns(body.mcp_tools, 'mcp_tools');
   return out;
 }
 
@@ -263,6 +270,8 @@ export interface KeyPolicy {
   priority: QueuePriority | null;
   /** The key's team (CONTRACT section 15): its limits count over all its keys; null: none. */
   team: { id: string; limits: KeyLimits } | null;
+  /** The key's and its team's MCP tool patterns over `<server>__<tool>` (CONTRACT section 17); null: the plan's alone. */
+  mcpTools?: ((slug: string) => boolean) | null;
 }
 
 /**
@@ -274,9 +283,12 @@ export function compilePolicy(record: KeyRecord, team?: TeamRecord): KeyPolicy {
   const own = modelMatcher(c.models);
   const theirs = team === undefined ? null : modelMatcher(team.models);
   const models = own === null ? theirs : theirs === null ? own : (slug: string) => own(slug) && theirs(slug);
+  const ownTools = modelMatcher(c.mcp_tools ?? null);
+  const theirTools = modelMatcher(team?.mcp_tools ?? null);
+  const mcpTools = ownTools === null ? theirTools : theirTools === null ? ownTools : (slug: string) => ownTools(slug) && theirTools(slug);
   return {
     id: record.id, expiresAt: c.expires_at, models, patterns: c.models, ips: ipMatcher(c.allowed_ips), limits: c.limits,
-    priority: c.priority, team: team === undefined ? null : { id: team.id, limits: team.limits },
+    priority: c.priority, team: team === undefined ? null : { id: team.id, limits: team.limits }, mcpTools,
   };
 }
 
@@ -291,6 +303,7 @@ export function teamView(t: TeamRecord, now = Date.now()): Record<string, unknow
     budget: { units: t.budget?.units ?? null, period, spent_units: spent, resets_at: t.budget === null ? null : budgetResetsAt(period, now) },
     limits: t.limits,
     models: t.models,
+    mcp_tools: t.mcp_tools ?? null,
     created_at: new Date(t.created_at).toISOString(),
   };
 }
@@ -308,6 +321,7 @@ export function keyView(record: KeyRecord, prefix: string, now = Date.now()): Re
     created_at: new Date(record.created_at).toISOString(),
     last_used_at: record.last_used_at === null ? null : new Date(record.last_used_at).toISOString(),
     models: c.models,
+    mcp_tools: c.mcp_tools ?? null,
     expires_at: c.expires_at === null ? null : new Date(c.expires_at).toISOString(),
     budget: { units: c.budget?.units ?? null, period, spent_units: spent, resets_at: c.budget === null ? null : budgetResetsAt(period, now) },
     limits: c.limits,

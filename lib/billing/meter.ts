@@ -227,6 +227,17 @@ export async function hold(
   // Every answer asked for (completions' n per prompt) may run to the output limit.
   const output = (request.maxOutputTokens ?? model.max_output_tokens) * (request.answers ?? 1);
   const units = fixed ?? cost(promptTokens, output, holdPrice(model.price));
+  return holdUnits(store, principal, requestId, units, model.price, ttlMs, open);
+}
+
+/**
+ * Holds `units` for a request whose price is known before the call (an MCP tool call's
+ * per_call_units, CONTRACT section 17), or refuses it exactly as hold() does. `price` is what
+ * a settle without a cost of its own would charge by.
+ */
+export async function holdUnits(
+  store: Store, principal: Principal, requestId: string, units: bigint, price: PriceConfig, ttlMs: number, open: OpenMode | null,
+): Promise<Charge> {
   // A worst case above 2^53-1 is more than any balance holds; the store still runs its quota
   // checks (a quota refusal comes first) and reports the available balance for the 402.
   const unpayable = units > MAX_UNITS;
@@ -244,7 +255,7 @@ export async function hold(
     // store.on_error: open — serve unmetered rather than refuse; said loudly, once per outage.
     if (open !== null) {
       open.down(err);
-      return new Charge(null, principal.accountId, requestId, model.price, w, key);
+      return new Charge(null, principal.accountId, requestId, price, w, key);
     }
     throw unavailable(err);
   }
@@ -275,5 +286,5 @@ export async function hold(
       extras: { quota_code: result.quota_code, wallet_balance_units: result.available_units },
     });
   }
-  return new Charge(store, principal.accountId, requestId, model.price, w, key, result.team);
+  return new Charge(store, principal.accountId, requestId, price, w, key, result.team);
 }

@@ -10,6 +10,7 @@ import { isIP } from 'node:net';
 import { publicKeyProblem } from './jwt-key.js';
 import { parseCidr } from '../http/cidr.js';
 import { clip } from '../errors.js';
+import { mcpProblems } from './mcp-check.js';
 import { secretProblems } from './secrets.js';
 import { INFERENCE_HEADERS, type Config } from './types.js';
 
@@ -76,6 +77,8 @@ export function crossCheck(data: unknown): string[] {
     if (text(p.api_key) && !HEADER_VALUE.test(p.api_key)) problems.push(`providers.${name}.api_key: ${BAD_VALUE}`);
   }
   problems.push(...headerProblems('observe.otlp_headers', obj(c.observe).otlp_headers));
+  for (const [name, raw] of Object.entries(obj(obj(c.mcp).servers))) problems.push(...headerProblems(`mcp.servers.${name}.headers`, obj(raw).headers));
+  problems.push(...mcpProblems(c));
 
   const modelIds = new Set<string>();
   list(c.models).forEach((raw, i) => {

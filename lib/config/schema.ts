@@ -54,6 +54,8 @@ const plan = obj({
   // within the band against other accounts (or keys) waiting.
   priority: { enum: ['high', 'normal', 'low'], default: 'normal', 'x-msg': 'must be one of high, normal, low' },
   fair_weight: { type: 'number', exclusiveMinimum: 0, maximum: 1000000, default: 1, 'x-msg': 'must be a number above 0 and at most 1000000' },
+  // Patterns over <server>__<tool> of the MCP tools the plan's keys may use (CONTRACT section 17); none by default.
+  mcp_tools: { type: 'array', items: { type: 'string', minLength: 1, maxLength: 256, 'x-msg': 'must be a pattern of 1 to 256 characters' }, default: [] },
   quotas: obj(
     {
       requests_per_day: { ...nullableUint, default: null },
@@ -200,6 +202,18 @@ const provider = obj(
   { required: ['kind'] },
 );
 
+/** An MCP server Tollgate fronts (CONTRACT section 17); names and patterns are checked by config/mcp-check.ts. */
+const mcpServer = obj(
+  {
+    url: httpUrl,
+    headers: { type: 'object', additionalProperties: str, default: {} },
+    timeout_ms: { ...posMs, default: 30000 },
+    price: obj({ per_call_units: { ...uint, default: 0 } }, { default: {} }),
+    tools: { type: 'object', additionalProperties: obj({ per_call_units: uint }, { required: ['per_call_units'] }), default: {} },
+  },
+  { required: ['url'] },
+);
+
 const account = obj(
   {
     id: slug,
@@ -343,6 +357,7 @@ export const configSchema = obj({
   accounts: { type: 'array', items: account, default: [] },
   providers: { type: 'object', additionalProperties: provider, default: {} },
   models: { type: 'array', items: model, default: [] },
+  mcp: obj({ servers: { type: 'object', additionalProperties: mcpServer, default: {} } }, { default: {} }),
   routing: obj({ auto: { type: 'array', items: str, default: [] } }, { default: {} }),
   content_policy: obj({ block: { type: 'array', items: str, default: [] } }, { default: {} }),
   responses: obj(

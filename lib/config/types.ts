@@ -20,6 +20,8 @@ export interface PlanConfig {
   priority: QueuePriority;
   /** Its share within the band, against other accounts (or keys) waiting: tokens served per unit of weight. */
   fair_weight: number;
+  /** Patterns (`*` any run) over `<server>__<tool>` of the MCP tools its keys may use; [] (the default) or absent: none (CONTRACT section 17). */
+  mcp_tools?: readonly string[];
   quotas: { requests_per_day: number | null; tokens_per_day: number | null; units_per_month: number | null };
 }
 
@@ -251,6 +253,8 @@ export interface Config {
   accounts: AccountConfig[];
   providers: Record<string, ProviderConfig>;
   models: ModelConfig[];
+  /** MCP servers fronted at /mcp and /mcp/<name> (CONTRACT section 17, lib/mcp/). */
+  mcp: { servers: Record<string, McpServerConfig> };
   routing: { auto: string[] };
   content_policy: { block: string[] };
   /**
@@ -296,4 +300,15 @@ export interface AlertWebhookConfig {
   secret: string;
   /** The events this webhook gets; all four by default. */
   events: AlertEventType[];
+}
+
+/** One MCP server (Streamable HTTP) Tollgate is a client of. */
+export interface McpServerConfig {
+  url: string;
+  /** Sent upstream on every request; never the client's own. */
+  headers: Record<string, string>;
+  timeout_ms: number;
+  /** Units a tools/call costs, unless the tool has its own price. */
+  price: { per_call_units: number };
+  tools: Record<string, { per_call_units: number }>;
 }

@@ -45,6 +45,8 @@ export interface RequestContext {
   span: RequestSpan | undefined;
   /** The dialect of the route, whose shape errors take; undefined: the envelope. */
   dialect: Dialect | undefined;
+  /** An MCP tools/call's tool as `<server>__<tool>` (CONTRACT section 17); undefined otherwise. */
+  tool?: string;
 }
 
 export function newContext(id: string, route: string): RequestContext {

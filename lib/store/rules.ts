@@ -70,6 +70,8 @@ export interface KeyControls {
   metadata: Record<string, string>;
   /** The team (inside the key's account) whose budget, limits and models apply too; null: none. */
   team: string | null;
+  /** Patterns over `<server>__<tool>` narrowing the plan's MCP tools (CONTRACT section 17); null or absent: the plan's. */
+  mcp_tools?: string[] | null;
 }
 
 /** A change of controls: each member named replaces the key's; `limits` members one by one. */
@@ -122,6 +124,8 @@ export function toControls(v: unknown): KeyControls | null {
     limits: { requests_per_minute: limits.requests_per_minute, tokens_per_minute: limits.tokens_per_minute, max_concurrent: limits.max_concurrent },
     priority: priority as QueuePriority | null,
     allowed_ips, metadata: { ...metadata } as Record<string, string>, team: team as string | null,
+    // Controls written before MCP grants (CONTRACT section 17) have none: the plan's.
+    ...(strList(v.mcp_tools) && v.mcp_tools !== null ? { mcp_tools: [...v.mcp_tools] } : {}),
   };
 }
 
@@ -142,6 +146,8 @@ export interface TeamSettings {
   limits: KeyLimits;
   /** Slugs or globs the team's keys may use (with the plan's and the key's own); null: any. */
   models: string[] | null;
+  /** Patterns over `<server>__<tool>` narrowing its keys' MCP tools (CONTRACT section 17); null or absent: the plan's. */
+  mcp_tools?: string[] | null;
 }
 
 export type TeamPatch = Partial<Omit<TeamSettings, 'limits'>> & { limits?: Partial<KeyLimits> };
@@ -175,6 +181,7 @@ export function toTeamSettings(v: unknown): TeamSettings | null {
     name, models,
     budget: budget === null ? null : { units: budget.units as number, period: budget.period as BudgetPeriod },
     limits: { requests_per_minute: limits.requests_per_minute, tokens_per_minute: limits.tokens_per_minute, max_concurrent: limits.max_concurrent },
+    ...(strList(v.mcp_tools) && v.mcp_tools !== null ? { mcp_tools: [...v.mcp_tools] } : {}),
   };
 }
 

@@ -123,6 +123,7 @@ export function readRecord(v: unknown): UsageRecord | undefined {
     duration_ms: num(v.duration_ms) ? v.duration_ms : num(v.latency_ms) ? v.latency_ms : 0,
     ttft_ms: num(v.ttft_ms) ? v.ttft_ms : num(v.ttfc_ms) ? v.ttfc_ms : null,
     queue_ms: count(v.queue_ms) ? v.queue_ms : 0,
+    ...(typeof v.tool === 'string' ? { tool: v.tool } : {}),
   };
 }
 

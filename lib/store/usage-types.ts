@@ -40,6 +40,8 @@ export interface UsageRecord {
    * it did not wait or its provider has no queue; a refused wait (503 model_overloaded) counts.
    */
   queue_ms: number;
+  /** An MCP tools/call's tool, `<server>__<tool>` (CONTRACT section 17); absent for every other request. */
+  tool?: string;
 }
 
 /** Totals of a set of records. */

@@ -20,8 +20,8 @@ const SOURCES: readonly UsageRecord['usage_source'][] = ['upstream', 'counted', 
 
 /** Numbers per record, in this order; ttft_ms null is NaN. */
 const NUMS = 9;
-/** Strings per record held as table indices, in this order; null (key_id, target, team) is 0. */
-const REFS = 7;
+/** Strings per record held as table indices, in this order; null (key_id, target, team) or absent (tool) is 0. */
+const REFS = 8;
 const FIRST_CAPACITY = 256;
 
 export class DayColumns {
@@ -65,6 +65,7 @@ export class DayColumns {
     refs[s + 4] = r.target === null ? 0 : this.#ref(r.target);
     refs[s + 5] = this.#ref(r.route);
     refs[s + 6] = r.team === null ? 0 : this.#ref(r.team);
+    refs[s + 7] = r.tool === undefined ? 0 : this.#ref(r.tool);
     this.#sources[i] = source;
     this.#length = i + 1;
   }
@@ -96,6 +97,8 @@ export class DayColumns {
       duration_ms: nums[n + 6]!,
       ttft_ms: Number.isNaN(ttft) ? null : ttft,
       queue_ms: nums[n + 8]!,
+      // An MCP tool call's tool (CONTRACT section 17): only its records carry one.
+      ...(refs[s + 7] === 0 ? {} : { tool: table[refs[s + 7]!]! }),
     };
   }
 

@@ -17,7 +17,7 @@ export function teamFromFields(id: string, account: string, f: Record<string, st
   if (f.c === undefined) return undefined;
   const period = f.bp === 'day' || f.bp === 'week' || f.bp === 'month' ? f.bp : null;
   const settings = toTeamSettings({
-    name: json(f.n), models: json(f.m),
+    name: json(f.n), models: json(f.m), mcp_tools: json(f.mt),
     limits: { requests_per_minute: json(f.rpm), tokens_per_minute: json(f.tpm), max_concurrent: json(f.mc) },
     budget: f.bu === undefined ? null : { units: Number(f.bu), period },
   });

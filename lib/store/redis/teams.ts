@@ -164,7 +164,7 @@ export class RedisTeams {
 }
 
 /** A team's members, as the suffixes of its fields. */
-const MEMBERS = ['c', 'n', 'm', 'rpm', 'tpm', 'mc', 'bu', 'bp', 'sp', 'su'] as const;
+const MEMBERS = ['c', 'n', 'm', 'rpm', 'tpm', 'mc', 'bu', 'bp', 'sp', 'su', 'mt'] as const;
 
 function requireTeamId(id: unknown): void {
   if (typeof id !== 'string' || !TEAM_ID.test(id)) throw new TypeError('team id must match TEAM_ID');
@@ -186,6 +186,7 @@ function settingsFields(s: TeamSettings): string[] {
     'tpm', limitJson(s.limits.tokens_per_minute, 'limits.tokens_per_minute'),
     'mc', limitJson(s.limits.max_concurrent, 'limits.max_concurrent')];
   if (s.budget !== null) f.push('bu', integer(s.budget.units, 'budget.units'), 'bp', s.budget.period ?? '');
+  if (s.mcp_tools != null) f.push('mt', JSON.stringify(s.mcp_tools));
   return f;
 }
 
@@ -195,6 +196,7 @@ function patchFields(patch: TeamPatch): { set: string[]; del: string[] } {
   const del: string[] = [];
   if (patch.name !== undefined) set.push('n', JSON.stringify(patch.name));
   if (patch.models !== undefined) set.push('m', JSON.stringify(patch.models));
+  if (patch.mcp_tools !== undefined) set.push('mt', JSON.stringify(patch.mcp_tools));
   const l = patch.limits;
   if (l?.requests_per_minute !== undefined) set.push('rpm', limitJson(l.requests_per_minute, 'limits.requests_per_minute'));
   if (l?.tokens_per_minute !== undefined) set.push('tpm', limitJson(l.tokens_per_minute, 'limits.tokens_per_minute'));
