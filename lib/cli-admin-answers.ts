@@ -33,6 +33,8 @@ export interface TeamAnswer {
   budget: BudgetAnswer;
   limits: KeyLimits;
   models: string[] | null;
+  /** The MCP tool patterns of its own (CONTRACT section 17); null: the plan's. */
+  mcp_tools?: string[] | null;
   created_at: string;
 }
 

@@ -5,6 +5,7 @@
 
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
+import { CSV_HEADER, csvRow } from './store/usage-csv.js';
 import type { AccountView, CreditAnswer, KeyAnswer, NewKeyAnswer, Show, TeamAnswer, UsageAnswer } from './cli-admin-answers.js';
 import { TAG_OPTIONS, TAG_USAGE, addTeamAndTags, teamAndTagLines } from './cli-admin-tags.js';
 export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADMIN_TOKEN, --json):
@@ -18,13 +19,14 @@ export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADM
     CONTROLS: --name N  --models a,llama-*  --expires ISO-8601  --budget-units N
               --budget-period day|week|month|never  --rpm N  --tpm N  --max-concurrent N
               --priority high|normal|low  --allow-ips CIDR,CIDR  --metadata k=v (repeatable)
-              --team TEAM_ID  ${TAG_USAGE}
+              --team TEAM_ID  --mcp-tools files__*,web__search
+              ${TAG_USAGE}
   tollgate teams create ACCOUNT TEAM_ID [TEAM]
   tollgate teams list ACCOUNT
   tollgate teams update TEAM_ID TEAM          (a value of null clears a setting)
   tollgate teams delete TEAM_ID
     TEAM: --name N  --models a,llama-*  --budget-units N  --budget-period day|week|month|never
-          --rpm N  --tpm N  --max-concurrent N
+          --rpm N  --tpm N  --max-concurrent N  --mcp-tools files__*,web__search
   tollgate credits add ACCOUNT UNITS [--idempotency-key K]
   tollgate sessions revoke SID
   tollgate usage [--account A] [--since DATE]
@@ -106,8 +108,10 @@ function controlsOf(opts: Opts, verb: string): Record<string, unknown> {
   const str = (k: string) => (typeof opts[k] === 'string' ? opts[k] as string : undefined);
   const name = str('name');
   if (name !== undefined) body.name = name === 'null' ? null : name;
-  const models = str('models');
-  if (models !== undefined) body.models = listOpt(models, `${verb}: --models`);
+  for (const [opt, field] of [['models', 'models'], ['mcp-tools', 'mcp_tools'], ['allow-ips', 'allowed_ips']] as const) {
+    const v = str(opt);
+    if (v !== undefined) body[field] = listOpt(v, `${verb}: --${opt}`);
+  }
   const expires = str('expires');
   if (expires !== undefined) body.expires_at = expires === 'null' ? null : expires;
   const units = str('budget-units');
@@ -131,8 +135,6 @@ function controlsOf(opts: Opts, verb: string): Record<string, unknown> {
   if (Object.keys(limits).length > 0) body.limits = limits;
   const priority = str('priority');
   if (priority !== undefined) body.priority = priority === 'null' ? null : priority;
-  const ips = str('allow-ips');
-  if (ips !== undefined) body.allowed_ips = listOpt(ips, `${verb}: --allow-ips`);
   addTeamAndTags(body, str, verb, (message) => { throw new CliError(message, 2); });
   const meta = opts.metadata;
   if (Array.isArray(meta) && meta.length > 0) {
@@ -159,7 +161,7 @@ function keyLines(k: KeyAnswer): string {
     .filter(([, v]) => v !== null).map(([n, v]) => `${n}=${v}`).join(' ') || 'plan only';
   return [
     `${k.id}  ${k.hint ?? '(no hint)'}${k.name === null ? '' : `  "${k.name}"`}`,
-    `  models: ${k.models === null ? 'any the plan allows' : k.models.join(', ')}`,
+    `  models: ${k.models === null ? 'any the plan allows' : k.models.join(', ')}${k.mcp_tools == null ? '' : `  mcp tools: ${k.mcp_tools.join(', ')}`}`,
     `  budget: ${budget}`,
     `  limits: ${limits}`,
     `  priority: ${k.priority ?? "the plan's"}`,
@@ -188,7 +190,7 @@ function teamLines(tm: TeamAnswer): string {
     .filter(([, v]) => v !== null).map(([n, v]) => `${n}=${v}`).join(' ') || 'plan and keys only';
   return [
     `${tm.id}  account=${tm.account}${tm.name === null ? '' : `  "${tm.name}"`}`,
-    `  models: ${tm.models === null ? 'any the plan and key allow' : tm.models.join(', ')}`,
+    `  models: ${tm.models === null ? 'any the plan and key allow' : tm.models.join(', ')}${tm.mcp_tools == null ? '' : `  mcp tools: ${tm.mcp_tools.join(', ')}`}`,
     `  budget: ${budget}`,
     `  limits: ${limits}`,
     `  created: ${tm.created_at}`,
@@ -306,40 +308,6 @@ function adminToken(given: string | undefined): string {
   return token;
 }
 
-/** The columns of `usage export --format csv`: the record's fields, in the contract's order. */
-export const USAGE_COLUMNS = [
-  'request_id', 'at', 'account', 'key_id', 'team', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
-  'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms', 'tags', 'end_user',
-] as const;
-
-/**
- * Whether a spreadsheet could take a cell of this text for a formula (CONTRACT section 16): it
- * begins with =, +, -, @, a tab or a CR. Such a cell is written with a leading ', and so is one
- * that begins with ' itself, so that dropping one leading ' gives back any cell's text.
- */
-function needsQuoteMark(s: string): boolean {
-  switch (s.charCodeAt(0)) {
-    case 0x3d: case 0x2b: case 0x2d: case 0x40: case 0x09: case 0x0d: case 0x27: return true; // = + - @ TAB CR '
-    default: return false;
-  }
-}
-
-/**
- * One CSV field (RFC 4180): quoted when it holds a comma, a quote, CR or LF; null is empty.
- * Every cell, numbers too, is neutralised as needsQuoteMark says (a negative number, which no
- * usage column should hold, would be written '-5). This is the only place the CLI writes CSV.
- */
-export function csvField(v: unknown): string {
-  if (v === null || v === undefined) return '';
-  let s = typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : Array.isArray(v) ? v.join(',') : JSON.stringify(v);
-  if (needsQuoteMark(s)) s = `'${s}`;
-  return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
-}
-
-export function csvRow(r: Record<string, unknown>): string {
-  return `${USAGE_COLUMNS.map((c) => csvField(r[c])).join(',')}\r\n`;
-}
-
 interface ExportArgs { query: URLSearchParams; format: 'jsonl' | 'csv' }
 
 function exportPlan(args: string[], opts: Record<string, string | undefined>): ExportArgs {
@@ -372,7 +340,7 @@ function write(text: string): Promise<void> {
  * one row per record (RFC 4180, CRLF).
  */
 async function exportUsage(url: string, token: string, a: ExportArgs): Promise<number> {
-  if (a.format === 'csv') await write(`${USAGE_COLUMNS.join(',')}\r\n`);
+  if (a.format === 'csv') await write(CSV_HEADER);
   let cursor: string | null = null;
   let pages = 0;
   do {
@@ -404,7 +372,7 @@ const OPTIONS = {
   plan: { type: 'string' }, 'wallet-units': { type: 'string' }, 'idempotency-key': { type: 'string' },
   account: { type: 'string' }, since: { type: 'string' }, until: { type: 'string' }, key: { type: 'string' },
   model: { type: 'string' }, format: { type: 'string' },
-  name: { type: 'string' }, models: { type: 'string' }, expires: { type: 'string' }, 'budget-units': { type: 'string' },
+  name: { type: 'string' }, models: { type: 'string' }, 'mcp-tools': { type: 'string' }, expires: { type: 'string' }, 'budget-units': { type: 'string' },
   'budget-period': { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' }, 'max-concurrent': { type: 'string' },
   priority: { type: 'string' }, 'allow-ips': { type: 'string' }, metadata: { type: 'string', multiple: true }, 'grace-seconds': { type: 'string' },
   team: { type: 'string' }, ...TAG_OPTIONS,

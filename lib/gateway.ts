@@ -191,8 +191,8 @@ export class Gateway {
     // One path, one decision (CONTRACT section 21): the normalised path decides below, and it is
     // what every handler, the passthrough's proxy and the host app read from req.url.
     if (path !== raw) req.url = q === -1 ? path : path + url.slice(q);
-    if (path === '/v1' || path.startsWith('/v1/')) {
-      void this.#v1(req, res, path);
+    if (path === '/v1' || path.startsWith('/v1/') || path === '/mcp' || path.startsWith('/mcp/')) {
+      void this.#v1(req, res, path); // /mcp too: lib/mcp/ through the route table
     } else if (path === '/healthz' || path === '/readyz' || path === '/metrics') {
       void serveOps(req, res, path, { draining: this.#draining, state: this.#state, metrics: this.metrics, logger: this.logger });
     } else if (path === '/admin' || path.startsWith('/admin/')) {
@@ -211,7 +211,7 @@ export class Gateway {
 
   /** The paths the gateway answers itself: never passed through, a WebSocket upgrade included. */
   #owns(path: string): boolean {
-    return path === '/v1' || path.startsWith('/v1/') || path === '/admin' || path.startsWith('/admin/') ||
+    return path === '/v1' || path.startsWith('/v1/') || path === '/mcp' || path.startsWith('/mcp/') || path === '/admin' || path.startsWith('/admin/') ||
       path === '/healthz' || path === '/readyz' || path === '/metrics' || this.#state?.console?.owns(path) === true;
   }
 

@@ -12,6 +12,7 @@ import { Agent as HttpAgent, type IncomingMessage, type ServerResponse } from 'n
 import { Agent as HttpsAgent } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { ProxyServer } from 'http-proxy-3';
+import { INFERENCE_HEADERS } from './config/types.js';
 import { GatewayError } from './errors.js';
 import { baseSegments, refuseGeneration } from './http/generation-paths.js';
 import { sendError } from './http/respond.js';
@@ -50,6 +51,7 @@ export class Passthrough {
   web(req: IncomingMessage, res: ServerResponse, requestId: string): void {
     if (this.#stripAuth) delete req.headers.authorization;
     dropConsoleCookies(req);
+    dropInferenceHeaders(req);
     this.#proxy.web(req, res, {}, (err: Error) => {
       this.#logger.warn({ request_id: requestId, err: err.message, path: req.url }, 'passthrough upstream failed');
       sendError(res, new GatewayError('provider_error', 'The model server behind this gateway did not answer.'), requestId);
@@ -59,6 +61,7 @@ export class Passthrough {
   ws(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     if (this.#stripAuth) delete req.headers.authorization;
     dropConsoleCookies(req);
+    dropInferenceHeaders(req);
     this.#proxy.ws(req, socket, head, {}, (err: Error) => {
       this.#logger.warn({ err: err.message, path: req.url }, 'passthrough WebSocket failed');
       socket.destroy();
@@ -69,6 +72,15 @@ export class Passthrough {
     this.#proxy.close();
     this.#agent.destroy();
   }
+}
+
+/**
+ * An inference gateway's scheduling headers are Tollgate's to set from what it verified
+ * (CONTRACT section 19): a client's copies never reach the model server, whatever the path.
+ * Node keeps header names lower-cased, so every spelling of them is caught here.
+ */
+function dropInferenceHeaders(req: IncomingMessage): void {
+  for (const h of INFERENCE_HEADERS) delete req.headers[h];
 }
 
 /** The console's session cookies (Path=/) are the gateway's: never sent on to the model server. */

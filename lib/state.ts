@@ -29,6 +29,7 @@ import type { ChatRequest, PlainPrompts } from './schema/chat.js';
 import type { Circuit, Health } from './upstream/health.js';
 import { Fleet, type FleetView, type Replicas } from './upstream/balance/index.js';
 import type { Alerts } from './alerts/alerts.js';
+import { McpUpstreams, type McpReachability } from './upstream/mcp.js';
 
 /** One place a model can be served from: its provider, or one of its fallbacks. */
 export interface Target {
@@ -47,6 +48,8 @@ export class GatewayState {
   readonly console: Console | null;
   readonly providers: ReadonlyMap<string, Provider>;
   readonly policy: ContentPolicy;
+  /** The MCP servers the config names (CONTRACT section 17): the gateway's client side of each. */
+  readonly mcp: McpUpstreams;
   /** Alert detection (../alerts/), the gateway's: set by it before the state serves. */
   alerts: Alerts | null = null;
   /** Made by start() when the config names a passthrough target (the gateway serves a state only once started). */
@@ -77,6 +80,7 @@ export class GatewayState {
     this.logger = logger;
     this.#health = health;
     this.#logger = logger;
+    this.mcp = new McpUpstreams(config.mcp.servers, logger);
     const providers = new Map<string, Provider>();
     for (const [name, p] of Object.entries(config.providers)) providers.set(name, createProvider(name, p, new Fleet(name, p, replicas, logger)));
     this.providers = providers;
@@ -114,8 +118,12 @@ export class GatewayState {
       target === null ? null : Passthrough.open(target, this.config.server.passthrough_auth, this.#logger),
     ]);
     this.passthrough = passthrough;
-    this.#discovery.start();
     for (const p of this.providers.values()) p.start?.();
+    // A fleet found in DNS that has no replica yet (not a reload's: it starts from the last set)
+    // waits for its first lookup, so that model discovery has a replica to ask.
+    await Promise.all([...this.providers.values()].map((p) => p.fleet.ready()));
+    this.#discovery.start();
+    this.mcp.probe();
     await this.#seed();
   }
 
@@ -155,11 +163,11 @@ export class GatewayState {
    * Every provider's replicas as GET /admin/upstreams shows them, with its circuits (one per
    * upstream model asked for so far): an open circuit shows there too (CONTRACT section 10).
    */
-  upstreams(): { providers: Record<string, FleetView & { circuits: ReturnType<Health['circuits']> }> } {
+  upstreams(): { providers: Record<string, FleetView & { circuits: ReturnType<Health['circuits']> }>; mcp_servers: Record<string, McpReachability> } {
     const now = Date.now();
     const providers: Record<string, FleetView & { circuits: ReturnType<Health['circuits']> }> = {};
     for (const p of this.providers.values()) providers[p.name] = { ...p.fleet.view(now), circuits: this.#health.circuits(p.name) };
-    return { providers };
+    return { providers, mcp_servers: this.mcp.reachability() };
   }
 
   /** Prompt tokens with the model's tokenizer: the server's own count for `tokenizer: upstream`. */
@@ -244,6 +252,6 @@ export class GatewayState {
     this.#discovery.stop();
     this.auth.close();
     this.passthrough?.close();
-    await Promise.allSettled([...this.providers.values()].map((p) => p.close()));
+    await Promise.allSettled([...[...this.providers.values()].map((p) => p.close()), this.mcp.close()]);
   }
 }

@@ -25,7 +25,7 @@
 import { BlockList } from 'node:net';
 import type { QueuePriority } from '../config/types.js';
 import { GatewayError, clip } from '../errors.js';
-import { parseCidr } from '../auth/controls.js';
+import { parseCidr } from '../http/cidr.js';
 import type { KeyControls, KeyPatch, KeyRecord } from '../store/types.js';
 
 const RANK: Record<QueuePriority, number> = { low: 0, normal: 1, high: 2 };
@@ -86,6 +86,7 @@ export function refuseWidening(key: KeyRecord, patch: KeyPatch, planPriority: Qu
     if (RANK[next] > RANK[now]) throw denied('priority', `the key's priority is ${now}; a member may lower it, not raise it to ${next}`);
   }
   if (patch.models !== undefined) narrowList('models', c.models, patch.models, globCovers, 'models');
+  if (patch.mcp_tools !== undefined) narrowList('mcp_tools', c.mcp_tools ?? null, patch.mcp_tools, globCovers, 'MCP tools');
   if (patch.allowed_ips !== undefined) narrowList('allowed_ips', c.allowed_ips, patch.allowed_ips, cidrCovers, 'addresses');
   if (patch.budget !== undefined && c.budget !== null) {
     if (patch.budget === null) throw denied('budget', `the key has a budget of ${c.budget.units} units; null would lift it`);

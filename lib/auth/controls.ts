@@ -5,6 +5,7 @@
 
 import { BlockList, isIP } from 'node:net';
 import { GatewayError, clip } from '../errors.js';
+import { parseCidr } from '../http/cidr.js';
 import { perUtcDay } from '../utc-day.js';
 import { isObject } from '../objects.js';
 import type { QueuePriority } from '../config/types.js';
@@ -14,7 +15,7 @@ import {
   type BudgetPeriod, type BudgetPeriods, type KeyControls, type KeyLimits, type KeyPatch, type KeyRecord, type TeamPatch, type TeamRecord,
 } from '../store/types.js';
 
-export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'priority', 'allowed_ips', 'metadata', 'team', 'tags', 'tags_locked', 'end_user_budget'] as const;
+export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'priority', 'allowed_ips', 'metadata', 'team', 'mcp_tools', 'tags', 'tags_locked', 'end_user_budget'] as const;
 export const LIMIT_FIELDS = ['requests_per_minute', 'tokens_per_minute', 'max_concurrent'] as const;
 const PERIODS = ['day', 'week', 'month'] as const;
 
@@ -67,22 +68,6 @@ export function parseIsoTime(v: string): number | undefined {
   // Date.parse rolls 2026-02-31 over to March: refuse a day the month does not have.
   if (new Date(Date.UTC(Number(y), Number(mo) - 1, Number(d))).getUTCDate() !== Number(d)) return undefined;
   return ms;
-}
-
-/** A CIDR (or a single address) as [address, prefix, family]; undefined when malformed. */
-export function parseCidr(v: string): [string, number, 'ipv4' | 'ipv6'] | undefined {
-  const slash = v.indexOf('/');
-  const addr = slash === -1 ? v : v.slice(0, slash);
-  const family = isIP(addr);
-  if (family === 0) return undefined;
-  const max = family === 4 ? 32 : 128;
-  let prefix = max;
-  if (slash !== -1) {
-    const p = v.slice(slash + 1);
-    if (!/^(0|[1-9][0-9]{0,2})$/.test(p) || Number(p) > max) return undefined;
-    prefix = Number(p);
-  }
-  return [addr, prefix, family === 4 ? 'ipv4' : 'ipv6'];
 }
 
 function readBudget(v: unknown, rounded: ReadonlySet<number>, name = 'budget'): KeyControls['budget'] {
@@ -170,6 +155,7 @@ export function readControls(body: Record<string, unknown>, rounded: ReadonlySet
   }
   if (body.metadata !== undefined) out.metadata = readMetadata(body.metadata);
   if (body.team !== undefined) out.team = body.team === null ? null : readTeamId(body.team, 'team');
+  if (body.mcp_tools !== undefined) out.mcp_tools = readPatterns(body.mcp_tools, 'mcp_tools');
   if (body.tags !== undefined) out.tags = readKeyTags(body.tags, 'tags');
   if (body.end_user_budget !== undefined) out.end_user_budget = readBudget(body.end_user_budget, rounded, 'end_user_budget');
   if (body.tags_locked !== undefined) {
@@ -177,6 +163,11 @@ export function readControls(body: Record<string, unknown>, rounded: ReadonlySet
     out.tags_locked = body.tags_locked;
   }
   return out;
+}
+
+/** A list of globs (models, mcp_tools), or null for no restriction of its own. */
+function readPatterns(v: unknown, param: string): string[] | null {
+  return v === null ? null : list(v, param, MAX_MODELS).map((m, i) => text(m, `${param}[${i}]`, MAX_PATTERN));
 }
 
 /** A team id (CONTRACT section 15): 1-128 letters, digits and ._@+- (no ':'). */
@@ -198,6 +189,7 @@ export function readTeamSettings(body: Record<string, unknown>, rounded: Readonl
   }
   if (body.budget !== undefined) out.budget = readBudget(body.budget, rounded);
   if (body.limits !== undefined) out.limits = readLimits(body.limits, rounded);
+  if (body.mcp_tools !== undefined) out.mcp_tools = readPatterns(body.mcp_tools, 'mcp_tools');
   return out;
 }
 
@@ -291,6 +283,8 @@ export interface KeyPolicy {
   tagsLocked: boolean;
   /** Each end user's cap per period (CONTRACT section 20); null: none. */
   endUserBudget: KeyControls['end_user_budget'];
+  /** The key's and its team's MCP tool patterns over `<server>__<tool>` (CONTRACT section 17); null: the plan's alone. */
+  mcpTools?: ((slug: string) => boolean) | null;
 }
 
 /**
@@ -302,9 +296,12 @@ export function compilePolicy(record: KeyRecord, team?: TeamRecord): KeyPolicy {
   const own = modelMatcher(c.models);
   const theirs = team === undefined ? null : modelMatcher(team.models);
   const models = own === null ? theirs : theirs === null ? own : (slug: string) => own(slug) && theirs(slug);
+  const ownTools = modelMatcher(c.mcp_tools ?? null);
+  const theirTools = modelMatcher(team?.mcp_tools ?? null);
+  const mcpTools = ownTools === null ? theirTools : theirTools === null ? ownTools : (slug: string) => ownTools(slug) && theirTools(slug);
   return {
     id: record.id, expiresAt: c.expires_at, models, patterns: c.models, ips: ipMatcher(c.allowed_ips), limits: c.limits,
-    priority: c.priority, team: team === undefined ? null : { id: team.id, limits: team.limits }, tags: c.tags, tagsLocked: c.tags_locked,
+    priority: c.priority, team: team === undefined ? null : { id: team.id, limits: team.limits }, mcpTools, tags: c.tags, tagsLocked: c.tags_locked,
     endUserBudget: c.end_user_budget,
   };
 }
@@ -320,6 +317,7 @@ export function teamView(t: TeamRecord, now = Date.now()): Record<string, unknow
     budget: { units: t.budget?.units ?? null, period, spent_units: spent, resets_at: t.budget === null ? null : budgetResetsAt(period, now) },
     limits: t.limits,
     models: t.models,
+    mcp_tools: t.mcp_tools ?? null,
     created_at: new Date(t.created_at).toISOString(),
   };
 }
@@ -337,6 +335,7 @@ export function keyView(record: KeyRecord, prefix: string, now = Date.now()): Re
     created_at: new Date(record.created_at).toISOString(),
     last_used_at: record.last_used_at === null ? null : new Date(record.last_used_at).toISOString(),
     models: c.models,
+    mcp_tools: c.mcp_tools ?? null,
     expires_at: c.expires_at === null ? null : new Date(c.expires_at).toISOString(),
     budget: { units: c.budget?.units ?? null, period, spent_units: spent, resets_at: c.budget === null ? null : budgetResetsAt(period, now) },
     limits: c.limits,

@@ -17,10 +17,8 @@ import {
   type JWTVerifyOptions,
 } from 'jose';
 import { GatewayError } from '../errors.js';
-import {
-  HMAC_ALGS, JWKS_ALGS, TokenShapeError, algorithmsFor, looksLikeJwt, parsePublicKey,
-  type JwtConfig, type JwtIdentity,
-} from './jwt-common.js';
+import { HMAC_ALGS, TokenShapeError, looksLikeJwt, type JwtConfig, type JwtIdentity } from './jwt-common.js';
+import { JWKS_ALGS, algorithmsFor, parsePublicKey } from '../config/jwt-key.js';
 
 export interface JwtVerifierOptions {
   /** Leeway for exp/nbf, in seconds. Default 5. */

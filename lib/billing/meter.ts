@@ -234,6 +234,17 @@ export async function hold(
   // Every answer asked for (completions' n per prompt) may run to the output limit.
   const output = (request.maxOutputTokens ?? model.max_output_tokens) * (request.answers ?? 1);
   const units = fixed ?? cost(promptTokens, output, holdPrice(model.price));
+  return holdUnits(store, principal, requestId, units, model.price, ttlMs, open, endUser);
+}
+
+/**
+ * Holds `units` for a request whose price is known before the call (an MCP tool call's
+ * per_call_units, CONTRACT section 17), or refuses it exactly as hold() does. `price` is what
+ * a settle without a cost of its own would charge by.
+ */
+export async function holdUnits(
+  store: Store, principal: Principal, requestId: string, units: bigint, price: PriceConfig, ttlMs: number, open: OpenMode | null, endUser?: string | null,
+): Promise<Charge> {
   // A worst case above 2^53-1 is more than any balance holds; the store still runs its quota
   // checks (a quota refusal comes first) and reports the available balance for the 402.
   const unpayable = units > MAX_UNITS;
@@ -251,7 +262,7 @@ export async function hold(
     // store.on_error: open — serve unmetered rather than refuse; said loudly, once per outage.
     if (open !== null) {
       open.down(err);
-      return new Charge(null, principal.accountId, requestId, model.price, w, key);
+      return new Charge(null, principal.accountId, requestId, price, w, key);
     }
     throw unavailable(err);
   }
@@ -282,7 +293,7 @@ export async function hold(
       extras: { quota_code: result.quota_code, wallet_balance_units: result.available_units },
     });
   }
-  const charge = new Charge(store, principal.accountId, requestId, model.price, w, key, result.team);
+  const charge = new Charge(store, principal.accountId, requestId, price, w, key, result.team);
   const eub = principal.key?.endUserBudget;
   if (eub != null && endUser != null && key !== undefined) await holdEndUser(store, charge, principal.accountId, { keyId: key.id, endUser, period: periodId(eub.period, key.periods) }, eub, requestId, units, ttlMs, now);
   return charge;

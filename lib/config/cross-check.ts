@@ -6,11 +6,13 @@
 // problem at once: it reads only the parts whose shape is right and skips the rest (the
 // schema's own messages already name those).
 
-import { publicKeyProblem } from '../auth/jwt-common.js';
-import { parseCidr } from '../auth/controls.js';
+import { isIP } from 'node:net';
+import { publicKeyProblem } from './jwt-key.js';
+import { parseCidr } from '../http/cidr.js';
 import { clip } from '../errors.js';
+import { mcpProblems } from './mcp-check.js';
 import { secretProblems } from './secrets.js';
-import type { Config } from './types.js';
+import { INFERENCE_HEADERS, type Config } from './types.js';
 
 type Obj = Record<string, unknown>;
 
@@ -59,7 +61,7 @@ export function crossCheck(data: unknown): string[] {
 
   for (const [name, raw] of Object.entries(providers)) {
     const p = obj(raw);
-    if ((p.kind === 'openai' || p.kind === 'anthropic') && p.base_url === undefined && p.targets === undefined) {
+    if ((p.kind === 'openai' || p.kind === 'anthropic') && p.base_url === undefined && p.targets === undefined && p.discover === undefined) {
       problems.push(`providers.${name}.base_url: is required for kind ${p.kind} (or targets: a list of replicas)`);
     }
     if (text(p.base_url)) {
@@ -67,9 +69,16 @@ export function crossCheck(data: unknown): string[] {
     }
     problems.push(...replicaProblems(name, p));
     problems.push(...headerProblems(`providers.${name}.headers`, p.headers));
+    if (p.inference_gateway === true) {
+      for (const h of Object.keys(obj(p.headers))) {
+        if (INFERENCE_HEADERS.has(h.toLowerCase())) problems.push(`providers.${name}.headers.${h}: is set by inference_gateway from the verified caller; remove it`);
+      }
+    }
     if (text(p.api_key) && !HEADER_VALUE.test(p.api_key)) problems.push(`providers.${name}.api_key: ${BAD_VALUE}`);
   }
   problems.push(...headerProblems('observe.otlp_headers', obj(c.observe).otlp_headers));
+  for (const [name, raw] of Object.entries(obj(obj(c.mcp).servers))) problems.push(...headerProblems(`mcp.servers.${name}.headers`, obj(raw).headers));
+  problems.push(...mcpProblems(c));
 
   const modelIds = new Set<string>();
   list(c.models).forEach((raw, i) => {
@@ -298,10 +307,11 @@ export function configWarnings(c: Config): string[] {
   return warnings;
 }
 
-/** A provider's replicas (CONTRACT section 7): exactly one of base_url and targets, distinct URLs. */
+/** A provider's replicas (CONTRACT sections 7, 19): exactly one of base_url, targets and discover, distinct URLs. */
 function replicaProblems(name: string, p: Obj): string[] {
   const problems: string[] = [];
   const at = `providers.${name}`;
+  problems.push(...discoverProblems(at, p));
   if (!Array.isArray(p.targets)) return problems;
   if (p.kind === 'echo') problems.push(`${at}.targets: the echo provider has no replicas`);
   if (p.base_url !== undefined) problems.push(`${at}.targets: set exactly one of base_url and targets`);
@@ -319,6 +329,32 @@ function replicaProblems(name: string, p: Obj): string[] {
     seen.add(u);
   });
   return problems;
+}
+
+/** `discover` (CONTRACT section 19): alone (no base_url, no targets), not on echo, a resolver that is an IP address and port. */
+function discoverProblems(at: string, p: Obj): string[] {
+  if (p.discover === undefined) return [];
+  const problems: string[] = [];
+  if (p.kind === 'echo') problems.push(`${at}.discover: the echo provider has no replicas`);
+  if (p.targets !== undefined) problems.push(`${at}.discover: set exactly one of base_url, targets and discover (discover and targets are exclusive)`);
+  if (p.base_url !== undefined) problems.push(`${at}.discover: set exactly one of base_url, targets and discover (discover and base_url are exclusive)`);
+  const resolver = obj(p.discover).resolver;
+  // The schema refuses what is not shaped as an address and port; this, what is shaped so but is none (300.1.1.1:53, :0).
+  if (text(resolver) && /^(?:\[[0-9A-Fa-f:.]+\]|[0-9.]+):[0-9]{1,5}$/.test(resolver) && resolverAddress(resolver) === undefined) {
+    problems.push(`${at}.discover.resolver: must be an IP address and a port from 1 to 65535 (1.2.3.4:53 or [::1]:53)`);
+  }
+  return problems;
+}
+
+/** host:port of a DNS server as node:dns setServers takes it, or undefined when not an IP address and port 1-65535. */
+export function resolverAddress(v: string): string | undefined {
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(v);
+  if (m === null) return undefined;
+  const host = m[1] ?? m[2]!;
+  const port = Number(m[3]);
+  const family = isIP(host);
+  if (port < 1 || port > 65535 || family === 0 || (m[1] !== undefined) !== (family === 6)) return undefined;
+  return v;
 }
 
 /**

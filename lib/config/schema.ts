@@ -54,6 +54,8 @@ const plan = obj({
   // within the band against other accounts (or keys) waiting.
   priority: { enum: ['high', 'normal', 'low'], default: 'normal', 'x-msg': 'must be one of high, normal, low' },
   fair_weight: { type: 'number', exclusiveMinimum: 0, maximum: 1000000, default: 1, 'x-msg': 'must be a number above 0 and at most 1000000' },
+  // Patterns over <server>__<tool> of the MCP tools the plan's keys may use (CONTRACT section 17); none by default.
+  mcp_tools: { type: 'array', items: { type: 'string', minLength: 1, maxLength: 256, 'x-msg': 'must be a pattern of 1 to 256 characters' }, default: [] },
   quotas: obj(
     {
       requests_per_day: { ...nullableUint, default: null },
@@ -96,6 +98,28 @@ const replica = obj(
   { required: ['url'] },
 );
 
+/**
+ * A fleet found in DNS (CONTRACT section 19): the A/AAAA records of `dns` (a Kubernetes
+ * headless Service), each address a replica at `port`, looked up again every refresh_ms.
+ */
+const discover = obj(
+  {
+    dns: {
+      type: 'string', pattern: '^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\\.?$',
+      'x-msg': 'must be a DNS name (letters, digits and -, dot-separated labels)',
+    },
+    port: { type: 'integer', minimum: 1, maximum: 65535, 'x-msg': 'must be an integer from 1 to 65535' },
+    refresh_ms: { type: 'integer', minimum: 1000, default: 5000, 'x-msg': 'must be an integer of at least 1000 (ms)', ...timerMsg },
+    // The DNS server asked (an IP address and port); null: the system's (/etc/resolv.conf).
+    resolver: { type: ['string', 'null'], default: null, pattern: '^(?:\\[[0-9A-Fa-f:.]+\\]|[0-9.]+):[0-9]{1,5}$', 'x-msg': 'must be an IP address and port (1.2.3.4:53 or [::1]:53)' },
+    // The path of each replica's base URL (default: /v1 for kind openai, none for anthropic).
+    path: { type: 'string', pattern: '^(?:/[\\x21-\\x7e]*)?$', 'x-msg': 'must be empty or a path beginning with /' },
+    // Each replica's Prometheus endpoint, as a target's metrics_url (default: none scraped).
+    metrics_path: { type: 'string', pattern: '^/[\\x21-\\x7e]*$', 'x-msg': 'must be a path beginning with /' },
+  },
+  { required: ['dns', 'port'] },
+);
+
 const model = obj(
   {
     id: slug,
@@ -131,6 +155,10 @@ const provider = obj(
     chunk_delay_ms: { ...uintMs, default: 0 },
     tokenize_timeout_ms: { ...posMs, default: 500 },
     targets: { type: 'array', items: replica, minItems: 1, 'x-msg': 'must be a non-empty list of {url, weight, metrics_url}' },
+    discover,
+    // Behind an inference gateway (llm-d, Gateway API Inference Extension): every request sends
+    // x-gateway-inference-fairness-id and x-gateway-inference-objective from what was verified.
+    inference_gateway: { type: 'boolean' },
     balance: {
       enum: ['round_robin', 'least_outstanding', 'prefix_affinity'], default: 'least_outstanding',
       'x-msg': 'must be one of round_robin, least_outstanding, prefix_affinity',
@@ -172,6 +200,18 @@ const provider = obj(
     },
   },
   { required: ['kind'] },
+);
+
+/** An MCP server Tollgate fronts (CONTRACT section 17); names and patterns are checked by config/mcp-check.ts. */
+const mcpServer = obj(
+  {
+    url: httpUrl,
+    headers: { type: 'object', additionalProperties: str, default: {} },
+    timeout_ms: { ...posMs, default: 30000 },
+    price: obj({ per_call_units: { ...uint, default: 0 } }, { default: {} }),
+    tools: { type: 'object', additionalProperties: obj({ per_call_units: uint }, { required: ['per_call_units'] }), default: {} },
+  },
+  { required: ['url'] },
 );
 
 const account = obj(
@@ -317,6 +357,7 @@ export const configSchema = obj({
   accounts: { type: 'array', items: account, default: [] },
   providers: { type: 'object', additionalProperties: provider, default: {} },
   models: { type: 'array', items: model, default: [] },
+  mcp: obj({ servers: { type: 'object', additionalProperties: mcpServer, default: {} } }, { default: {} }),
   routing: obj({ auto: { type: 'array', items: str, default: [] } }, { default: {} }),
   content_policy: obj({ block: { type: 'array', items: str, default: [] } }, { default: {} }),
   responses: obj(

@@ -20,6 +20,8 @@ export interface PlanConfig {
   priority: QueuePriority;
   /** Its share within the band, against other accounts (or keys) waiting: tokens served per unit of weight. */
   fair_weight: number;
+  /** Patterns (`*` any run) over `<server>__<tool>` of the MCP tools its keys may use; [] (the default) or absent: none (CONTRACT section 17). */
+  mcp_tools?: readonly string[];
   quotas: { requests_per_day: number | null; tokens_per_day: number | null; units_per_month: number | null };
 }
 
@@ -47,6 +49,27 @@ export interface ReplicaConfig {
   weight: number;
   /** The replica's Prometheus endpoint: queue depth and KV-cache use are read from it. */
   metrics_url?: string;
+}
+
+/**
+ * The headers an inference gateway schedules on (llm-d, Gateway API Inference Extension): sent
+ * by a provider with inference_gateway from what Tollgate verified, never passed on from a client.
+ */
+export const INFERENCE_FAIRNESS_HEADER = 'x-gateway-inference-fairness-id';
+export const INFERENCE_OBJECTIVE_HEADER = 'x-gateway-inference-objective';
+export const INFERENCE_HEADERS: ReadonlySet<string> = new Set([INFERENCE_FAIRNESS_HEADER, INFERENCE_OBJECTIVE_HEADER]);
+
+/** A fleet from the A/AAAA records of a name (CONTRACT section 19). */
+export interface DiscoverConfig {
+  dns: string;
+  port: number;
+  refresh_ms: number;
+  /** host:port of the DNS server asked; null: the system's. */
+  resolver: string | null;
+  /** Each replica's base URL path; absent: /v1 for openai, none for anthropic. */
+  path?: string;
+  /** Each replica's metrics path (as a target's metrics_url); absent: none. */
+  metrics_path?: string;
 }
 
 export interface ProviderConfig {
@@ -77,6 +100,10 @@ export interface ProviderConfig {
   tokenize_timeout_ms: number;
   /** Replicas of the server; `base_url` is the one-replica short form (exactly one of the two). */
   targets?: ReplicaConfig[];
+  /** Replicas found in DNS instead (CONTRACT section 19): exclusive with base_url and targets. */
+  discover?: DiscoverConfig;
+  /** Send the inference gateway's fairness and objective headers from the verified caller. */
+  inference_gateway?: boolean;
   balance: BalancePolicy;
   /** The prompt prefix that keys prefix_affinity, in tokens (approximated as 4 characters each). */
   affinity_prefix_tokens: number;
@@ -226,6 +253,8 @@ export interface Config {
   accounts: AccountConfig[];
   providers: Record<string, ProviderConfig>;
   models: ModelConfig[];
+  /** MCP servers fronted at /mcp and /mcp/<name> (CONTRACT section 17, lib/mcp/). */
+  mcp: { servers: Record<string, McpServerConfig> };
   routing: { auto: string[] };
   content_policy: { block: string[] };
   /**
@@ -271,4 +300,15 @@ export interface AlertWebhookConfig {
   secret: string;
   /** The events this webhook gets; all four by default. */
   events: AlertEventType[];
+}
+
+/** One MCP server (Streamable HTTP) Tollgate is a client of. */
+export interface McpServerConfig {
+  url: string;
+  /** Sent upstream on every request; never the client's own. */
+  headers: Record<string, string>;
+  timeout_ms: number;
+  /** Units a tools/call costs, unless the tool has its own price. */
+  price: { per_call_units: number };
+  tools: Record<string, { per_call_units: number }>;
 }

@@ -2,13 +2,17 @@
 // secret replaced by "***" — tokens, passwords, API keys, client secrets, account keys and
 // their digests, every header value (they carry credentials), and in any URL its user:password
 // part (a Redis URL may hold one), every query value, every `;` matrix parameter and its fragment (an API key or token may
-// ride there); an alert webhook's URL shows only its scheme, host and port (Slack- and
-// Discord-style webhooks carry their secret in the path).
+// ride there), and every path segment that looks like a token (TOKEN_SEGMENT: some hosted
+// gateways put an account key in the path); an alert webhook's URL shows only its scheme, host and
+// port (Slack- and Discord-style webhooks carry their secret in the path).
 
 const SECRET_KEYS = new Set(['token', 'secret', 'client_secret', 'session_secret', 'password', 'sentinel_password', 'api_key', 'keys', 'key_sha256']);
 const HEADER_MAPS = new Set(['headers', 'otlp_headers']);
 const MASK = '***';
 const SCHEME = /^[a-z][a-z0-9+.-]*:\/\//i;
+/** A path segment of 24 or more URL-safe characters holding both a letter and a digit: a key, a
+ * token or an account id, not a word like `deployments` or a model like `gpt-4o-mini-2024-07-18`. */
+const TOKEN_SEGMENT = /^(?=[^/]*[A-Za-z])(?=[^/]*[0-9])[A-Za-z0-9._~%-]{24,}$/;
 
 /** `a=1&b` -> `a=***&***`: each value masked, the names kept (a bare member is masked whole). */
 function maskQuery(q: string): string {
@@ -33,7 +37,8 @@ function redactUrl(v: string): string {
   if (slash >= 0) {
     const stop = out.slice(slash).search(/[?#]/);
     const end = stop < 0 ? out.length : slash + stop;
-    out = `${out.slice(0, slash)}${out.slice(slash, end).replace(/;[^/]*/g, `;${MASK}`)}${out.slice(end)}`;
+    const path = out.slice(slash, end).replace(/;[^/]*/g, `;${MASK}`).split('/').map((seg) => (TOKEN_SEGMENT.test(seg) ? MASK : seg)).join('/');
+    out = `${out.slice(0, slash)}${path}${out.slice(end)}`;
   }
   const q = out.indexOf('?', m[0].length);
   if (q >= 0) {

@@ -11,7 +11,9 @@
 // here: no credential is ever one of them.
 
 import pino from 'pino';
-import type { Logger } from './log.js';
+
+/** log.ts's Logger (pino's), named here so that log.ts may import this file and not the reverse. */
+type Logger = pino.Logger;
 
 /** The access line's fields, in the order they are written; an undefined one is left out, as pino leaves it. */
 export interface AccessFields {

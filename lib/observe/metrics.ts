@@ -68,6 +68,11 @@ export class Metrics {
     name: 'tollgate_units_charged_total', help: 'Wallet units debited.', registers: [this.registry],
     collect: () => this.#flush(this.unitsCharged),
   });
+  readonly mcpCalls: Counter<'server' | 'tool' | 'outcome'> = new Counter({
+    name: 'tollgate_mcp_calls_total', help: 'MCP tools/call requests sent to a server, by server, tool and outcome (ok, tool_error, unavailable, rpc_error, store_error).',
+    labelNames: ['server', 'tool', 'outcome'] as const, registers: [this.registry],
+    collect: () => this.#flush(this.mcpCalls),
+  });
   /** The providers whose replicas and queues the gauges below show, read when /metrics is scraped. */
   upstreams: () => Iterable<{ readonly name: string; fleet: { readonly replicas: readonly ReplicaFigures[]; readonly queue?: QueueFigures | undefined } }> = () => [];
   readonly upstreamOutstanding: Gauge<'target'> = upstreamGauge(this, 'tollgate_upstream_outstanding',
@@ -125,6 +130,13 @@ export class Metrics {
   countRequest(route: string, status: number, code: string): void {
     const p = this.#series(this.requests, `${route}|${status}|${code}`);
     p.labels ??= { route, status: String(status), code };
+    p.n += 1;
+  }
+
+  /** An MCP tools/call that was sent (CONTRACT section 17): its tool is a configured server's, never a caller's guess. */
+  countMcpCall(server: string, tool: string, outcome: string): void {
+    const p = this.#series(this.mcpCalls, `${server}\u0000${tool}\u0000${outcome}`);
+    p.labels ??= { server, tool, outcome };
     p.n += 1;
   }
 

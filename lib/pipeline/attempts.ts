@@ -13,7 +13,7 @@ import { AffinityKey, type Fleet, type ProviderQueue, type Replica, type Slot } 
 import { isConnectFailure } from '../upstream/http.js';
 import type { ChatRequest, Usage } from '../schema/chat.js';
 import type { ModelConfig } from '../config/types.js';
-import { queuePriority } from '../auth/principal.js';
+import { inferenceHeaders, queuePriority } from '../auth/principal.js';
 import type { RequestContext } from './context.js';
 
 const CLIENT_GONE = Symbol('tollgate.client-gone');
@@ -63,6 +63,8 @@ export class Attempts {
   /** The target being tried, and how its latest attempt went (settled into its circuit when left). */
   #current: { target: Target; admission: Admission; outcome: Outcome } | undefined;
   #tried: Replica[] = [];
+  /** The inference gateway's headers of this request (#callHeaders). */
+  #inference: Record<string, string> | undefined;
 
   constructor(
     state: GatewayState, metrics: Metrics, ctx: RequestContext, res: ServerResponse, request: ChatRequest, model: ModelConfig,
@@ -182,11 +184,19 @@ export class Attempts {
     }
   }
 
+  /** A call's own headers: tracing's; for a provider behind an inference gateway, the verified caller's too (made once per request). */
+  #callHeaders(target: Target): Record<string, string> | undefined {
+    const principal = this.#ctx.principal;
+    if (!target.provider.config.inference_gateway || principal === undefined) return this.#ctx.upstreamHeaders;
+    this.#inference ??= inferenceHeaders(principal, this.#ctx.upstreamHeaders);
+    return this.#inference;
+  }
+
   /** Runs `fn` as one attempt on the attempt's replica; records its outcome and the error for fallback. */
   async run<T>(attempt: Attempt, fn: (call: ProviderCall) => Promise<T>): Promise<T> {
     const { target, replica } = attempt;
     const ac = new CallAbort();
-    const call: ProviderCall = new AttemptCall(this.request, this.model, target.upstreamModel, ac, replica, this.#ctx.upstreamHeaders);
+    const call: ProviderCall = new AttemptCall(this.request, this.model, target.upstreamModel, ac, replica, this.#callHeaders(target));
     const res = this.#res;
     const onClose = () => { if (!res.writableFinished) ac.abort(CLIENT_GONE); };
     res.on('close', onClose);

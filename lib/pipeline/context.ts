@@ -48,6 +48,8 @@ export interface RequestContext {
   dialect: Dialect | undefined;
   /** The request's tags and end user (CONTRACT section 20), once admitted. */
   attribution: Attribution | undefined;
+  /** An MCP tools/call's tool as `<server>__<tool>` (CONTRACT section 17); undefined otherwise. */
+  tool?: string;
 }
 
 export function newContext(id: string, route: string): RequestContext {

@@ -19,7 +19,7 @@ const ROUTE_PATHS: Partial<Record<string, string>> = {
   chat: '/v1/chat/completions', completions: '/v1/completions', messages: '/v1/messages', responses: '/v1/responses', embeddings: '/v1/embeddings',
   messages_count_tokens: '/v1/messages/count_tokens', models: '/v1/models', model: '/v1/models/{id}', response: '/v1/responses/{id}',
   rerank: '/v1/rerank', score: '/v1/score', audio_transcriptions: '/v1/audio/transcriptions', audio_translations: '/v1/audio/translations',
-  key: '/v1/key', usage: '/v1/usage',
+  key: '/v1/key', usage: '/v1/usage', mcp: '/mcp',
 };
 /** The GenAI operation of a route (gen_ai.operation.name); none for routes that generate nothing. */
 const OPERATIONS: Partial<Record<string, string>> = { chat: 'chat', completions: 'text_completion', messages: 'chat', responses: 'chat', embeddings: 'embeddings' };
@@ -152,6 +152,7 @@ export class Finish {
       queue_ms: ctx.queueMs === undefined ? 0 : Math.round(ctx.queueMs),
       tags: ctx.attribution?.tags ?? [],
       end_user: ctx.attribution?.endUser ?? null,
+      ...(ctx.tool === undefined ? {} : { tool: ctx.tool }),
     }).catch((err: unknown) => this.#logger.warn({ request_id: ctx.id, err: (err as Error).message }, 'usage record not written'));
   }
 }

@@ -36,9 +36,9 @@ export abstract class HttpProvider implements Provider {
   readonly config: ProviderConfig;
   readonly fleet: Fleet;
   protected readonly headers: Record<string, string>;
-  /** One pool per replica, with the path of every call on it. */
-  readonly #endpoints: Map<Replica, UpstreamEndpoint & { callPath: string }>;
-  readonly #first: UpstreamEndpoint & { callPath: string };
+  /** One pool per replica (and per replica discovery dropped, until its requests end), with the path of every call on it. */
+  readonly #endpoints = new Map<Replica, UpstreamEndpoint & { callPath: string }>();
+  readonly #path: string;
   readonly #unavailable: ReadonlySet<number>;
   /** The operator's secrets sent upstream (api_key, header values), never to be echoed back. */
   readonly #secrets: string[];
@@ -47,11 +47,10 @@ export abstract class HttpProvider implements Provider {
     this.name = name;
     this.config = config;
     this.fleet = fleet;
-    this.#endpoints = new Map(fleet.replicas.map((r) => {
-      const ep = createEndpoint(config, r.url);
-      return [r, { ...ep, callPath: `${ep.basePath}${shape.path}` }];
-    }));
-    this.#first = this.#endpoints.get(fleet.replicas[0]!)!;
+    this.#path = shape.path;
+    for (const r of fleet.replicas) this.#open(r);
+    // A fleet found in DNS changes: a replica's pool is made as it joins, closed once it left and its requests ended.
+    fleet.members = { joined: (r) => this.#open(r), left: (r) => this.#close(r) };
     this.headers = shape.headers;
     this.#unavailable = shape.unavailable;
     this.#secrets = [config.api_key, ...Object.values(config.headers)].filter((v) => v.length >= 8);
@@ -68,6 +67,28 @@ export abstract class HttpProvider implements Provider {
     return err;
   }
 
+  #open(r: Replica): void {
+    if (this.#endpoints.has(r)) return;
+    const ep = createEndpoint(this.config, r.url);
+    this.#endpoints.set(r, { ...ep, callPath: `${ep.basePath}${this.#path}` });
+  }
+
+  #close(r: Replica): void {
+    const ep = this.#endpoints.get(r);
+    if (ep === undefined) return;
+    this.#endpoints.delete(r);
+    // Graceful: undici lets whatever still runs on it end first.
+    ep.pool.close().catch(() => { /* already closed or destroyed: nothing left to end */ });
+  }
+
+  /** The first replica's pool; with a discovered fleet that has none yet, 503 model_unavailable. */
+  get #first(): UpstreamEndpoint & { callPath: string } {
+    const r = this.fleet.replicas[0];
+    const ep = r === undefined ? undefined : this.#endpoints.get(r);
+    if (ep === undefined) throw new GatewayError('model_unavailable', `The model provider '${this.name}' has no replica yet (none found in DNS).`);
+    return ep;
+  }
+
   /** For calls outside the balancer (discovery, /tokenize): a healthy replica's pool, else the first. */
   protected get endpoint(): UpstreamEndpoint {
     const r = this.fleet.firstHealthy();
@@ -80,7 +101,8 @@ export abstract class HttpProvider implements Provider {
 
   /** An active health check: GET {replica url}{path}, answered 2xx. */
   async #healthy(replica: Replica, path: string, signal: AbortSignal): Promise<boolean> {
-    const ep = this.#endpoints.get(replica)!;
+    const ep = this.#endpoints.get(replica);
+    if (ep === undefined) return false;
     const res = await ep.pool.request({ method: 'GET', path: `${ep.basePath}${path}`, headers: this.headers, signal });
     await readCapped(res.body, 0);
     return res.statusCode >= 200 && res.statusCode <= 299;

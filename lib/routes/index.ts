@@ -24,12 +24,14 @@ import { serveModels } from './models.js';
 import { serveRerank } from './rerank.js';
 import { serveKey, serveUsage } from './self.js';
 import { serveStoredResponse } from './stored-responses.js';
+import { serveMcp } from '../mcp/serve.js';
 
 export type V1Route =
   | 'chat' | 'completions' | 'messages' | 'messages_count_tokens' | 'responses' | 'response' | 'embeddings' | 'rerank' | 'score'
-  | 'audio_transcriptions' | 'audio_translations' | 'models' | 'model' | 'key' | 'usage' | 'unknown';
+  | 'audio_transcriptions' | 'audio_translations' | 'models' | 'model' | 'key' | 'usage' | 'mcp' | 'unknown';
 
 export function v1Route(path: string): V1Route {
+  if (path === '/mcp' || path.startsWith('/mcp/')) return 'mcp';
   if (path === '/v1/chat/completions') return 'chat';
   if (path === '/v1/completions') return 'completions';
   if (path === '/v1/messages') return 'messages';
@@ -57,7 +59,7 @@ export function dialectOf(path: string): Dialect | undefined {
 export const ALLOW: Record<V1Route, string> = {
   chat: 'POST', completions: 'POST', messages: 'POST', messages_count_tokens: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST',
   rerank: 'POST', score: 'POST', audio_transcriptions: 'POST', audio_translations: 'POST',
-  models: 'GET, HEAD', model: 'GET, HEAD', key: 'GET', usage: 'GET', unknown: '',
+  models: 'GET, HEAD', model: 'GET, HEAD', key: 'GET', usage: 'GET', mcp: 'POST, DELETE', unknown: '',
 };
 
 /** Refuses, before the config state is awaited, a path that does not exist or a method it does not take. */
@@ -72,6 +74,8 @@ export function checkV1(route: V1Route, req: IncomingMessage, path: string): voi
 
 /** Serves a /v1 request on the state pinned for it. */
 export async function serveV1(state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+  // MCP's endpoints (CONTRACT section 17) take the same way in: lib/mcp/.
+  if (ctx.route === 'mcp') return serveMcp(state, metrics, ctx, req, res, path);
   if (ctx.route === 'models' || ctx.route === 'model' || ctx.route === 'response' || ctx.route === 'key' || ctx.route === 'usage') {
     await unmetered(state, ctx, req, res, path);
     return;

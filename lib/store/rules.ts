@@ -8,7 +8,6 @@
 
 import type { AccountConfig, QueuePriority } from '../config/types.js';
 import { sha256Hex } from './digest.js';
-import type { AuditEvent, AuditQuery } from './types.js';
 
 // ---- ids ---------------------------------------------------------------------------------
 
@@ -71,6 +70,8 @@ export interface KeyControls {
   metadata: Record<string, string>;
   /** The team (inside the key's account) whose budget, limits and models apply too; null: none. */
   team: string | null;
+  /** Patterns over `<server>__<tool>` narrowing the plan's MCP tools (CONTRACT section 17); null or absent: the plan's. */
+  mcp_tools?: string[] | null;
   /** Tags every request of the key carries (CONTRACT section 20); [] for none. */
   tags: string[];
   /** True: the request's own tags are ignored (a caller cannot mislabel its spend). */
@@ -136,6 +137,8 @@ export function toControls(v: unknown): KeyControls | null {
     priority: priority as QueuePriority | null,
     allowed_ips, metadata: { ...metadata } as Record<string, string>, team: team as string | null, tags: [...tags] as string[], tags_locked: locked,
     end_user_budget: eub === null ? null : { units: eub.units as number, period: eub.period as BudgetPeriod },
+    // Controls written before MCP grants (CONTRACT section 17) have none: the plan's.
+    ...(strList(v.mcp_tools) && v.mcp_tools !== null ? { mcp_tools: [...v.mcp_tools] } : {}),
   };
 }
 
@@ -156,6 +159,8 @@ export interface TeamSettings {
   limits: KeyLimits;
   /** Slugs or globs the team's keys may use (with the plan's and the key's own); null: any. */
   models: string[] | null;
+  /** Patterns over `<server>__<tool>` narrowing its keys' MCP tools (CONTRACT section 17); null or absent: the plan's. */
+  mcp_tools?: string[] | null;
 }
 
 export type TeamPatch = Partial<Omit<TeamSettings, 'limits'>> & { limits?: Partial<KeyLimits> };
@@ -189,6 +194,7 @@ export function toTeamSettings(v: unknown): TeamSettings | null {
     name, models,
     budget: budget === null ? null : { units: budget.units as number, period: budget.period as BudgetPeriod },
     limits: { requests_per_minute: limits.requests_per_minute, tokens_per_minute: limits.tokens_per_minute, max_concurrent: limits.max_concurrent },
+    ...(strList(v.mcp_tools) && v.mcp_tools !== null ? { mcp_tools: [...v.mcp_tools] } : {}),
   };
 }
 
@@ -250,29 +256,3 @@ export function seededKeys(a: AccountConfig): Array<{ digest: string; last4: str
   for (const d of a.key_sha256) if (!keys.has(d.toLowerCase())) keys.set(d.toLowerCase(), null);
   return [...keys].map(([digest, last4]) => ({ digest, last4 }));
 }
-
-// ---- the audit log's events (CONTRACT section 12), shared by ./memory/audit.ts and ./redis/audit.ts ----
-
-const AUDIT_FIELDS = ['actor', 'role', 'action', 'target', 'ip', 'request_id'] as const;
-
-/** The event `v` when it is one (as read back from disk), else undefined. */
-export function toAuditEvent(v: unknown): AuditEvent | undefined {
-  if (typeof v !== 'object' || v === null) return undefined;
-  const o = v as Record<string, unknown>;
-  if (!Number.isSafeInteger(o.at)) return undefined;
-  for (const f of AUDIT_FIELDS) if (typeof o[f] !== 'string') return undefined;
-  return { at: o.at as number, actor: o.actor as string, role: o.role as string, action: o.action as string, target: o.target as string, ip: o.ip as string, request_id: o.request_id as string };
-}
-
-/** Checks an event before it is stored: a bad one is a bug of the caller (RangeError). */
-export function requireAuditEvent(e: AuditEvent): AuditEvent {
-  const ok = toAuditEvent(e);
-  if (ok === undefined) throw new RangeError('an audit event needs an integer at and string actor, role, action, target, ip and request_id');
-  return ok;
-}
-
-export function requireAuditQuery(q: AuditQuery): void {
-  if (!Number.isSafeInteger(q.since)) throw new RangeError('since must be an integer (Unix ms)');
-  if (!Number.isSafeInteger(q.limit) || q.limit < 1 || q.limit > 1000) throw new RangeError('limit must be an integer from 1 to 1000');
-}
-

@@ -128,6 +128,7 @@ export function readRecord(v: unknown): UsageRecord | undefined {
     // Records from before attribution (CONTRACT section 20) have neither.
     tags: Array.isArray(v.tags) ? v.tags.filter((t): t is string => typeof t === 'string' && t !== '') : [],
     end_user: typeof v.end_user === 'string' && v.end_user !== '' ? v.end_user : null,
+    ...(typeof v.tool === 'string' ? { tool: v.tool } : {}),
   };
 }
 

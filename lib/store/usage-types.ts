@@ -44,6 +44,8 @@ export interface UsageRecord {
   tags: string[];
   /** The end user the request was made for (x-tollgate-end-user, else the body's user); null: none. */
   end_user: string | null;
+  /** An MCP tools/call's tool, `<server>__<tool>` (CONTRACT section 17); absent for every other request. */
+  tool?: string;
 }
 
 /** Totals of a set of records. */

@@ -63,7 +63,7 @@ function suite(t: any, name: string, store: () => Record<string, unknown>): void
       });
       t.equal(created.status, 201);
       t.equal(created.headers['x-request-id'] !== undefined, true);
-      t.strictSame(Object.keys(created.body), ['id', 'account', 'name', 'budget', 'limits', 'models', 'created_at']);
+      t.strictSame(Object.keys(created.body), ['id', 'account', 'name', 'budget', 'limits', 'models', 'mcp_tools', 'created_at']);
       t.match(created.body, {
         id: red, account: acct, name: 'Red team', budget: { units: 500, period: 'month', spent_units: 0 },
         limits: { requests_per_minute: 10, tokens_per_minute: null, max_concurrent: 3 }, models: ['echo-*'],

@@ -10,7 +10,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
-import { csvField, csvRow, USAGE_COLUMNS } from '../../lib/cli-admin.js';
+import { csvField, csvRow, USAGE_COLUMNS } from '../../lib/store/usage-csv.js';
 import { MemoryStore } from '../../lib/store/memory/store.js';
 import type { UsageRecord } from '../../lib/store/types.js';
 import { BIN } from '../helpers/child.js';

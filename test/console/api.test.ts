@@ -261,9 +261,9 @@ t.test('the usage export is CSV (formula cells neutralised) or JSONL, the member
     csv = await res.text();
     if (!csv.includes('1-1.export')) await new Promise((r) => setTimeout(r, 100));
   }
-  t.match(csv, /^at,request_id,account,key_id,model,provider,route,status,prompt_tokens,cached_tokens,completion_tokens,units,duration_ms\r\n/);
-  t.notMatch(csv, /,-1-1\.export,/, 'no cell starts with -');
-  t.match(csv, /,'-1-1\.export,/);
+  t.match(csv, /^request_id,at,account,key_id,team,model,provider,target,route,status,prompt_tokens,cached_tokens,completion_tokens,units,usage_source,duration_ms,ttft_ms,queue_ms\r\n/);
+  t.notMatch(csv, /(^|\n)-1-1\.export,/, 'no cell starts with -');
+  t.match(csv, /\n'-1-1\.export,/);
   const jsonl = await (await fetch(`${url}/console/api/usage/export?format=jsonl&account=acme`, { headers: withSession(viewer, 'GET') })).text();
   const lines = jsonl.trim().split('\n').map((l) => JSON.parse(l));
   t.ok(lines.some((r) => r.request_id === '-1-1.export'));

@@ -185,8 +185,8 @@ if (haveChromium(t)) {
     const [download] = await Promise.all([page.waitForEvent('download'), page.getByRole('link', { name: 'Download CSV' }).click()]);
     t.equal(download.suggestedFilename(), 'usage.csv');
     const csv = await readFile((await download.path())!, 'utf8');
-    t.match(csv, /^at,request_id,account,key_id,model,/);
-    t.match(csv, /,acme,key_[0-9a-f]+,echo-small,echo,\/v1\/chat\/completions,200,/);
+    t.match(csv, /^request_id,at,account,key_id,team,model,/);
+    t.match(csv, /,acme,key_[0-9a-f]+,,echo-small,echo,[^,]*,\/v1\/chat\/completions,200,/);
 
     await go(page, 'Upstreams');
     await page.getByRole('heading', { name: /^echo/ }).waitFor();

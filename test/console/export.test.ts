@@ -6,7 +6,7 @@
 import t from 'tap';
 import fc from 'fast-check';
 import YAML from 'yaml';
-import { CSV_COLUMNS, toCsv, toJsonl } from '../../lib/console/export.js';
+import { USAGE_COLUMNS as CSV_COLUMNS, toCsv, toJsonl } from '../../lib/console/export.js';
 import { redactConfig } from '../../lib/console/redact.js';
 import { holds } from '../property/arbitraries.js';
 
@@ -37,7 +37,7 @@ t.test('CSV: every text field round-trips, formula cells neutralised', async (t)
         const row = rows[i + 1]!;
         for (const name of ['request_id', 'account', 'model', 'route'] as const) {
           const got = row[CSV_COLUMNS.indexOf(name)]!;
-          const want = /^[=+\-@\t\r]/.test(r[name]) ? `'${r[name]}` : r[name];
+          const want = /^[=+\-@\t\r']/.test(r[name]) ? `'${r[name]}` : r[name];
           if (got !== want) throw new Error(`${name}: ${JSON.stringify(got)} != ${JSON.stringify(want)}`);
         }
         if (row[CSV_COLUMNS.indexOf('units')] !== String(r.units)) throw new Error('units');
@@ -95,6 +95,16 @@ t.test('Config: no secret survives the masking, whatever it is', async (t) => {
   }, 'query values, fragments and user info masked; a webhook shows its scheme, host and port only');
   t.same(redactConfig({ base_url: 'http://h:1/v1;key=MATRIXSECRET/x;a;b?q=1' }), { base_url: 'http://h:1/v1;***/x;***?q=***' }, 'matrix parameters are masked');
   t.same(redactConfig({ base_url: 'http://h:1/a;b' }), { base_url: 'http://h:1/a;***' });
+  t.same(redactConfig({ base_url: 'https://gw.example.com/v1/0123456789abcdef0123456789abcdef/my-gateway/openai' }),
+    { base_url: 'https://gw.example.com/v1/***/my-gateway/openai' }, 'a token-like path segment is masked');
+  t.same(redactConfig({ base_url: 'https://x.example.com/openai/deployments/gpt-4o-mini-2024-07-18/chat' }),
+    { base_url: 'https://x.example.com/openai/deployments/gpt-4o-mini-2024-07-18/chat' }, 'words and model names are kept');
+  await holds(t, 'no token-like path segment survives', fc.property(fc.stringMatching(/^[A-Za-z0-9_-]{22,40}$/).filter((s) => /[A-Za-z]/.test(s) && /[0-9]/.test(s)), fc.constantFrom('', 'k', 'sk-'),
+    (tok, prefix) => {
+      const secret = `${prefix}${tok}`.padEnd(24, '0');
+      const yaml = YAML.stringify(redactConfig({ providers: { p: { base_url: `https://h.example.com/v1/${secret}/chat` } } }));
+      if (yaml.includes(secret)) throw new Error(`${secret} is in ${yaml}`);
+    }), 200);
   const shown = redactConfig({ server: { port: 8080 }, admin: { token: null }, providers: { p: { base_url: 'http://h:1/v1' } } });
   t.same(shown, { server: { port: 8080 }, admin: { token: null }, providers: { p: { base_url: 'http://h:1/v1' } } }, 'what is not secret is shown as it is');
 });

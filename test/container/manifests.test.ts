@@ -221,7 +221,7 @@ async function sidecarProblems(objs: any[]): Promise<string[]> {
   return out;
 }
 
-/** The standalone layout: replicas with a PDB, Redis as the store, the fleet's names as targets. */
+/** The standalone layout: replicas with a PDB, Redis as the store, the fleet found in its headless Service's records (discover). */
 async function standaloneProblems(objs: any[]): Promise<string[]> {
   const out: string[] = [];
   const byKind = (kind: string) => objs.filter((o) => o.kind === kind);
@@ -243,10 +243,13 @@ async function standaloneProblems(objs: any[]): Promise<string[]> {
     out.push('the fleet is not a StatefulSet governed by a headless Service');
   } else {
     const port = fleet.spec.template.spec.containers[0].ports[0].containerPort;
-    const expected = Array.from({ length: fleet.spec.replicas }, (_, i) => `http://${fleet.metadata.name}-${i}.${headless.metadata.name}:${port}/v1`);
     const provider = Object.values<any>(config.providers)[0];
-    const urls = provider.targets.map((r: any) => r.url);
-    if (JSON.stringify(urls) !== JSON.stringify(expected)) out.push(`the provider's targets ${JSON.stringify(urls)} are not the fleet's replicas ${JSON.stringify(expected)}`);
+    // The Service's fully qualified name (resolve4 applies no search domains), in the pod's namespace.
+    const expected = `${headless.metadata.name}.default.svc.cluster.local`;
+    const d = provider.discover;
+    if (d?.dns !== expected || d?.port !== port) out.push(`the provider does not discover ${expected} port ${port}: ${JSON.stringify(d)}`);
+    const env = gw.spec.template.spec.containers.find(isTollgate).env ?? [];
+    if (!env.some((e: any) => e.name === 'POD_NAMESPACE' && e.valueFrom?.fieldRef?.fieldPath === 'metadata.namespace')) out.push('POD_NAMESPACE is not the pod\'s namespace');
   }
   for (const guarded of [fleet, redis]) {
     if (guarded === undefined) continue;
@@ -358,12 +361,14 @@ t.test('the standalone layout: 2+ replicas with a PDB, Redis, the fleet behind a
   const objs = layout('standalone.yaml');
   objs.find((o) => o.kind === 'Deployment').spec.replicas = 1;
   objs.find((o) => o.kind === 'StatefulSet' && o.metadata.name === 'vllm').spec.replicas = 3;
+  const cm = objs.find((o) => o.kind === 'ConfigMap' && o.metadata.name === 'tollgate');
+  cm.data['tollgate.yaml'] = cm.data['tollgate.yaml'].replace('dns: vllm-fleet.', 'dns: vllm-other.');
   objs.find((o) => o.kind === 'NetworkPolicy' && o.metadata.name === 'tollgate-redis').spec.ingress = [{}];
   t.strictSame(await standaloneProblems(objs), [
     'Tollgate has fewer than 2 replicas',
     'no PodDisruptionBudget keeping 1 to replicas-1 Tollgate pods',
-    'the provider\'s targets ["http://vllm-0.vllm-fleet:8000/v1","http://vllm-1.vllm-fleet:8000/v1"] are not the fleet\'s replicas ' +
-      '["http://vllm-0.vllm-fleet:8000/v1","http://vllm-1.vllm-fleet:8000/v1","http://vllm-2.vllm-fleet:8000/v1"]',
+    'the provider does not discover vllm-fleet.default.svc.cluster.local port 8000: ' +
+      '{"dns":"vllm-other.default.svc.cluster.local","port":8000,"refresh_ms":5000,"resolver":null}',
     'tollgate-redis: no NetworkPolicy admitting Tollgate\'s pods alone',
   ]);
 });

@@ -36,7 +36,7 @@ export interface FakeUpstream {
  * 404 without recording it, as vLLM and other OpenAI-compatible servers do: the question every
  * openai provider asks as it starts (is this llama.cpp's server?) is no part of what a test counts.
  */
-export async function startUpstream(script: Script, opts: { props?: boolean } = {}): Promise<FakeUpstream> {
+export async function startUpstream(script: Script, opts: { props?: boolean; host?: string; port?: number } = {}): Promise<FakeUpstream> {
   let current = script;
   const requests: SeenRequest[] = [];
   const server: Server = createServer(httpHandler(async (req, res) => {
@@ -63,9 +63,11 @@ export async function startUpstream(script: Script, opts: { props?: boolean } = 
     }
   }));
   server.keepAliveTimeout = 5000;
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  // `host`/`port`: several replicas on one port, each on its own loopback address (127.0.0.2, ...).
+  const host = opts.host ?? '127.0.0.1';
+  await new Promise<void>((r, j) => { server.once('error', j); server.listen(opts.port ?? 0, host, () => { server.off('error', j); r(); }); });
   const { port } = server.address() as AddressInfo;
-  const url = `http://127.0.0.1:${port}`;
+  const url = `http://${host}:${port}`;
   return {
     url,
     baseUrl: `${url}/v1`,

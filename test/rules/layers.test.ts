@@ -5,7 +5,7 @@
 import t from 'tap';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { ALLOWED, LAYERS, cycles, layerProblems, libGraph, resolveSpecifier, specifiers, unitOf, type Graph } from './layers.js';
+import { ALLOWED, LAYERS, cycles, fileLoops, layerProblems, libGraph, resolveSpecifier, specifiers, unitOf, type Graph } from './layers.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -22,6 +22,21 @@ t.test('lib/ has no import up its layers and no loop of units, beyond the allowl
   ]) t.ok(edges.has(edge!), `${kind} is read: ${edge}`);
   const problems = layerProblems(graph);
   t.same(problems, [], `layering problems (see docs/contributing.md, "Layers"):\n${problems.join('\n')}`);
+  const loops = fileLoops(graph);
+  t.same(loops, [], `files that import each other in a loop (see docs/contributing.md, "Layers"):\n${loops.join('\n')}`);
+});
+
+t.test('planted: files that import each other in a loop fail, inside one folder too', async (t) => {
+  t.same(fileLoops(graphOf(...clean)), [], 'no loop of files');
+  t.same(fileLoops(graphOf(...clean, 'lib/console/permissions.ts -> lib/console/index.ts')), [
+    'lib/console/index.ts -> lib/console/permissions.ts (file loop: console/index.ts, console/permissions.ts import each other)',
+    'lib/console/permissions.ts -> lib/console/index.ts (file loop: console/index.ts, console/permissions.ts import each other)',
+  ], 'two files of one folder');
+  t.same(fileLoops(graphOf('lib/store/types.ts -> lib/auth/keys.ts', 'lib/auth/keys.ts -> lib/admin/api.ts', 'lib/admin/api.ts -> lib/store/types.ts')), [
+    'lib/admin/api.ts -> lib/store/types.ts (file loop: admin/api.ts, auth/keys.ts, store/types.ts import each other)',
+    'lib/auth/keys.ts -> lib/admin/api.ts (file loop: admin/api.ts, auth/keys.ts, store/types.ts import each other)',
+    'lib/store/types.ts -> lib/auth/keys.ts (file loop: admin/api.ts, auth/keys.ts, store/types.ts import each other)',
+  ], 'three files across units');
 });
 
 t.test('the allowlist and the layers are well formed', async (t) => {

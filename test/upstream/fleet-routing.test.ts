@@ -188,7 +188,8 @@ t.test('GET /admin/upstreams: every provider, its policy and each replica', asyn
   t.equal(res.status, 200);
   t.match(res.headers.get('content-type'), /application\/json/);
   const body: any = await res.json();
-  t.strictSame(Object.keys(body), ['providers']);
+  t.strictSame(Object.keys(body), ['providers', 'mcp_servers']);
+  t.strictSame(body.mcp_servers, {}, 'no MCP server configured');
   t.strictSame(Object.keys(body.providers).sort(), ['echo', 'fleet']);
   t.equal(body.providers.fleet.balance, 'prefix_affinity');
   t.equal(body.providers.echo.balance, 'least_outstanding');

@@ -435,9 +435,9 @@ function Upstreams() {
   const providers = Object.entries(d.providers);
   return html`<p class="muted" aria-live="off">Refreshed every 4 s; last ${at.toISOString().slice(11, 19)} UTC.</p>
     <${Problem} error=${state.error} />
-    ${providers.length === 0 && html`<p class="empty">No providers.</p>`}
+    ${providers.length === 0 && html`<p class="empty">No providers.</p>`}${Object.keys(d.mcp_servers ?? {}).length > 0 && html`<section class="provider" aria-labelledby="p-mcp"><h2 id="p-mcp">MCP servers</h2><div class="scroll"><table><thead><tr><th scope="col">Server</th><th scope="col">URL</th><th scope="col">State</th><th scope="col" class="num">Tools</th></tr></thead><tbody>${Object.entries(d.mcp_servers).map(([n, m]) => html`<tr><td class="id">${n}</td><td class="id">${m.url}</td><td>${m.reachable === null ? html`<span class="muted">not tried yet</span>` : m.reachable ? html`<span class="good">reachable</span>` : html`<span class="bad">unreachable${m.error ? `: ${m.error}` : ''}</span>`}</td><td class="num">${m.tools === null ? '—' : fmt(m.tools)}</td></tr>`)}</tbody></table></div></section>`}
     ${providers.map(([name, p]) => html`<section class="provider" aria-labelledby=${`p-${name}`}>
-      <h2 id=${`p-${name}`}>${name} <span class="muted">${p.balance ?? ''}${p.queued ? ` · ${p.queued} queued` : ''}</span></h2>
+      <h2 id=${`p-${name}`}>${name} <span class="muted">${p.balance ?? ''}${p.queued ? ` · ${p.queued} queued` : ''}${p.discovery ? ` · from DNS ${p.discovery.dns}:${p.discovery.port}${p.discovery.draining.length ? ` · ${p.discovery.draining.length} draining` : ''}` : ''}</span>${p.discovery?.consecutive_failures ? html` <span class="bad">lookups failing (${p.discovery.last_error}); the last set serves</span>` : ''}</h2>
       <div class="scroll"><table><thead><tr><th scope="col">URL</th><th scope="col">State</th><th scope="col" class="num">Outstanding</th><th scope="col" class="num">Queue depth</th><th scope="col" class="num">KV cache</th><th scope="col" class="num">Failures</th></tr></thead>
       <tbody>${p.replicas.map((r) => html`<tr>
         <td class="id">${r.url}</td>

@@ -13,7 +13,8 @@ import type { CompletionResult, ProviderCall } from '../types.js';
 import { assemble } from '../assemble.js';
 import { WholeMessage } from './whole.js';
 import { isObj, parseJson } from '../shared.js';
-import { NATIVE_DIALECT, NativeTranslator, completeUsage, isNative } from './native.js';
+import { NATIVE_DIALECT, NativeTranslator, isNative } from './native.js';
+import { completeUsage } from './whole.js';
 import { StreamTranslator, buildRequest, toCompletion } from './translate.js';
 import { merged } from '../../objects.js';
 

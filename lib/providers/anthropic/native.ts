@@ -10,30 +10,14 @@ import { isObj, parseJson, type Obj } from '../shared.js';
 import type { NativeEvent, ProviderCall, StreamPart } from '../types.js';
 import type { StreamTranslator } from './translate.js';
 import { merged } from '../../objects.js';
-import { MESSAGES_DIALECT, USAGE_COUNTS } from '../../schema/anthropic.js';
-import type { WholeMessage } from './whole.js';
+import { MESSAGES_DIALECT } from '../../schema/anthropic.js';
+import { completeUsage, type WholeMessage } from './whole.js';
 
 /** The dialect whose requests this provider's upstream takes as they are. */
 export const NATIVE_DIALECT = MESSAGES_DIALECT;
 
 export function isNative(call: ProviderCall): boolean {
   return call.request.native?.dialect === NATIVE_DIALECT;
-}
-
-/**
- * An upstream usage object with all four counts: each as the upstream gave it, else what the
- * stream said of it before (`known`: message_start's counts, for a message_delta), else 0. Clients
- * sum the four; an upstream that leaves the cache counts out (most servers speaking Messages)
- * must not make them read undefined. Members the upstream adds beyond these are kept.
- */
-export function completeUsage(usage: unknown, known?: Obj): Obj {
-  const out: Obj = isObj(usage) ? merged<Obj>(usage) : {};
-  for (const k of USAGE_COUNTS) {
-    if (out[k] !== undefined && out[k] !== null) continue;
-    const before = known?.[k];
-    out[k] = typeof before === 'number' ? before : 0;
-  }
-  return out;
 }
 
 export class NativeTranslator implements Translator {

@@ -7,8 +7,24 @@
 // path, so each event is parsed here once more rather than burdening the streamed path.
 
 import { isObj, parseJson, type Obj } from '../shared.js';
-import { completeUsage } from './native.js';
 import { merged } from '../../objects.js';
+import { USAGE_COUNTS } from '../../schema/anthropic.js';
+
+/**
+ * An upstream usage object with all four counts: each as the upstream gave it, else what the
+ * stream said of it before (`known`: message_start's counts, for a message_delta), else 0. Clients
+ * sum the four; an upstream that leaves the cache counts out (most servers speaking Messages)
+ * must not make them read undefined. Members the upstream adds beyond these are kept.
+ */
+export function completeUsage(usage: unknown, known?: Obj): Obj {
+  const out: Obj = isObj(usage) ? merged<Obj>(usage) : {};
+  for (const k of USAGE_COUNTS) {
+    if (out[k] !== undefined && out[k] !== null) continue;
+    const before = known?.[k];
+    out[k] = typeof before === 'number' ? before : 0;
+  }
+  return out;
+}
 
 export class WholeMessage {
   #message: Obj = {};

@@ -119,7 +119,10 @@ export class OpenAIProvider extends HttpProvider {
     const headers: Record<string, string> = { 'content-type': 'application/json', ...config.headers };
     if (config.api_key !== '') headers.authorization = `Bearer ${config.api_key}`;
     super(name, config, { path: '/chat/completions', headers, unavailable: new Set([429, 503]) }, fleet);
-    this.#kind = new ServerKind(this.fleet.replicas.map((r) => r.url).join(' '), (signal) => this.#probe(signal), config.timeout_ms);
+    // A fleet found in DNS is known by its name (its replicas come and go).
+    const d = config.discover;
+    const server = d === undefined ? this.fleet.replicas.map((r) => r.url).join(' ') : `dns:${d.dns}:${d.port}`;
+    this.#kind = new ServerKind(server, (signal) => this.#probe(signal), config.timeout_ms);
     this.#openAiHosted = isOpenAiHosted(this.fleet.replicas.map((r) => r.url));
   }
 
@@ -127,7 +130,9 @@ export class OpenAIProvider extends HttpProvider {
   override start(): void {
     super.start();
     // After a reload the kind is known already (what the last config learned): confirmed all the same.
-    void this.#kind.ask();
+    // (A fleet found in DNS asks once its first lookup has found a replica to ask.)
+    if (this.fleet.replicas.length > 0) void this.#kind.ask();
+    else void this.fleet.ready().then(() => this.#kind.ask()); // neither rejects
   }
 
   /**

@@ -9,7 +9,8 @@
 
 import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { isRecord, requireAuditEvent, requireAuditQuery, toAuditEvent } from '../rules.js';
+import { isRecord } from '../rules.js';
+import { requireAuditEvent, requireAuditQuery, toAuditEvent } from '../audit-rules.js';
 import type { AuditEvent, AuditPage, AuditQuery } from '../types.js';
 
 /** Where stores of earlier versions kept the log. */

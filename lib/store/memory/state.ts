@@ -3,7 +3,8 @@
 
 import { toSettleEntry, toUnsettleEntry, type SettleEntry, type UnsettleEntry } from './metering.js';
 import { toAlertEntry, type AlertEntry } from './alerts.js';
-import { TEAM_ID, defaultControls, int, isRecord, str, toAuditEvent, toControls, toTeamSettings, type TeamSettings } from '../rules.js';
+import { TEAM_ID, defaultControls, int, isRecord, str, toControls, toTeamSettings, type TeamSettings } from '../rules.js';
+import { toAuditEvent } from '../audit-rules.js';
 import type { AuditEvent, KeyControls, KeyRecord, AccountRecord, TeamRecord } from '../types.js';
 
 /**

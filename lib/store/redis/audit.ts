@@ -31,7 +31,7 @@
 
 import type { RedisClient } from './connect.js';
 import type { ReplicaWait } from './wait.js';
-import { requireAuditEvent, requireAuditQuery, toAuditEvent } from '../rules.js';
+import { requireAuditEvent, requireAuditQuery, toAuditEvent } from '../audit-rules.js';
 import type { AuditEvent, AuditPage, AuditQuery } from '../types.js';
 
 const STREAM_ID = /^\d{1,20}-\d{1,20}$/;

@@ -119,7 +119,7 @@ local a = pairs_of(KEYS[2], {'id', 'plan', 'balance_units', 'created_at'})
 local t = {}
 local tm = redis.call('HGET', KEYS[1], 'tm')
 if tm then
-  local names = {'c', 'n', 'm', 'rpm', 'tpm', 'mc', 'bu', 'bp', 'sp', 'su'}
+  local names = {'c', 'n', 'm', 'rpm', 'tpm', 'mc', 'bu', 'bp', 'sp', 'su', 'mt'}
   local full = {}
   for i, n in ipairs(names) do full[i] = 't:' .. tm .. ':' .. n end
   local v = redis.call('HMGET', KEYS[2], unpack(full))
@@ -215,7 +215,7 @@ if #f > 0 then redis.call('HSET', KEYS[1], unpack(f)) end
 local d = {}
 for i = last + 1, #ARGV do d[#d + 1] = p .. ARGV[i] end
 if #d > 0 then redis.call('HDEL', KEYS[1], unpack(d)) end
-local names = {'c', 'n', 'm', 'rpm', 'tpm', 'mc', 'bu', 'bp', 'sp', 'su'}
+local names = {'c', 'n', 'm', 'rpm', 'tpm', 'mc', 'bu', 'bp', 'sp', 'su', 'mt'}
 local out = {}
 for _, n in ipairs(names) do
   local v = redis.call('HGET', KEYS[1], p .. n)
@@ -233,7 +233,7 @@ return 1` },
   tgTeamDrop: audited({ keys: 1, lua: `
 local p = 't:' .. ARGV[1] .. ':'
 audited()
-return redis.call('HDEL', KEYS[1], p .. 'c', p .. 'n', p .. 'm', p .. 'rpm', p .. 'tpm', p .. 'mc', p .. 'bu', p .. 'bp', p .. 'sp', p .. 'su', p .. 'del')` }),
+return redis.call('HDEL', KEYS[1], p .. 'c', p .. 'n', p .. 'm', p .. 'rpm', p .. 'tpm', p .. 'mc', p .. 'bu', p .. 'bp', p .. 'sp', p .. 'su', p .. 'mt', p .. 'del')` }),
   // The team id's index, P{team:ID} = "<ms>|<account>": set to ARGV[1] when it holds ARGV[2]
   // ('' for absent): 1; else its value.
   tgTeamClaim: { keys: 1, lua: `

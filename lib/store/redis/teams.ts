@@ -26,6 +26,8 @@ import type { RedisKeys } from './keys.js';
 import type { RedisRevocations } from './revocations.js';
 import type { Scripts } from './scripts.js';
 import { TEAM_ID, requireId, toTeamSettings } from '../rules.js';
+import { hashOf } from './key-records.js';
+import { teamFromFields } from './team-records.js';
 import type { AuditEvent, KeyRecord, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings } from '../types.js';
 
 /** An index left by a creation that did not finish is taken over after this long. */
@@ -162,7 +164,7 @@ export class RedisTeams {
 }
 
 /** A team's members, as the suffixes of its fields. */
-const MEMBERS = ['c', 'n', 'm', 'rpm', 'tpm', 'mc', 'bu', 'bp', 'sp', 'su'] as const;
+const MEMBERS = ['c', 'n', 'm', 'rpm', 'tpm', 'mc', 'bu', 'bp', 'sp', 'su', 'mt'] as const;
 
 function requireTeamId(id: unknown): void {
   if (typeof id !== 'string' || !TEAM_ID.test(id)) throw new TypeError('team id must match TEAM_ID');
@@ -184,6 +186,7 @@ function settingsFields(s: TeamSettings): string[] {
     'tpm', limitJson(s.limits.tokens_per_minute, 'limits.tokens_per_minute'),
     'mc', limitJson(s.limits.max_concurrent, 'limits.max_concurrent')];
   if (s.budget !== null) f.push('bu', integer(s.budget.units, 'budget.units'), 'bp', s.budget.period ?? '');
+  if (s.mcp_tools != null) f.push('mt', JSON.stringify(s.mcp_tools));
   return f;
 }
 
@@ -193,6 +196,7 @@ function patchFields(patch: TeamPatch): { set: string[]; del: string[] } {
   const del: string[] = [];
   if (patch.name !== undefined) set.push('n', JSON.stringify(patch.name));
   if (patch.models !== undefined) set.push('m', JSON.stringify(patch.models));
+  if (patch.mcp_tools !== undefined) set.push('mt', JSON.stringify(patch.mcp_tools));
   const l = patch.limits;
   if (l?.requests_per_minute !== undefined) set.push('rpm', limitJson(l.requests_per_minute, 'limits.requests_per_minute'));
   if (l?.tokens_per_minute !== undefined) set.push('tpm', limitJson(l.tokens_per_minute, 'limits.tokens_per_minute'));
@@ -200,31 +204,4 @@ function patchFields(patch: TeamPatch): { set: string[]; del: string[] } {
   if (patch.budget === null) del.push('bu', 'bp');
   else if (patch.budget !== undefined) set.push('bu', integer(patch.budget.units, 'budget.units'), 'bp', patch.budget.period ?? '');
   return { set, del };
-}
-
-function json(text: string | undefined): unknown {
-  if (text === undefined) return null;
-  try { return JSON.parse(text); } catch { return undefined; }
-}
-
-/**
- * A team from its fields (member -> value, as MEMBERS names them); undefined when it has no `c`
- * (no such team) or a member is unreadable.
- */
-export function teamFromFields(id: string, account: string, f: Record<string, string>): TeamRecord | undefined {
-  if (f.c === undefined) return undefined;
-  const period = f.bp === 'day' || f.bp === 'week' || f.bp === 'month' ? f.bp : null;
-  const settings = toTeamSettings({
-    name: json(f.n), models: json(f.m),
-    limits: { requests_per_minute: json(f.rpm), tokens_per_minute: json(f.tpm), max_concurrent: json(f.mc) },
-    budget: f.bu === undefined ? null : { units: Number(f.bu), period },
-  });
-  if (settings === null) return undefined;
-  return { id, account, created_at: Number(f.c), ...settings, spent: { period: f.sp ?? 'n', units: Number(f.su ?? '0') } };
-}
-
-function hashOf(flat: readonly string[]): Record<string, string> {
-  const h: Record<string, string> = Object.create(null);
-  for (let i = 0; i + 1 < flat.length; i += 2) h[flat[i]!] = flat[i + 1]!;
-  return h;
 }
