@@ -7,7 +7,7 @@
 // key's and its team's budgets), this one after it (../billing/meter.ts): a refusal here
 // releases the wallet's hold.
 
-import type { Store } from './types.js';
+import type { TotalsQuery, TotalsRow } from './usage-types.js';
 
 /** A hold for one end user of one key. */
 export interface EndUserHold {
@@ -142,7 +142,7 @@ export function periodDays(period: string, now: number): { since: number; until:
 }
 
 /** What `endUser` of `keyId` spent in `period` by the usage totals of `store` (their units, summed over models). */
-export async function spentBefore(store: Pick<Store, 'usageTotals'>, account: string, keyId: string, endUser: string, period: string): Promise<number> {
+export async function spentBefore(store: { usageTotals(q: TotalsQuery): Promise<TotalsRow[]> }, account: string, keyId: string, endUser: string, period: string): Promise<number> {
   const { since, until } = periodDays(period, Date.now());
   const rows = await store.usageTotals({ by: ['model'], account, key: keyId, end_user: endUser, since, until, daily: true });
   let units = 0;
