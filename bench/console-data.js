@@ -15,7 +15,8 @@
 //      (24 h, 24 h of one account, 30 days), /admin/usage/top by account, key and model (24 h,
 //      30 days), /admin/accounts, /admin/usage/records pages (limit 100: unfiltered, by
 //      account, by key, by model, by the rare model, and the 5th page of a key's records
-//      following next_cursor), GET /admin/usage (30 days, of all and of one account) and a
+//      following next_cursor), GET /admin/usage (30 days, of all and of one account; grouped by
+//      tag, by an account's end users, by day and tag: CONTRACT section 20) and a
 //      key's own GET /v1/usage (its 30 days by day and model; CONTRACT section 21);
 //   4. prints a table (median and slowest of the runs, the rows of the first answer) and writes
 //      it into docs/performance.md between <!-- console-data --> and <!-- /console-data -->
@@ -53,6 +54,7 @@ const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
 const MODELS = Array.from({ length: 20 }, (_, i) => `model-${String(i).padStart(2, '0')}`);
 const RARE = 'rare-model';
+const TAGS = Array.from({ length: 30 }, (_, i) => `tag-${String(i).padStart(2, '0')}`);
 
 // A small deterministic generator (mulberry32): the same records on every run.
 function rng(seed) {
@@ -93,6 +95,9 @@ function makeRecord(i, now, rand) {
     prompt_tokens: prompt, cached_tokens: 0, completion_tokens: completion,
     units: error ? 0 : prompt + 2 * completion,
     usage_source: error ? 'none' : 'upstream', duration_ms: 100 + Math.floor(rand() * 900), ttft_ms: error ? null : 50, queue_ms: 0,
+    // Attribution (CONTRACT section 20): 0 to 3 of 30 tags (skewed), an end user of 200 per account on most.
+    tags: [...new Set(Array.from({ length: Math.floor(rand() * 4) }, () => TAGS[Math.min(TAGS.length - 1, Math.floor(-Math.log(1 - rand()) * 6))]))],
+    end_user: rand() < 0.8 ? `user-${Math.floor(rand() * 200)}` : null,
   };
 }
 
@@ -157,6 +162,9 @@ async function measure(origin, now) {
     ['usage/records (key, last 24 h)', `/admin/usage/records?limit=100&key=${key}&since=${iso(now - DAY)}`, (b) => `${b.records.length} records`],
     ['usage report (30 days, all accounts)', `/admin/usage?since=${iso(now - 30 * DAY).slice(0, 10)}`, (b) => `${b.requests} requests, ${Object.keys(b.by_key).length} keys`],
     [`usage report (30 days, account=${acct})`, `/admin/usage?account=${acct}&since=${iso(now - 30 * DAY).slice(0, 10)}`, (b) => `${b.requests} requests`],
+    ['usage grouped by tag (30 days, all accounts)', `/admin/usage?group_by=tag&since=${iso(now - 30 * DAY).slice(0, 10)}`, (b) => `${b.groups.length} groups, ${b.totals.requests} requests`],
+    [`usage grouped by end_user (30 days, account=${acct})`, `/admin/usage?group_by=end_user&account=${acct}&since=${iso(now - 30 * DAY).slice(0, 10)}`, (b) => `${b.groups.length} groups`],
+    ['usage grouped by day and tag (30 days, all accounts)', `/admin/usage?group_by=day,tag&since=${iso(now - 30 * DAY).slice(0, 10)}`, (b) => `${b.groups.length} groups`],
     ['v1/usage (a key\'s 30 days, by day and model)', '/v1/usage', (b) => `${b.data.length} rows, ${b.data.reduce((n, r) => n + r.requests, 0)} requests`, KEY_PLAIN],
   ];
   const rows = [];

@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { CSV_HEADER, csvRow } from './store/usage-csv.js';
 import type { AccountView, CreditAnswer, KeyAnswer, NewKeyAnswer, Show, TeamAnswer, UsageAnswer } from './cli-admin-answers.js';
-
+import { TAG_OPTIONS, TAG_USAGE, addTeamAndTags, teamAndTagLines } from './cli-admin-tags.js';
 export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADMIN_TOKEN, --json):
   tollgate accounts create ID --plan P [--wallet-units N]
   tollgate accounts show ID
@@ -20,6 +20,7 @@ export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADM
               --budget-period day|week|month|never  --rpm N  --tpm N  --max-concurrent N
               --priority high|normal|low  --allow-ips CIDR,CIDR  --metadata k=v (repeatable)
               --team TEAM_ID  --mcp-tools files__*,web__search
+              ${TAG_USAGE}
   tollgate teams create ACCOUNT TEAM_ID [TEAM]
   tollgate teams list ACCOUNT
   tollgate teams update TEAM_ID TEAM          (a value of null clears a setting)
@@ -29,7 +30,7 @@ export const ADMIN_USAGE = `admin commands (--url URL, --token T or TOLLGATE_ADM
   tollgate credits add ACCOUNT UNITS [--idempotency-key K]
   tollgate sessions revoke SID
   tollgate usage [--account A] [--since DATE]
-  tollgate usage export --since DATE [--until DATE] [--account A] [--key KEY_ID] [--model M] --format jsonl|csv`;
+  tollgate usage export --since DATE [--until DATE] [--account A] [--key KEY_ID] [--model M] [--tag T] [--end-user U] --format jsonl|csv`;
 
 class CliError extends Error {
   readonly exitCode: number;
@@ -134,8 +135,7 @@ function controlsOf(opts: Opts, verb: string): Record<string, unknown> {
   if (Object.keys(limits).length > 0) body.limits = limits;
   const priority = str('priority');
   if (priority !== undefined) body.priority = priority === 'null' ? null : priority;
-  const team = str('team');
-  if (team !== undefined) body.team = team === 'null' ? null : team;
+  addTeamAndTags(body, str, verb, (message) => { throw new CliError(message, 2); });
   const meta = opts.metadata;
   if (Array.isArray(meta) && meta.length > 0) {
     if (meta.length === 1 && meta[0] === 'null') body.metadata = null;
@@ -165,7 +165,7 @@ function keyLines(k: KeyAnswer): string {
     `  budget: ${budget}`,
     `  limits: ${limits}`,
     `  priority: ${k.priority ?? "the plan's"}`,
-    ...(k.team === null || k.team === undefined ? [] : [`  team: ${k.team}`]),
+    ...teamAndTagLines(k),
     `  expires: ${k.expires_at ?? 'never'}  ips: ${k.allowed_ips === null ? 'any' : k.allowed_ips.join(', ')}`,
     `  created: ${k.created_at}  last used: ${k.last_used_at ?? 'never'}`,
     ...(Object.keys(k.metadata).length === 0 ? [] : [`  metadata: ${Object.entries(k.metadata).map(([a, v]) => `${a}=${v}`).join(' ')}`]),
@@ -311,12 +311,12 @@ function adminToken(given: string | undefined): string {
 interface ExportArgs { query: URLSearchParams; format: 'jsonl' | 'csv' }
 
 function exportPlan(args: string[], opts: Record<string, string | undefined>): ExportArgs {
-  const usage = 'usage: tollgate usage export --since DATE [--until DATE] [--account A] [--key KEY_ID] [--model M] --format jsonl|csv';
+  const usage = 'usage: tollgate usage export --since DATE [--until DATE] [--account A] [--key KEY_ID] [--model M] [--tag T] [--end-user U] --format jsonl|csv';
   if (args.length !== 0) throw new CliError(usage, 2);
   if (opts.since === undefined) throw new CliError(`usage export: --since is required\n${usage}`, 2);
   if (opts.format !== 'jsonl' && opts.format !== 'csv') throw new CliError(`usage export: --format must be jsonl or csv\n${usage}`, 2);
   const query = new URLSearchParams({ since: opts.since, limit: '1000' });
-  for (const [opt, param] of [['until', 'until'], ['account', 'account'], ['key', 'key'], ['model', 'model']] as const) {
+  for (const [opt, param] of [['until', 'until'], ['account', 'account'], ['key', 'key'], ['model', 'model'], ['tag', 'tag'], ['end-user', 'end_user']] as const) {
     if (opts[opt] !== undefined) query.set(param, opts[opt]!);
   }
   return { query, format: opts.format };
@@ -375,7 +375,7 @@ const OPTIONS = {
   name: { type: 'string' }, models: { type: 'string' }, 'mcp-tools': { type: 'string' }, expires: { type: 'string' }, 'budget-units': { type: 'string' },
   'budget-period': { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' }, 'max-concurrent': { type: 'string' },
   priority: { type: 'string' }, 'allow-ips': { type: 'string' }, metadata: { type: 'string', multiple: true }, 'grace-seconds': { type: 'string' },
-  team: { type: 'string' },
+  team: { type: 'string' }, ...TAG_OPTIONS,
 } as const;
 
 /**

@@ -92,7 +92,7 @@ export interface ErrorExtras {
   wallet_balance_units?: number;
   suggested_models?: string[];
   /** Which budget refused a 402 budget_exceeded (CONTRACT section 15): the key's or its team's. */
-  budget_scope?: 'key' | 'team';
+  budget_scope?: 'key' | 'team' | 'end_user';
   budget_remaining_units?: number;
   /** ISO-8601, or null for a budget that never resets. */
   budget_resets_at?: string | null;

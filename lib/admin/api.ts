@@ -27,6 +27,7 @@ import { TokenGuard } from './token-guard.js';
 import { WriteAudit, auditEvent, auditPage } from './audit.js';
 import { adminBody, hasBody, integerParam, type Body } from './body.js';
 import { issueKey, patchKey, revokeKey, rotateKey, type KeyWrite } from './keys.js';
+import { usageGroups, wantsGroups } from './usage-groups.js';
 
 const ACCOUNT_ID = /^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/;
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,200}$/;
@@ -275,12 +276,13 @@ export class AdminApi {
     if (account !== undefined && (await this.#store.getAccount(account)) === undefined) {
       throw new GatewayError('account_not_found', `No account with id '${clip(account)}'.`);
     }
+    if (wantsGroups(q)) return usageGroups(this.#store, q, account, since);
     const report = await this.#store.usageReport(account, since);
     return { account: account ?? null, since: new Date(since).toISOString(), ...report };
   }
 
   /**
-   * GET /admin/usage/records?account=&key=&team=&model=&since=&until=&limit=&cursor= (CONTRACT
+   * GET /admin/usage/records?account=&key=&team=&model=&tag=&end_user=&since=&until=&limit=&cursor= (CONTRACT
    * section 8): one page, `{records, next_cursor}`; next_cursor is null on the last page. Pass a
    * page's next_cursor with the same filters for the next one. `at` is ISO-8601 (ms, UTC).
    */
@@ -293,7 +295,7 @@ export class AdminApi {
       return v;
     };
     const query: UsageQuery = {
-      account: text('account'), keyId: text('key'), team: text('team'), model: text('model'),
+      account: text('account'), keyId: text('key'), team: text('team'), model: text('model'), tag: text('tag'), endUser: text('end_user'),
       since: recordsTime(text('since'), 'since') ?? 0,
       until: recordsTime(text('until'), 'until'),
       limit: recordsLimit(text('limit')),

@@ -50,7 +50,7 @@ export const CREDIT_BODY: BodyShape = { units: 'value', idempotency_key: 'value'
 export const CONTROLS_BODY: BodyShape = {
   name: 'value', models: 'value', expires_at: 'value', budget: { units: 'value', period: 'value' },
   limits: Object.fromEntries(LIMIT_FIELDS.map((f) => [f, 'value' as const])), priority: 'value', allowed_ips: 'value', metadata: 'map', team: 'value',
-  mcp_tools: 'value',
+  mcp_tools: 'value', tags: 'value', tags_locked: 'value', end_user_budget: { units: 'value', period: 'value' },
 } satisfies Record<(typeof CONTROL_FIELDS)[number], BodyShape[string]>;
 
 /** PATCH /admin/teams/{id} (CONTRACT section 15): a team's settings. */

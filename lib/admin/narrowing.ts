@@ -98,6 +98,16 @@ export function refuseWidening(key: KeyRecord, patch: KeyPatch, planPriority: Qu
   for (const [name, value] of Object.entries(patch.limits ?? {}) as Array<[keyof KeyControls['limits'], number | null | undefined]>) {
     if (value !== undefined) narrowNumber(`limits.${name}`, c.limits[name], value);
   }
+  if (patch.end_user_budget !== undefined && c.end_user_budget !== null) {
+    if (patch.end_user_budget === null || patch.end_user_budget.period !== c.end_user_budget.period) {
+      throw denied('end_user_budget', 'a member may lower the units of an end-user budget, not lift it or change its period');
+    }
+    narrowNumber('end_user_budget.units', c.end_user_budget.units, patch.end_user_budget.units);
+  }
+  // A key whose tags are locked keeps them: unlocking or relabelling would let its spend be mislabelled.
+  if (c.tags_locked && (patch.tags_locked === false || (patch.tags !== undefined && patch.tags.join(',') !== c.tags.join(',')))) {
+    throw denied(patch.tags_locked === false ? 'tags_locked' : 'tags', "the key's tags are locked; a member may not change or unlock them");
+  }
   if (patch.expires_at !== undefined && c.expires_at !== null) {
     if (patch.expires_at === null) throw denied('expires_at', `the key expires at ${new Date(c.expires_at).toISOString()}; null would make it never expire`);
     if (patch.expires_at > c.expires_at) throw denied('expires_at', `the key expires at ${new Date(c.expires_at).toISOString()}; a member may bring it forward, not extend it`);

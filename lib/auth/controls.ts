@@ -9,12 +9,13 @@ import { parseCidr } from '../http/cidr.js';
 import { perUtcDay } from '../utc-day.js';
 import { isObject } from '../objects.js';
 import type { QueuePriority } from '../config/types.js';
+import { readKeyTags } from './attribution.js';
 import {
   KEY_PRIORITIES, MAX_UNITS, TEAM_ID, periodId, spentIn,
   type BudgetPeriod, type BudgetPeriods, type KeyControls, type KeyLimits, type KeyPatch, type KeyRecord, type TeamPatch, type TeamRecord,
 } from '../store/types.js';
 
-export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'priority', 'allowed_ips', 'metadata', 'team', 'mcp_tools'] as const;
+export const CONTROL_FIELDS = ['name', 'models', 'expires_at', 'budget', 'limits', 'priority', 'allowed_ips', 'metadata', 'team', 'mcp_tools', 'tags', 'tags_locked', 'end_user_budget'] as const;
 export const LIMIT_FIELDS = ['requests_per_minute', 'tokens_per_minute', 'max_concurrent'] as const;
 const PERIODS = ['day', 'week', 'month'] as const;
 
@@ -69,15 +70,15 @@ export function parseIsoTime(v: string): number | undefined {
   return ms;
 }
 
-function readBudget(v: unknown, rounded: ReadonlySet<number>): KeyControls['budget'] {
+function readBudget(v: unknown, rounded: ReadonlySet<number>, name = 'budget'): KeyControls['budget'] {
   if (v === null) return null;
-  if (!isObject(v)) throw badType('budget', 'an object {units, period} (or null)');
-  if (v.units === undefined || v.units === null) throw new GatewayError('missing_required_parameter', "Missing required parameter: 'budget.units'.", { param: 'budget.units' });
-  const units = safeInteger(v.units, 'budget.units', 0, rounded);
+  if (!isObject(v)) throw badType(name, 'an object {units, period} (or null)');
+  if (v.units === undefined || v.units === null) throw new GatewayError('missing_required_parameter', `Missing required parameter: '${name}.units'.`, { param: `${name}.units` });
+  const units = safeInteger(v.units, `${name}.units`, 0, rounded);
   const p = v.period ?? null;
-  if (p !== null && typeof p !== 'string') throw badType('budget.period', "a string: 'day', 'week' or 'month' (or null)");
+  if (p !== null && typeof p !== 'string') throw badType(`${name}.period`, "a string: 'day', 'week' or 'month' (or null)");
   if (p !== null && !(PERIODS as readonly string[]).includes(p)) {
-    throw new GatewayError('unsupported_value', `Unsupported value for 'budget.period': ${clip(JSON.stringify(p), 64)}. Supported values are: 'day', 'week', 'month', null.`, { param: 'budget.period' });
+    throw new GatewayError('unsupported_value', `Unsupported value for '${name}.period': ${clip(JSON.stringify(p), 64)}. Supported values are: 'day', 'week', 'month', null.`, { param: `${name}.period` });
   }
   return { units, period: p as BudgetPeriod };
 }
@@ -155,6 +156,12 @@ export function readControls(body: Record<string, unknown>, rounded: ReadonlySet
   if (body.metadata !== undefined) out.metadata = readMetadata(body.metadata);
   if (body.team !== undefined) out.team = body.team === null ? null : readTeamId(body.team, 'team');
   if (body.mcp_tools !== undefined) out.mcp_tools = readPatterns(body.mcp_tools, 'mcp_tools');
+  if (body.tags !== undefined) out.tags = readKeyTags(body.tags, 'tags');
+  if (body.end_user_budget !== undefined) out.end_user_budget = readBudget(body.end_user_budget, rounded, 'end_user_budget');
+  if (body.tags_locked !== undefined) {
+    if (typeof body.tags_locked !== 'boolean') throw badType('tags_locked', 'a boolean');
+    out.tags_locked = body.tags_locked;
+  }
   return out;
 }
 
@@ -270,6 +277,12 @@ export interface KeyPolicy {
   priority: QueuePriority | null;
   /** The key's team (CONTRACT section 15): its limits count over all its keys; null: none. */
   team: { id: string; limits: KeyLimits } | null;
+  /** The key's tags, added to each request's (CONTRACT section 20). */
+  tags: readonly string[];
+  /** The request's own tags are ignored. */
+  tagsLocked: boolean;
+  /** Each end user's cap per period (CONTRACT section 20); null: none. */
+  endUserBudget: KeyControls['end_user_budget'];
   /** The key's and its team's MCP tool patterns over `<server>__<tool>` (CONTRACT section 17); null: the plan's alone. */
   mcpTools?: ((slug: string) => boolean) | null;
 }
@@ -288,7 +301,8 @@ export function compilePolicy(record: KeyRecord, team?: TeamRecord): KeyPolicy {
   const mcpTools = ownTools === null ? theirTools : theirTools === null ? ownTools : (slug: string) => ownTools(slug) && theirTools(slug);
   return {
     id: record.id, expiresAt: c.expires_at, models, patterns: c.models, ips: ipMatcher(c.allowed_ips), limits: c.limits,
-    priority: c.priority, team: team === undefined ? null : { id: team.id, limits: team.limits }, mcpTools,
+    priority: c.priority, team: team === undefined ? null : { id: team.id, limits: team.limits }, mcpTools, tags: c.tags, tagsLocked: c.tags_locked,
+    endUserBudget: c.end_user_budget,
   };
 }
 
@@ -329,6 +343,9 @@ export function keyView(record: KeyRecord, prefix: string, now = Date.now()): Re
     allowed_ips: c.allowed_ips,
     metadata: c.metadata,
     team: c.team,
+    tags: c.tags,
+    tags_locked: c.tags_locked,
+    end_user_budget: c.end_user_budget,
     rotated_key_valid_until: record.previous === null || record.previous.until <= now ? null : new Date(record.previous.until).toISOString(),
   };
 }

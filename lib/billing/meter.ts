@@ -8,7 +8,7 @@ import type { Principal } from '../auth/principal.js';
 import type { ChatRequest, Usage } from '../schema/chat.js';
 import type { ModelConfig, PriceConfig } from '../config/types.js';
 import { GatewayError, retryAfterHeaders } from '../errors.js';
-import type { BudgetPeriods, HoldResult, Store } from '../store/types.js';
+import { periodId, type BudgetPeriod, type BudgetPeriods, type HoldResult, type Store } from '../store/types.js';
 import { budgetPeriods, budgetResetsAt } from '../auth/controls.js';
 import { perUtcDay } from '../utc-day.js';
 import type { Alerts } from '../alerts/alerts.js';
@@ -132,6 +132,8 @@ export class Charge {
   #sent = false;
   /** Told of the settlement (alert thresholds, the wallet's low mark): set by the pipeline. */
   alerts: Alerts | null = null;
+  /** The end user's hold (CONTRACT section 20), when the key caps its end users: settled and released with the wallet's. */
+  endUser: { keyId: string; endUser: string; period: string } | undefined;
   /** Units debited and the available balance after, once settled. */
   charged: number | undefined;
   /** The team whose budget the hold counted against (CONTRACT section 15); null when none. */
@@ -205,6 +207,10 @@ export class Charge {
     if (result.applied) this.alerts?.settled(this.#account, this.#key?.id, this.#key?.periods, result);
     this.charged = result.charged_units;
     this.available = result.available_units;
+    // The end user's spend takes what the wallet was debited, once per request id. Its store
+    // fault does not undo the debit, which stands: the end user's spend is then short by it.
+    const eu = this.endUser;
+    if (eu !== undefined) await this.#store.endUsers.settle({ ...eu, requestId: this.#requestId, units: result.charged_units }).catch(() => undefined);
   }
 
   /** Drops the hold without charging; safe to call on any path, any number of times. */
@@ -212,6 +218,7 @@ export class Charge {
     if (this.#done) return;
     this.#done = true;
     await this.#store?.release(this.#account, this.#requestId);
+    if (this.endUser !== undefined) await this.#store?.endUsers.release(this.endUser.keyId, this.endUser.endUser, this.#requestId);
   }
 }
 
@@ -222,12 +229,12 @@ export class Charge {
  */
 export async function hold(
   store: Store, principal: Principal, requestId: string, model: ModelConfig, request: ChatRequest,
-  promptTokens: number, ttlMs: number, open: OpenMode | null, fixed?: bigint,
+  promptTokens: number, ttlMs: number, open: OpenMode | null, fixed?: bigint, endUser?: string | null,
 ): Promise<Charge> {
   // Every answer asked for (completions' n per prompt) may run to the output limit.
   const output = (request.maxOutputTokens ?? model.max_output_tokens) * (request.answers ?? 1);
   const units = fixed ?? cost(promptTokens, output, holdPrice(model.price));
-  return holdUnits(store, principal, requestId, units, model.price, ttlMs, open);
+  return holdUnits(store, principal, requestId, units, model.price, ttlMs, open, endUser);
 }
 
 /**
@@ -236,7 +243,7 @@ export async function hold(
  * a settle without a cost of its own would charge by.
  */
 export async function holdUnits(
-  store: Store, principal: Principal, requestId: string, units: bigint, price: PriceConfig, ttlMs: number, open: OpenMode | null,
+  store: Store, principal: Principal, requestId: string, units: bigint, price: PriceConfig, ttlMs: number, open: OpenMode | null, endUser?: string | null,
 ): Promise<Charge> {
   // A worst case above 2^53-1 is more than any balance holds; the store still runs its quota
   // checks (a quota refusal comes first) and reports the available balance for the 402.
@@ -286,5 +293,32 @@ export async function holdUnits(
       extras: { quota_code: result.quota_code, wallet_balance_units: result.available_units },
     });
   }
-  return new Charge(store, principal.accountId, requestId, price, w, key, result.team);
+  const charge = new Charge(store, principal.accountId, requestId, price, w, key, result.team);
+  const eub = principal.key?.endUserBudget;
+  if (eub != null && endUser != null && key !== undefined) await holdEndUser(store, charge, principal.accountId, { keyId: key.id, endUser, period: periodId(eub.period, key.periods) }, eub, requestId, units, ttlMs, now);
+  return charge;
+}
+
+/**
+ * The end user's part of a hold (CONTRACT section 20), after the wallet's: refused, the wallet's
+ * hold is released and the answer is 402 budget_exceeded with budget_scope "end_user".
+ */
+async function holdEndUser(
+  store: Store, charge: Charge, account: string, eu: NonNullable<Charge['endUser']>, budget: { units: number; period: BudgetPeriod }, requestId: string, units: bigint,
+  ttlMs: number, now: Date,
+): Promise<void> {
+  let r;
+  try {
+    r = await store.endUsers.hold({ ...eu, account, requestId, units: storeUnits(units), cap: budget.units, ttlMs });
+  } catch (err) {
+    await charge.release().catch(() => undefined);
+    throw unavailable(err);
+  }
+  if (!r.ok) {
+    await charge.release().catch(() => undefined);
+    throw new GatewayError('budget_exceeded', `This request may cost up to ${units} units; this end user's budget on this API key has ${r.remaining_units} left.`, {
+      extras: { budget_scope: 'end_user', budget_remaining_units: r.remaining_units, budget_resets_at: budgetResetsAt(budget.period, now.getTime()) },
+    });
+  }
+  charge.endUser = eu;
 }

@@ -11,6 +11,7 @@ import type { Principal } from '../auth/principal.js';
 import type { ChatRequest } from '../schema/chat.js';
 import type { ModelConfig } from '../config/types.js';
 import type { RequestContext } from './context.js';
+import { attributionOf } from '../auth/attribution.js';
 
 /**
  * A hold lives for the attempt chain's budget (chainBudgetMs), then store.settle_wait_ms for a
@@ -61,6 +62,8 @@ export async function admitAndHold(
   fixed?: bigint,
 ): Promise<Admitted | undefined> {
   const principal = ctx.principal!;
+  // Tags and end user (CONTRACT section 20), checked before anything is spent: a bad header is a 400.
+  ctx.attribution = attributionOf(res.req.headers, request.user !== undefined ? request.user : request.body.user, principal.key);
   const budget = chainBudgetMs(state.targets(model));
   const ttl = budget + state.config.store.settle_wait_ms + HOLD_SLACK_MS;
   // Taken before the hold is asked for, so the chain ends within the hold's life.
@@ -68,7 +71,7 @@ export async function admitAndHold(
   // The store's hold records the key's use at a time no earlier than this.
   const asked = Date.now();
   // Billing has its own id: x-request-id may come from the client, and must not collide.
-  const holdNow = () => hold(state.store, principal, randomUUID(), model, request, prompt, ttl, state.openMode, fixed);
+  const holdNow = () => hold(state.store, principal, randomUUID(), model, request, prompt, ttl, state.openMode, fixed, ctx.attribution?.endUser);
   // Where the limits had ample room at this principal's last request, the hold goes out with
   // them (one round trip to the store); a refusal by the limits then releases it at once.
   const early = state.limits.roomy(principal)

@@ -9,6 +9,7 @@ import type { Usage } from '../schema/chat.js';
 import type { Dialect } from '../dialects/types.js';
 import type { RequestSpan } from '../observe/trace.js';
 import { merged } from '../objects.js';
+import type { Attribution } from '../auth/attribution.js';
 
 export interface RequestContext {
   readonly id: string;
@@ -45,6 +46,8 @@ export interface RequestContext {
   span: RequestSpan | undefined;
   /** The dialect of the route, whose shape errors take; undefined: the envelope. */
   dialect: Dialect | undefined;
+  /** The request's tags and end user (CONTRACT section 20), once admitted. */
+  attribution: Attribution | undefined;
   /** An MCP tools/call's tool as `<server>__<tool>` (CONTRACT section 17); undefined otherwise. */
   tool?: string;
 }
@@ -54,6 +57,7 @@ export function newContext(id: string, route: string): RequestContext {
     id, start: performance.now(), route, principal: undefined, model: undefined, provider: undefined, upstreamModel: undefined,
     stream: false, code: '', usage: undefined, usageSource: undefined, charge: undefined, rateHeaders: undefined, upstreamMs: undefined, queueMs: undefined, ttfcMs: undefined,
     ttftMs: undefined, target: undefined, upstreamHeaders: undefined, requestModel: undefined, span: undefined, dialect: undefined,
+    attribution: undefined,
   };
 }
 

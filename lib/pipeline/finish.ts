@@ -150,6 +150,8 @@ export class Finish {
       ttft_ms: ctx.ttftMs === undefined ? null : round(ctx.ttftMs),
       // Whole ms, as x-tollgate-queue-ms shows it; 0 behind no queue.
       queue_ms: ctx.queueMs === undefined ? 0 : Math.round(ctx.queueMs),
+      tags: ctx.attribution?.tags ?? [],
+      end_user: ctx.attribution?.endUser ?? null,
       ...(ctx.tool === undefined ? {} : { tool: ctx.tool }),
     }).catch((err: unknown) => this.#logger.warn({ request_id: ctx.id, err: (err as Error).message }, 'usage record not written'));
   }

@@ -13,6 +13,7 @@ import { answerHeaders, type RequestContext } from '../pipeline/context.js';
 import type { ChatRequest } from '../schema/chat.js';
 import { GatewayError } from '../errors.js';
 import { readJsonBody } from '../http/json.js';
+import { userOf } from '../auth/attribution.js';
 import { sendJson } from '../http/respond.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { GatewayState } from '../state.js';
@@ -23,7 +24,8 @@ export async function serveEmbeddings(
   state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
 ): Promise<void> {
   ctx.principal = await authenticateMetered(state, req.headers.authorization, req);
-  const e = parseEmbeddings(await readJsonBody(req, state.config.server));
+  const raw = await readJsonBody(req, state.config.server);
+  const e = parseEmbeddings(raw);
   ctx.requestModel = e.model;
   const model = state.catalog.resolve(e.model, ctx.principal.plan, false, (m) => (state.healthy(m) ? null : 'unhealthy'), ctx.principal.key);
   ctx.model = model.id;
@@ -33,7 +35,7 @@ export async function serveEmbeddings(
   // no output (the hold is the prompt's cost only).
   const request: ChatRequest = {
     model: e.model, messages: texts.map((content) => ({ role: 'user', content })), stream: false, includeUsage: false,
-    maxOutputTokens: 0, imageCount: 0, body: {},
+    maxOutputTokens: 0, imageCount: 0, body: {}, user: userOf(raw),
   };
   state.policy.check(request.messages);
   // Each text counted no further than the model could take (an input past that is refused all

@@ -13,6 +13,7 @@ import { answerHeaders, type RequestContext } from '../pipeline/context.js';
 import type { ChatRequest } from '../schema/chat.js';
 import { GatewayError } from '../errors.js';
 import { readJsonBody } from '../http/json.js';
+import { userOf } from '../auth/attribution.js';
 import { sendJson } from '../http/respond.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { GatewayState } from '../state.js';
@@ -32,7 +33,7 @@ export async function serveRerank(
   // policy), no output (the hold is the texts' cost only).
   const request: ChatRequest = {
     model: r.model, messages: r.texts.map((content) => ({ role: 'user', content })), stream: false, includeUsage: false,
-    maxOutputTokens: 0, imageCount: 0, body: {},
+    maxOutputTokens: 0, imageCount: 0, body: {}, user: userOf(body),
   };
   state.policy.check(request.messages);
   // Each text counted no further than the model could take, as one job that gives the event

@@ -24,6 +24,7 @@ import { answerHeaders, type RequestContext } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
 import { periodId, spentIn, type KeyRecord } from '../store/types.js';
 import { DAY_MS } from '../utc-day.js';
+import { TAG, checkEndUser } from '../auth/attribution.js';
 
 /** Days GET /v1/usage covers when `since` is not given (ending at `until`, today by default). */
 export const DEFAULT_USAGE_DAYS = 30;
@@ -148,22 +149,39 @@ export function usageRange(query: string, retention: number, now: number): Usage
   return { since, until: until + DAY_MS };
 }
 
-/** GET /v1/usage: the calling key's usage records in the range, summed by UTC day and model. */
+/** Usage of one tag or one end user (CONTRACT section 20). */
+export interface AttributionFilter { tag?: string; end_user?: string }
+
+/** `tag=` or `end_user=` of GET /v1/usage (one of them), checked as a request's are. */
+function attributionFilter(params: URLSearchParams): AttributionFilter {
+  const tag = params.get('tag');
+  const endUser = params.get('end_user');
+  if (tag !== null && endUser !== null) throw badParam('end_user', "filter by 'tag' or by 'end_user', not both");
+  if (tag !== null) {
+    if (!TAG.test(tag)) throw badParam('tag', 'one tag: 1-64 of a-z 0-9 . _ : -');
+    return { tag };
+  }
+  if (endUser !== null) return { end_user: checkEndUser(endUser, 'end_user') };
+  return {};
+}
+
+/** GET /v1/usage: the calling key's usage records in the range, summed by UTC day and model (of one tag or end user: ?tag=, ?end_user=). */
 export async function serveUsage(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const { principal, keyId } = await callingKey(state, ctx, req);
   const url = req.url ?? '';
   const q = url.indexOf('?');
-  const range = usageRange(q === -1 ? '' : url.slice(q + 1), state.config.usage.retention_days, Date.now());
-  const data = await usageRows(state, principal.accountId, keyId, range);
+  const query = q === -1 ? '' : url.slice(q + 1);
+  const range = usageRange(query, state.config.usage.retention_days, Date.now());
+  const data = await usageRows(state, principal.accountId, keyId, range, attributionFilter(new URLSearchParams(query)));
   sendJson(res, 200, JSON.stringify({ data }), answerHeaders(ctx));
 }
 
 /** The key's totals in the range, per UTC day and model: rows by date, then model. */
-export async function usageRows(state: GatewayState, account: string, keyId: string, range: UsageRange): Promise<UsageRow[]> {
+export async function usageRows(state: GatewayState, account: string, keyId: string, range: UsageRange, filter: AttributionFilter = {}): Promise<UsageRow[]> {
   // A range before 1970 (until=1970-01-01 and the 30 days before it) holds nothing.
   const since = Math.max(0, range.since);
   const until = Math.max(since, range.until);
-  const rows = await state.store.usageTotals({ by: ['model'], account, key: keyId, since, until, daily: true });
+  const rows = await state.store.usageTotals({ by: ['model'], account, key: keyId, since, until, daily: true, ...filter });
   return rows.map((r) => ({
     date: new Date(r.day!).toISOString().slice(0, 10), model: r.values[0]!, requests: r.requests,
     prompt_tokens: r.prompt_tokens, completion_tokens: r.completion_tokens, units: r.units,

@@ -47,6 +47,8 @@ export interface ChatRequest {
    * limits take the output this many times. Absent: 1.
    */
   answers?: number;
+  /** The body's `user` as sent, for routes whose `body` is not the client's (embeddings, rerank); the end user (CONTRACT section 20). */
+  user?: unknown;
 }
 
 /** Plain-text prompts, as legacy completions send them. */

@@ -23,6 +23,7 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { AccountConfig } from '../config/types.js';
+import type { EndUserLedger } from './end-users.js';
 import { GatewayError, StoreUnavailableError } from '../errors.js';
 import { notApplied, type RetryQueue } from './retry.js';
 import type { ResponseChain } from './response-chains.js';
@@ -75,7 +76,15 @@ export class GuardedStore implements Store {
     this.#inner = inner;
     this.#retries = retries;
     this.#settleWaitMs = options.settleWaitMs ?? SETTLE_WAIT_MS;
+    // A release is retried until it lands (as a hold's); the rest answer or fail once.
+    const eu = inner.endUsers;
+    this.endUsers = {
+      hold: (h) => guard(eu.hold(h)), settle: (x) => guard(eu.settle(x)), spent: (k, u, p) => guard(eu.spent(k, u, p)),
+      release: (k, u, id) => this.#retries.run(`eu\u0000${k}\u0000${id}`, () => eu.release(k, u, id)),
+    };
   }
+
+  readonly endUsers: EndUserLedger;
 
   createAccount(account: { id: string; plan: string; balance_units: number }, audit?: AuditEvent): Promise<boolean> { return guard(this.#inner.createAccount(account, audit)); }
   getAccount(id: string): Promise<AccountRecord | undefined> { return guard(this.#inner.getAccount(id)); }

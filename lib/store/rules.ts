@@ -72,6 +72,12 @@ export interface KeyControls {
   team: string | null;
   /** Patterns over `<server>__<tool>` narrowing the plan's MCP tools (CONTRACT section 17); null or absent: the plan's. */
   mcp_tools?: string[] | null;
+  /** Tags every request of the key carries (CONTRACT section 20); [] for none. */
+  tags: string[];
+  /** True: the request's own tags are ignored (a caller cannot mislabel its spend). */
+  tags_locked: boolean;
+  /** Units each end user of the key may spend per period (CONTRACT section 20); null: no cap per end user. */
+  end_user_budget: { units: number; period: BudgetPeriod } | null;
 }
 
 /** A change of controls: each member named replaces the key's; `limits` members one by one. */
@@ -87,7 +93,7 @@ export function defaultControls(): KeyControls {
   return {
     name: null, models: null, expires_at: null, budget: null,
     limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null },
-    priority: null, allowed_ips: null, metadata: {}, team: null,
+    priority: null, allowed_ips: null, metadata: {}, team: null, tags: [], tags_locked: false, end_user_budget: null,
   };
 }
 
@@ -118,12 +124,19 @@ export function toControls(v: unknown): KeyControls | null {
   // Controls written before teams name none.
   const team = v.team ?? null;
   if (!(team === null || (str(team) && TEAM_ID.test(team)))) return null;
+  // Controls written before tags (CONTRACT section 20) have none, unlocked.
+  const tags = v.tags ?? [];
+  const locked = v.tags_locked ?? false;
+  if (!Array.isArray(tags) || !tags.every(str) || typeof locked !== 'boolean') return null;
+  const eub = v.end_user_budget ?? null;
+  if (!(eub === null || (isRecord(eub) && int(eub.units) && (eub.period === null || ['day', 'week', 'month'].includes(eub.period as string))))) return null;
   return {
     name, models, expires_at,
     budget: budget === null ? null : { units: budget.units as number, period: budget.period as BudgetPeriod },
     limits: { requests_per_minute: limits.requests_per_minute, tokens_per_minute: limits.tokens_per_minute, max_concurrent: limits.max_concurrent },
     priority: priority as QueuePriority | null,
-    allowed_ips, metadata: { ...metadata } as Record<string, string>, team: team as string | null,
+    allowed_ips, metadata: { ...metadata } as Record<string, string>, team: team as string | null, tags: [...tags] as string[], tags_locked: locked,
+    end_user_budget: eub === null ? null : { units: eub.units as number, period: eub.period as BudgetPeriod },
     // Controls written before MCP grants (CONTRACT section 17) have none: the plan's.
     ...(strList(v.mcp_tools) && v.mcp_tools !== null ? { mcp_tools: [...v.mcp_tools] } : {}),
   };

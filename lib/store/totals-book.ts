@@ -5,7 +5,7 @@
 
 import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsageRecord } from './types.js';
 import { DAY_MS } from '../utc-day.js';
-import { ALL, ALL_COLUMN, HOUR_MS, METRICS, RowSums, SEP, cellsOf, hourRow, hoursOf, metricsOf, planOf, spans, topRows, type Cell, type ColumnSpec, type Plan, type Sums } from './usage-totals.js';
+import { ALL, ALL_COLUMN, HOUR_MS, HourBounds, METRICS, RowSums, SEP, cellsOf, hourRow, hoursOf, metricsOf, planOf, spans, topRows, type Cell, type ColumnSpec, type Plan, type Sums } from './usage-totals.js';
 
 const N = METRICS.length;
 
@@ -58,6 +58,8 @@ const indexed = (c: ColumnSpec): boolean => c.group > 1;
 /** The totals of one hour or day: per column kept in memory. */
 class Bucket {
   readonly columns = new Map<string, Column>();
+  /** An hour's bounded values kept by name (../usage-totals.ts BOUNDS); unused in a day's bucket. */
+  readonly bounds = new HourBounds();
 
   add(cells: readonly Cell[], m: Sums): void {
     for (const { column, group, id } of cells) {
@@ -92,9 +94,10 @@ export class TotalsBook {
   add(r: UsageRecord): void {
     const hour = Math.floor(r.at / HOUR_MS);
     const day = Math.floor(r.at / DAY_MS);
-    const cells = cellsOf(r).filter((c) => c.column.memory).map((c): Cell => ({ column: c.column, group: this.#intern(c.group), id: this.#intern(c.id) }));
+    const hourly = bucketOf(this.#hours, hour);
+    const cells = cellsOf(r, hourly.bounds.of(r)).filter((c) => c.column.memory).map((c): Cell => ({ column: c.column, group: this.#intern(c.group), id: this.#intern(c.id) }));
     const m = metricsOf(r);
-    bucketOf(this.#hours, hour).add(cells.filter((c) => !c.column.daily), m);
+    hourly.add(cells.filter((c) => !c.column.daily), m);
     bucketOf(this.#days, day).add(cells, m);
   }
 

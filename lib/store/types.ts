@@ -9,12 +9,14 @@ import type { AccountConfig } from '../config/types.js';
 import type { ResponseChain } from './response-chains.js';
 import type { BudgetPeriod, BudgetPeriods, KeyControls, KeyPatch, TeamPatch, TeamRecord, TeamSettings } from './rules.js';
 import type { AlertOutbox } from './alerts.js';
+import type { EndUserLedger } from './end-users.js';
 import type { HourTotals, HourlyQuery, TopQuery, TopRow, TotalsQuery, TotalsRow, UsagePage, UsageQuery, UsageRecord, UsageReport } from './usage-types.js';
 
 export {
   KEY_PRIORITIES, MAX_UNITS, TEAM_ID, TeamNotFoundError, addSpend, applyPatch, applyTeamPatch, creditRefusal, defaultControls, defaultTeamSettings,
   periodId, requireId, requireRequestId, seededKeys, spentIn,
 } from './rules.js';
+export type { EndUserHold, EndUserHoldResult, EndUserLedger, EndUserSettlement } from './end-users.js';
 export type { BudgetPeriod, BudgetPeriods, KeyControls, KeyLimits, KeyPatch, TeamPatch, TeamRecord, TeamSettings } from './rules.js';
 export type {
   HourTotals, HourlyQuery, TopQuery, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsagePage, UsageQuery, UsageRecord, UsageReport, UsageSums,
@@ -341,6 +343,8 @@ export interface Store {
   unsettle(s: Settlement): Promise<UnsettleResult | undefined>;
   /** Drops a hold without charging (a request that failed before any output); no-op if none. */
   release(account: string, requestId: string): Promise<void>;
+  /** The budgets of keys' end users (CONTRACT section 20, ./end-users.ts). */
+  readonly endUsers: EndUserLedger;
   /** Units held by open, unexpired holds, and the usage of the given windows. */
   accountUsage(account: string, day: string, month: string): Promise<{ held_units: number; day: UsageTotals; month: UsageTotals }>;
   /**

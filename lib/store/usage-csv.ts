@@ -5,7 +5,7 @@
 /** The columns of `usage export --format csv`: the record's fields, in the contract's order. */
 export const USAGE_COLUMNS = [
   'request_id', 'at', 'account', 'key_id', 'team', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
-  'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms',
+  'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms', 'tags', 'end_user',
 ] as const;
 
 /**
@@ -28,7 +28,7 @@ function needsQuoteMark(s: string): boolean {
  */
 export function csvField(v: unknown): string {
   if (v === null || v === undefined) return '';
-  let s = typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : JSON.stringify(v);
+  let s = typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : Array.isArray(v) ? v.join(',') : JSON.stringify(v);
   if (needsQuoteMark(s)) s = `'${s}`;
   return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
 }

@@ -90,6 +90,8 @@ export function validateUsageRecord(r: UsageRecord): void {
   }
   if (!SOURCES.has(r.usage_source)) throw new TypeError('a usage record needs a usage_source');
   if (!Number.isInteger(r.status) || !num(r.duration_ms)) throw new TypeError('a usage record needs a status and a duration');
+  if (!Array.isArray(r.tags) || !r.tags.every((t) => typeof t === 'string' && t !== '')) throw new TypeError("a usage record's tags must be a list of non-empty strings");
+  if (!(r.end_user === null || (typeof r.end_user === 'string' && r.end_user !== ''))) throw new TypeError("a usage record's end_user must be a non-empty string or null");
 }
 
 /**
@@ -123,6 +125,9 @@ export function readRecord(v: unknown): UsageRecord | undefined {
     duration_ms: num(v.duration_ms) ? v.duration_ms : num(v.latency_ms) ? v.latency_ms : 0,
     ttft_ms: num(v.ttft_ms) ? v.ttft_ms : num(v.ttfc_ms) ? v.ttfc_ms : null,
     queue_ms: count(v.queue_ms) ? v.queue_ms : 0,
+    // Records from before attribution (CONTRACT section 20) have neither.
+    tags: Array.isArray(v.tags) ? v.tags.filter((t): t is string => typeof t === 'string' && t !== '') : [],
+    end_user: typeof v.end_user === 'string' && v.end_user !== '' ? v.end_user : null,
     ...(typeof v.tool === 'string' ? { tool: v.tool } : {}),
   };
 }
@@ -139,7 +144,8 @@ function matches(q: Omit<UsageQuery, 'limit' | 'cursor'>, r: UsageRecord, cutoff
   return r.at >= q.since && r.at >= cutoff && (q.until === undefined || r.at < q.until) &&
     (q.account === undefined || r.account === q.account) && (q.keyId === undefined || r.key_id === q.keyId) &&
     (q.team === undefined || r.team === q.team) &&
-    (q.model === undefined || r.model === q.model);
+    (q.model === undefined || r.model === q.model) &&
+    (q.tag === undefined || r.tags.includes(q.tag)) && (q.endUser === undefined || r.end_user === q.endUser);
 }
 
 /** One record read from a bucket, and the position just after it. */

@@ -43,12 +43,58 @@ interface Dimension {
 
 const one = (v: string | null): readonly string[] => (v === null ? [] : [v]);
 
+/**
+ * The value a record without tags, or without an end user, counts under in those dimensions
+ * (no tag or end user is empty), so that every record counts in each: a read shows it as null.
+ */
+export const NONE = '';
+const NONE_LIST: readonly string[] = [NONE];
+
+/**
+ * Cardinality (CONTRACT section 20): per account and UTC hour, the totals keep at most this
+ * many distinct values of a bounded dimension by name; a record's value past the bound counts
+ * under OTHER instead, so every record still counts once and the sums stay exact. The first
+ * values of the hour (in the order records were written) keep their names.
+ */
+export const BOUNDS: Readonly<Partial<Record<TotalsDimension, number>>> = { tag: 1_000, end_user: 10_000 };
+/** The value records past a bound count under (no tag or end user may be it). */
+export const OTHER = '(other)';
+
+/** What a bounded value counts as: itself, or OTHER (see BOUNDS); given per record. */
+export type BoundValue = (dim: TotalsDimension, value: string) => string;
+
+/** The distinct bounded values of one hour, per dimension and account (the memory store's, and a Redis hour's rebuild). */
+export class HourBounds {
+  readonly #seen = new Map<string, Set<string>>();
+
+  /** `value` of `account` in `dim`, as the totals count it. */
+  value(dim: TotalsDimension, account: string, value: string): string {
+    const cap = BOUNDS[dim];
+    if (cap === undefined || value === NONE) return value;
+    const key = `${dim}${SEP}${account}`;
+    let set = this.#seen.get(key);
+    if (set === undefined) this.#seen.set(key, (set = new Set()));
+    if (set.has(value)) return value;
+    if (set.size >= cap) return OTHER;
+    set.add(value);
+    return value;
+  }
+
+  /** The BoundValue of record `r`. */
+  of(r: UsageRecord): BoundValue {
+    return (dim, value) => this.value(dim, r.account, value);
+  }
+}
+
 /** Every dimension totals are kept by: one line each. */
 export const DIMENSIONS: Readonly<Record<TotalsDimension, Dimension>> = {
   account: { values: (r) => [r.account], owned: false },
   key: { values: (r) => one(r.key_id), owned: true },
   model: { values: (r) => [r.model], owned: false },
   team: { values: (r) => one(r.team), owned: true },
+  // A record counts once under each of its tags (CONTRACT section 20).
+  tag: { values: (r) => (r.tags.length === 0 ? NONE_LIST : r.tags), owned: false },
+  end_user: { values: (r) => [r.end_user ?? NONE], owned: false },
 };
 
 export interface ColumnSpec {
@@ -93,6 +139,21 @@ export const COLUMNS: readonly ColumnSpec[] = [
   column('key@', ['key'], true, 1, false, false),
   column('team@', ['team'], true, 1, false, false),
   column('key+model', ['key', 'model'], true, 2, true),
+  // Spend attribution (CONTRACT section 20): by tag and by end user, alone, with the model, and
+  // with each other; of all accounts, and of one (@: grouped by account).
+  column('tag', ['tag']),
+  column('tag@', ['tag'], true, 1),
+  column('end_user', ['end_user']),
+  column('end_user@', ['end_user'], true, 1),
+  column('tag+model', ['tag', 'model']),
+  column('tag+model@', ['tag', 'model'], true, 1),
+  column('end_user+model', ['end_user', 'model']),
+  column('end_user+model@', ['end_user', 'model'], true, 1),
+  column('tag+end_user', ['tag', 'end_user']),
+  column('tag+end_user@', ['tag', 'end_user'], true, 1),
+  // GET /v1/usage?tag= / ?end_user=: a key's models per day, of one tag or end user.
+  column('key+tag+model', ['key', 'tag', 'model'], true, 2, true),
+  column('key+end_user+model', ['key', 'end_user', 'model'], true, 2, true),
 ];
 
 export const COLUMN_NAMES: readonly string[] = COLUMNS.map((c) => c.name);
@@ -101,25 +162,29 @@ export const COLUMN_NAMES: readonly string[] = COLUMNS.map((c) => c.name);
 export interface Cell { column: ColumnSpec; group: string; id: string }
 
 /** The combinations of the record's values in `dims` (none when a dimension has no value). */
-function combinations(dims: readonly TotalsDimension[], r: UsageRecord): string[][] {
+function combinations(dims: readonly TotalsDimension[], r: UsageRecord, bound: BoundValue | undefined): string[][] {
   let out: string[][] = [[]];
   for (const d of dims) {
-    const values = DIMENSIONS[d].values(r);
+    let values = DIMENSIONS[d].values(r);
+    if (bound !== undefined && BOUNDS[d] !== undefined) values = [...new Set(values.map((v) => bound(d, v)))];
     if (values.length === 0) return [];
     out = values.length === 1 ? out.map((p) => [...p, values[0]!]) : out.flatMap((p) => values.map((v) => [...p, v]));
   }
   return out;
 }
 
-/** The cells record `r` adds to, in the order of COLUMNS (the totals of all records first). */
-export function cellsOf(r: UsageRecord): Cell[] {
+/**
+ * The cells record `r` adds to, in the order of COLUMNS (the totals of all records first).
+ * `bound`: what its values of bounded dimensions count as (BOUNDS); without it, themselves.
+ */
+export function cellsOf(r: UsageRecord, bound?: BoundValue): Cell[] {
   const out: Cell[] = [];
   for (const c of COLUMNS) {
     if (c.dims.length === 0) {
       out.push({ column: c, group: '', id: ALL });
       continue;
     }
-    for (const values of combinations(c.dims, r)) {
+    for (const values of combinations(c.dims, r, bound)) {
       const parts = c.within ? [r.account, ...values] : values;
       out.push({ column: c, group: parts.slice(0, c.group).join(SEP), id: parts.slice(c.group).join(SEP) });
     }
@@ -143,11 +208,13 @@ export interface Plan {
  * filters (the account part may be left out of a read of owned values: a key id names its
  * account). Of several, the one that reads least. RangeError when no column answers it.
  */
-export function planOf(q: Pick<TotalsQuery, 'by' | 'account' | 'key'>, kept: (c: ColumnSpec) => boolean = () => true): Plan {
+export function planOf(q: Pick<TotalsQuery, 'by' | 'account' | 'key' | 'tag' | 'end_user'>, kept: (c: ColumnSpec) => boolean = () => true): Plan {
   if (q.key !== undefined && q.account === undefined) throw new RangeError('a totals read of a key names its account');
   const filters = new Map<string, string>();
   if (q.account !== undefined) filters.set('account', q.account);
   if (q.key !== undefined) filters.set('key', q.key);
+  if (q.tag !== undefined) filters.set('tag', q.tag);
+  if (q.end_user !== undefined) filters.set('end_user', q.end_user);
   let best: { plan: Plan; rank: number } | undefined;
   for (const c of COLUMNS) {
     if (!kept(c)) continue;

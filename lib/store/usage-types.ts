@@ -40,6 +40,10 @@ export interface UsageRecord {
    * it did not wait or its provider has no queue; a refused wait (503 model_overloaded) counts.
    */
   queue_ms: number;
+  /** The request's tags, its key's first (CONTRACT section 20); [] for none. */
+  tags: string[];
+  /** The end user the request was made for (x-tollgate-end-user, else the body's user); null: none. */
+  end_user: string | null;
   /** An MCP tools/call's tool, `<server>__<tool>` (CONTRACT section 17); absent for every other request. */
   tool?: string;
 }
@@ -61,6 +65,9 @@ export interface UsageQuery {
   keyId?: string;
   team?: string;
   model?: string;
+  /** Only records carrying this tag, or made for this end user (CONTRACT section 20). */
+  tag?: string;
+  endUser?: string;
   since: number;
   until?: number;
   limit: number;
@@ -90,7 +97,7 @@ export interface HourTotals {
 export interface HourlyQuery { since: number; until: number; account?: string }
 
 /** The dimensions totals are kept by (one more here, e.g. 'tag', with its line in ./usage-totals.ts). */
-export type TotalsDimension = 'account' | 'key' | 'model' | 'team';
+export type TotalsDimension = 'account' | 'key' | 'model' | 'team' | 'tag' | 'end_user';
 
 /**
  * A read of the totals kept as records are written (Store.usageTotals, ./usage-totals.ts): the
@@ -103,6 +110,10 @@ export interface TotalsQuery {
   account?: string;
   /** Only this key's records (with its `account`). */
   key?: string;
+  /** Only the records carrying this tag ('' : those with none; CONTRACT section 20). */
+  tag?: string;
+  /** Only the records of this end user ('' : those with none). */
+  end_user?: string;
   since: number;
   until: number;
   /** One row per UTC day and value (else one per value over the range). */

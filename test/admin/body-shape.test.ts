@@ -70,7 +70,7 @@ t.test('allowed_ip, expires and Models are refused, not ignored', async (t) => {
 
   const create = await call('POST', `/admin/accounts/${f.account}/keys`, { name: 'office only', allowed_ip: ['10.0.0.0/8'] });
   assertUnknown(create, 'allowed_ip');
-  t.equal(create.json.message, "Unsupported parameter: 'allowed_ip'; this body takes name, models, expires_at, budget, limits, priority, allowed_ips, metadata, team, mcp_tools.");
+  t.equal(create.json.message, "Unsupported parameter: 'allowed_ip'; this body takes name, models, expires_at, budget, limits, priority, allowed_ips, metadata, team, mcp_tools, tags, tags_locked, end_user_budget.");
   t.strictSame(await listed(), before, 'no key issued');
 
   const expires = await call('PATCH', `/admin/keys/${f.id}`, { expires: '2020-01-01T00:00:00Z' });

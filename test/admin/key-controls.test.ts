@@ -172,7 +172,7 @@ t.test('a key with controls is issued once in plaintext and listed without it', 
   t.notOk(list.text.includes(issued.body.key) || list.text.includes(plain.key), 'no plaintext in the list');
   t.equal(list.body.keys.length, 2);
   const [k, p] = list.body.keys;
-  t.strictSame(Object.keys(k).sort(), ['account', 'allowed_ips', 'budget', 'created_at', 'expires_at', 'hint', 'id', 'last_used_at', 'limits', 'mcp_tools', 'metadata', 'models', 'name', 'priority', 'rotated_key_valid_until', 'team'].sort());
+  t.strictSame(Object.keys(k).sort(), ['account', 'allowed_ips', 'budget', 'created_at', 'expires_at', 'hint', 'id', 'last_used_at', 'limits', 'mcp_tools', 'metadata', 'models', 'name', 'priority', 'rotated_key_valid_until', 'team', 'tags', 'tags_locked', 'end_user_budget'].sort());
   t.match(k, {
     id: issued.body.id, name: 'search-indexer', hint: `tg_…${issued.body.key.slice(-4)}`, last_used_at: null, models: ['llama-*'],
     expires_at: '2031-01-31T11:00:00.000Z', limits: controls.limits, priority: 'high', allowed_ips: controls.allowed_ips, metadata: controls.metadata,

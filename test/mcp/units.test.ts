@@ -72,7 +72,7 @@ t.test('grants: the plan, narrowed by the key and team', async (t) => {
   t.notOk(none.whole('files'));
   const narrowed = grantOf({
     accountId: 'a', planName: 'p', plan, credentialId: 'k',
-    key: { id: 'k', expiresAt: null, models: null, patterns: null, ips: null, limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }, priority: null, team: null, mcpTools: (s) => s === 'files__read' || s === 'web__fetch' },
+    key: { id: 'k', expiresAt: null, models: null, patterns: null, ips: null, limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }, priority: null, team: null, tags: [], tagsLocked: false, endUserBudget: null, mcpTools: (s) => s === 'files__read' || s === 'web__fetch' },
   });
   t.ok(narrowed.tool('files', 'read'));
   t.notOk(narrowed.tool('files', 'write'));

@@ -43,6 +43,7 @@ function controlsOf(view: any): KeyControls {
     name: view.name, models: view.models, allowed_ips: view.allowed_ips, metadata: view.metadata ?? {},
     budget: view.budget.units === null ? null : { units: view.budget.units, period: view.budget.period },
     limits: view.limits, priority: view.priority, team: view.team, expires_at: view.expires_at === null ? null : Date.parse(view.expires_at),
+    tags: view.tags, tags_locked: view.tags_locked, end_user_budget: view.end_user_budget,
   };
 }
 

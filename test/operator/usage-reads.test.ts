@@ -37,7 +37,7 @@ function history(now: number): UsageRecord[] {
   const base = (i: number, at: number, account: string, key: string): UsageRecord => ({
     request_id: `seed-${account}-${i}`, at, account, key_id: key, team: null, model: i % 3 === 0 ? 'm-b' : 'm-a', provider: 'echo', target: null,
     route: '/v1/chat/completions', status: i % 17 === 0 ? 502 : 200, prompt_tokens: 10 + (i % 50), cached_tokens: 0, completion_tokens: i % 40,
-    units: i % 17 === 0 ? 0 : 100 + i, usage_source: 'upstream', duration_ms: 5, ttft_ms: null, queue_ms: 0,
+    units: i % 17 === 0 ? 0 : 100 + i, usage_source: 'upstream', duration_ms: 5, ttft_ms: null, queue_ms: 0, tags: [], end_user: null,
   });
   for (let i = 0; i < RECORDS; i++) out.push(base(i, now - 60_000 - Math.floor((i * 20 * DAY) / RECORDS), 'heavy', HEAVY_ID));
   for (let i = 0; i < OTHERS; i++) out.push(base(i, now - 60_000 - Math.floor((i * 5 * DAY) / OTHERS), 'other', 'key_other'));

@@ -183,7 +183,7 @@ export function storeContract(t: any, name: string, open: () => Promise<OpenedSt
       const after = Date.now();
       const k = await s.keyByDigest(d);
       t.strictSame(Object.keys(k).sort(), ['account', 'controls', 'created_at', 'digest', 'id', 'last4', 'last_used_at', 'previous', 'revoked_at', 'spent']);
-      t.strictSame(k.controls, { name: null, models: null, expires_at: null, budget: null, limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }, priority: null, allowed_ips: null, metadata: {}, team: null }, 'a key created without controls has none');
+      t.strictSame(k.controls, { name: null, models: null, expires_at: null, budget: null, limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }, priority: null, allowed_ips: null, metadata: {}, team: null, tags: [], tags_locked: false, end_user_budget: null }, 'a key created without controls has none');
       t.strictSame([k.last4, k.last_used_at, k.previous, k.spent], [null, null, null, { period: 'n', units: 0 }]);
       t.equal(k.id, keyIdOf(d));
       t.equal(k.account, 'acme');

@@ -37,7 +37,7 @@ function record(over: Partial<UsageRecord> & { request_id: string; account: stri
   return {
     key_id: 'key_0123456789abcdef', team: null, model: 'echo-small', provider: 'local', target: 'http://127.0.0.1:9/v1', route: '/v1/chat/completions',
     status: 200, prompt_tokens: 10, cached_tokens: 0, completion_tokens: 5, units: 15, usage_source: 'upstream',
-    duration_ms: 12, ttft_ms: 3, queue_ms: 0, ...over,
+    duration_ms: 12, ttft_ms: 3, queue_ms: 0, tags: [], end_user: null, ...over,
   };
 }
 

@@ -88,7 +88,7 @@ function rec(i: number, at: number, over: Partial<UsageRecord> = {}): UsageRecor
   return {
     request_id: `r-${i}`, at, account: 'a', key_id: 'key_a1', team: null, model: 'm', provider: 'p', target: null, route: '/v1/chat/completions',
     status: 200, prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 1, ttft_ms: null,
-    queue_ms: 0, ...over,
+    queue_ms: 0, tags: [], end_user: null, ...over,
   };
 }
 
@@ -253,7 +253,7 @@ for (const kind of kinds) {
       await t.rejects(s.usageTotals({ by: ['model'], key: 'k', since: d, until: d + DAY_MS }), RangeError, 'a key without its account');
       await t.rejects(s.usageTotals({ by: ['model', 'team'], since: d, until: d + DAY_MS }), RangeError, 'no column holds model by team');
       await t.rejects(s.usageTotals({ by: ['model'], account: 'a', key: 'k', since: d, until: d + HOUR_MS }), RangeError, 'a key\'s models are kept per day');
-      await t.rejects(s.usageTotals({ by: ['tag' as 'model'], since: d, until: d + DAY_MS }), RangeError);
+      await t.rejects(s.usageTotals({ by: ['colour' as 'model'], since: d, until: d + DAY_MS }), RangeError);
       await t.rejects(s.usageReport(undefined, Number.NaN), TypeError);
       t.strictSame(await s.usageReport('a', Date.now() + 3 * DAY_MS), { requests: 0, prompt_tokens: 0, completion_tokens: 0, units: 0, by_model: {}, by_key: {}, by_team: {} });
     });

@@ -37,7 +37,7 @@ function rec(i: number, over: Partial<UsageRecord> = {}): UsageRecord {
     request_id: `r-${i}`, at: Date.now(), account: i % 3 === 0 ? 'a' : 'b', key_id: i % 2 === 0 ? 'key_even' : 'key_odd', team: null,
     model: i % 5 === 0 ? 'm5' : 'm', provider: 'p', target: 'http://10.0.0.1:8000/v1', route: '/v1/chat/completions', status: 200,
     prompt_tokens: i, cached_tokens: 0, completion_tokens: 2 * i, units: 3 * i, usage_source: 'upstream', duration_ms: 1.5, ttft_ms: null,
-    queue_ms: i % 4 === 0 ? 0 : 40 * i, ...over,
+    queue_ms: i % 4 === 0 ? 0 : 40 * i, tags: [], end_user: null, ...over,
   };
 }
 
@@ -92,7 +92,7 @@ for (const kind of kinds) {
       const r5 = first.records.find((r) => r.request_id === 'r-5')!;
       t.strictSame(Object.keys(r5), [
         'request_id', 'at', 'account', 'key_id', 'team', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
-        'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms',
+        'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms', 'tags', 'end_user',
       ]);
       t.match(r5, { account: 'b', key_id: 'key_odd', model: 'm5', prompt_tokens: 5, completion_tokens: 10, units: 15, ttft_ms: null, queue_ms: 200 });
       t.strictSame(first.records.find((r) => r.request_id === 'r-8')!.queue_ms, 0, 'a request that did not wait: 0');
@@ -317,9 +317,9 @@ t.test('the single usage.jsonl of an earlier version is moved into day files, it
   const page = await s.usageRecords({ since: 0, limit: 10 });
   t.strictSame(page.records, [
     { request_id: 'o1', at: day, account: 'acme', key_id: 'key_abc', team: null, model: 'm', provider: 'p', target: null, route: '', status: 200,
-      prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2, queue_ms: 0 },
+      prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2, queue_ms: 0, tags: [], end_user: null },
     { request_id: 'o2', at: day + DAY_MS, account: 'acme', key_id: null, team: null, model: 'm', provider: 'p', target: null, route: '', status: 200,
-      prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2, queue_ms: 0 },
+      prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 7, ttft_ms: 2, queue_ms: 0, tags: [], end_user: null },
   ]);
   t.strictSame((await readdir(dir)).includes(LEGACY_USAGE_FILE), false, 'the old file is gone');
   t.strictSame((await readdir(join(dir, USAGE_DIR))).sort(), ['2026-11-20.jsonl', '2026-11-21.jsonl']);

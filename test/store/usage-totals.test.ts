@@ -76,7 +76,7 @@ function rec(i: number, at: number, over: Partial<UsageRecord> = {}): UsageRecor
   return {
     request_id: `r-${i}`, at, account: 'a', key_id: 'key_a1', team: null, model: 'm', provider: 'p', target: null, route: '/v1/chat/completions',
     status: 200, prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 1, ttft_ms: null,
-    queue_ms: 0, ...over,
+    queue_ms: 0, tags: [], end_user: null, ...over,
   };
 }
 
@@ -220,7 +220,7 @@ for (const kind of kinds) {
       t.strictSame(await store.usageTop({ by: 'model', since: h0, until: h0 + HOUR_MS, limit: 10, account: 'nobody' }), []);
       await t.rejects(store.usageHourly({ since: h0, until: h0 + 31 * DAY_MS + 1 }), RangeError, 'at most 31 days');
       await t.rejects(store.usageHourly({ since: h0, until: h0 - 1 }), RangeError);
-      await t.rejects(store.usageTop({ by: 'tag' as TotalsDimension, since: h0, until: h0 + 1, limit: 1 }), RangeError);
+      await t.rejects(store.usageTop({ by: 'colour' as TotalsDimension, since: h0, until: h0 + 1, limit: 1 }), RangeError);
       await t.rejects(store.usageTop({ by: 'key', since: h0, until: h0 + 1, limit: 0 }), RangeError);
     });
 
@@ -315,7 +315,7 @@ t.test('redis: the totals expire with their hour stream', async (t) => {
     n++;
     t.equal(await c.pexpiretime(k), streamExpiry, `${k} expires with the stream`);
   }
-  t.equal(n, 8, 'the count, and seven columns: all, account, key, model, the account\'s models, the account\'s keys, the key\'s models (no team)');
+  t.equal(n, 20, 'the count, and nineteen columns: all, account, key, model, the account\'s models, the account\'s keys, the key\'s models (no team), and the twelve of tags and end users (the record counts as none of either)');
   t.equal(await c.get(counterKey(hourKey)), '1', 'the hour counts its one record');
 });
 

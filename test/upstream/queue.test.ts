@@ -78,7 +78,7 @@ t.test("a request's band: its key's priority, else its plan's (a high key of a l
     quotas: { requests_per_day: null, tokens_per_day: null, units_per_month: null },
   });
   const key = (priority: QueuePriority | null): KeyPolicy => ({
-    id: 'key_x', expiresAt: null, models: null, patterns: null, ips: null, limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }, priority, team: null,
+    id: 'key_x', expiresAt: null, models: null, patterns: null, ips: null, limits: { requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }, priority, team: null, tags: [], tagsLocked: false, endUserBudget: null,
   });
   const who = (p: QueuePriority, k?: QueuePriority | null): Principal =>
     ({ accountId: 'a', planName: p, plan: plan(p), credentialId: 'key_x', ...(k === undefined ? {} : { key: key(k) }) });

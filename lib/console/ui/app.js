@@ -4,16 +4,16 @@
 // Config, Audit; the server decides what each role may do, the page only hides what it may not.
 
 import { html, render } from 'htm/preact';
-import { useCallback, useEffect, useMemo, useState } from 'preact/hooks';
+import { useEffect, useMemo, useState } from 'preact/hooks';
 import { ApiError, call, enc, optional, query, setCsrf } from './api.js';
 import { HourChart } from './chart.js';
+import { Loading, Problem, fmt, useLoad, when } from './common.js';
+import { Usage } from './usage.js';
 
 const PAGES = ['Overview', 'Accounts', 'Keys', 'Usage', 'Upstreams', 'Config', 'Audit'];
 const MEMBER_PAGES = ['Overview', 'Keys', 'Usage'];
 const HOUR = 3_600_000;
 
-const fmt = (n) => (typeof n === 'number' ? n.toLocaleString('en-US') : n === null || n === undefined ? '—' : String(n));
-const when = (iso) => (iso ? iso.replace('T', ' ').replace(/\.\d+Z$/, 'Z') : '—');
 const newIdempotencyKey = () => `console-${crypto.randomUUID()}`;
 
 function useRoute() {
@@ -25,29 +25,6 @@ function useRoute() {
     return () => removeEventListener('hashchange', on);
   }, []);
   return route;
-}
-
-/** Runs `load` and keeps its result, error and a reload function. */
-function useLoad(load, deps) {
-  const [state, setState] = useState({ data: undefined, error: null, loading: true });
-  const run = useCallback(() => {
-    let live = true;
-    setState((s) => ({ ...s, loading: true }));
-    load().then((data) => live && setState({ data, error: null, loading: false }), (error) => live && setState({ data: undefined, error, loading: false }));
-    return () => { live = false; };
-  }, deps);
-  useEffect(run, [run]);
-  return [state, run];
-}
-
-function Problem({ error }) {
-  if (!error) return null;
-  return html`<p class="problem" role="alert">${error instanceof ApiError ? error.message : String(error.message ?? error)}</p>`;
-}
-
-function Loading({ state }) {
-  if (state.loading && state.data === undefined) return html`<p class="muted" aria-live="polite">Loading…</p>`;
-  return html`<${Problem} error=${state.error} />`;
 }
 
 // ---- sign-in ---------------------------------------------------------------------------
@@ -442,51 +419,6 @@ function ShowOnce({ title, plaintext, onClose }) {
     <button type="button" onClick=${copy}>Copy</button> <button type="button" class="link" onClick=${onClose}>Done</button>
     <span role="status">${copied}</span>
   </section>`;
-}
-
-// ---- Usage -----------------------------------------------------------------------------
-
-function Usage({ session }) {
-  const member = session.role === 'member';
-  const [filters, setFilters] = useState({ account: member ? session.account : '', key: '', model: '', since: '', until: '' });
-  const [cursors, setCursors] = useState([undefined]);
-  const cursor = cursors[cursors.length - 1];
-  const params = useMemo(() => ({
-    account: filters.account, key: filters.key, model: filters.model,
-    since: filters.since ? new Date(`${filters.since}Z`).toISOString() : undefined,
-    until: filters.until ? new Date(`${filters.until}Z`).toISOString() : undefined,
-  }), [filters]);
-  const [state] = useLoad(() => call('GET', `/admin/usage/records${query({ ...params, limit: 50, cursor })}`), [params, cursor]);
-  const apply = (e) => {
-    e.preventDefault();
-    const f = new FormData(e.currentTarget);
-    setFilters({ account: member ? session.account : String(f.get('account') ?? ''), key: String(f.get('key') ?? ''), model: String(f.get('model') ?? ''), since: String(f.get('since') ?? ''), until: String(f.get('until') ?? '') });
-    setCursors([undefined]);
-  };
-  const exportUrl = (format) => `/console/api/usage/export${query({ ...params, format })}`;
-  const d = state.data;
-  return html`<form class="filters" onSubmit=${apply} aria-label="Filter usage records">
-      <div class="field"><label for="f-account">Account</label><input id="f-account" name="account" value=${filters.account} disabled=${member} /></div>
-      <div class="field"><label for="f-key">Key id</label><input id="f-key" name="key" value=${filters.key} /></div>
-      <div class="field"><label for="f-model">Model</label><input id="f-model" name="model" value=${filters.model} /></div>
-      <div class="field"><label for="f-since">From (UTC)</label><input id="f-since" name="since" type="datetime-local" value=${filters.since} /></div>
-      <div class="field"><label for="f-until">To (UTC)</label><input id="f-until" name="until" type="datetime-local" value=${filters.until} /></div>
-      <div class="field buttons"><button type="submit">Apply</button></div>
-    </form>
-    <p class="downloads"><a href=${exportUrl('csv')} download="usage.csv">Download CSV</a> <a href=${exportUrl('jsonl')} download="usage.jsonl">Download JSONL</a></p>
-    ${d === undefined ? html`<${Loading} state=${state} />` : d.records.length === 0 ? html`<${Problem} error=${state.error} /><p class="empty">No usage records match.</p>` : html`<${Problem} error=${state.error} />
-    <div class="scroll"><table>
-      <caption class="sr-only">Usage records</caption>
-      <thead><tr><th scope="col">Time</th><th scope="col">Request id</th><th scope="col">Account</th><th scope="col">Key</th><th scope="col">Model</th><th scope="col">Route</th><th scope="col" class="num">Status</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Units</th></tr></thead>
-      <tbody>${d.records.map((r) => html`<tr>
-        <td class="when">${when(r.at)}</td><td class="id">${r.request_id}</td><td class="id">${r.account}</td><td class="id">${r.key_id ?? '—'}</td><td>${r.model}</td><td>${r.route}</td>
-        <td class="num">${r.status}</td><td class="num">${fmt(r.prompt_tokens + r.completion_tokens)}</td><td class="num">${fmt(r.units)}</td>
-      </tr>`)}</tbody>
-    </table></div>
-    <div class="pager">
-      ${cursors.length > 1 && html`<button type="button" onClick=${() => setCursors(cursors.slice(0, -1))}>Previous page</button>`}
-      ${d.next_cursor && html`<button type="button" onClick=${() => setCursors([...cursors, d.next_cursor])}>Next page</button>`}
-    </div>`}`;
 }
 
 // ---- Upstreams -------------------------------------------------------------------------

@@ -24,10 +24,7 @@ import { MemoryResponses } from './responses.js';
 import { MemoryAlerts } from './alerts.js';
 import type { ResponseChain } from '../response-chains.js';
 import { toEntry, toSnapshotState, type Entry, type SnapshotState } from './state.js';
-import {
-  TEAM_ID, TeamNotFoundError, addSpend, applyPatch, applyTeamPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn,
-  toTeamSettings,
-} from '../rules.js';
+import { TEAM_ID, TeamNotFoundError, addSpend, applyPatch, applyTeamPatch, seededKeys, creditRefusal, defaultControls, periodId, requireId, requireRequestId, spentIn, toTeamSettings } from '../rules.js';
 import type {
   AccountRecord, AuditEvent, AuditPage, AuditQuery, CreditResult, HoldRequest, HoldResult, KeyControls, KeyPatch, KeyRecord, KeyWithAccount, NewKey, Revocation,
   SettleResult, Settlement, Store, TeamCreated, TeamDeleted, TeamPatch, TeamRecord, TeamSettings, UnsettleResult, UsagePage, UsageQuery, UsageRecord,
@@ -37,6 +34,7 @@ import { FileUsageLog, UsageWriteError } from './usage-files.js';
 import { MemoryUsageLog } from './usage-columns.js';
 import { WRITE_MARK_MS, validateUsageRecord, type UsageLog } from '../usage-records.js';
 import { requireAuditEvent } from '../audit-rules.js';
+import { MemoryEndUsers, spentBefore } from '../end-users.js';
 import { checkRange, checkTop, checkTotalsQuery } from '../usage-totals.js';
 import { accountsCursor, checkAccountsQuery } from '../account-pages.js';
 
@@ -81,6 +79,7 @@ export class MemoryStore implements Store {
   readonly #accountTeams = new Map<string, Set<string>>();
   readonly #listeners = new Set<(r: Revocation) => void>();
   readonly #metering = new MemoryMetering();
+  readonly endUsers = new MemoryEndUsers((account, key, endUser, period) => spentBefore(this, account, key, endUser, period));
   readonly #responses = new MemoryResponses();
   /** The alerts outbox (./alerts.ts), journaled with the rest. */
   readonly alerts: MemoryAlerts = new MemoryAlerts({

@@ -20,8 +20,8 @@ const SOURCES: readonly UsageRecord['usage_source'][] = ['upstream', 'counted', 
 
 /** Numbers per record, in this order; ttft_ms null is NaN. */
 const NUMS = 9;
-/** Strings per record held as table indices, in this order; null (key_id, target, team) or absent (tool) is 0. */
-const REFS = 8;
+/** Strings per record held as table indices, in this order; null (key_id, target, team, end_user), absent (tool) or none (tags) is 0. */
+const REFS = 10;
 const FIRST_CAPACITY = 256;
 
 export class DayColumns {
@@ -66,6 +66,9 @@ export class DayColumns {
     refs[s + 5] = this.#ref(r.route);
     refs[s + 6] = r.team === null ? 0 : this.#ref(r.team);
     refs[s + 7] = r.tool === undefined ? 0 : this.#ref(r.tool);
+    // Tags as one string of the day's table (joined by ',', which no tag holds); none is 0.
+    refs[s + 8] = r.tags.length === 0 ? 0 : this.#ref(r.tags.join(','));
+    refs[s + 9] = r.end_user === null ? 0 : this.#ref(r.end_user);
     this.#sources[i] = source;
     this.#length = i + 1;
   }
@@ -97,6 +100,8 @@ export class DayColumns {
       duration_ms: nums[n + 6]!,
       ttft_ms: Number.isNaN(ttft) ? null : ttft,
       queue_ms: nums[n + 8]!,
+      tags: refs[s + 8] === 0 ? [] : table[refs[s + 8]!]!.split(','),
+      end_user: refs[s + 9] === 0 ? null : table[refs[s + 9]!]!,
       // An MCP tool call's tool (CONTRACT section 17): only its records carry one.
       ...(refs[s + 7] === 0 ? {} : { tool: table[refs[s + 7]!]! }),
     };

@@ -87,7 +87,7 @@ function storedControls(k: Record<string, string>): Record<string, unknown> {
   return { ...c, limits };
 }
 
-const KEY_MEMBERS: ReadonlySet<string> = new Set(['name', 'models', 'expires_at', 'priority', 'allowed_ips', 'metadata', 'mcp_tools']);
+const KEY_MEMBERS: ReadonlySet<string> = new Set(['name', 'models', 'expires_at', 'priority', 'allowed_ips', 'metadata', 'mcp_tools', 'tags', 'tags_locked', 'end_user_budget']);
 const LIMIT_MEMBERS: ReadonlySet<string> = new Set(['limits.requests_per_minute', 'limits.tokens_per_minute', 'limits.max_concurrent']);
 
 /** A key's record from its account-side hash; `revokedAt` from its digest record, if known. */

@@ -29,7 +29,7 @@ import { ReadCount, WRITE_MARK_MS, pageOf, readRecord, retentionMs, validateUsag
 import { reportOf } from '../usage-report.js';
 import { RedisTotals, type TotalsScripts } from './totals.js';
 import { HOUR_SCRIPTS, RedisHours, TOTALS_KEYS, columnKey, counterKey, totalsArgs, totalsKeys, type HourScripts } from './totals-hours.js';
-import { METRICS } from '../usage-totals.js';
+import { METRICS, OTHER } from '../usage-totals.js';
 import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
 
 export const HOUR_MS = 3_600_000;
@@ -48,7 +48,9 @@ export const USAGE_SCRIPTS: Record<Exclude<keyof UsageScripts, keyof TotalsScrip
   // Then, the totals: the hour's counter (KEYS[3]) counts the record, and for each (column c,
   // id) pair of ARGV after the metrics, column c's hash (KEYS[3 + c]) gets the record's metrics
   // (ARGV[4 ..]) added to the id's sums, kept as one value "requests errors prompt completion
-  // units" (exact to 2^53); a key gets the stream's expiry when it is created.
+  // units" (exact to 2^53); a key gets the stream's expiry when it is created. A bounded value
+  // (a tag, an end user: totalsArgs) stands in ids as \\u0001N\\u0001 and is put in first: itself
+  // when its hour's set (KEYS after the columns') holds it or has room, else OTHER.
   tgUsageAdd: { keys: 2 + TOTALS_KEYS, lua: `
 if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then return 2 end
 redis.call('XADD', KEYS[1], '*', 'r', ARGV[1])
@@ -57,9 +59,31 @@ if redis.call('INCR', KEYS[3]) == 1 then redis.call('PEXPIREAT', KEYS[3], ARGV[2
 local nm = ${METRICS.length}
 local add = {}
 for m = 1, nm do add[m] = tonumber(ARGV[3 + m]) end
-for p = 4 + nm, #ARGV - 1, 2 do
+local nb = tonumber(ARGV[4 + nm])
+local vals = {}
+local q = 5 + nm
+for b = 1, nb do
+  local set = KEYS[2 + tonumber(ARGV[q])]
+  local v = ARGV[q + 1]
+  if redis.call('SISMEMBER', set, v) == 1 then vals[b] = v
+  elseif redis.call('SCARD', set) < tonumber(ARGV[q + 2]) then
+    if redis.call('SADD', set, v) == 1 and redis.call('SCARD', set) == 1 then redis.call('PEXPIREAT', set, ARGV[2]) end
+    vals[b] = v
+  else vals[b] = '${OTHER}' end
+  q = q + 3
+end
+local done = {}
+for p = q, #ARGV - 1, 2 do
   local id = ARGV[p + 1]
-  do
+  local fresh = true
+  if nb > 0 then
+    id = string.gsub(id, '\\1(%d+)\\1', function(i) return vals[tonumber(i)] end)
+    -- Two values past the bound are one OTHER: the record counts once in it.
+    local cell = ARGV[p] .. '|' .. id
+    fresh = not done[cell]
+    done[cell] = true
+  end
+  if fresh then
     local key = KEYS[3 + tonumber(ARGV[p])]
     local old = redis.call('HGET', key, id)
     local sums = {}

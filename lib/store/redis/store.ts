@@ -69,6 +69,7 @@ import { AUDIT_SCRIPTS, RedisAudit, type AuditScripts } from './audit.js';
 import { RedisRevocations } from './revocations.js';
 import type { ResponseChain } from '../response-chains.js';
 import { RedisUsage, USAGE_SCRIPTS } from './records.js';
+import { END_USER_SCRIPTS, RedisEndUsers, type EndUserScripts } from './end-users.js';
 import { TOTALS_SCRIPTS } from './totals.js';
 import { HOUR_SCRIPTS } from './totals-hours.js';
 import { SCRIPTS, type Scripts } from './scripts.js';
@@ -114,6 +115,7 @@ export class RedisStore implements Store {
   readonly #responses: RedisResponses;
   readonly #audit: RedisAudit;
   readonly #usage: RedisUsage;
+  readonly endUsers: RedisEndUsers;
   readonly #onError: (err: Error) => void;
   /** Rejects on close(), so ready() cannot wait on a connection that will never come. */
   readonly #closing: Promise<never>;
@@ -137,7 +139,7 @@ export class RedisStore implements Store {
     redis.on('error', onError);
     for (const [name, s] of [
       ...Object.entries(SCRIPTS), ...Object.entries(METERING_SCRIPTS), ...Object.entries(USAGE_SCRIPTS), ...Object.entries(ALERT_SCRIPTS), ...Object.entries(TOTALS_SCRIPTS),
-      ...Object.entries(AUDIT_SCRIPTS),
+      ...Object.entries(AUDIT_SCRIPTS), ...Object.entries(END_USER_SCRIPTS),
     ]) {
       redis.defineCommand(name, { numberOfKeys: s.keys, lua: s.lua });
     }
@@ -160,6 +162,7 @@ export class RedisStore implements Store {
     // On a Cluster each hour is its own slot: a script reads one hour's totals at a time.
     this.#usage = new RedisUsage(this.#redis, this.prefix, options.usageRetentionDays, topology.kind === 'cluster' ? 1 : 24);
     this.#responses = new RedisResponses(this.#redis, this.prefix);
+    this.endUsers = new RedisEndUsers(this.#redis as unknown as RedisClient & EndUserScripts, this.prefix);
     this.#audit = new RedisAudit(this.#redis as unknown as RedisClient & AuditScripts, this.prefix, this.#wait);
     this.#revocations = new RedisRevocations(this.prefix, topology, connectTimeout, onError);
     this.#keys = new RedisKeys(this.#redis, this.prefix, this.#wait, this.#revocations, this.#audit);

@@ -4,6 +4,8 @@
 //   P{usage:H}:t:C          hash    column C: id -> "requests errors prompt_tokens completion_tokens units"
 //   P{usage:H}:t:C:G        hash    group G of a grouped column (key@: G = ACCOUNT; key+model: G = ACCOUNT<SEP>KEY)
 //   P{usage:H}:t#V          string  records whose totals a writer of totals version V counted
+//   P{usage:H}:b:D:A        set     the values of bounded dimension D (tag, end_user) of account A
+//                                   the hour's totals keep by name (../usage-totals.ts BOUNDS)
 // An hour's totals are whole when its counter equals its stream's length. They are not when
 // records were written by a version with other columns (one before this, or one running beside
 // it during a rolling upgrade): such an hour is summed anew from its records, once (rebuild: the
@@ -16,11 +18,11 @@
 
 import type { RedisClient } from './connect.js';
 import type { UsageRecord } from '../types.js';
-import { COLUMNS, METRICS, cellsOf, metricsOf, type Sums } from '../usage-totals.js';
+import { BOUNDS, COLUMNS, HourBounds, METRICS, cellsOf, metricsOf, type BoundValue, type Sums } from '../usage-totals.js';
 import { readRecord, yieldToLoop, type ReadCount } from '../usage-records.js';
 
 /** The version of COLUMNS: bumped when a column is added, so that every hour is summed anew once. */
-export const TOTALS_VERSION = 2;
+export const TOTALS_VERSION = 3;
 
 export function columnKey(hourKey: string, column: string, group: string): string {
   return group === '' ? `${hourKey}:t:${column}` : `${hourKey}:t:${column}:${group}`;
@@ -38,17 +40,45 @@ export function counterKey(hourKey: string): string {
  */
 export function totalsKeys(hourKey: string, r: UsageRecord): string[] {
   const cells = cellsOf(r);
-  return [counterKey(hourKey), ...COLUMNS.map((c) => columnKey(hourKey, c.name, c.group > 0 ? cells.find((x) => x.column === c)?.group ?? '' : ''))];
+  return [
+    counterKey(hourKey), ...COLUMNS.map((c) => columnKey(hourKey, c.name, c.group > 0 ? cells.find((x) => x.column === c)?.group ?? '' : '')),
+    ...BOUNDED.map((d) => boundKey(hourKey, d, r.account)),
+  ];
 }
 
-/** The script's totals arguments of `r`: its metrics, then (column number, id) for each cell. */
+/** The bounded dimensions, in the order of their sets' keys after the columns'. */
+const BOUNDED = Object.keys(BOUNDS) as Array<keyof typeof BOUNDS>;
+
+export function boundKey(hourKey: string, dim: string, account: string): string {
+  return `${hourKey}:b:${dim}:${account}`;
+}
+
+/**
+ * The script's totals arguments of `r`: its metrics; its bounded values, as a count then
+ * (set key number, value, bound) each; then (column number, id) for each cell, where the
+ * script puts each bounded value, or OTHER past its bound, in place of \u0001N\u0001 (value N).
+ */
 export function totalsArgs(r: UsageRecord): string[] {
   const out = metricsOf(r).map(String);
-  for (const cell of cellsOf(r)) out.push(String(COLUMNS.indexOf(cell.column) + 1), cell.id);
+  const bounded: string[] = [];
+  let n = 0;
+  const seen = new Map<string, string>();
+  const placeholder: BoundValue = (dim, value) => {
+    const k = `${dim}\u0000${value}`;
+    let p = seen.get(k);
+    if (p === undefined) {
+      seen.set(k, (p = `\u0001${++n}\u0001`));
+      bounded.push(String(1 + COLUMNS.length + 1 + BOUNDED.indexOf(dim as keyof typeof BOUNDS)), value, String(BOUNDS[dim]));
+    }
+    return p;
+  };
+  const cells = cellsOf(r, (dim, value) => (value === '' ? value : placeholder(dim, value)));
+  out.push(String(n), ...bounded);
+  for (const cell of cells) out.push(String(COLUMNS.indexOf(cell.column) + 1), cell.id);
   return out;
 }
 
-export const TOTALS_KEYS = 1 + COLUMNS.length;
+export const TOTALS_KEYS = 1 + COLUMNS.length + BOUNDED.length;
 
 /** A stored value's five sums (zeros for none or an unreadable one). */
 export function sumsOf(v: string | null | undefined): number[] {
@@ -249,6 +279,8 @@ export class RedisHours {
   /** Every record of the hour's stream, read a page at a time, summed per column. */
   async #sumStream(hk: string): Promise<{ n: number; sums: HourSums }> {
     const sums: HourSums = new Map();
+    // The bounds decided again in the stream's order: as the record script decided them.
+    const bounds = new HourBounds();
     let n = 0;
     let from = '-';
     for (;;) {
@@ -261,7 +293,7 @@ export class RedisHours {
         try { r = i >= 0 && i % 2 === 0 ? readRecord(JSON.parse(fields[i + 1]!)) : undefined; } catch { r = undefined; }
         if (r === undefined) continue;
         const m: Sums = metricsOf(r);
-        for (const cell of cellsOf(r)) {
+        for (const cell of cellsOf(r, bounds.of(r))) {
           const key = columnKey(hk, cell.column.name, cell.group);
           let col = sums.get(key);
           if (col === undefined) sums.set(key, (col = new Map()));

@@ -32,7 +32,7 @@ const settlement = (account: string, requestId: string, units: number, day = DAY
   ({ account, requestId, units, promptTokens: 1, completionTokens: 2, day, month });
 const record = (request_id: string, model = 'm'): UsageRecord => ({
   request_id, at: Date.now(), account: 'acme', key_id: 'key_x', team: null, model, provider: 'p', target: null, route: '/v1/chat/completions',
-  status: 200, prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 1, ttft_ms: 1, queue_ms: 0,
+  status: 200, prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 1, ttft_ms: 1, queue_ms: 0, tags: [], end_user: null,
 });
 const journal = async (dir: string) =>
   (await readFile(join(dir, JOURNAL_FILE), 'utf8')).split('\n').filter((l) => l !== '').map((l) => JSON.parse(l));

@@ -13,7 +13,7 @@ import { holds } from '../../property/arbitraries.js';
 
 const NOW = Date.UTC(2026, 10, 23, 12);
 const FIELDS = ['request_id', 'at', 'account', 'key_id', 'team', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens',
-  'cached_tokens', 'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms'];
+  'cached_tokens', 'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms', 'tags', 'end_user'];
 
 // First, before other tests leave garbage for the collector to free while it measures.
 t.test('100,000 records cost under 250 bytes each (as objects: about 600)', async (t) => {
@@ -31,7 +31,7 @@ t.test('100,000 records cost under 250 bytes each (as objects: about 600)', asyn
       key_id: i % 5 === 0 ? null : `key_${(i % 40).toString(16).padStart(16, '0')}`, team: i % 3 === 0 ? null : `team-${i % 4}`, model: i % 2 ? 'llama-3-8b' : 'qwen-7b',
       provider: 'local', target: `http://10.0.0.${i % 4}:8000/v1`, route: '/v1/chat/completions', status: i % 50 ? 200 : 429,
       prompt_tokens: 100 + (i % 900), cached_tokens: i % 64, completion_tokens: i % 500, units: 1000 * i, usage_source: 'upstream',
-      duration_ms: 12.5 + i / 1000, ttft_ms: i % 3 ? 3.25 + i / 7 : null, queue_ms: i % 4 ? 0 : i % 30_000,
+      duration_ms: 12.5 + i / 1000, ttft_ms: i % 3 ? 3.25 + i / 7 : null, queue_ms: i % 4 ? 0 : i % 30_000, tags: i % 5 ? [] : ['a', `t${i % 7}`], end_user: i % 3 ? null : `u${i % 11}`,
     });
   }
   const per = ((await settled()) - before) / N;
@@ -63,6 +63,8 @@ const record: fc.Arbitrary<UsageRecord> = fc.record({
   duration_ms: ms,
   ttft_ms: fc.option(ms, { nil: null }),
   queue_ms: count,
+  tags: fc.uniqueArray(fc.stringMatching(/^[a-z0-9._:-]{1,64}$/), { maxLength: 8 }),
+  end_user: fc.option(text.filter((s) => s !== ''), { nil: null }),
 }) as fc.Arbitrary<UsageRecord>;
 
 t.test('records read back exactly as written, in the contract\'s field order, page by page over days', async (t) => {
@@ -86,7 +88,8 @@ t.test('records read back exactly as written, in the contract\'s field order, pa
     back.forEach((got, i) => {
       if (JSON.stringify(Object.keys(got)) !== JSON.stringify(FIELDS)) throw new Error(`fields ${Object.keys(got).join(',')}`);
       for (const f of FIELDS) {
-        if (!Object.is((got as any)[f], (expected[i] as any)[f])) throw new Error(`record ${i}: ${f} ${String((got as any)[f])} != ${String((expected[i] as any)[f])}`);
+        const [a, b] = f === 'tags' ? [JSON.stringify((got as any)[f]), JSON.stringify((expected[i] as any)[f])] : [(got as any)[f], (expected[i] as any)[f]];
+        if (!Object.is(a, b)) throw new Error(`record ${i}: ${f} ${String((got as any)[f])} != ${String((expected[i] as any)[f])}`);
       }
     });
     const report = await log.report(undefined, 0);
@@ -97,7 +100,7 @@ t.test('records read back exactly as written, in the contract\'s field order, pa
 t.test('a record without a known usage_source is refused, and nothing is kept of it', async (t) => {
   const day = new DayColumns();
   const bad = { request_id: 'r', at: NOW, account: 'a', key_id: null, team: null, model: 'm', provider: 'p', target: null, route: '/', status: 200,
-    prompt_tokens: 1, cached_tokens: 0, completion_tokens: 1, units: 1, usage_source: 'guessed', duration_ms: 1, ttft_ms: null, queue_ms: 0 } as unknown as UsageRecord;
+    prompt_tokens: 1, cached_tokens: 0, completion_tokens: 1, units: 1, usage_source: 'guessed', duration_ms: 1, ttft_ms: null, queue_ms: 0, tags: [], end_user: null } as unknown as UsageRecord;
   t.throws(() => day.push(bad), { name: 'TypeError', message: /usage_source/ });
   t.equal(day.length, 0);
   day.push({ ...bad, usage_source: 'none' });

@@ -36,7 +36,7 @@ function rec(at: number, account: string, units: number, over: Partial<UsageReco
   return {
     request_id: `r-${ids++}`, at, account, key_id: `key_${account}`, team: null, model: units % 2 === 0 ? 'm-even' : 'm-odd', provider: 'p', target: null,
     route: '/v1/chat/completions', status: units % 5 === 0 ? 503 : 200, prompt_tokens: units, cached_tokens: 0, completion_tokens: 1, units,
-    usage_source: 'upstream', duration_ms: 1, ttft_ms: null, queue_ms: 0, ...over,
+    usage_source: 'upstream', duration_ms: 1, ttft_ms: null, queue_ms: 0, tags: [], end_user: null, ...over,
   };
 }
 

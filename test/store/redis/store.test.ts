@@ -208,7 +208,7 @@ function settlementOf(account: string, requestId: string, units: number, promptT
 function usageRecord(i: number, account: string, model: string, at = Date.now()): UsageRecord {
   return {
     request_id: `req-${i}`, at, account, key_id: 'key_0123456789abcdef', team: null, model, provider: 'local', target: null, route: '/v1/chat/completions',
-    status: 200, prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 5, ttft_ms: null, queue_ms: 0,
+    status: 200, prompt_tokens: 1, cached_tokens: 0, completion_tokens: 2, units: 3, usage_source: 'upstream', duration_ms: 5, ttft_ms: null, queue_ms: 0, tags: [], end_user: null,
   };
 }
 
