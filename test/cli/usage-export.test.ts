@@ -149,7 +149,7 @@ t.test('csv: a header, one row per record, fields quoted as RFC 4180 says', asyn
   const rows = parseCsv(raw);
   t.strictSame(rows[0], [...USAGE_COLUMNS]);
   t.equal(rows.length, 1 + tricky.length);
-  const asText = (v: unknown) => (v === null ? '' : String(v));
+  const asText = (v: unknown) => (v === null || v === undefined ? '' : String(v));
   for (let i = 0; i < tricky.length; i++) {
     const r = tricky[i]!;
     t.strictSame(rows[i + 1], USAGE_COLUMNS.map((col) => (col === 'at' ? new Date(r.at).toISOString() : asText(r[col]))), r.request_id);

@@ -261,7 +261,7 @@ t.test('the usage export is CSV (formula cells neutralised) or JSONL, the member
     csv = await res.text();
     if (!csv.includes('1-1.export')) await new Promise((r) => setTimeout(r, 100));
   }
-  t.match(csv, /^request_id,at,account,key_id,team,model,provider,target,route,status,prompt_tokens,cached_tokens,completion_tokens,units,usage_source,duration_ms,ttft_ms,queue_ms\r\n/);
+  t.match(csv, /^request_id,at,account,key_id,team,model,provider,target,route,status,prompt_tokens,cached_tokens,completion_tokens,units,usage_source,duration_ms,ttft_ms,queue_ms,tags,end_user,tool\r\n/);
   t.notMatch(csv, /(^|\n)-1-1\.export,/, 'no cell starts with -');
   t.match(csv, /\n'-1-1\.export,/);
   const jsonl = await (await fetch(`${url}/console/api/usage/export?format=jsonl&account=acme`, { headers: withSession(viewer, 'GET') })).text();
