@@ -101,6 +101,9 @@ export function figures(m, { streams }) {
   if (m.dialects?.completions) {
     rows.push(figure('CPU per /v1/completions request, c=64', 'µs', m.dialects.completions.cpuUs, m.c64?.bare.cpuUs, { ratioGoal: 1.2 }));
   }
+  // An MCP tools/call (CONTRACT section 17) beside a chat request of the same run: both metered
+  // alike (limits, hold, settle, record); the bare hop has no such route.
+  if (m.mcp) rows.push(figure('CPU per MCP tools/call, c=64, against a chat request', 'µs', m.mcp.cpuUs, m.c64?.gw.cpuUs, { against: 'a chat request' }));
   if (m.queue) {
     // The admission queue configured but never full (max_outstanding above the load): its cost
     // when idle, held to the same goal as any request, and beside the gateway without a queue.

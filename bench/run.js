@@ -28,7 +28,11 @@
 //     own, on a derived config (the shared one plus one provider and model, written to a temp
 //     file) in front of the bench's own completions upstream (bench/completions-upstream.mjs:
 //     the shared upstream serves only chat), so that every other figure is taken on the shared
-//     config unchanged.
+//     config unchanged;
+//   - CPU per MCP tools/call at 64 connections (phase mcp, CONTRACT section 17): a gateway of its
+//     own on the shared config plus one MCP server (bench/mcp-upstream.mjs, made with the official
+//     SDK, on the load CPU) priced 1 unit a call and granted to the bench plan, so each call is
+//     rate-limited, held and settled as a chat request is; reported beside the chat request's CPU.
 //
 // It prints one table (figure | gateway | reference | ratio | goal | result: the reference is the
 // bare hop, or for the Redis store's goals the memory store's figure), writes the same
@@ -46,7 +50,7 @@
 //   BENCH_TTFB_REQUESTS     first-byte samples per target (200)
 //   BENCH_IDLE_SECONDS      seconds without traffic before the settled idle RSS is read (30)
 //   BENCH_REDIS=0           skip the Redis store variant
-//   BENCH_PHASES            comma list of c1,ttfb,c64,stream,dialects,queue,slow,redis,redis-wait (default all of them)
+//   BENCH_PHASES            comma list of c1,ttfb,c64,stream,dialects,mcp,queue,slow,redis,redis-wait (default all of them)
 //   BENCH_OUT               the JSON file (bench/results.json)
 //   BENCH_DOC               the page whose latest-run table is rewritten (docs/performance.md, between
 //                           its bench:latest markers): by default only when every phase ran; set
@@ -95,7 +99,7 @@ const STREAMS = Math.round(envNumber('BENCH_STREAMS', 500, 1));
 const STREAM_SECONDS = envNumber('BENCH_STREAM_SECONDS', 5, 2);
 const TTFB_N = Math.round(envNumber('BENCH_TTFB_REQUESTS', 200, 10));
 const IDLE_SECONDS = envNumber('BENCH_IDLE_SECONDS', 30, 0);
-const ALL_PHASES = ['c1', 'ttfb', 'c64', 'stream', 'dialects', 'queue', 'slow', 'redis', 'redis-wait'];
+const ALL_PHASES = ['c1', 'ttfb', 'c64', 'stream', 'dialects', 'mcp', 'queue', 'slow', 'redis', 'redis-wait'];
 const PHASES = new Set((process.env.BENCH_PHASES || ALL_PHASES.join(',')).split(',').map((s) => s.trim()).filter(Boolean));
 for (const p of PHASES) if (!ALL_PHASES.includes(p)) throw new Error(`BENCH_PHASES: unknown phase '${p}' (known: ${ALL_PHASES.join(', ')})`);
 if (process.env.BENCH_REDIS === '0') { PHASES.delete('redis'); PHASES.delete('redis-wait'); }
@@ -259,11 +263,12 @@ async function main(tmp) {
   await stopChild(bare.child);
 
   if (PHASES.has('dialects')) m.dialects.completions = await completionsVariant({ text, tmp, key, upOrigin, pin, ticks });
+  if (PHASES.has('mcp')) m.mcp = await mcpVariant({ text, tmp, key, upOrigin, pin, ticks });
   if (PHASES.has('queue')) m.queue = await queueVariant({ text, tmp, headers, upOrigin, pin, ticks, plain });
   if (PHASES.has('redis')) m.redis = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream });
   if (PHASES.has('redis-wait')) m.redisWait = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream, waitReplicas: 1 });
   await stopAll(STOP_MS);
-  return { m, busy, pin, logs: [gwLog, ...[m.dialects?.completions, m.queue, m.redis, m.redisWait].filter(Boolean).map((r) => r.log)] };
+  return { m, busy, pin, logs: [gwLog, ...[m.dialects?.completions, m.mcp, m.queue, m.redis, m.redisWait].filter(Boolean).map((r) => r.log)] };
 }
 
 /** The model the completions figure asks for: the bench's own upstream serves it. */
@@ -312,6 +317,72 @@ async function completionsVariant({ text, tmp, key, upOrigin, pin, ticks }) {
     if (WARMUP > 0) await cannon(`warm-up ${label}`, gw.origin, { ...opts, seconds: WARMUP });
     const out = await cannonWithCpu(`${label} c64`, gw, ticks, opts);
     await dialectCheck(gw, { completions: r }); // still alive and correct after the run
+    return { ...out, log: logPath };
+  } finally {
+    if (gw !== undefined) await stopChild(gw.child, STOP_MS);
+    await stopChild(upstream);
+  }
+}
+
+/**
+ * The shared config plus one MCP server at `url` (1 unit a call) and the bench plan's grant of
+ * its tools, written to `dir`. Nothing else of the shared config changes.
+ */
+function mcpConfig(text, url, dir) {
+  const doc = parseDocument(text);
+  const plan = doc.toJS().accounts[0].plan;
+  doc.setIn(['mcp'], doc.createNode({ servers: { bench: { url, timeout_ms: 10000, price: { per_call_units: 1 } } } }));
+  doc.setIn(['plans', plan, 'mcp_tools'], doc.createNode(['bench__*']));
+  const path = join(dir, 'tollgate-bench-mcp.yaml');
+  writeFileSync(path, doc.toString());
+  return path;
+}
+
+/** One JSON-RPC POST to `/mcp/bench`; its answer's body (JSON) and session header. */
+async function mcpPost(origin, headers, body) {
+  const res = await fetch(`${origin}/mcp/bench`, { method: 'POST', headers, body: JSON.stringify(body) });
+  const text = await res.text();
+  if (res.status !== 200 && res.status !== 202) throw new Error(`mcp ${body.method}: HTTP ${res.status} ${text.slice(0, 300)}`);
+  return { json: text === '' ? undefined : JSON.parse(text), session: res.headers.get('mcp-session-id') };
+}
+
+/**
+ * CPU per tools/call at 64 connections: a gateway of its own on mcpConfig's config, pinned as
+ * the others, in front of bench/mcp-upstream.mjs (on the load CPU). One session is opened
+ * (initialize, notifications/initialized), every call then carries it, as an agent's do.
+ */
+async function mcpVariant({ text, tmp, key, upOrigin, pin, ticks }) {
+  const label = 'gateway (mcp)';
+  const upPort = await freePort();
+  const upstream = await startNodeScript('mcp upstream', join(ROOT, 'bench', 'mcp-upstream.mjs'), ['--host', HOST, '--port', String(upPort)],
+    { cpu: pin.load, ready: /upstream listening on/ });
+  const logPath = join(LOG_DIR, 'gateway-mcp.log');
+  rmSync(logPath, { force: true });
+  let gw;
+  try {
+    gw = { name: label, ...await startGateway({
+      root: ROOT, configPath: mcpConfig(text, `http://${HOST}:${upPort}/mcp`, tmp), logPath, port: await freePort(), upstream: upOrigin,
+      cpu: pin.proxy, nodeArgs: NODE_ARGS, label,
+    }) };
+    const version = '2025-06-18';
+    const base = { ...headersFor(key), accept: 'application/json, text/event-stream' };
+    const init = await mcpPost(gw.origin, base, {
+      jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: version, capabilities: {}, clientInfo: { name: 'tollgate-bench', version: '1' } },
+    });
+    if (init.session === null) throw new Error(`mcp initialize: no session id (${JSON.stringify(init.json).slice(0, 300)})`);
+    const headers = { ...base, 'mcp-session-id': init.session, 'mcp-protocol-version': version };
+    await mcpPost(gw.origin, headers, { jsonrpc: '2.0', method: 'notifications/initialized' });
+    const call = { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'echo', arguments: { text: 'hello from the bench' } } };
+    const check = async () => {
+      const { json } = await mcpPost(gw.origin, headers, call);
+      if (json?.result?.content?.[0]?.text !== 'hello from the bench') throw new Error(`mcp tools/call: unexpected answer ${JSON.stringify(json).slice(0, 300)}`);
+    };
+    await check();
+    log(`${label} POST /mcp/bench tools/call, 64 connections: ${SECONDS} s`);
+    const opts = { headers, body: JSON.stringify(call), path: '/mcp/bench', connections: 64, seconds: SECONDS };
+    if (WARMUP > 0) await cannon(`warm-up ${label}`, gw.origin, { ...opts, seconds: WARMUP });
+    const out = await cannonWithCpu(`${label} c64`, gw, ticks, opts);
+    await check(); // still alive and correct after the run
     return { ...out, log: logPath };
   } finally {
     if (gw !== undefined) await stopChild(gw.child, STOP_MS);
