@@ -54,6 +54,8 @@ const plan = obj({
   // within the band against other accounts (or keys) waiting.
   priority: { enum: ['high', 'normal', 'low'], default: 'normal', 'x-msg': 'must be one of high, normal, low' },
   fair_weight: { type: 'number', exclusiveMinimum: 0, maximum: 1000000, default: 1, 'x-msg': 'must be a number above 0 and at most 1000000' },
+  // A batch line (CONTRACT section 18) costs this percent less than the same live request.
+  batch_discount_percent: { type: 'integer', minimum: 0, maximum: 100, default: 0, 'x-msg': 'must be an integer from 0 to 100' },
   quotas: obj(
     {
       requests_per_day: { ...nullableUint, default: null },
@@ -325,6 +327,16 @@ export const configSchema = obj({
       max_bytes: { ...posInt, default: 8388608 },
       max_account_bytes: { ...posInt, default: 67108864 },
       max_chain_length: { ...posInt, default: 1000 },
+    },
+    { default: {} },
+  ),
+  // Batches and files (CONTRACT section 18, lib/batch/).
+  batch: obj(
+    {
+      max_file_bytes: { ...posInt, default: 104857600 },
+      max_lines: { ...posInt, default: 50000 },
+      concurrency: { ...posInt, maximum: 10000, default: 8, 'x-max-msg': 'must be at most 10000' },
+      retention_days: { ...posInt, maximum: 36500, default: 30, 'x-max-msg': 'must be at most 36500 (100 years)' },
     },
     { default: {} },
   ),

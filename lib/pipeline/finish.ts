@@ -150,6 +150,7 @@ export class Finish {
       ttft_ms: ctx.ttftMs === undefined ? null : round(ctx.ttftMs),
       // Whole ms, as x-tollgate-queue-ms shows it; 0 behind no queue.
       queue_ms: ctx.queueMs === undefined ? 0 : Math.round(ctx.queueMs),
+      ...(ctx.principal!.batch === undefined ? {} : { batch_id: ctx.principal!.batch.id, custom_id: ctx.principal!.batch.customId }),
     }).catch((err: unknown) => this.#logger.warn({ request_id: ctx.id, err: (err as Error).message }, 'usage record not written'));
   }
 }

@@ -40,6 +40,9 @@ export interface UsageRecord {
    * it did not wait or its provider has no queue; a refused wait (503 model_overloaded) counts.
    */
   queue_ms: number;
+  /** A batch line's (CONTRACT section 18): its batch and custom_id. */
+  batch_id?: string;
+  custom_id?: string;
 }
 
 /** Totals of a set of records. */
