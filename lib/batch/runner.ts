@@ -83,8 +83,8 @@ export class BatchRunner {
 
   async #tick(): Promise<void> {
     if (this.#o.state() === undefined) return;
-    for (const b of await this.#o.store.listBatches()) {
-      if (this.#running.has(b.id) || !ACTIVE.has(b.status)) continue;
+    for (const b of await this.#o.store.activeBatches()) {
+      if (this.#running.has(b.id)) continue;
       if (!(await this.#o.store.lease(b.id, this.#owner, LEASE_MS))) continue;
       const run = this.#run(b.id).catch((err: unknown) => this.#o.logger.error({ batch: b.id, err: (err as Error).message }, 'batch runner: batch stopped'))
         .finally(() => this.#running.delete(b.id));
@@ -142,13 +142,18 @@ export class BatchRunner {
         status = current?.status ?? 'cancelled';
         if (status !== 'in_progress') return;
         if (now() >= b.expires_at) { stopAt = now(); return; }
-        await store.lease(id, this.#owner, LEASE_MS);
         const outcome = await this.#line(b, line, { ...principal, batch: { id, customId: line.custom_id, billingId: `batch:${id}:${line.line}`, discountPercent: discount } });
         await store.addOutcome(id, outcome);
       }
     };
     const n = Math.min(state.config.batch.concurrency, queue.length);
-    await Promise.all(Array.from({ length: n }, worker));
+    // The lease is renewed while lines run, however long each takes.
+    const renew = setInterval(() => { store.lease(id, this.#owner, LEASE_MS).catch(() => undefined); }, LEASE_MS / 3);
+    try {
+      await Promise.all(Array.from({ length: n }, worker));
+    } finally {
+      clearInterval(renew);
+    }
     // Stopping (a shutdown): the lines left run after the restart, or on another instance.
     if (this.#stopped) return;
     await this.#finish(id, stopAt > 0 ? 'expired' : undefined);
@@ -259,8 +264,6 @@ export class BatchRunner {
     });
   }
 }
-
-const ACTIVE: ReadonlySet<string> = new Set(['validating', 'in_progress', 'cancelling', 'finalizing']);
 
 function retryable(a: { status: number; body: string }): boolean {
   if (a.status !== 429 && a.status !== 503) return false;

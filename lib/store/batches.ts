@@ -22,6 +22,9 @@ export interface FileRecord {
 
 export type BatchStatus = 'validating' | 'failed' | 'in_progress' | 'finalizing' | 'completed' | 'expired' | 'cancelling' | 'cancelled';
 
+/** Statuses of a batch a runner still has work on. */
+export const ACTIVE_STATUSES: ReadonlySet<BatchStatus> = new Set(['validating', 'in_progress', 'cancelling', 'finalizing']);
+
 export interface BatchError { code: string; line: number | null; message: string; param: string | null }
 
 /** A batch as the API shows it, with its owner and the credential its lines run as. */
@@ -62,6 +65,8 @@ export interface BatchStore {
   deleteFile(id: string): Promise<boolean>;
   putBatch(b: BatchRecord): Promise<void>;
   getBatch(id: string): Promise<BatchRecord | undefined>;
+  /** The batches not finished yet (validating, in_progress, cancelling, finalizing). */
+  activeBatches(): Promise<BatchRecord[]>;
   /** Every batch (of `account`, when given), in no set order. */
   listBatches(account?: string): Promise<BatchRecord[]>;
   /** Adds a line's outcome; false when that line had one already (the first stands). */
@@ -171,6 +176,10 @@ export class MemoryBatchStore implements BatchStore {
   async getBatch(id: string): Promise<BatchRecord | undefined> {
     const b = this.#batches.get(id);
     return b === undefined ? undefined : structuredClone(b);
+  }
+
+  async activeBatches(): Promise<BatchRecord[]> {
+    return [...this.#batches.values()].filter((b) => ACTIVE_STATUSES.has(b.status)).map((b) => structuredClone(b));
   }
 
   async listBatches(account?: string): Promise<BatchRecord[]> {

@@ -1,12 +1,12 @@
 // Files and batches in Redis (CONTRACT section 18; the interface is ../batches.ts), shared by
 // every instance on the store. One key per record (P{bf}:ID a file's record, P{bfc}:ID its
 // content, P{bb}:ID a batch), a set of ids per owner (P{bfa}:ACCOUNT, P{bba}:ACCOUNT) and of
-// all batches (P{bball}), each batch's outcomes as a hash by line (HSETNX: the first stands)
+// all batches (P{bball}) and of those still running (P{bactive}), each batch's outcomes as a hash by line (HSETNX: the first stands)
 // with their counts (P{bc}:ID), and its lease (P{blease}:ID, SET NX PX). Every command names
 // one key, so a cluster serves it whatever the slots.
 
 import type { RedisClient } from './connect.js';
-import type { BatchRecord, BatchStore, FileRecord, LineOutcome } from '../batches.js';
+import { ACTIVE_STATUSES, type BatchRecord, type BatchStore, type FileRecord, type LineOutcome } from '../batches.js';
 
 export class RedisBatchStore implements BatchStore {
   readonly #r: RedisClient;
@@ -51,6 +51,14 @@ export class RedisBatchStore implements BatchStore {
     await this.#r.set(`${this.#p}bb:${b.id}`, JSON.stringify(b));
     await this.#r.sadd(`${this.#p}bba:${b.account}`, b.id);
     await this.#r.sadd(`${this.#p}bball`, b.id);
+    if (ACTIVE_STATUSES.has(b.status)) await this.#r.sadd(`${this.#p}bactive`, b.id);
+    else await this.#r.srem(`${this.#p}bactive`, b.id);
+  }
+
+  async activeBatches(): Promise<BatchRecord[]> {
+    const ids = await this.#r.smembers(`${this.#p}bactive`);
+    const batches = await Promise.all(ids.map((id) => this.getBatch(id)));
+    return batches.filter((b): b is BatchRecord => b !== undefined && ACTIVE_STATUSES.has(b.status));
   }
 
   async getBatch(id: string): Promise<BatchRecord | undefined> {
