@@ -11,6 +11,9 @@ export const LINE_UNITS = 19;
 
 export async function fakeChat(delayMs = 0) {
   return startUpstream(async (req, res, body) => {
+    if (req.method === 'POST' && req.url === '/v1/embeddings') {
+      return json(res, 200, { object: 'list', data: [{ object: 'embedding', index: 0, embedding: [0.5, 0.25] }], model: body.model, usage: { prompt_tokens: 5, total_tokens: 5 } });
+    }
     if (req.method !== 'POST' || req.url !== '/v1/chat/completions') return json(res, 404, { error: { message: 'no such route' } });
     if (delayMs > 0) await sleep(delayMs);
     const said = String(body.messages?.[0]?.content ?? '');
