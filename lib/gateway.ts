@@ -120,7 +120,7 @@ export class Gateway {
     }
     if (!this.#draining) this.#alerts.configure(config.alerts);
     state.alerts = this.#alerts;
-    this.#runner = await attachBatches(state, await this.#batches, () => this.#state, this.handler, this.#runner ?? (this.#draining ? null : undefined));
+    this.#runner = await attachBatches(state, await this.#batches, () => this.#state, this.handler, this.#runner ?? (this.#draining ? null : undefined), this.metrics);
     try {
       await state.start();
     } catch (err) {

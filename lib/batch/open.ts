@@ -4,6 +4,7 @@
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Config } from '../config/types.js';
+import type { Metrics } from '../observe/metrics.js';
 import type { GatewayState } from '../state.js';
 import { MemoryBatchStore, type BatchStore } from '../store/batches.js';
 import type { RedisClient } from '../store/redis/connect.js';
@@ -24,13 +25,13 @@ export async function openBatchStore(config: Config['store'], redis: RedisClient
  */
 export async function attachBatches(
   state: GatewayState, store: BatchStore, current: () => GatewayState | undefined, handler: (req: IncomingMessage, res: ServerResponse) => void,
-  runner?: BatchRunner | null,
+  runner?: BatchRunner | null, metrics?: Metrics,
 ): Promise<BatchRunner | undefined> {
   state.batches = store;
   if (state.admin !== null) state.admin.batchStore = store;
   // Draining (null): no runner starts.
   if (runner !== undefined) return runner ?? undefined;
-  const started = new BatchRunner({ store, state: current, handler, logger: state.logger });
+  const started = new BatchRunner({ store, state: current, handler, logger: state.logger, ...(metrics === undefined ? {} : { metrics }) });
   await started.start();
   return started;
 }

@@ -18,6 +18,7 @@ import type { AddressInfo } from 'node:net';
 import { delegate } from '../auth/authenticator.js';
 import type { Principal } from '../auth/principal.js';
 import type { Logger } from '../observe/log.js';
+import type { Metrics } from '../observe/metrics.js';
 import type { GatewayState } from '../state.js';
 import type { BatchRecord, BatchStore, FileRecord, LineOutcome } from '../store/batches.js';
 import { newId } from './files.js';
@@ -35,6 +36,7 @@ export interface RunnerOptions {
   state: () => GatewayState | undefined;
   handler: (req: IncomingMessage, res: ServerResponse) => void;
   logger: Logger;
+  metrics?: Metrics;
 }
 
 export class BatchRunner {
@@ -46,11 +48,21 @@ export class BatchRunner {
   #port = 0;
   #timer: NodeJS.Timeout | undefined;
   #stopped = false;
-  /** Lines in flight now, and lines done, on this instance (metrics). */
+  /** Lines in flight now on this instance, and each running batch's lines not started yet (metrics). */
   inFlight = 0;
+  readonly #waiting = new Map<string, BatchLine[]>();
 
   constructor(o: RunnerOptions) {
     this.#o = o;
+    if (o.metrics !== undefined) {
+      o.metrics.batchLines = () => {
+        let waiting = 0;
+        for (const q of this.#waiting.values()) waiting += q.length;
+        return { waiting, running: this.inFlight };
+      };
+      o.metrics.batchLinesDone.inc({ outcome: 'completed' }, 0);
+      o.metrics.batchLinesDone.inc({ outcome: 'failed' }, 0);
+    }
   }
 
   async start(): Promise<void> {
@@ -143,16 +155,18 @@ export class BatchRunner {
         if (status !== 'in_progress') return;
         if (now() >= b.expires_at) { stopAt = now(); return; }
         const outcome = await this.#line(b, line, { ...principal, batch: { id, customId: line.custom_id, billingId: `batch:${id}:${line.line}`, discountPercent: discount } });
-        await store.addOutcome(id, outcome);
+        if (await store.addOutcome(id, outcome)) this.#o.metrics?.batchLinesDone.inc({ outcome: outcome.ok ? 'completed' : 'failed' });
       }
     };
     const n = Math.min(state.config.batch.concurrency, queue.length);
     // The lease is renewed while lines run, however long each takes.
+    this.#waiting.set(id, queue);
     const renew = setInterval(() => { store.lease(id, this.#owner, LEASE_MS).catch(() => undefined); }, LEASE_MS / 3);
     try {
       await Promise.all(Array.from({ length: n }, worker));
     } finally {
       clearInterval(renew);
+      this.#waiting.delete(id);
     }
     // Stopping (a shutdown): the lines left run after the restart, or on another instance.
     if (this.#stopped) return;

@@ -7,7 +7,7 @@
 import t from 'tap';
 import OpenAI, { toFile } from 'openai';
 import { LINE_UNITS, OTHER, batchConfig, fakeChat, lines, until } from '../helpers/batches.js';
-import { ADMIN, KEY, WALLET, serveFile, wallet } from '../helpers/operator.js';
+import { ADMIN, KEY, WALLET, metric, serveFile, wallet } from '../helpers/operator.js';
 
 t.test('a batch runs at the discount, exact to the unit, with the openai SDK', async (t) => {
   const up = await fakeChat();
@@ -50,6 +50,10 @@ t.test('a batch runs at the discount, exact to the unit, with the openai SDK', a
   t.equal(w.balance_units, WALLET - 5 * LINE_UNITS, 'each line charged its cost less 30%, rounded up');
   t.equal(w.held_units, 0);
   t.equal((await wallet(served.url, 'other')).balance_units, WALLET, 'nobody else paid');
+
+  t.equal(await metric(served.url, 'tollgate_batch_lines_done_total', { outcome: 'completed' }), 5, 'lines done, counted');
+  t.equal(await metric(served.url, 'tollgate_batch_lines', { state: 'waiting' }), 0, 'none waiting');
+  t.equal(await metric(served.url, 'tollgate_batch_lines', { state: 'running' }), 0, 'none running');
 
   const list = await client.batches.list({ limit: 10 });
   t.same(list.data.map((b) => b.id), [batch.id]);
