@@ -123,6 +123,9 @@ export function readRecord(v: unknown): UsageRecord | undefined {
     duration_ms: num(v.duration_ms) ? v.duration_ms : num(v.latency_ms) ? v.latency_ms : 0,
     ttft_ms: num(v.ttft_ms) ? v.ttft_ms : num(v.ttfc_ms) ? v.ttfc_ms : null,
     queue_ms: count(v.queue_ms) ? v.queue_ms : 0,
+    // A batch line's (CONTRACT section 18).
+    ...(typeof v.batch_id === 'string' ? { batch_id: v.batch_id } : {}),
+    ...(typeof v.custom_id === 'string' ? { custom_id: v.custom_id } : {}),
   };
 }
 

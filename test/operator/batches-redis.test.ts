@@ -5,7 +5,7 @@
 import t from 'tap';
 import OpenAI, { toFile } from 'openai';
 import { LINE_UNITS, batchConfig, fakeChat, lines, until } from '../helpers/batches.js';
-import { KEY, WALLET, serveFile, wallet } from '../helpers/operator.js';
+import { ADMIN, KEY, WALLET, serveFile, wallet } from '../helpers/operator.js';
 import { startRedis } from '../helpers/redis.js';
 
 const N = 30;
@@ -33,6 +33,10 @@ t.test('another instance takes over a batch whose instance died', async (t) => {
   t.same(done.request_counts, { total: N, completed: N, failed: 0 });
   const out = (await (await clientB.files.content(done.output_file_id!)).text()).trim().split('\n').map((l) => JSON.parse(l));
   t.same(out.map((o) => o.custom_id).sort(), Array.from({ length: N }, (_, i) => `req-${i}`).sort(), 'each custom_id once');
+  const records = await fetch(`${b.url}/admin/usage/records?account=demo&limit=100`, { headers: { authorization: `Bearer ${ADMIN}` } }).then((r) => r.json()) as any;
+  const mine = records.records.filter((r: any) => r.batch_id === batch.id);
+  t.ok(mine.length >= N, `usage records carry batch_id (${mine.length})`);
+  t.same(new Set(mine.map((r: any) => r.custom_id)).size, N, 'and custom_id');
   const w = await wallet(b.url);
   t.equal(w.balance_units, WALLET - N * LINE_UNITS, 'each line debited once, at the discount');
 });

@@ -50,6 +50,9 @@ t.test('a batch runs at the discount, exact to the unit, with the openai SDK', a
   t.equal(w.balance_units, WALLET - 5 * LINE_UNITS, 'each line charged its cost less 30%, rounded up');
   t.equal(w.held_units, 0);
   t.equal((await wallet(served.url, 'other')).balance_units, WALLET, 'nobody else paid');
+  const records = await fetch(`${served.url}/admin/usage/records?account=demo&limit=100`, { headers: { authorization: `Bearer ${ADMIN}` } }).then((r) => r.json()) as any;
+  t.same(records.records.map((r: any) => [r.batch_id, r.custom_id, r.units]).sort(), out.map((o) => [batch.id, o.custom_id, LINE_UNITS]).sort(),
+    'a usage record per line, with batch_id, custom_id and the discounted units');
 
   t.equal(await metric(served.url, 'tollgate_batch_lines_done_total', { outcome: 'completed' }), 5, 'lines done, counted');
   t.equal(await metric(served.url, 'tollgate_batch_lines', { state: 'waiting' }), 0, 'none waiting');
