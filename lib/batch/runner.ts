@@ -129,7 +129,7 @@ export class BatchRunner {
       await this.#fail(b, 'file_not_found', 'The input file is gone.');
       return;
     }
-    const { lines, errors } = validateLines(content, b.endpoint, state.config.batch.max_lines, state.catalog, principal);
+    const { lines, errors } = await validateLines(content, b.endpoint, state.config.batch.max_lines, state.catalog, principal);
     if (b.status === 'validating') {
       if (errors.length > 0) {
         b.status = 'failed';
