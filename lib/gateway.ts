@@ -402,9 +402,11 @@ export class Gateway {
     return this.#pending.then(() => this.#alerts!);
   }
 
-  /** Stops taking new work: /readyz answers 503 from now on. */
+  /** Stops taking new work: /readyz answers 503 from now on, and batches start no new line. */
   startDrain(): void {
     this.#draining = true;
+    // Batch lines in flight finish; no new one starts (the batch resumes at the next start).
+    this.#runner?.stop().catch(() => undefined);
   }
 
   /** Resolves when no request is in flight, or after `timeoutMs`; true when idle. */

@@ -104,7 +104,15 @@ export class BatchRunner {
     }
   }
 
-  async stop(): Promise<void> {
+  /** Starts no new line; resolves once the lines in flight are done and the listener is closed. */
+  stop(): Promise<void> {
+    this.#stopping ??= this.#stop();
+    return this.#stopping;
+  }
+
+  #stopping: Promise<void> | undefined;
+
+  async #stop(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#timer);
     await Promise.allSettled([...this.#running.values()]);

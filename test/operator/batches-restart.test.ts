@@ -1,6 +1,7 @@
 // A batch outlives its gateway (CONTRACT section 18): the memory store with a path, the gateway
 // killed (SIGKILL) mid-batch and started again on the same file; the batch completes with each
-// custom_id once in its output, and the wallet is debited exactly once per line.
+// custom_id once in its output, and the wallet is debited exactly once per line. A SIGTERM
+// drain lets the lines in flight finish and starts no new one; the restart runs the rest.
 
 import t from 'tap';
 import { join } from 'node:path';
@@ -39,4 +40,30 @@ t.test('a gateway killed mid-batch resumes it after a restart, each line answere
   const w = await wallet(second.url);
   t.equal(w.balance_units, WALLET - N * LINE_UNITS, 'each line debited once, at the discount');
   t.equal(w.held_units, 0, 'no hold left');
+});
+
+t.test('SIGTERM mid-batch: lines in flight finish, no new one starts, the restart finishes the batch', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'tollgate-op-batch-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const up = await fakeChat(300);
+  t.teardown(() => up.close());
+  const first = await serveFile(t, batchConfig(up.baseUrl, { store: { kind: 'memory', path: join(dir, 'store'), fsync_ms: 0 } }));
+  let client = new OpenAI({ apiKey: KEY, baseURL: `${first.url}/v1`, maxRetries: 0 });
+  const file = await client.files.create({ file: await toFile(Buffer.from(lines(N)), 'nightly.jsonl'), purpose: 'batch' });
+  const batch = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+  await until(() => client.batches.retrieve(batch.id), (b) => b.request_counts!.completed >= 2);
+  const exited = new Promise<number | null>((resolve) => first.proc.once('exit', (code) => resolve(code)));
+  first.proc.kill('SIGTERM');
+  t.equal(await exited, 0, 'the drain ends, exit 0');
+  const sent = up.requests.length;
+  t.ok(sent < N, `${sent} lines sent before the drain stopped the batch`);
+
+  const second = await serveFile(t, undefined, first.file);
+  client = new OpenAI({ apiKey: KEY, baseURL: `${second.url}/v1`, maxRetries: 0 });
+  const done = await until(() => client.batches.retrieve(batch.id), (b) => b.status === 'completed', 30_000);
+  t.same(done.request_counts, { total: N, completed: N, failed: 0 });
+  t.equal(up.requests.length, N, 'each line sent upstream once: the drained ones were not run again');
+  const w = await wallet(second.url);
+  t.equal(w.balance_units, WALLET - N * LINE_UNITS, 'each line debited once');
+  t.equal(w.held_units, 0);
 });
