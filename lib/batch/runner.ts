@@ -26,6 +26,7 @@ import { validateLines, type BatchLine } from './validate.js';
 
 const POLL_MS = 200;
 const LEASE_MS = 15_000;
+const SWEEP_MS = 60_000;
 /** Refusals before any hold (rate limits, a full queue) are tried again this many times. */
 const RETRIES = 20;
 const TOKEN_HEADER = 'x-tollgate-batch-line';
@@ -93,8 +94,16 @@ export class BatchRunner {
     this.#timer.unref();
   }
 
+  /** When expired files were last looked for (performance.now()). */
+  #swept = -Infinity;
+
   async #tick(): Promise<void> {
     if (this.#o.state() === undefined) return;
+    if (performance.now() - this.#swept >= SWEEP_MS) {
+      this.#swept = performance.now();
+      // Files past batch.retention_days are gone (reads refuse them already).
+      for (const id of await this.#o.store.expiredFiles(Math.floor(Date.now() / 1000))) await this.#o.store.deleteFile(id);
+    }
     for (const b of await this.#o.store.activeBatches()) {
       if (this.#running.has(b.id)) continue;
       if (!(await this.#o.store.lease(b.id, this.#owner, LEASE_MS))) continue;

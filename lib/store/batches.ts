@@ -63,6 +63,8 @@ export interface BatchStore {
   fileContent(id: string): Promise<Buffer | undefined>;
   listFiles(account: string): Promise<FileRecord[]>;
   deleteFile(id: string): Promise<boolean>;
+  /** The ids of files whose expires_at (Unix seconds) is at or before `now`. */
+  expiredFiles(now: number): Promise<string[]>;
   putBatch(b: BatchRecord): Promise<void>;
   getBatch(id: string): Promise<BatchRecord | undefined>;
   /** The batches not finished yet (validating, in_progress, cancelling, finalizing). */
@@ -114,8 +116,11 @@ export class MemoryBatchStore implements BatchStore {
       } else if (name.endsWith('.lines')) {
         const id = name.slice(0, -'.lines'.length);
         const map = new Map<number, LineOutcome>();
-        // A crash mid-append leaves at most a last line cut short: it is skipped (not answered).
-        for (const line of (await readFile(full, 'utf8')).split('\n')) {
+        // A crash mid-append leaves at most a last line cut short: it is skipped (the line is
+        // run again), and ended, so the next outcome starts a line of its own.
+        const text = await readFile(full, 'utf8');
+        if (text !== '' && !text.endsWith('\n')) await appendFile(full, '\n');
+        for (const line of text.split('\n')) {
           try {
             const o = JSON.parse(line) as LineOutcome;
             if (!map.has(o.line)) map.set(o.line, o);
@@ -165,6 +170,10 @@ export class MemoryBatchStore implements BatchStore {
       await rm(join(this.#dir, `${id}.data`), { force: true });
     }
     return true;
+  }
+
+  async expiredFiles(now: number): Promise<string[]> {
+    return [...this.#files.values()].filter((e) => e.f.expires_at <= now).map((e) => e.f.id);
   }
 
   async putBatch(b: BatchRecord): Promise<void> {

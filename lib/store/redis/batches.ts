@@ -1,9 +1,10 @@
 // Files and batches in Redis (CONTRACT section 18; the interface is ../batches.ts), shared by
 // every instance on the store. One key per record (P{bf}:ID a file's record, P{bfc}:ID its
-// content, P{bb}:ID a batch), a set of ids per owner (P{bfa}:ACCOUNT, P{bba}:ACCOUNT) and of
-// all batches (P{bball}) and of those still running (P{bactive}), each batch's outcomes as a hash by line (HSETNX: the first stands)
-// with their counts (P{bc}:ID), and its lease (P{blease}:ID, SET NX PX). Every command names
-// one key, so a cluster serves it whatever the slots.
+// content, P{bb}:ID a batch); sets of ids: per owner (P{bfa}:ACCOUNT, P{bba}:ACCOUNT), of all
+// files (P{bfall}), of all batches (P{bball}) and of those still running (P{bactive}); each
+// batch's outcomes as a hash by line (HSETNX: the first stands) with their counts (P{bc}:ID),
+// and its lease (P{blease}:ID, SET NX PX). Every command names one key, so a cluster serves it
+// whatever the slots.
 
 import type { RedisClient } from './connect.js';
 import { ACTIVE_STATUSES, type BatchRecord, type BatchStore, type FileRecord, type LineOutcome } from '../batches.js';
@@ -21,6 +22,13 @@ export class RedisBatchStore implements BatchStore {
     await this.#r.set(`${this.#p}bfc:${f.id}`, content);
     await this.#r.set(`${this.#p}bf:${f.id}`, JSON.stringify(f));
     await this.#r.sadd(`${this.#p}bfa:${f.account}`, f.id);
+    await this.#r.sadd(`${this.#p}bfall`, f.id);
+  }
+
+  async expiredFiles(now: number): Promise<string[]> {
+    const ids = await this.#r.smembers(`${this.#p}bfall`);
+    const files = await Promise.all(ids.map((id) => this.getFile(id)));
+    return files.filter((f): f is FileRecord => f !== undefined && f.expires_at <= now).map((f) => f.id);
   }
 
   async getFile(id: string): Promise<FileRecord | undefined> {
@@ -44,6 +52,7 @@ export class RedisBatchStore implements BatchStore {
     await this.#r.del(`${this.#p}bf:${id}`);
     await this.#r.del(`${this.#p}bfc:${id}`);
     await this.#r.srem(`${this.#p}bfa:${f.account}`, id);
+    await this.#r.srem(`${this.#p}bfall`, id);
     return true;
   }
 
