@@ -20,13 +20,15 @@ import type { Principal } from '../auth/principal.js';
 import type { Logger } from '../observe/log.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { GatewayState } from '../state.js';
-import type { BatchRecord, BatchStore, FileRecord, LineOutcome } from '../store/batches.js';
+import type { BatchError, BatchRecord, BatchStore, FileRecord, LineOutcome } from '../store/batches.js';
 import { newId } from './files.js';
 import { validateLines, type BatchLine } from './validate.js';
 
 const POLL_MS = 200;
 const LEASE_MS = 15_000;
 const SWEEP_MS = 60_000;
+/** How often a running batch reads its key again (revoked or expired: it stops). */
+const PRINCIPAL_MS = 1000;
 /** Refusals before any hold (rate limits, a full queue) are tried again this many times. */
 const RETRIES = 20;
 const TOKEN_HEADER = 'x-tollgate-batch-line';
@@ -163,14 +165,26 @@ export class BatchRunner {
     const discount = principal.plan.batch_discount_percent ?? 0;
     let status = b.status;
     let stopAt = 0;
+    let keyGone: string | undefined;
+    let principalAt = performance.now();
     const worker = async () => {
       for (let line = queue.shift(); line !== undefined; line = queue.shift()) {
         // Cancelled, expired or gone: no new line starts; those in flight finish.
-        if (this.#stopped) return;
+        if (this.#stopped || keyGone !== undefined) return;
         const current = await store.getBatch(id);
         status = current?.status ?? 'cancelled';
         if (status !== 'in_progress') return;
         if (now() >= b.expires_at) { stopAt = now(); return; }
+        // The key as it is now: revoked or expired, the batch's remaining lines do not run.
+        if (performance.now() - principalAt >= PRINCIPAL_MS) {
+          principalAt = performance.now();
+          try {
+            principal = await this.#principal(state, b);
+          } catch (err) {
+            keyGone = (err as Error).message;
+            return;
+          }
+        }
         const outcome = await this.#line(b, line, { ...principal, batch: { id, customId: line.custom_id, billingId: `batch:${id}:${line.line}`, discountPercent: discount } });
         if (await store.addOutcome(id, outcome)) this.#o.metrics?.batchLinesDone.inc({ outcome: outcome.ok ? 'completed' : 'failed' });
       }
@@ -187,14 +201,20 @@ export class BatchRunner {
     }
     // Stopping (a shutdown): the lines left run after the restart, or on another instance.
     if (this.#stopped) return;
-    await this.#finish(id, stopAt > 0 ? 'expired' : undefined);
+    const end = keyGone !== undefined
+      ? { code: 'invalid_key', line: null, message: `The key that made this batch can no longer be used: ${keyGone}`, param: null }
+      : stopAt > 0 ? 'expired' as const : undefined;
+    await this.#finish(id, end);
   }
 
   /** The principal of the key that made the batch, as it is now (revoked: refused). */
   async #principal(state: GatewayState, b: BatchRecord): Promise<Principal> {
     const key = await state.store.getKey(b.key_id);
     if (key === undefined || key.revoked_at !== null) throw new Error('it was revoked or removed');
-    return state.auth.keyPrincipal(key.digest);
+    const principal = await state.auth.keyPrincipal(key.digest);
+    const expires = principal.key?.expiresAt ?? null;
+    if (expires !== null && Date.now() >= expires) throw new Error(`it expired at ${new Date(expires).toISOString()}`);
+    return principal;
   }
 
   async #fail(b: BatchRecord, code: string, message: string): Promise<void> {
@@ -205,13 +225,13 @@ export class BatchRunner {
   }
 
   /** Writes the output and error files and the batch's last status. */
-  async #finish(id: string, expired: 'expired' | undefined): Promise<void> {
+  async #finish(id: string, end: 'expired' | BatchError | undefined): Promise<void> {
     const store = this.#o.store;
     const b = await store.getBatch(id);
     if (b === undefined) return;
     const now = Math.floor(Date.now() / 1000);
     const cancelled = b.status === 'cancelling';
-    if (!cancelled && expired === undefined) {
+    if (!cancelled && end === undefined) {
       b.status = 'finalizing';
       b.finalizing_at = now;
       await store.putBatch(b);
@@ -225,9 +245,13 @@ export class BatchRunner {
     if (cancelled) {
       b.status = 'cancelled';
       b.cancelled_at = now;
-    } else if (expired !== undefined) {
+    } else if (end === 'expired') {
       b.status = 'expired';
       b.expired_at = now;
+    } else if (end !== undefined) {
+      b.status = 'failed';
+      b.failed_at = now;
+      b.errors = { object: 'list', data: [end] };
     } else {
       b.status = 'completed';
       b.completed_at = now;

@@ -1,15 +1,16 @@
 // Batch lines (CONTRACT section 18) beyond the happy path: embeddings at the discount, a 402
-// refusal as a failed line in the error file (not a failed batch, nothing charged), and a
-// cancel that stops new lines while those in flight finish and are charged.
+// refusal as a failed line in the error file (not a failed batch, nothing charged), a cancel
+// that stops new lines while those in flight finish and are charged, and a key revoked
+// mid-batch, which fails the batch and keeps what finished.
 
 import t from 'tap';
 import OpenAI, { toFile } from 'openai';
 import { LINE_UNITS, batchConfig, fakeChat, lines, until } from '../helpers/batches.js';
-import { KEY, WALLET, serveFile, wallet } from '../helpers/operator.js';
+import { ADMIN, KEY, WALLET, serveFile, wallet } from '../helpers/operator.js';
 
 const POOR = 'tg_poor_2222222222222222';
 
-t.test('embeddings, a 402 line, and a cancel', async (t) => {
+t.test('embeddings, a 402 line, a cancel, a revoked key', async (t) => {
   const up = await fakeChat(250);
   t.teardown(() => up.close());
   const config = batchConfig(up.baseUrl);
@@ -60,4 +61,22 @@ t.test('embeddings, a 402 line, and a cancel', async (t) => {
   t.equal((await wallet(served.url)).balance_units, before - n * LINE_UNITS, 'each finished line charged, no other');
   const again = await client.batches.cancel(cb.id);
   t.equal(again.status, 'cancelled', 'cancelling again changes nothing');
+
+  // The key revoked mid-batch: no new line starts; the batch fails, what finished is kept.
+  const before2 = (await wallet(served.url)).balance_units;
+  const rf = await client.files.create({ file: await toFile(Buffer.from(lines(40)), 'r.jsonl'), purpose: 'batch' });
+  const rb = await client.batches.create({ input_file_id: rf.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+  await until(() => client.batches.retrieve(rb.id), (b) => b.request_counts!.completed >= 2);
+  const admin = { authorization: `Bearer ${ADMIN}` };
+  const keys = await (await fetch(`${served.url}/admin/accounts/demo/keys`, { headers: admin })).json() as any;
+  const revoked = await fetch(`${served.url}/admin/keys/${keys.keys[0].id}`, { method: 'DELETE', headers: admin });
+  t.ok(revoked.ok, `the key revoked: ${revoked.status}`);
+  const gone = await until(async () => (await (await fetch(`${served.url}/admin/batches?account=demo`, { headers: admin })).json() as any).data.find((b: any) => b.id === rb.id),
+    (b: any) => b.status === 'failed');
+  t.equal(gone.status, 'failed');
+  t.equal(gone.errors.data[0].code, 'invalid_key');
+  const m = gone.request_counts.completed;
+  t.ok(m >= 2 && m < 40, `${m} lines finished before the key was revoked`);
+  t.ok(gone.output_file_id, 'what finished is kept');
+  t.equal((await wallet(served.url)).balance_units, before2 - m * LINE_UNITS, 'each finished line charged, no other');
 });
