@@ -50,6 +50,7 @@ export const ERROR_CODES = Object.freeze({
   key_not_found: 404,
   team_not_found: 404,
   response_not_found: 404,
+  not_found: 404,
   method_not_allowed: 405,
   request_timeout: 408,
   account_exists: 409,

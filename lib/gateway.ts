@@ -30,6 +30,7 @@ import { Health } from './upstream/health.js';
 import { Alerts, type AlertsOptions } from './alerts/alerts.js';
 import { SECURITY_HEADERS } from './console/index.js';
 import { Replicas } from './upstream/balance/index.js';
+import { attachBatches, openBatchStore, type BatchRunner, type BatchStore } from './batch/open.js';
 
 /** A raw path that begins as the console's (any case, any slashes before it). */
 const CONSOLE_RAW = /^\/+console/i;
@@ -64,6 +65,9 @@ export class Gateway {
   /** Every replica's routing state, kept across reloads like the circuits. */
   readonly #replicas = new Replicas();
   #store: Promise<StoreHandle>;
+  /** Files and batches, and the runner of this instance's batch lines (batch/). */
+  #batches: Promise<BatchStore>;
+  #runner: BatchRunner | undefined;
   #storeConfig: string;
   /** Concurrency slots outlive reloads: requests in flight keep theirs. */
   #slots: Slots | undefined;
@@ -93,6 +97,7 @@ export class Gateway {
     this.#warn(valid);
     this.#storeConfig = JSON.stringify(valid.store);
     this.#store = openStore(valid.store, this.logger, valid.usage.retention_days);
+    this.#batches = this.#store.then((h) => openBatchStore(valid.store, h.redis));
     this.#pending = this.#build(valid).then((s) => (this.#state = s));
     this.metrics.upstreams = () => this.#state?.providers.values() ?? [];
   }
@@ -115,6 +120,7 @@ export class Gateway {
     }
     if (!this.#draining) this.#alerts.configure(config.alerts);
     state.alerts = this.#alerts;
+    this.#runner = await attachBatches(state, await this.#batches, () => this.#state, this.handler, this.#runner ?? (this.#draining ? null : undefined), this.metrics);
     try {
       await state.start();
     } catch (err) {
@@ -396,9 +402,11 @@ export class Gateway {
     return this.#pending.then(() => this.#alerts!);
   }
 
-  /** Stops taking new work: /readyz answers 503 from now on. */
+  /** Stops taking new work: /readyz answers 503 from now on, and batches start no new line. */
   startDrain(): void {
     this.#draining = true;
+    // Batch lines in flight finish; no new one starts (the batch resumes at the next start).
+    this.#runner?.stop().catch(() => undefined);
   }
 
   /** Resolves when no request is in flight, or after `timeoutMs`; true when idle. */
@@ -413,6 +421,7 @@ export class Gateway {
   /** Closes upstream pools. Call after the server stopped taking requests. */
   close = async (): Promise<void> => {
     this.#draining = true;
+    await this.#runner?.stop();
     const states = new Set([...this.#retired, ...(this.#state ? [this.#state] : [])]);
     this.#retired.clear();
     await Promise.allSettled([...states].map((s) => s.close()));
@@ -423,6 +432,7 @@ export class Gateway {
     await Promise.allSettled(tracers.map((t) => t.shutdown()));
     // Detected events are recorded and a delivery in flight finishes before the store closes.
     await this.#alerts?.stop();
+    await this.#batches.then((b) => b.close(), () => undefined);
     await this.#store.then((s) => s.close(), () => undefined);
     this.logger.flush();
   };

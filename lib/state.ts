@@ -30,6 +30,7 @@ import type { Circuit, Health } from './upstream/health.js';
 import { Fleet, type FleetView, type Replicas } from './upstream/balance/index.js';
 import type { Alerts } from './alerts/alerts.js';
 import { McpUpstreams, type McpReachability } from './upstream/mcp.js';
+import type { BatchStore } from './store/batches.js';
 
 /** One place a model can be served from: its provider, or one of its fallbacks. */
 export interface Target {
@@ -52,6 +53,8 @@ export class GatewayState {
   readonly mcp: McpUpstreams;
   /** Alert detection (../alerts/), the gateway's: set by it before the state serves. */
   alerts: Alerts | null = null;
+  /** Files and batches (CONTRACT section 18), the gateway's: set by it before the state serves. */
+  batches: BatchStore | null = null;
   /** Made by start() when the config names a passthrough target (the gateway serves a state only once started). */
   passthrough: Passthrough | null = null;
   readonly limits: Limits;

@@ -42,6 +42,8 @@ const EXTRA: Record<string, number> = {
   account_not_found: 404,
   key_not_found: 404,
   response_not_found: 404,
+  // CONTRACT section 18: files and batches.
+  not_found: 404,
   account_exists: 409,
   // CONTRACT section 8: per-key controls.
   key_expired: 401,
@@ -86,8 +88,8 @@ t.test('the extra codes have their statuses', async (t) => {
 
 t.test('the table holds nothing beyond the spec codes and the extras', async (t) => {
   const expected = new Map([...specTable(), ...Object.entries(EXTRA)]);
-  t.equal(expected.size, 46);
-  t.equal(Object.keys(ERROR_CODES).length, 46, 'count pinned');
+  t.equal(expected.size, 47);
+  t.equal(Object.keys(ERROR_CODES).length, 47, 'count pinned');
   t.strictSame(Object.keys(ERROR_CODES).sort(), [...expected.keys()].sort());
   t.strictSame(Object.fromEntries(Object.entries(ERROR_CODES)), Object.fromEntries(expected));
   t.ok(Object.isFrozen(ERROR_CODES), 'the table cannot be changed at run time');

@@ -14,10 +14,16 @@ export interface Principal {
   credentialId: string;
   /** A developer key's own controls (CONTRACT section 8); absent for dashboard JWTs. */
   key?: KeyPolicy;
+  /**
+   * A batch line's (CONTRACT section 18): its batch and custom_id, the id its hold and settlement
+   * take (one per line: a line run again after a restart settles once), and the plan's discount.
+   */
+  batch?: { id: string; customId: string; billingId: string; discountPercent: number };
 }
 
 /** The band a request waits in when its provider's replicas are full: the key's priority, else the plan's. */
 export function queuePriority(p: Principal): QueuePriority {
+  if (p.batch !== undefined) return 'low';
   return p.key?.priority ?? p.plan.priority ?? 'normal';
 }
 

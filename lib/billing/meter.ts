@@ -70,6 +70,15 @@ function holdPrice(price: PriceConfig): PriceConfig {
  * refuse more), so a cost above that is "more than any balance": debiting it takes what the
  * balance has, exactly as debiting the true figure would.
  */
+/**
+ * A batch line's price (CONTRACT section 18): `units` less `percent` of it, rounded up to a
+ * whole unit; `units` itself when there is no discount.
+ */
+export function discounted(units: bigint, percent: number): bigint {
+  if (percent <= 0) return units;
+  return (units * BigInt(100 - percent) + 99n) / 100n;
+}
+
 function storeUnits(units: bigint): number {
   return units > MAX_UNITS ? Number.MAX_SAFE_INTEGER : Number(units);
 }
@@ -126,6 +135,8 @@ export class Charge {
   readonly #day: string;
   readonly #month: string;
   readonly #key: { id: string; periods: BudgetPeriods; team?: string } | undefined;
+  /** A batch line's discount in percent (0: none). */
+  readonly #discount: number;
   /** Settled, or released: the hold is gone. */
   #done = false;
   /** A settle was sent: whatever came of it, no other is (its figures are the only ones). */
@@ -143,8 +154,9 @@ export class Charge {
   /** `store` null: an unmetered request (store.on_error: open while the store is down). */
   constructor(
     store: Store | null, account: string, requestId: string, price: PriceConfig, w: { day: string; month: string }, key?: { id: string; periods: BudgetPeriods },
-    team?: string,
+    team?: string, discount = 0,
   ) {
+    this.#discount = discount;
     // The settlement names the team the hold counted against: each debit lands on it once.
     this.#key = key === undefined ? undefined : team === undefined ? key : { ...key, team };
     this.team = team ?? null;
@@ -180,7 +192,7 @@ export class Charge {
   async settle(usage: Usage, cost?: bigint): Promise<void> {
     if (this.#sent || this.#done) return;
     this.#sent = true;
-    const units = storeUnits(cost ?? usageCost(usage, this.#price));
+    const units = storeUnits(discounted(cost ?? usageCost(usage, this.#price), this.#discount));
     if (this.#store === null) {
       this.#done = true;
       this.charged = 0;
@@ -233,7 +245,8 @@ export async function hold(
 ): Promise<Charge> {
   // Every answer asked for (completions' n per prompt) may run to the output limit.
   const output = (request.maxOutputTokens ?? model.max_output_tokens) * (request.answers ?? 1);
-  const units = fixed ?? cost(promptTokens, output, holdPrice(model.price));
+  // A batch line's worst case less the plan's discount (CONTRACT section 18).
+  const units = discounted(fixed ?? cost(promptTokens, output, holdPrice(model.price)), principal.batch?.discountPercent ?? 0);
   return holdUnits(store, principal, requestId, units, model.price, ttlMs, open, endUser);
 }
 
@@ -262,7 +275,7 @@ export async function holdUnits(
     // store.on_error: open — serve unmetered rather than refuse; said loudly, once per outage.
     if (open !== null) {
       open.down(err);
-      return new Charge(null, principal.accountId, requestId, price, w, key);
+      return new Charge(null, principal.accountId, requestId, price, w, key, undefined, principal.batch?.discountPercent ?? 0);
     }
     throw unavailable(err);
   }
@@ -293,7 +306,7 @@ export async function holdUnits(
       extras: { quota_code: result.quota_code, wallet_balance_units: result.available_units },
     });
   }
-  const charge = new Charge(store, principal.accountId, requestId, price, w, key, result.team);
+  const charge = new Charge(store, principal.accountId, requestId, price, w, key, result.team, principal.batch?.discountPercent ?? 0);
   const eub = principal.key?.endUserBudget;
   if (eub != null && endUser != null && key !== undefined) await holdEndUser(store, charge, principal.accountId, { keyId: key.id, endUser, period: periodId(eub.period, key.periods) }, eub, requestId, units, ttlMs, now);
   return charge;

@@ -56,6 +56,8 @@ const plan = obj({
   fair_weight: { type: 'number', exclusiveMinimum: 0, maximum: 1000000, default: 1, 'x-msg': 'must be a number above 0 and at most 1000000' },
   // Patterns over <server>__<tool> of the MCP tools the plan's keys may use (CONTRACT section 17); none by default.
   mcp_tools: { type: 'array', items: { type: 'string', minLength: 1, maxLength: 256, 'x-msg': 'must be a pattern of 1 to 256 characters' }, default: [] },
+  // A batch line (CONTRACT section 18) costs this percent less than the same live request.
+  batch_discount_percent: { type: 'integer', minimum: 0, maximum: 100, default: 0, 'x-msg': 'must be an integer from 0 to 100' },
   quotas: obj(
     {
       requests_per_day: { ...nullableUint, default: null },
@@ -366,6 +368,16 @@ export const configSchema = obj({
       max_bytes: { ...posInt, default: 8388608 },
       max_account_bytes: { ...posInt, default: 67108864 },
       max_chain_length: { ...posInt, default: 1000 },
+    },
+    { default: {} },
+  ),
+  // Batches and files (CONTRACT section 18, lib/batch/).
+  batch: obj(
+    {
+      max_file_bytes: { ...posInt, default: 104857600 },
+      max_lines: { ...posInt, default: 50000 },
+      concurrency: { ...posInt, maximum: 10000, default: 8, 'x-max-msg': 'must be at most 10000' },
+      retention_days: { ...posInt, maximum: 36500, default: 30, 'x-max-msg': 'must be at most 36500 (100 years)' },
     },
     { default: {} },
   ),

@@ -22,6 +22,8 @@ export interface PlanConfig {
   fair_weight: number;
   /** Patterns (`*` any run) over `<server>__<tool>` of the MCP tools its keys may use; [] (the default) or absent: none (CONTRACT section 17). */
   mcp_tools?: readonly string[];
+  /** A batch line costs this percent less than the same live request (CONTRACT section 18). */
+  batch_discount_percent?: number;
   quotas: { requests_per_day: number | null; tokens_per_day: number | null; units_per_month: number | null };
 }
 
@@ -264,6 +266,8 @@ export interface Config {
    * responses, is answered with `store: false` and not kept.
    */
   responses: { retention_hours: number; max_bytes: number; max_account_bytes: number; max_chain_length: number };
+  /** Batches and files (CONTRACT section 18, lib/batch/). */
+  batch: { max_file_bytes: number; max_lines: number; concurrency: number; retention_days: number };
   /** Usage records (one per metered request) are kept at least this many days. */
   usage: { retention_days: number };
   /** Alerts (CONTRACT section 15, lib/alerts/): what is detected and where it is POSTed. */

@@ -94,6 +94,21 @@ export class Metrics {
       }
     },
   });
+  /** This instance's batch lines (batch/runner.ts), read when /metrics is scraped. */
+  batchLines: () => { waiting: number; running: number } = () => ({ waiting: 0, running: 0 });
+  readonly batchLinesNow: Gauge<'state'> = new Gauge({
+    name: 'tollgate_batch_lines', help: 'Batch lines on this instance: waiting to start, running (CONTRACT section 18).',
+    labelNames: ['state'] as const, registers: [this.registry],
+    collect: () => {
+      const n = this.batchLines();
+      this.batchLinesNow.set({ state: 'waiting' }, n.waiting);
+      this.batchLinesNow.set({ state: 'running' }, n.running);
+    },
+  });
+  readonly batchLinesDone: Counter<'outcome'> = new Counter({
+    name: 'tollgate_batch_lines_done_total', help: 'Batch lines this instance finished, by outcome: completed, failed.',
+    labelNames: ['outcome'] as const, registers: [this.registry],
+  });
   /** Usage records the store has read back so far (Store.usageRecordsRead), read when /metrics is scraped. */
   usageRecordsRead: () => number = () => 0;
   readonly usageReads: Counter = new Counter({

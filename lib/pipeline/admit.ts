@@ -71,7 +71,7 @@ export async function admitAndHold(
   // The store's hold records the key's use at a time no earlier than this.
   const asked = Date.now();
   // Billing has its own id: x-request-id may come from the client, and must not collide.
-  const holdNow = () => hold(state.store, principal, randomUUID(), model, request, prompt, ttl, state.openMode, fixed, ctx.attribution?.endUser);
+  const holdNow = () => hold(state.store, principal, principal.batch?.billingId ?? randomUUID(), model, request, prompt, ttl, state.openMode, fixed, ctx.attribution?.endUser);
   // Where the limits had ample room at this principal's last request, the hold goes out with
   // them (one round trip to the store); a refusal by the limits then releases it at once.
   const early = state.limits.roomy(principal)

@@ -153,6 +153,7 @@ export class Finish {
       tags: ctx.attribution?.tags ?? [],
       end_user: ctx.attribution?.endUser ?? null,
       ...(ctx.tool === undefined ? {} : { tool: ctx.tool }),
+      ...(ctx.principal!.batch === undefined ? {} : { batch_id: ctx.principal!.batch.id, custom_id: ctx.principal!.batch.customId }),
     }).catch((err: unknown) => this.#logger.warn({ request_id: ctx.id, err: (err as Error).message }, 'usage record not written'));
   }
 }

@@ -25,10 +25,12 @@ import { serveRerank } from './rerank.js';
 import { serveKey, serveUsage } from './self.js';
 import { serveStoredResponse } from './stored-responses.js';
 import { serveMcp } from '../mcp/serve.js';
+import { serveBatches } from '../batch/batches.js';
+import { serveFiles } from '../batch/files.js';
 
 export type V1Route =
   | 'chat' | 'completions' | 'messages' | 'messages_count_tokens' | 'responses' | 'response' | 'embeddings' | 'rerank' | 'score'
-  | 'audio_transcriptions' | 'audio_translations' | 'models' | 'model' | 'key' | 'usage' | 'mcp' | 'unknown';
+  | 'audio_transcriptions' | 'audio_translations' | 'models' | 'model' | 'key' | 'usage' | 'mcp' | 'files' | 'file' | 'batches' | 'batch' | 'unknown';
 
 export function v1Route(path: string): V1Route {
   if (path === '/mcp' || path.startsWith('/mcp/')) return 'mcp';
@@ -47,6 +49,10 @@ export function v1Route(path: string): V1Route {
   if (path === '/v1/key') return 'key';
   if (path === '/v1/usage') return 'usage';
   if (path.startsWith('/v1/models/') && path.length > 11) return 'model';
+  if (path === '/v1/files') return 'files';
+  if (/^\/v1\/files\/[^/]+(\/content)?$/.test(path)) return 'file';
+  if (path === '/v1/batches') return 'batches';
+  if (/^\/v1\/batches\/[^/]+(\/cancel)?$/.test(path)) return 'batch';
   return 'unknown';
 }
 
@@ -59,7 +65,8 @@ export function dialectOf(path: string): Dialect | undefined {
 export const ALLOW: Record<V1Route, string> = {
   chat: 'POST', completions: 'POST', messages: 'POST', messages_count_tokens: 'POST', responses: 'POST', response: 'GET, DELETE', embeddings: 'POST',
   rerank: 'POST', score: 'POST', audio_transcriptions: 'POST', audio_translations: 'POST',
-  models: 'GET, HEAD', model: 'GET, HEAD', key: 'GET', usage: 'GET', mcp: 'POST, DELETE', unknown: '',
+  models: 'GET, HEAD', model: 'GET, HEAD', key: 'GET', usage: 'GET', mcp: 'POST, DELETE', files: 'GET, POST', file: 'GET, DELETE', batches: 'GET, POST',
+  batch: 'GET, POST', unknown: '',
 };
 
 /** Refuses, before the config state is awaited, a path that does not exist or a method it does not take. */
@@ -76,6 +83,14 @@ export function checkV1(route: V1Route, req: IncomingMessage, path: string): voi
 export async function serveV1(state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
   // MCP's endpoints (CONTRACT section 17) take the same way in: lib/mcp/.
   if (ctx.route === 'mcp') return serveMcp(state, metrics, ctx, req, res, path);
+  if (ctx.route === 'files' || ctx.route === 'file') {
+    await serveFiles(state, ctx, req, res, path.slice('/v1/files'.length));
+    return;
+  }
+  if (ctx.route === 'batches' || ctx.route === 'batch') {
+    await serveBatches(state, ctx, req, res, path.slice('/v1/batches'.length));
+    return;
+  }
   if (ctx.route === 'models' || ctx.route === 'model' || ctx.route === 'response' || ctx.route === 'key' || ctx.route === 'usage') {
     await unmetered(state, ctx, req, res, path);
     return;

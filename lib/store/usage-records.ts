@@ -129,6 +129,9 @@ export function readRecord(v: unknown): UsageRecord | undefined {
     tags: Array.isArray(v.tags) ? v.tags.filter((t): t is string => typeof t === 'string' && t !== '') : [],
     end_user: typeof v.end_user === 'string' && v.end_user !== '' ? v.end_user : null,
     ...(typeof v.tool === 'string' ? { tool: v.tool } : {}),
+    // A batch line's (CONTRACT section 18).
+    ...(typeof v.batch_id === 'string' ? { batch_id: v.batch_id } : {}),
+    ...(typeof v.custom_id === 'string' ? { custom_id: v.custom_id } : {}),
   };
 }
 

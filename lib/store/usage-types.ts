@@ -46,6 +46,9 @@ export interface UsageRecord {
   end_user: string | null;
   /** An MCP tools/call's tool, `<server>__<tool>` (CONTRACT section 17); absent for every other request. */
   tool?: string;
+  /** A batch line's (CONTRACT section 18): its batch and custom_id. */
+  batch_id?: string;
+  custom_id?: string;
 }
 
 /** Totals of a set of records. */

@@ -36,8 +36,8 @@ export const LAYERS: ReadonlyArray<readonly string[]> = [
   ['state.ts'],
   // 10 the one metered pipeline.
   ['pipeline/'],
-  // 11 the /v1 route table and the routes that are not a dialect's generation; MCP's endpoints.
-  ['routes/', 'mcp/'],
+  // 11 the /v1 route table and the routes that are not a dialect's generation; MCP's endpoints; files and batches.
+  ['routes/', 'mcp/', 'batch/'],
   // 12 the config's lifecycle and the top-level dispatch.
   ['gateway.ts'],
   // 13 the standalone node:http server.

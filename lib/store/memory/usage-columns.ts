@@ -3,7 +3,8 @@
 // record cost about 600 bytes of heap, all of it traced by every major GC; here it costs under
 // 200: its nine numbers in a Float64Array, its eight repeated strings (account, key, team, model,
 // provider, target, route, usage source) as indices into the day's table of distinct values,
-// and its request id, made flat, as the one string of its own. Records are rebuilt as objects
+// and its request id, made flat, as the one string of its own (a batch line's batch_id and
+// custom_id, beside, in a map by index). Records are rebuilt as objects
 // only when read (admin queries), with the contract's fields in their order, as the other
 // stores return them: a record reads back exactly as written (numbers are kept as float64, so
 // every safe integer and every duration is exact); fields outside the contract are not kept.
@@ -27,6 +28,8 @@ const FIRST_CAPACITY = 256;
 export class DayColumns {
   #length = 0;
   #ids: string[] = [];
+  /** A batch line's batch_id and custom_id (CONTRACT section 18), by record index: few records have them. */
+  readonly #batch = new Map<number, [string, string]>();
   #nums = new Float64Array(FIRST_CAPACITY * NUMS);
   #refs = new Uint32Array(FIRST_CAPACITY * REFS);
   #sources = new Uint8Array(FIRST_CAPACITY);
@@ -70,6 +73,7 @@ export class DayColumns {
     refs[s + 8] = r.tags.length === 0 ? 0 : this.#ref(r.tags.join(','));
     refs[s + 9] = r.end_user === null ? 0 : this.#ref(r.end_user);
     this.#sources[i] = source;
+    if (r.batch_id !== undefined) this.#batch.set(i, [flattened(r.batch_id), flattened(r.custom_id ?? '')]);
     this.#length = i + 1;
   }
 
@@ -81,6 +85,7 @@ export class DayColumns {
     const refs = this.#refs;
     const table = this.#table;
     const ttft = nums[n + 7]!;
+    const batch = this.#batch.get(i);
     return {
       request_id: this.#ids[i]!,
       at: nums[n]!,
@@ -104,6 +109,7 @@ export class DayColumns {
       end_user: refs[s + 9] === 0 ? null : table[refs[s + 9]!]!,
       // An MCP tool call's tool (CONTRACT section 17): only its records carry one.
       ...(refs[s + 7] === 0 ? {} : { tool: table[refs[s + 7]!]! }),
+      ...(batch === undefined ? {} : { batch_id: batch[0], custom_id: batch[1] }),
     };
   }
 
