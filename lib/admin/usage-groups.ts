@@ -4,8 +4,9 @@
 // the cost is the range's hours (or days) and the groups' ids, whatever the history's length.
 //
 // Exact to the unit, by these rules (docs/attribution.md):
-// - a group read covers whole hours (whole UTC days with `day`): `since` is taken back to the
-//   start of its hour (day), and the answer says so; its `totals` cover the same records;
+// - a group read covers whole hours (whole UTC days with `day`, or when two of tag, end_user and
+//   model meet, grouped or filtered: those totals are kept per day): `since` is taken back to the start of its hour
+//   (day), and the answer says so; its `totals` cover the same records;
 // - key, team, model, end_user and day give each record one value: their groups sum to `totals`
 //   exactly (records without a key, team or end user form the group whose value is null);
 // - tag gives a record each of its tags: a request with two tags counts whole in both groups,
@@ -14,6 +15,7 @@
 
 import { GatewayError, clip } from '../errors.js';
 import type { Store, TotalsDimension, TotalsRow } from '../store/types.js';
+import { planOf } from '../store/usage-totals.js';
 import { DAY_MS } from '../utc-day.js';
 import { OTHER_END_USERS, TAG, checkEndUser } from '../auth/attribution.js';
 
@@ -56,7 +58,14 @@ export async function usageGroups(store: Store, q: URLSearchParams, account: str
   if (endUser !== undefined && endUser !== OTHER_END_USERS) checkEndUser(endUser, 'end_user');
   const daily = dims.includes('day');
   const by = dims.filter((d): d is Exclude<GroupDim, 'day'> => d !== 'day') as TotalsDimension[];
-  const unit = daily ? DAY_MS : HOUR_MS;
+  // Totals kept per UTC day only (two of tag, end_user and model) are read over whole days.
+  let perDay = daily;
+  try {
+    perDay ||= planOf({ by, account, ...(tag === undefined ? {} : { tag }), ...(endUser === undefined ? {} : { end_user: endUser }) }).column.daily;
+  } catch (err) {
+    if (!(err instanceof RangeError)) throw err; // refused below, by the read itself
+  }
+  const unit = perDay ? DAY_MS : HOUR_MS;
   const start = Math.floor(Math.max(since, 0) / unit) * unit;
   const until = Math.max(start, Math.ceil((now + HOUR_MS + AHEAD_MS) / unit) * unit);
   const base = { account, since: start, until, ...(tag === undefined ? {} : { tag }), ...(endUser === undefined ? {} : { end_user: endUser }) };

@@ -122,7 +122,7 @@ for (const [name, storeConfig] of stores) {
     t.test('bad parameters: 400 naming them, unknown accounts 404', async (t) => {
       const cases: Array<[string, number, string, string | null]> = [
         ['/admin/usage/top', 400, 'missing_required_parameter', 'by'],
-        ['/admin/usage/top?by=tag', 400, 'unsupported_value', 'by'],
+        ['/admin/usage/top?by=colour', 400, 'unsupported_value', 'by'],
         ['/admin/usage/top?by=', 400, 'invalid_value', 'by'],
         ['/admin/usage/top?by=key&limit=0', 400, 'invalid_value', 'limit'],
         ['/admin/usage/top?by=key&limit=101', 400, 'invalid_value', 'limit'],
