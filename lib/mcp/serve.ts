@@ -8,14 +8,13 @@
 // DELETE ends a session; GET (a server-to-client stream) is not offered: 405.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import { GatewayError, clip } from '../errors.js';
 import { readBody } from '../http/body.js';
 import { sendJson, sendWhole } from '../http/respond.js';
 import type { Metrics } from '../observe/metrics.js';
 import { answerHeaders, type RequestContext } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
-import { FORWARDED_METHODS, McpRpcError, McpUnavailableError, type ForwardedMethod, type UpstreamTool } from '../upstream/mcp.js';
+import { FORWARDED_METHODS, McpRpcError, McpUnavailableError, loadSdk, type ForwardedMethod, type UpstreamTool } from '../upstream/mcp.js';
 import { meteredCall, unavailable } from './call.js';
 import { SEPARATOR, grantOf, type ToolGrant } from './grants.js';
 import { RPC, RpcError, errorText, parseMessage, resultText, type ClientMessage } from './jsonrpc.js';
@@ -59,6 +58,7 @@ export async function serveMcp(state: GatewayState, metrics: Metrics, ctx: Reque
       throw new RpcError(RPC.server, 'Method Not Allowed: POST a JSON-RPC message (this gateway offers no server-to-client stream)', { status: 405, headers: { allow: 'POST, DELETE' } });
     }
     mode = acceptOf(req);
+    const { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } = await loadSdk();
     const type = (req.headers['content-type'] ?? '').toLowerCase();
     if (!type.startsWith('application/json')) throw new RpcError(RPC.server, 'Unsupported Media Type: the body must be application/json', { status: 415 });
     const version = req.headers['mcp-protocol-version'];
@@ -71,7 +71,7 @@ export async function serveMcp(state: GatewayState, metrics: Metrics, ctx: Reque
     const sid = sessionOf(req);
     if (message.kind === 'request' && message.method === 'initialize') {
       if (sid !== undefined) throw new RpcError(RPC.invalidRequest, 'Invalid Request: initialize opens a session; send it without Mcp-Session-Id', { status: 400 });
-      const result = initialize(message.params, grantOf(ctx.principal), server);
+      const result = initialize(message.params, grantOf(ctx.principal), server, SUPPORTED_PROTOCOL_VERSIONS, LATEST_PROTOCOL_VERSION);
       const opened = sessions.open(ctx.principal.credentialId, server);
       write(res, mode, 200, resultText(message.id, result), answerHeaders(ctx, { [SESSION_HEADER]: opened }));
       return;
@@ -123,9 +123,11 @@ function write(res: ServerResponse, mode: 'json' | 'sse', status: number, text: 
   sendWhole(res, status, `event: message\ndata: ${text}\n\n`, headers);
 }
 
-function initialize(params: Record<string, unknown>, grant: ToolGrant, server: string | null): { protocolVersion: string } & Record<string, unknown> {
+function initialize(
+  params: Record<string, unknown>, grant: ToolGrant, server: string | null, supported: readonly string[], latest: string,
+): { protocolVersion: string } & Record<string, unknown> {
   const asked = params.protocolVersion;
-  const protocolVersion = typeof asked === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(asked) ? asked : LATEST_PROTOCOL_VERSION;
+  const protocolVersion = typeof asked === 'string' && supported.includes(asked) ? asked : latest;
   const capabilities: Record<string, unknown> = { tools: {} };
   if (server !== null && grant.whole(server)) {
     capabilities.prompts = {};

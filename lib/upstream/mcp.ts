@@ -11,12 +11,7 @@
 // Each server's tool list is cached (for tools/list, and so that a call of a tool the server
 // does not have is answered exactly as an ungranted one, without a forward).
 
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import {
-  CallToolResultSchema, CompleteResultSchema, GetPromptResultSchema, ListPromptsResultSchema, ListResourceTemplatesResultSchema,
-  ListResourcesResultSchema, ListToolsResultSchema, McpError, ReadResourceResultSchema, ErrorCode as RpcCode,
-} from '@modelcontextprotocol/sdk/types.js';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { McpServerConfig } from '../config/types.js';
 import type { Logger } from '../observe/log.js';
 
@@ -43,17 +38,19 @@ export class McpRpcError extends Error {
   }
 }
 
-/** The methods forwarded besides tools/call and tools/list, with the schema of each one's result. */
-const FORWARDED = {
-  'prompts/list': ListPromptsResultSchema,
-  'prompts/get': GetPromptResultSchema,
-  'resources/list': ListResourcesResultSchema,
-  'resources/templates/list': ListResourceTemplatesResultSchema,
-  'resources/read': ReadResourceResultSchema,
-  'completion/complete': CompleteResultSchema,
-} as const;
-export type ForwardedMethod = keyof typeof FORWARDED;
-export const FORWARDED_METHODS: ReadonlySet<string> = new Set(Object.keys(FORWARDED));
+type Sdk = typeof import('./mcp-sdk.js');
+let sdk: Promise<Sdk> | undefined;
+
+/** The SDK's pieces (./mcp-sdk.ts), imported on first use: only a gateway with MCP servers loads them. */
+export function loadSdk(): Promise<Sdk> {
+  return (sdk ??= import('./mcp-sdk.js'));
+}
+
+/** The methods forwarded besides tools/call and tools/list (each with its result schema in ./mcp-sdk.ts). */
+const FORWARDED = ['prompts/list', 'prompts/get', 'resources/list', 'resources/templates/list', 'resources/read', 'completion/complete'] as const;
+export type ForwardedMethod = (typeof FORWARDED)[number];
+type UpstreamMethod = ForwardedMethod | 'tools/list' | 'tools/call';
+export const FORWARDED_METHODS: ReadonlySet<string> = new Set(FORWARDED);
 
 /** How long a tool list is trusted for calls; a list asked for (its first page) is fetched again after a second. */
 const TOOLS_FRESH_MS = 60_000;
@@ -90,6 +87,7 @@ class McpUpstream {
   #connect(): Promise<Client> {
     if (this.#closed) return Promise.reject(new Error('closed'));
     this.#client ??= (async () => {
+      const { Client, StreamableHTTPClientTransport } = await loadSdk();
       const client = new Client({ name: 'tollgate', version: '1' }, { capabilities: {} });
       const transport = new StreamableHTTPClientTransport(new URL(this.config.url), { requestInit: { headers: { ...this.config.headers } } });
       await client.connect(transport, { timeout: this.config.timeout_ms });
@@ -99,7 +97,8 @@ class McpUpstream {
   }
 
   /** Sends one request; a transport failure drops the session and becomes McpUnavailableError. */
-  async request<T>(method: string, params: Record<string, unknown>, schema: Parameters<Client['request']>[1]): Promise<T> {
+  async request<T>(method: UpstreamMethod, params: Record<string, unknown>): Promise<T> {
+    const { McpError, RpcCode, RESULT_SCHEMAS } = await loadSdk();
     const opened = this.#client;
     let client: Client;
     try {
@@ -109,7 +108,7 @@ class McpUpstream {
       throw this.#down(err);
     }
     try {
-      const result = await client.request({ method, params } as Parameters<Client['request']>[0], schema, { timeout: this.config.timeout_ms, maxTotalTimeout: this.config.timeout_ms });
+      const result = await client.request({ method, params } as Parameters<Client['request']>[0], RESULT_SCHEMAS[method], { timeout: this.config.timeout_ms, maxTotalTimeout: this.config.timeout_ms });
       this.#up();
       return result as T;
     } catch (err) {
@@ -160,7 +159,7 @@ class McpUpstream {
     const list: UpstreamTool[] = [];
     let cursor: string | undefined;
     for (let page = 0; page < MAX_TOOL_PAGES; page++) {
-      const r = await this.request<{ tools: UpstreamTool[]; nextCursor?: string }>('tools/list', cursor === undefined ? {} : { cursor }, ListToolsResultSchema);
+      const r = await this.request<{ tools: UpstreamTool[]; nextCursor?: string }>('tools/list', cursor === undefined ? {} : { cursor });
       list.push(...r.tools);
       cursor = r.nextCursor;
       if (cursor === undefined) break;
@@ -170,11 +169,11 @@ class McpUpstream {
   }
 
   call(params: Record<string, unknown>): Promise<Record<string, unknown>> {
-    return this.request('tools/call', params, CallToolResultSchema);
+    return this.request('tools/call', params);
   }
 
   forward(method: ForwardedMethod, params: Record<string, unknown>): Promise<Record<string, unknown>> {
-    return this.request(method, params, FORWARDED[method]);
+    return this.request(method, params);
   }
 
   reachability(): McpReachability {

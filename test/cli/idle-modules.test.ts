@@ -1,8 +1,8 @@
 // What `tollgate serve` loads (issue #13, idle RSS): only what its config uses. A gateway
 // without auth.jwt, tokenizer.json files, metrics scraping, Redis, tracing or a passthrough
 // never loads jose, @huggingface/tokenizers, undici's or rate-limiter-flexible's or prom-client's
-// index, the Prometheus text parser, ioredis, OpenTelemetry (SDK or API), http-proxy-3, Ajv or the
-// audio routes' form parser (busboy), even after serving
+// index, the Prometheus text parser, ioredis, OpenTelemetry (SDK or API), http-proxy-3, Ajv, the
+// MCP SDK or zod, or the audio routes' form parser (busboy), even after serving
 // a request; one that sets auth.jwt and names a tokenizer.json loads jose and the tokenizer
 // library when it starts, before its first request.
 
@@ -37,6 +37,9 @@ const NEVER = {
   'http-proxy-3': /\/node_modules\/http-proxy-3\//,
   'fast-check': /\/node_modules\/fast-check\//,
   "Ajv's compiler (the config validator is compiled ahead of time)": /\/node_modules\/ajv\/dist\/(ajv|core)\.js$/,
+  // The MCP gateway's SDK (and zod, its schemas), loaded once a config names an MCP server.
+  '@modelcontextprotocol/sdk': /\/node_modules\/@modelcontextprotocol\/sdk\//,
+  zod: /\/node_modules\/zod\//,
 };
 
 const up = await startUpstream((_req, res) => json(res, 200, completionBody('hi')));
