@@ -79,11 +79,11 @@ const EMPTY_DEFAULTS = {
   auth: { jwt: null },
   plans: {
     free: {
-      paid: false, requests_per_minute: 60, tokens_per_minute: 100000, max_concurrent: 4, priority: 'normal', fair_weight: 1, mcp_tools: [],
+      paid: false, requests_per_minute: 60, tokens_per_minute: 100000, max_concurrent: 4, priority: 'normal', fair_weight: 1, mcp_tools: [], batch_discount_percent: 0,
       quotas: { requests_per_day: 1000, tokens_per_day: 1000000, units_per_month: null },
     },
     pro: {
-      paid: true, requests_per_minute: 600, tokens_per_minute: 2000000, max_concurrent: 32, priority: 'normal', fair_weight: 1, mcp_tools: [],
+      paid: true, requests_per_minute: 600, tokens_per_minute: 2000000, max_concurrent: 32, priority: 'normal', fair_weight: 1, mcp_tools: [], batch_discount_percent: 0,
       quotas: { requests_per_day: null, tokens_per_day: null, units_per_month: null },
     },
   },
@@ -91,6 +91,7 @@ const EMPTY_DEFAULTS = {
   providers: {},
   models: [],
   mcp: { servers: {} },
+  batch: { max_file_bytes: 104857600, max_lines: 50000, concurrency: 8, retention_days: 30 },
   routing: { auto: [] },
   content_policy: { block: [] },
   responses: { retention_hours: 24, max_bytes: 8388608, max_account_bytes: 67108864, max_chain_length: 1000 },
