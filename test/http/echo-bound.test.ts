@@ -16,10 +16,11 @@ const MAX_ECHO = 256;
 let gw: TestGateway;
 let up: FakeUpstream;
 t.before(async () => {
-  // An upstream that rejects every request, quoting the client's `user` field whole.
+  // An upstream that rejects every request, quoting the client's first message whole (`user`,
+  // quoted before, is the gateway's own to check now: an end user, CONTRACT section 20).
   up = await startUpstream((_req, res, body) => {
     res.writeHead(400, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ error: { message: `Invalid 'user': ${String(body.user)}`, type: 'invalid_request_error' } }));
+    res.end(JSON.stringify({ error: { message: `Invalid 'messages[0].content': ${String(body.messages?.[0]?.content)}`, type: 'invalid_request_error' } }));
   });
   const c = baseConfig();
   c.admin = { token: ADMIN };
@@ -61,7 +62,7 @@ const POSITIONS: Position[] = [
   { name: 'image detail', send: (s) => chat({ model: 'echo-small', messages: user([{ type: 'image_url', image_url: { url: 'https://x.test/a.png', detail: s } }]) }), status: 400, code: 'unsupported_value', quoted: asJson },
   { name: 'tool call type', send: (s) => chat({ model: 'echo-small', messages: [{ role: 'assistant', content: null, tool_calls: [{ id: 'c', type: s, function: { name: 'f', arguments: '{}' } }] }] }), status: 400, code: 'unsupported_value', quoted: asJson },
   { name: 'a body that is not JSON', send: (s) => chat(`{"model": ${s}`), status: 400, code: 'invalid_json', quoted: raw },
-  { name: "an upstream's words quoting the request", send: (s) => chat({ model: 'strict', messages: user('x'), user: s }), status: 400, code: 'invalid_value', quoted: (s) => s.replace(/\s+/g, ' ').trim() },
+  { name: "an upstream's words quoting the request", send: (s) => chat({ model: 'strict', messages: user(s) }), status: 400, code: 'invalid_value', quoted: (s) => s.replace(/\s+/g, ' ').trim() },
   { name: 'admin plan', send: (s) => admin('POST', '/admin/accounts', { id: 'new-account', plan: s }), status: 400, code: 'unsupported_value', quoted: asJson },
   { name: 'admin usage account', send: (s) => admin('GET', `/admin/usage?account=${encodeURIComponent(s)}`), status: 404, code: 'account_not_found', quoted: raw },
   { name: 'admin credits account', send: (s) => admin('POST', `/admin/accounts/${encodeURIComponent(s)}/credits`, { units: 1, idempotency_key: 'k' }), status: 404, code: 'account_not_found', quoted: raw },
