@@ -24,7 +24,10 @@ import type { BatchError, BatchRecord, BatchStore, FileRecord, LineOutcome } fro
 import { newId } from './files.js';
 import { validateLines, type BatchLine } from './validate.js';
 
+/** How often the store is asked for batches to run: at first, and while any were found... */
 const POLL_MS = 200;
+/** ...doubling after each look that found none, up to this (a batch waits at most this to start when idle). */
+const IDLE_POLL_MS = 2000;
 const LEASE_MS = 15_000;
 const SWEEP_MS = 60_000;
 /** How often a running batch reads its key again (revoked or expired: it stops). */
@@ -87,32 +90,41 @@ export class BatchRunner {
     this.#schedule();
   }
 
+  /** The wait before the next look at the store: POLL_MS while batches are found, backing off to IDLE_POLL_MS. */
+  #pollMs = POLL_MS;
+
   #schedule(): void {
     if (this.#stopped) return;
     this.#timer = setTimeout(() => {
-      this.#tick().catch((err: unknown) => this.#o.logger.warn({ err: (err as Error).message }, 'batch runner: could not read batches'))
+      this.#tick().then((found) => { this.#pollMs = found ? POLL_MS : Math.min(IDLE_POLL_MS, this.#pollMs * 2); })
+        .catch((err: unknown) => this.#o.logger.warn({ err: (err as Error).message }, 'batch runner: could not read batches'))
         .finally(() => this.#schedule());
-    }, POLL_MS);
+    }, this.#pollMs);
     this.#timer.unref();
   }
 
   /** When expired files were last looked for (performance.now()). */
   #swept = -Infinity;
 
-  async #tick(): Promise<void> {
-    if (this.#o.state() === undefined) return;
+  /** One look at the store; true when there were batches to run (or running here). */
+  async #tick(): Promise<boolean> {
+    const state = this.#o.state();
+    // batch.concurrency 0: this instance runs no lines and never reads the store for batches.
+    if (state === undefined || state.config.batch.concurrency === 0) return false;
     if (performance.now() - this.#swept >= SWEEP_MS) {
       this.#swept = performance.now();
       // Files past batch.retention_days are gone (reads refuse them already).
       for (const id of await this.#o.store.expiredFiles(Math.floor(Date.now() / 1000))) await this.#o.store.deleteFile(id);
     }
-    for (const b of await this.#o.store.activeBatches()) {
+    const active = await this.#o.store.activeBatches();
+    for (const b of active) {
       if (this.#running.has(b.id)) continue;
       if (!(await this.#o.store.lease(b.id, this.#owner, LEASE_MS))) continue;
       const run = this.#run(b.id).catch((err: unknown) => this.#o.logger.error({ batch: b.id, err: (err as Error).message }, 'batch runner: batch stopped'))
         .finally(() => this.#running.delete(b.id));
       this.#running.set(b.id, run);
     }
+    return active.length > 0 || this.#running.size > 0;
   }
 
   /** Starts no new line; resolves once the lines in flight are done and the listener is closed. */

@@ -376,7 +376,7 @@ export const configSchema = obj({
     {
       max_file_bytes: { ...posInt, default: 104857600 },
       max_lines: { ...posInt, default: 50000 },
-      concurrency: { ...posInt, maximum: 10000, default: 8, 'x-max-msg': 'must be at most 10000' },
+      concurrency: { type: 'integer', minimum: 0, 'x-msg': 'must be a non-negative integer', ...exact, maximum: 10000, default: 8, 'x-max-msg': 'must be at most 10000' },
       retention_days: { ...posInt, maximum: 36500, default: 30, 'x-max-msg': 'must be at most 36500 (100 years)' },
     },
     { default: {} },

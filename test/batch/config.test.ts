@@ -15,7 +15,7 @@ t.test('defaults', async (t) => {
 t.test('values out of range are named, all at once', async (t) => {
   const err = (() => {
     try {
-      validateConfig({ batch: { concurrency: 0, max_file_bytes: 'x', max_lines: -1, retention_days: 40000 }, plans: { p: { batch_discount_percent: 101 } } });
+      validateConfig({ batch: { concurrency: -1, max_file_bytes: 'x', max_lines: -1, retention_days: 40000 }, plans: { p: { batch_discount_percent: 101 } } });
     } catch (e) {
       return (e as Error).message;
     }
@@ -24,8 +24,9 @@ t.test('values out of range are named, all at once', async (t) => {
   t.match(err, /plans\.p\.batch_discount_percent: must be an integer from 0 to 100/);
   t.match(err, /batch\.max_file_bytes: must be a positive integer/);
   t.match(err, /batch\.max_lines: must be a positive integer/);
-  t.match(err, /batch\.concurrency: must be a positive integer/);
+  t.match(err, /batch\.concurrency: must be a non-negative integer/);
   t.match(err, /batch\.retention_days: must be at most 36500/);
+  t.equal(validateConfig({ batch: { concurrency: 0 } }).batch.concurrency, 0, '0: an instance that runs no lines');
 });
 
 t.test('the discount rounds up to a whole unit', async (t) => {

@@ -25,6 +25,7 @@ async function onRedis(t: any, name: string) {
   const c = baseConfig();
   c.admin = { token: 'rt-admin-token-0123' };
   c.store = { kind: 'redis', url: redis.url, prefix: `rt-${name}-${process.pid}:` };
+  Object.assign(c, { batch: { concurrency: 0 } }); // no batch runner's look at the store among the commands counted
   return { redis, c };
 }
 
@@ -37,6 +38,8 @@ t.test('three round trips per request with ample room in the limits, four near t
     const c = baseConfig();
     c.store = { kind: 'redis', url: redis.url, prefix: `rt-${Object.keys(plan).join('-')}-${process.pid}:` };
     Object.assign(c.plans.free, plan);
+    // An instance that runs no batch lines never looks for batches: no command of its own here.
+    Object.assign(c, { batch: { concurrency: 0 } });
     const gw = await startGateway(c);
     try {
       const ask = (i: number) => ({ model: 'echo-small', messages: [{ role: 'user', content: `question ${i}` }] });
