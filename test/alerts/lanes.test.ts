@@ -81,6 +81,9 @@ for (const kind of ['memory', 'redis'] as const) {
     t.strictSame(idsAt(ok), [...first, ...more], 'in order');
     t.ok(ok.received.every((r) => r.signed && r.headers['content-type'] === 'application/json'), 'signed like any delivery');
     t.equal(hang.received.length, 1, 'still hanging on the first');
+    // The receiver counts an event once it answered; the lane records it just after: wait for that.
+    const recorded = async () => (await Promise.all([...first, ...more].map((id) => deliveryTo(outbox, id, ok)))).every((d) => d?.state === 'delivered');
+    t.ok(await until(recorded, 10_000), 'every delivery to the healthy receiver recorded');
     for (const id of [...first, ...more]) t.match(await deliveryTo(outbox, id, ok), { state: 'delivered', attempts: 1, last_status: 204 });
 
     // The hanging receiver goes away: its lane records the attempt (no answer), then shutdown.
