@@ -29,7 +29,7 @@ import type { ChatRequest, PlainPrompts } from './schema/chat.js';
 import type { Circuit, Health } from './upstream/health.js';
 import { Fleet, type FleetView, type Replicas } from './upstream/balance/index.js';
 import type { Alerts } from './alerts/alerts.js';
-import { McpUpstreams, type McpReachability } from './upstream/mcp.js';
+import { McpUpstreams, type McpReachability } from './providers/mcp/client.js';
 import type { BatchStore } from './store/batches.js';
 
 /** One place a model can be served from: its provider, or one of its fallbacks. */

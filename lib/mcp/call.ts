@@ -13,7 +13,7 @@ import { GatewayError } from '../errors.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { RequestContext } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
-import { McpRpcError, McpUnavailableError, type McpUpstream } from '../upstream/mcp.js';
+import { McpRpcError, McpUnavailableError, type McpUpstream } from '../providers/mcp/client.js';
 import { RPC, RpcError } from './jsonrpc.js';
 
 /** After the call's timeout, the hold outlives a settle whose outcome must be learned, and this. */

@@ -14,7 +14,7 @@ import { sendJson, sendWhole } from '../http/respond.js';
 import type { Metrics } from '../observe/metrics.js';
 import { answerHeaders, type RequestContext } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
-import { FORWARDED_METHODS, McpRpcError, McpUnavailableError, loadSdk, type ForwardedMethod, type UpstreamTool } from '../upstream/mcp.js';
+import { FORWARDED_METHODS, McpRpcError, McpUnavailableError, loadSdk, type ForwardedMethod, type UpstreamTool } from '../providers/mcp/client.js';
 import { meteredCall, unavailable } from './call.js';
 import { SEPARATOR, grantOf, type ToolGrant } from './grants.js';
 import { RPC, RpcError, errorText, parseMessage, resultText, type ClientMessage } from './jsonrpc.js';

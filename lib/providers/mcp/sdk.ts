@@ -1,5 +1,5 @@
 // The pieces of the official MCP SDK (`@modelcontextprotocol/sdk`) the gateway uses, in one module
-// that ./mcp.ts imports on first use (loadSdk): a gateway whose config names no MCP server never
+// that ./client.ts imports on first use (loadSdk): a gateway whose config names no MCP server never
 // loads the SDK, nor zod and Ajv under it (test/cli/idle-modules.test.ts).
 
 import {

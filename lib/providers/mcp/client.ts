@@ -12,8 +12,8 @@
 // does not have is answered exactly as an ungranted one, without a forward).
 
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import type { McpServerConfig } from '../config/types.js';
-import type { Logger } from '../observe/log.js';
+import type { McpServerConfig } from '../../config/types.js';
+import type { Logger } from '../../observe/log.js';
 
 /** A tool as the server listed it (name, description, schemas...): passed on as it came. */
 export type UpstreamTool = { name: string } & Record<string, unknown>;
@@ -38,15 +38,15 @@ export class McpRpcError extends Error {
   }
 }
 
-type Sdk = typeof import('./mcp-sdk.js');
+type Sdk = typeof import('./sdk.js');
 let sdk: Promise<Sdk> | undefined;
 
-/** The SDK's pieces (./mcp-sdk.ts), imported on first use: only a gateway with MCP servers loads them. */
+/** The SDK's pieces (./sdk.ts), imported on first use: only a gateway with MCP servers loads them. */
 export function loadSdk(): Promise<Sdk> {
-  return (sdk ??= import('./mcp-sdk.js'));
+  return (sdk ??= import('./sdk.js'));
 }
 
-/** The methods forwarded besides tools/call and tools/list (each with its result schema in ./mcp-sdk.ts). */
+/** The methods forwarded besides tools/call and tools/list (each with its result schema in ./sdk.ts). */
 const FORWARDED = ['prompts/list', 'prompts/get', 'resources/list', 'resources/templates/list', 'resources/read', 'completion/complete'] as const;
 export type ForwardedMethod = (typeof FORWARDED)[number];
 type UpstreamMethod = ForwardedMethod | 'tools/list' | 'tools/call';
