@@ -1,19 +1,24 @@
 // The way out to the operator's MCP servers (CONTRACT section 17): Tollgate is one MCP client
-// of each configured server, with the official SDK's Client over its Streamable HTTP client
-// transport, carrying the headers the config names and nothing of any caller's. One upstream
-// session per server, shared by every caller (the callers' sessions are the gateway's own,
-// lib/mcp/sessions.ts), opened lazily and dropped on a transport failure so the next call
-// opens a new one. Requests go out with `client.request` and the SDK's result schemas: the
-// gateway forwards what it checked and passes the answer back as the server gave it (the SDK's
-// own tool-output checks are the end client's business, and must not turn an answered, charged
-// call into an error).
+// of each configured server, carrying the headers the config names and nothing of any caller's.
+// One upstream session per server, shared by every caller (the callers' sessions are the
+// gateway's own, lib/mcp/sessions.ts), opened lazily by the official SDK's Client (the
+// initialize handshake and version negotiation of its Streamable HTTP transport) and dropped on
+// a transport failure so the next call opens a new one. The requests on it go out through an
+// undici Pool, as every other upstream call does: the SDK's request path (global fetch, a zod
+// parse of each result) cost five times a chat request's CPU per tools/call (docs/mcp.md,
+// "Cost"). The gateway forwards what it checked and passes the answer back as the server gave
+// it, after checking only what it reads and the spec's required arrays (a tool's output schema
+// is the end client's business, and must not turn an answered, charged call into an error).
 //
 // Each server's tool list is cached (for tools/list, and so that a call of a tool the server
 // does not have is answered exactly as an ungranted one, without a forward).
 
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Readable } from 'node:stream';
 import type { McpServerConfig } from '../../config/types.js';
 import type { Logger } from '../../observe/log.js';
+import { SseParser, type SseEvent } from '../../sse/parser.js';
+import { Pool } from '../../upstream/undici.js';
 
 /** A tool as the server listed it (name, description, schemas...): passed on as it came. */
 export type UpstreamTool = { name: string } & Record<string, unknown>;
@@ -58,6 +63,126 @@ const TOOLS_REFETCH_MS = 1000;
 /** A server's tool list is read to at most this many pages. */
 const MAX_TOOL_PAGES = 50;
 
+/** Connections to one MCP server (calls beyond wait in the pool's queue). */
+const MAX_CONNECTIONS = 64;
+/** The most bytes an answer may have; a bigger one is an unreadable answer. */
+const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
+/** JSON-RPC's "internal error". */
+const RPC_INTERNAL = -32603;
+
+/** An open upstream session: the SDK client that opened it, and the headers each request carries. */
+interface Session {
+  client: Client;
+  headers: Record<string, string>;
+}
+
+type RpcAnswer = { result: unknown } | { error: { code: number; message: string; data: unknown } };
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const listOf = (key: string) => (v: unknown): boolean => isObject(v) && Array.isArray(v[key]) && (v.nextCursor === undefined || typeof v.nextCursor === 'string');
+
+/**
+ * What each method's result must be for the gateway to pass it on: the parts the gateway reads
+ * (a tool list's names, a call's isError) and the spec's required arrays. The rest is the end
+ * client's to check, so a server's extension fields pass.
+ */
+const RESULT_CHECKS: Readonly<Record<UpstreamMethod, (v: unknown) => boolean>> = {
+  'tools/list': (v) => listOf('tools')(v) && (v as { tools: unknown[] }).tools.every((t) => isObject(t) && typeof t.name === 'string'),
+  'tools/call': (v) => isObject(v) && (v.content === undefined || Array.isArray(v.content)) && (v.isError === undefined || typeof v.isError === 'boolean'),
+  'prompts/list': listOf('prompts'),
+  'prompts/get': (v) => isObject(v) && Array.isArray(v.messages),
+  'resources/list': listOf('resources'),
+  'resources/templates/list': listOf('resourceTemplates'),
+  'resources/read': (v) => isObject(v) && Array.isArray(v.contents),
+  'completion/complete': (v) => isObject(v) && isObject(v.completion) && Array.isArray(v.completion.values),
+};
+
+/** The whole body as text; more than MAX_ANSWER_BYTES throws. */
+async function readWhole(body: AsyncIterable<Buffer> & { destroy(): unknown }): Promise<string> {
+  const parts: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.length;
+    if (size > MAX_ANSWER_BYTES) {
+      body.destroy();
+      throw new Error(`the answer is over ${MAX_ANSWER_BYTES} bytes`);
+    }
+    parts.push(chunk);
+  }
+  return parts.length === 1 ? parts[0]!.toString('utf8') : Buffer.concat(parts).toString('utf8');
+}
+
+/** The JSON-RPC answer of id `id` in a message (or a batch of them); undefined if it is not there. */
+function answerIn(message: unknown, id: number): RpcAnswer | undefined {
+  if (Array.isArray(message)) {
+    for (const m of message) {
+      const a = answerIn(m, id);
+      if (a !== undefined) return a;
+    }
+    return undefined;
+  }
+  if (!isObject(message) || message.id !== id || message.jsonrpc !== '2.0') return undefined;
+  if ('result' in message) return { result: message.result };
+  const e = message.error;
+  if (isObject(e) && Number.isInteger(e.code) && typeof e.message === 'string') return { error: { code: e.code as number, message: e.message, data: e.data } };
+  throw new Error('the answer is neither a result nor an error');
+}
+
+/** The answer of a JSON body. */
+function jsonAnswer(text: string, id: number): RpcAnswer {
+  const answer = answerIn(JSON.parse(text) as unknown, id);
+  if (answer === undefined) throw new Error(`the answer does not answer request ${id}`);
+  return answer;
+}
+
+/**
+ * The answer in an event stream: each event's data one JSON-RPC message, those before the
+ * answer (notifications, the server's own requests) passed over. Once it is there the rest of
+ * the stream is read and dropped as it comes (not waited for), so the connection is kept.
+ */
+function streamedAnswer(body: Readable, id: number): Promise<RpcAnswer> {
+  return new Promise((resolve, reject) => {
+    const parser = new SseParser(MAX_ANSWER_BYTES);
+    let done = false;
+    const settle = (events: SseEvent[]): void => {
+      for (const event of events) {
+        if (event.data === '' || (event.event !== undefined && event.event !== 'message')) continue;
+        const answer = answerIn(JSON.parse(event.data) as unknown, id);
+        if (answer !== undefined) {
+          done = true;
+          resolve(answer);
+          return;
+        }
+      }
+    };
+    const fail = (err: unknown): void => {
+      if (done) return;
+      done = true;
+      body.destroy();
+      reject(err instanceof Error ? err : new Error(String(err)));
+    };
+    body.on('data', (chunk: Buffer) => {
+      if (done) return;
+      try {
+        settle(parser.push(chunk));
+      } catch (err) {
+        fail(err);
+      }
+    });
+    body.on('end', () => {
+      if (done) return;
+      try {
+        settle(parser.end());
+      } catch (err) {
+        fail(err);
+        return;
+      }
+      if (!done) fail(new Error(`the event stream ended without the answer to request ${id}`));
+    });
+    body.on('error', fail);
+  });
+}
+
 /** One server's reachability as GET /admin/upstreams shows it. */
 export interface McpReachability {
   url: string;
@@ -72,7 +197,11 @@ class McpUpstream {
   readonly name: string;
   readonly config: McpServerConfig;
   readonly #logger: Logger;
-  #client: Promise<Client> | undefined;
+  readonly #url: URL;
+  readonly #path: string;
+  #session: Promise<Session> | undefined;
+  #http: Pool | undefined;
+  #nextId = 0;
   #tools: { at: number; list: UpstreamTool[]; byName: Map<string, UpstreamTool> } | undefined;
   #fetching: Promise<UpstreamTool[]> | undefined;
   #state: { reachable: boolean | null; at: number | null; error: string | null } = { reachable: null, at: null, error: null };
@@ -82,46 +211,81 @@ class McpUpstream {
     this.name = name;
     this.config = config;
     this.#logger = logger;
+    this.#url = new URL(config.url);
+    this.#path = `${this.#url.pathname}${this.#url.search}`;
   }
 
-  #connect(): Promise<Client> {
+  /** Opens the upstream session with the SDK's handshake (initialize, version check, initialized). */
+  #connect(): Promise<Session> {
     if (this.#closed) return Promise.reject(new Error('closed'));
-    this.#client ??= (async () => {
+    this.#session ??= (async () => {
       const { Client, StreamableHTTPClientTransport } = await loadSdk();
       const client = new Client({ name: 'tollgate', version: '1' }, { capabilities: {} });
-      const transport = new StreamableHTTPClientTransport(new URL(this.config.url), { requestInit: { headers: { ...this.config.headers } } });
+      const transport = new StreamableHTTPClientTransport(this.#url, { requestInit: { headers: { ...this.config.headers } } });
       await client.connect(transport, { timeout: this.config.timeout_ms });
-      return client;
+      const headers: Record<string, string> = { ...this.config.headers, 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+      if (transport.sessionId !== undefined) headers['mcp-session-id'] = transport.sessionId;
+      if (transport.protocolVersion !== undefined) headers['mcp-protocol-version'] = transport.protocolVersion;
+      return { client, headers };
     })();
-    return this.#client;
+    return this.#session;
   }
 
-  /** Sends one request; a transport failure drops the session and becomes McpUnavailableError. */
+  #pool(): Pool {
+    return (this.#http ??= new Pool(this.#url.origin, {
+      connections: MAX_CONNECTIONS, pipelining: 1, keepAliveTimeout: 30_000,
+      headersTimeout: this.config.timeout_ms, bodyTimeout: this.config.timeout_ms,
+    }));
+  }
+
+  /**
+   * Sends one request on the session the SDK opened, through an undici Pool: the body the
+   * gateway checked, the answer (JSON, or the event stream's message of this id) read within
+   * MAX_ANSWER_BYTES and checked as the method's result. A JSON-RPC error is McpRpcError; a
+   * transport failure, timeout, HTTP error status or unreadable answer drops the session and is
+   * McpUnavailableError.
+   */
   async request<T>(method: UpstreamMethod, params: Record<string, unknown>): Promise<T> {
-    const { McpError, RpcCode, RESULT_SCHEMAS } = await loadSdk();
-    const opened = this.#client;
-    let client: Client;
+    const opened = this.#session;
+    let session: Session;
     try {
-      client = await this.#connect();
+      session = await this.#connect();
     } catch (err) {
-      if (this.#client === opened || opened === undefined) this.#client = undefined;
+      if (this.#session === opened || opened === undefined) this.#session = undefined;
       throw this.#down(err);
     }
+    const mine = this.#session;
+    const id = ++this.#nextId;
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(new Error(`no answer within ${this.config.timeout_ms} ms`)), this.config.timeout_ms);
+    let answer: RpcAnswer;
     try {
-      const result = await client.request({ method, params } as Parameters<Client['request']>[0], RESULT_SCHEMAS[method], { timeout: this.config.timeout_ms, maxTotalTimeout: this.config.timeout_ms });
-      this.#up();
-      return result as T;
-    } catch (err) {
-      if (err instanceof McpError && err.code !== RpcCode.RequestTimeout && err.code !== RpcCode.ConnectionClosed) {
-        this.#up();
-        throw new McpRpcError(err.code, err.message.replace(/^MCP error -?\d+: /, ''), err.data);
+      const res = await this.#pool().request({
+        path: this.#path, method: 'POST', headers: session.headers, signal: abort.signal,
+        body: JSON.stringify({ jsonrpc: '2.0', id, method, params }),
+      });
+      if (res.statusCode < 200 || res.statusCode > 299) {
+        await res.body.dump();
+        throw new Error(`the server answered HTTP ${res.statusCode}`);
       }
+      const type = res.headers['content-type'];
+      answer = typeof type === 'string' && type.startsWith('text/event-stream') ? await streamedAnswer(res.body, id) : jsonAnswer(await readWhole(res.body), id);
+    } catch (err) {
       // Timed out, closed, refused, an HTTP error status, an unreadable answer: a new session next time.
-      const dropped = this.#client;
-      this.#client = undefined;
-      void dropped?.then((c) => c.close()).catch(() => undefined); // close() of a dead session: nothing to wait for
+      if (this.#session === mine) {
+        this.#session = undefined;
+        void mine?.then((s) => s.client.close()).catch(() => undefined); // close() of a dead session: nothing to wait for
+      }
       throw this.#down(err);
+    } finally {
+      clearTimeout(timer);
     }
+    this.#up();
+    if ('error' in answer) throw new McpRpcError(answer.error.code, answer.error.message, answer.error.data);
+    if (!RESULT_CHECKS[method](answer.result)) {
+      throw new McpRpcError(RPC_INTERNAL, `The MCP server '${this.name}' answered ${method} with a result of the wrong shape.`, undefined);
+    }
+    return answer.result as T;
   }
 
   #up(): void {
@@ -186,9 +350,10 @@ class McpUpstream {
 
   async close(): Promise<void> {
     this.#closed = true;
-    const c = this.#client;
-    this.#client = undefined;
-    await c?.then((x) => x.close()).catch(() => undefined);
+    const s = this.#session;
+    this.#session = undefined;
+    await s?.then((x) => x.client.close()).catch(() => undefined);
+    await this.#http?.close().catch(() => undefined);
   }
 }
 
