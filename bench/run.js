@@ -1,5 +1,5 @@
-// Tollgate performance benchmark: `npm run bench` (issues #13 and #34; the goals it checks are
-// #34's, in report.js).
+// Tollgate performance benchmark: `npm run bench` (issues #13, #34 and #46; the goals it checks are
+// #46's, in report.js).
 //
 // Runs the gateway on the config an operator would really run (../shared/bench/
 // tollgate-bench.yaml: finite limits, metering on, memory store), its stdout and stderr written
@@ -197,7 +197,7 @@ async function main(tmp) {
     log(`${STREAMS} slow streams (${SLOW}) for ${STREAM_SECONDS} s, gateway then bare hop`);
     m.slow = {};
     for (const [k, t] of [['gw', gw], ['bare', bare]]) {
-      m.slow[k] = { ...await openStreams(t, STREAMS, STREAM_SECONDS, headers, slow, ticks), rssIdle: m.idle[k] };
+      m.slow[k] = { ...await openStreams(t, STREAMS, STREAM_SECONDS, headers, slow, ticks), rssIdle: (m.settled ?? m.idle)[k] };
     }
   }
   if (PHASES.has('c1')) {
