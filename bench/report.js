@@ -114,6 +114,16 @@ export function figures(m, { streams }) {
       figure('the same, against the gateway without a queue', 'µs', m.queue.cpuUs, m.c64?.gw.cpuUs, { against: 'gateway without a queue' }),
     );
   }
+  if (m.many) {
+    // #46: many slow streams open on one gateway (phase many), reported per stream (no goal).
+    const n = m.many.n;
+    rows.push(
+      figure(`RSS with ${n.toLocaleString('en-US')} open slow streams, one gateway (peak)`, 'MB', kb(m.many.rssPeak), undefined),
+      figure(`RSS growth per open stream, ${n.toLocaleString('en-US')} open, over the RSS 1 s after start`, 'KB', perStream(m.many), undefined),
+      figure(`RSS growth per open stream, ${n.toLocaleString('en-US')} open, over the RSS just before them`, 'KB', perStreamOverBefore(m.many), undefined),
+      figure(`streams past their first event at the RSS peak, of ${n.toLocaleString('en-US')}`, '', m.many.openAtPeak, undefined, { digits: 0 }),
+    );
+  }
   if (m.redis) {
     // Against the memory store's figures of the same run (phases c64 and c1), same config else.
     const memory = { against: 'memory store' };

@@ -170,3 +170,13 @@ t.test('a goal this run cannot check is n/a, never MET', async (t) => {
   t.match(rows.find((r) => r.name === 'redis store: CPU per non-streaming request, c=64'), { reference: null, verdict: 'n/a' },
     'without the memory store phase there is nothing to compare with');
 });
+
+t.test("issue #46's many open streams: RSS per stream reported, no goal", async (t) => {
+  const many = { n: 10000, rssIdle: 60 * 1024, rssBefore: 80 * 1024, rssPeak: 80 * 1024 + 10000 * 40, openAtPeak: 9990, cpuUs: 2000 };
+  const rows = figures({ ...measured(), many }, { streams: 500 });
+  const row = (name: string) => rows.find((r) => r.name === name);
+  t.match(row('RSS growth per open stream, 10,000 open, over the RSS just before them'), { gateway: 40, goal: null, ratio_goal: null, verdict: '' });
+  t.match(row('RSS growth per open stream, 10,000 open, over the RSS 1 s after start'), { gateway: 42, verdict: '' });
+  t.match(row('streams past their first event at the RSS peak, of 10,000'), { gateway: 9990 });
+  t.notOk(figures(measured(), { streams: 500 }).some((r) => r.name.includes('10,000')), 'no rows without the phase');
+});
