@@ -35,7 +35,9 @@
 //     rate-limited, held and settled as a chat request is; reported beside the chat request's CPU;
 //   - BENCH_MANY_STREAMS slow streams (10,000) open at once on one gateway (phase many, #46): the
 //     slow-stream phase at that count, on a gateway of its own whose slow model's provider may
-//     open as many upstream connections, the load's sockets bound to 127.0.0.2 and up (200 per
+//     open as many upstream connections; each stream a chunk every 2 s and long enough to
+//     outlast BENCH_MANY_SECONDS (20), so that all are open together however long the load takes
+//     to open them; the load's sockets bound to 127.0.0.2 and up (200 per
 //     address: one address would meet server.max_connections_per_ip and run short of ephemeral
 //     ports); its RSS per open stream, and no error. The gateway holds two sockets per stream:
 //     the run refuses to start it under a file limit (ulimit -n) below twice the count.
@@ -54,6 +56,7 @@
 //   BENCH_STREAMS           slow streams held open for the RSS figures (500)
 //   BENCH_STREAM_SECONDS    seconds the slow streams are kept up (5)
 //   BENCH_MANY_STREAMS      slow streams held open in phase many (10000)
+//   BENCH_MANY_SECONDS      seconds phase many samples the RSS while they open and stay open (20)
 //   BENCH_TTFB_REQUESTS     first-byte samples per target (200)
 //   BENCH_IDLE_SECONDS      seconds without traffic before the settled idle RSS is read (30)
 //   BENCH_REDIS=0           skip the Redis store variant
@@ -107,6 +110,9 @@ const STREAM_SECONDS = envNumber('BENCH_STREAM_SECONDS', 5, 2);
 const TTFB_N = Math.round(envNumber('BENCH_TTFB_REQUESTS', 200, 10));
 const IDLE_SECONDS = envNumber('BENCH_IDLE_SECONDS', 30, 0);
 const MANY_STREAMS = Math.round(envNumber('BENCH_MANY_STREAMS', 10_000, 1));
+const MANY_SECONDS = envNumber('BENCH_MANY_SECONDS', 20, 2);
+/** Phase many's model: on the slow model's provider, a chunk every 2 s, 10 s past the sampling. */
+const MANY_MODEL = 'bench-many';
 const ALL_PHASES = ['c1', 'ttfb', 'c64', 'stream', 'dialects', 'mcp', 'queue', 'slow', 'many', 'redis', 'redis-wait'];
 const PHASES = new Set((process.env.BENCH_PHASES || ALL_PHASES.join(',')).split(',').map((s) => s.trim()).filter(Boolean));
 for (const p of PHASES) if (!ALL_PHASES.includes(p)) throw new Error(`BENCH_PHASES: unknown phase '${p}' (known: ${ALL_PHASES.join(', ')})`);
@@ -116,7 +122,7 @@ const DOC = process.env.BENCH_DOC !== undefined
   : (PHASES.size === ALL_PHASES.length ? join(ROOT, 'docs', 'performance.md') : undefined);
 const NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
 const STOP_MS = NODE_ARGS.length > 0 ? 60_000 : 10_000; // a CPU profile is written on exit
-const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 300 + 5 * WARMUP + 21 * SECONDS + 3 * STREAM_SECONDS + 120 + TTFB_N + IDLE_SECONDS, 10);
+const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 300 + 5 * WARMUP + 21 * SECONDS + 2 * STREAM_SECONDS + 2 * MANY_SECONDS + 150 + TTFB_N + IDLE_SECONDS, 10);
 
 /** The key and the two model ids the run needs, from the config itself. */
 function readConfig() {
@@ -273,7 +279,7 @@ async function main(tmp) {
   if (PHASES.has('dialects')) m.dialects.completions = await completionsVariant({ text, tmp, key, upOrigin, pin, ticks });
   if (PHASES.has('mcp')) m.mcp = await mcpVariant({ text, tmp, key, upOrigin, pin, ticks });
   if (PHASES.has('queue')) m.queue = await queueVariant({ text, tmp, headers, upOrigin, pin, ticks, plain });
-  if (PHASES.has('many')) m.many = await manyVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, slow });
+  if (PHASES.has('many')) m.many = await manyVariant({ text, tmp, headers, upOrigin, pin, ticks, plain });
   if (PHASES.has('redis')) m.redis = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream });
   if (PHASES.has('redis-wait')) m.redisWait = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream, waitReplicas: 1 });
   await stopAll(STOP_MS);
@@ -465,12 +471,15 @@ function openFilesLimit() {
 /**
  * The shared config with the slow model's provider allowed `n` upstream connections (and a few
  * more: the sanity checks and the warm-up), so that `n` streams are all open upstream at once,
- * written to `dir`. Nothing else of the shared config changes.
+ * and one model more on it (MANY_MODEL: the slow model's entry, its streams a chunk every
+ * 2 s for 10 s more than the phase samples), written to `dir`.
  */
 function manyConfig(text, dir, n) {
   const doc = parseDocument(text);
   const slow = doc.toJS().models.find((m) => m.id === SLOW);
   doc.setIn(['providers', slow.provider, 'max_connections'], n + 64);
+  const chunks = Math.ceil((MANY_SECONDS + 10) / 2);
+  doc.addIn(['models'], doc.createNode({ ...slow, id: MANY_MODEL, upstream_model: `bench-k${chunks}-d2000` }));
   const path = join(dir, 'tollgate-bench-many.yaml');
   writeFileSync(path, doc.toString());
   return path;
@@ -482,7 +491,7 @@ function manyConfig(text, dir, n) {
  * connections per client address. Any error fails the run. The RSS per stream is over the RSS
  * just before the streams and over the RSS 1 s after start.
  */
-async function manyVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, slow }) {
+async function manyVariant({ text, tmp, headers, upOrigin, pin, ticks, plain }) {
   const label = 'gateway (many streams)';
   // A client socket and an upstream socket per stream, and some to spare.
   const need = 2 * MANY_STREAMS + 256;
@@ -502,8 +511,8 @@ async function manyVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, sl
     await sleep(1000);
     const rssStart = rssKb(gw.pid);
     if (WARMUP > 0) await cannon(`warm-up ${label}`, gw.origin, { headers, body: plain, connections: 64, seconds: WARMUP });
-    log(`${label}: ${MANY_STREAMS} slow streams (${SLOW}) for ${STREAM_SECONDS} s`);
-    const out = await openStreams(gw, MANY_STREAMS, STREAM_SECONDS, headers, slow, ticks);
+    log(`${label}: ${MANY_STREAMS} slow streams (${MANY_MODEL}), RSS sampled for ${MANY_SECONDS} s`);
+    const out = await openStreams(gw, MANY_STREAMS, MANY_SECONDS, headers, requestBody(MANY_MODEL, true), ticks);
     await sanityCheck(gw, headers); // still alive and correct after them
     return { ...out, rssIdle: rssStart, log: logPath };
   } finally {
