@@ -332,7 +332,10 @@ export async function openStreams(target, n, seconds, headers, body, ticksPerSec
     const workers = Array.from({ length: n }, (_, k) => worker(k).catch((err) => { failure ??= err; }));
     const all = Promise.all(workers);
     const timeout = sleep((seconds + 60) * 1000, 'timeout', { ref: false });
-    if ((await Promise.race([all, timeout])) === 'timeout') throw new Error(`${target.name}: slow streams still open 60 s after the end`);
+    if ((await Promise.race([all, timeout])) === 'timeout') {
+      // A stream that failed is the cause more often than not: say it first.
+      throw new Error(`${target.name}: ${inflight} slow streams still open 60 s after the end (${done} done)${failure === undefined ? '' : `; a stream failed: ${failure.message}`}`, { cause: failure });
+    }
     if (failure !== undefined) throw failure;
   } finally {
     clearInterval(sampler);

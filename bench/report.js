@@ -1,7 +1,7 @@
-// The figures of `npm run bench` and the goals of issue #34: one row per figure with the
+// The figures of `npm run bench` and the goals of issue #46: one row per figure with the
 // gateway's value, its reference in the same run (the bare http-proxy-3 hop, or for the Redis
 // store's goals the memory store), their ratio, the goal and whether it is met; printed as a
-// Markdown table and returned as plain data for the JSON file. Issue #34's goals are ratios
+// Markdown table and returned as plain data for the JSON file. Issue #46's goals are ratios
 // taken in one run (the host's speed moves the microseconds, not the ratios), except the RSS per
 // open stream and the Redis round trips, which are absolute.
 
@@ -54,13 +54,14 @@ export function table(figures) {
 }
 
 /**
- * The rows, with issue #34's goals, from the measurements `m` (absent ones print as '-', and a
+ * The rows, with issue #46's goals, from the measurements `m` (absent ones print as '-', and a
  * goal whose figure or reference is absent is 'n/a'). Issue #13's rows that still say something
- * stay, without its absolute goals (150 µs, 300 µs, 1.5 ms, 80 MB, 120 MB, 50 KB).
+ * stay, without its absolute goals (150 µs, 300 µs, 1.5 ms, 80 MB, 120 MB, 50 KB); the RSS 1 s
+ * after start, held to ×1.1 by #34, is reported only (#46 holds the settled RSS to ×1.2).
  */
 export function figures(m, { streams }) {
   const kb = (v) => (num(v) ? v / 1024 : undefined);
-  // #34's per-stream goal is for 500 streams open upstream at once: with fewer asked for, or
+  // #46's per-stream goal is for 500 streams open upstream at once: with fewer asked for, or
   // fewer than 9 in 10 of them past their first event at the RSS peak, it cannot be checked.
   const open = m.slow?.gw.openAtPeak;
   const manyOpen = streams >= 500 && num(open) && open >= 0.9 * streams;
@@ -80,11 +81,12 @@ export function figures(m, { streams }) {
     figure('CPU of the other threads (GC, JIT, libuv), c=1, per request', 'µs', m.c1?.inside.helpersUs.gw, m.c1?.inside.helpersUs.bare, { digits: 1 }),
     figure('added time to first byte, p50', 'ms', m.ttfb && m.ttfb.gw.p50 - m.ttfb.direct.p50,
       m.ttfb && m.ttfb.bare.p50 - m.ttfb.direct.p50, { digits: 3 }),
-    figure('RSS 1 s after start', 'MB', kb(m.idle?.gw), kb(m.idle?.bare), { ratioGoal: 1.1 }),
-    figure('RSS idle (settled: after the quiet spell)', 'MB', kb(m.settled?.gw), kb(m.settled?.bare), { ratioGoal: 1.1 }),
+    figure('RSS 1 s after start', 'MB', kb(m.idle?.gw), kb(m.idle?.bare)),
+    figure('RSS idle (settled: after the quiet spell)', 'MB', kb(m.settled?.gw), kb(m.settled?.bare), { ratioGoal: 1.2 }),
     figure(`RSS with ${streams} open slow streams (peak)`, 'MB', kb(m.slow?.gw.rssPeak), kb(m.slow?.bare.rssPeak)),
-    // Over the idle RSS as #13 takes it: the one-off growth of the first traffic (heap, JIT code)
-    // is in it, spread over 500 streams; with far fewer it dominates and the figure says little.
+    // Over the settled idle RSS as #46 takes it (1 s after start when the run skips the quiet
+    // spell): the one-off growth of the first traffic (heap, JIT code) is in it, spread over 500
+    // streams; with far fewer it dominates and the figure says little.
     figure('RSS growth per open stream', 'KB', m.slow && perStream(m.slow.gw), m.slow && perStream(m.slow.bare),
       { goal: 60, applies: manyOpen, note: openNote }),
     // The same peak over the RSS just before the streams opened (after the warm-up): what the
@@ -97,7 +99,7 @@ export function figures(m, { streams }) {
   // Ratios to the bare hop's chat request: it has no such route, and this is the floor it pays.
   if (m.dialects?.messages) rows.push(figure('CPU per /v1/messages request, c=64', 'µs', m.dialects.messages.cpuUs, m.c64?.bare.cpuUs));
   if (m.dialects?.responses) rows.push(figure('CPU per /v1/responses request, c=64', 'µs', m.dialects.responses.cpuUs, m.c64?.bare.cpuUs));
-  // #34 names the completions route among those whose CPU per request is held to the bare hop's.
+  // #34 and #46 name the completions route among those whose CPU per request is held to the bare hop's.
   if (m.dialects?.completions) {
     rows.push(figure('CPU per /v1/completions request, c=64', 'µs', m.dialects.completions.cpuUs, m.c64?.bare.cpuUs, { ratioGoal: 1.2 }));
   }
@@ -110,6 +112,16 @@ export function figures(m, { streams }) {
     rows.push(
       figure('CPU per non-streaming request, c=64, admission queue configured, idle', 'µs', m.queue.cpuUs, m.c64?.bare.cpuUs, { ratioGoal: 1.2 }),
       figure('the same, against the gateway without a queue', 'µs', m.queue.cpuUs, m.c64?.gw.cpuUs, { against: 'gateway without a queue' }),
+    );
+  }
+  if (m.many) {
+    // #46: many slow streams open on one gateway (phase many), reported per stream (no goal).
+    const n = m.many.n;
+    rows.push(
+      figure(`RSS with ${n.toLocaleString('en-US')} open slow streams, one gateway (peak)`, 'MB', kb(m.many.rssPeak), undefined),
+      figure(`RSS growth per open stream, ${n.toLocaleString('en-US')} open, over the RSS 1 s after start`, 'KB', perStream(m.many), undefined),
+      figure(`RSS growth per open stream, ${n.toLocaleString('en-US')} open, over the RSS just before them`, 'KB', perStreamOverBefore(m.many), undefined),
+      figure(`streams past their first event at the RSS peak, of ${n.toLocaleString('en-US')}`, '', m.many.openAtPeak, undefined, { digits: 0 }),
     );
   }
   if (m.redis) {
@@ -154,7 +166,7 @@ export function missed(rows) {
 
 const scripts = (r) => (r.perCommand.evalsha ?? 0) + (r.perCommand.eval ?? 0);
 
-/** KB of RSS per stream: the peak over the idle RSS, over the streams (as #13 takes it). */
+/** KB of RSS per stream: the peak over the idle RSS (run.js: the settled one when read), over the streams. */
 export function perStream(s) {
   return (s.rssPeak - s.rssIdle) / s.n;
 }

@@ -1,5 +1,5 @@
-// Tollgate performance benchmark: `npm run bench` (issues #13 and #34; the goals it checks are
-// #34's, in report.js).
+// Tollgate performance benchmark: `npm run bench` (issues #13, #34 and #46; the goals it checks are
+// #46's, in report.js).
 //
 // Runs the gateway on the config an operator would really run (../shared/bench/
 // tollgate-bench.yaml: finite limits, metering on, memory store), its stdout and stderr written
@@ -32,7 +32,15 @@
 //   - CPU per MCP tools/call at 64 connections (phase mcp, CONTRACT section 17): a gateway of its
 //     own on the shared config plus one MCP server (bench/mcp-upstream.mjs, made with the official
 //     SDK, on the load CPU) priced 1 unit a call and granted to the bench plan, so each call is
-//     rate-limited, held and settled as a chat request is; reported beside the chat request's CPU.
+//     rate-limited, held and settled as a chat request is; reported beside the chat request's CPU;
+//   - BENCH_MANY_STREAMS slow streams (10,000) open at once on one gateway (phase many, #46): the
+//     slow-stream phase at that count, on a gateway of its own whose slow model's provider may
+//     open as many upstream connections; each stream a chunk every 2 s and long enough to
+//     outlast BENCH_MANY_SECONDS (20), so that all are open together however long the load takes
+//     to open them; the load's sockets bound to 127.0.0.2 and up (200 per
+//     address: one address would meet server.max_connections_per_ip and run short of ephemeral
+//     ports); its RSS per open stream, and no error. The gateway holds two sockets per stream:
+//     the run refuses to start it under a file limit (ulimit -n) below twice the count.
 //
 // It prints one table (figure | gateway | reference | ratio | goal | result: the reference is the
 // bare hop, or for the Redis store's goals the memory store's figure), writes the same
@@ -47,10 +55,12 @@
 //   BENCH_WARMUP_SECONDS    seconds per warm-up run (2)
 //   BENCH_STREAMS           slow streams held open for the RSS figures (500)
 //   BENCH_STREAM_SECONDS    seconds the slow streams are kept up (5)
+//   BENCH_MANY_STREAMS      slow streams held open in phase many (10000)
+//   BENCH_MANY_SECONDS      seconds phase many samples the RSS while they open and stay open (20)
 //   BENCH_TTFB_REQUESTS     first-byte samples per target (200)
 //   BENCH_IDLE_SECONDS      seconds without traffic before the settled idle RSS is read (30)
 //   BENCH_REDIS=0           skip the Redis store variant
-//   BENCH_PHASES            comma list of c1,ttfb,c64,stream,dialects,mcp,queue,slow,redis,redis-wait (default all of them)
+//   BENCH_PHASES            comma list of c1,ttfb,c64,stream,dialects,mcp,queue,slow,many,redis,redis-wait (default all of them)
 //   BENCH_OUT               the JSON file (bench/results.json)
 //   BENCH_DOC               the page whose latest-run table is rewritten (docs/performance.md, between
 //                           its bench:latest markers): by default only when every phase ran; set
@@ -99,7 +109,11 @@ const STREAMS = Math.round(envNumber('BENCH_STREAMS', 500, 1));
 const STREAM_SECONDS = envNumber('BENCH_STREAM_SECONDS', 5, 2);
 const TTFB_N = Math.round(envNumber('BENCH_TTFB_REQUESTS', 200, 10));
 const IDLE_SECONDS = envNumber('BENCH_IDLE_SECONDS', 30, 0);
-const ALL_PHASES = ['c1', 'ttfb', 'c64', 'stream', 'dialects', 'mcp', 'queue', 'slow', 'redis', 'redis-wait'];
+const MANY_STREAMS = Math.round(envNumber('BENCH_MANY_STREAMS', 10_000, 1));
+const MANY_SECONDS = envNumber('BENCH_MANY_SECONDS', 20, 2);
+/** Phase many's model: on the slow model's provider, a chunk every 2 s, 10 s past the sampling. */
+const MANY_MODEL = 'bench-many';
+const ALL_PHASES = ['c1', 'ttfb', 'c64', 'stream', 'dialects', 'mcp', 'queue', 'slow', 'many', 'redis', 'redis-wait'];
 const PHASES = new Set((process.env.BENCH_PHASES || ALL_PHASES.join(',')).split(',').map((s) => s.trim()).filter(Boolean));
 for (const p of PHASES) if (!ALL_PHASES.includes(p)) throw new Error(`BENCH_PHASES: unknown phase '${p}' (known: ${ALL_PHASES.join(', ')})`);
 if (process.env.BENCH_REDIS === '0') { PHASES.delete('redis'); PHASES.delete('redis-wait'); }
@@ -108,7 +122,7 @@ const DOC = process.env.BENCH_DOC !== undefined
   : (PHASES.size === ALL_PHASES.length ? join(ROOT, 'docs', 'performance.md') : undefined);
 const NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
 const STOP_MS = NODE_ARGS.length > 0 ? 60_000 : 10_000; // a CPU profile is written on exit
-const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 300 + 5 * WARMUP + 21 * SECONDS + 2 * STREAM_SECONDS + TTFB_N + IDLE_SECONDS, 10);
+const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 300 + 5 * WARMUP + 21 * SECONDS + 2 * STREAM_SECONDS + 2 * MANY_SECONDS + 150 + TTFB_N + IDLE_SECONDS, 10);
 
 /** The key and the two model ids the run needs, from the config itself. */
 function readConfig() {
@@ -197,7 +211,7 @@ async function main(tmp) {
     log(`${STREAMS} slow streams (${SLOW}) for ${STREAM_SECONDS} s, gateway then bare hop`);
     m.slow = {};
     for (const [k, t] of [['gw', gw], ['bare', bare]]) {
-      m.slow[k] = { ...await openStreams(t, STREAMS, STREAM_SECONDS, headers, slow, ticks), rssIdle: m.idle[k] };
+      m.slow[k] = { ...await openStreams(t, STREAMS, STREAM_SECONDS, headers, slow, ticks), rssIdle: (m.settled ?? m.idle)[k] };
     }
   }
   if (PHASES.has('c1')) {
@@ -265,10 +279,11 @@ async function main(tmp) {
   if (PHASES.has('dialects')) m.dialects.completions = await completionsVariant({ text, tmp, key, upOrigin, pin, ticks });
   if (PHASES.has('mcp')) m.mcp = await mcpVariant({ text, tmp, key, upOrigin, pin, ticks });
   if (PHASES.has('queue')) m.queue = await queueVariant({ text, tmp, headers, upOrigin, pin, ticks, plain });
+  if (PHASES.has('many')) m.many = await manyVariant({ text, tmp, headers, upOrigin, pin, ticks, plain });
   if (PHASES.has('redis')) m.redis = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream });
   if (PHASES.has('redis-wait')) m.redisWait = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream, waitReplicas: 1 });
   await stopAll(STOP_MS);
-  return { m, busy, pin, logs: [gwLog, ...[m.dialects?.completions, m.mcp, m.queue, m.redis, m.redisWait].filter(Boolean).map((r) => r.log)] };
+  return { m, busy, pin, logs: [gwLog, ...[m.dialects?.completions, m.mcp, m.queue, m.many, m.redis, m.redisWait].filter(Boolean).map((r) => r.log)] };
 }
 
 /** The model the completions figure asks for: the bench's own upstream serves it. */
@@ -446,6 +461,65 @@ async function queueVariant({ text, tmp, headers, upOrigin, pin, ticks, plain })
   }
 }
 
+/** The soft limit of open files this process (and so each child it starts) has. */
+function openFilesLimit() {
+  const line = readFileSync('/proc/self/limits', 'utf8').split('\n').find((l) => l.startsWith('Max open files'));
+  const soft = line?.split(/\s{2,}/)[1];
+  return soft === undefined || soft === 'unlimited' ? Infinity : Number(soft);
+}
+
+/**
+ * The shared config with the slow model's provider allowed `n` upstream connections (and a few
+ * more: the sanity checks and the warm-up), so that `n` streams are all open upstream at once,
+ * and one model more on it (MANY_MODEL: the slow model's entry, its streams a chunk every
+ * 2 s for 10 s more than the phase samples), written to `dir`.
+ */
+function manyConfig(text, dir, n) {
+  const doc = parseDocument(text);
+  const slow = doc.toJS().models.find((m) => m.id === SLOW);
+  doc.setIn(['providers', slow.provider, 'max_connections'], n + 64);
+  const chunks = Math.ceil((MANY_SECONDS + 10) / 2);
+  doc.addIn(['models'], doc.createNode({ ...slow, id: MANY_MODEL, upstream_model: `bench-k${chunks}-d2000` }));
+  const path = join(dir, 'tollgate-bench-many.yaml');
+  writeFileSync(path, doc.toString());
+  return path;
+}
+
+/**
+ * #46's many open streams: a gateway of its own on manyConfig's config, pinned as the others,
+ * warmed up, then MANY_STREAMS slow streams held open as phase slow holds its 500, from 200
+ * connections per client address. Any error fails the run. The RSS per stream is over the RSS
+ * just before the streams and over the RSS 1 s after start.
+ */
+async function manyVariant({ text, tmp, headers, upOrigin, pin, ticks, plain }) {
+  const label = 'gateway (many streams)';
+  // A client socket and an upstream socket per stream, and some to spare.
+  const need = 2 * MANY_STREAMS + 256;
+  const limit = openFilesLimit();
+  if (limit < need) {
+    throw new Error(`phase many: ${MANY_STREAMS} streams need ${need} open files in the gateway, the limit is ${limit}: raise it (ulimit -n) or lower BENCH_MANY_STREAMS`);
+  }
+  const logPath = join(LOG_DIR, 'gateway-many.log');
+  rmSync(logPath, { force: true });
+  let gw;
+  try {
+    gw = { name: label, ...await startGateway({
+      root: ROOT, configPath: manyConfig(text, tmp, MANY_STREAMS), logPath, port: await freePort(), upstream: upOrigin,
+      cpu: pin.proxy, nodeArgs: NODE_ARGS, label,
+    }) };
+    await sanityCheck(gw, headers);
+    await sleep(1000);
+    const rssStart = rssKb(gw.pid);
+    if (WARMUP > 0) await cannon(`warm-up ${label}`, gw.origin, { headers, body: plain, connections: 64, seconds: WARMUP });
+    log(`${label}: ${MANY_STREAMS} slow streams (${MANY_MODEL}), RSS sampled for ${MANY_SECONDS} s`);
+    const out = await openStreams(gw, MANY_STREAMS, MANY_SECONDS, headers, requestBody(MANY_MODEL, true), ticks);
+    await sanityCheck(gw, headers); // still alive and correct after them
+    return { ...out, rssIdle: rssStart, log: logPath };
+  } finally {
+    if (gw !== undefined) await stopChild(gw.child, STOP_MS);
+  }
+}
+
 /**
  * The gateway on the same config with store.kind redis: CPU and Redis traffic per request,
  * latency at one connection, throughput at 64. With `waitReplicas`, Redis has that many
@@ -539,6 +613,12 @@ function report({ m, busy, pin, logs }) {
         notes.push(`WARNING: only ${s.openAtPeak} of ${s.n} streams had started at the RSS peak: the rest were still queued, so the RSS figures are for fewer open streams than the row says`);
       }
     }
+  }
+  if (m.many) {
+    const s = m.many;
+    notes.push(`many streams: ${s.streams} slow streams served by one gateway, no error; at the RSS peak ${s.inflightAtPeak} in flight, ` +
+      `${s.openAtPeak} past their first event (most at once: ${s.maxOpen}); RSS 1 s after start ${fmt(s.rssIdle / 1024)} MB, just before them ${fmt(s.rssBefore / 1024)} MB, ` +
+      `at the peak ${fmt(s.rssPeak / 1024)} MB`);
   }
   if (m.c1) {
     const { inside } = m.c1;

@@ -8,6 +8,8 @@ import { DAY_MS } from '../utc-day.js';
 import { ALL, ALL_COLUMN, HOUR_MS, HourBounds, METRICS, RowSums, SEP, cellsOf, hourRow, hoursOf, metricsOf, planOf, spans, topRows, type Cell, type ColumnSpec, type Plan, type Sums } from './usage-totals.js';
 
 const N = METRICS.length;
+/** A record's null key or team in a shape's string (TotalsBook.#places). */
+const NO_VALUE = '\u0001';
 
 /**
  * One column of one bucket: ids to slots of five sums in one array (no object per id). A
@@ -55,17 +57,26 @@ class Column {
 /** A grouped column's groups of more than one part (a key's models) are indexed; an account's are filtered. */
 const indexed = (c: ColumnSpec): boolean => c.group > 1;
 
+/** A cell as a bucket keeps it: its column, its group, and its id in the column (GROUP<SEP>ID in a grouped one), interned. */
+interface Place { column: ColumnSpec; group: string; id: string }
+
+/** Where a record counts: in its hour's bucket (the columns kept hourly) and in its day's (all). */
+interface Places { hourly: readonly Place[]; daily: readonly Place[] }
+
+/** Record shapes whose places are kept (TotalsBook.#places); past it the list starts anew. */
+const SHAPES = 4096;
+
 /** The totals of one hour or day: per column kept in memory. */
 class Bucket {
   readonly columns = new Map<string, Column>();
   /** An hour's bounded values kept by name (../usage-totals.ts BOUNDS); unused in a day's bucket. */
   readonly bounds = new HourBounds();
 
-  add(cells: readonly Cell[], m: Sums): void {
-    for (const { column, group, id } of cells) {
+  add(places: readonly Place[], m: Sums): void {
+    for (const { column, group, id } of places) {
       let col = this.columns.get(column.name);
       if (col === undefined) this.columns.set(column.name, (col = new Column(indexed(column))));
-      col.add(group === '' ? id : `${group}${SEP}${id}`, group, m);
+      col.add(id, group, m);
     }
   }
 
@@ -82,6 +93,8 @@ export class TotalsBook {
   readonly #hours = new Map<number, Bucket>();
   readonly #days = new Map<number, Bucket>();
   readonly #strings = new Map<string, string>();
+  /** The places of records without tags or end user, by account, key, team and model. */
+  readonly #shapes = new Map<string, Places>();
 
   #intern(s: string): string {
     const known = this.#strings.get(s);
@@ -95,17 +108,46 @@ export class TotalsBook {
     const hour = Math.floor(r.at / HOUR_MS);
     const day = Math.floor(r.at / DAY_MS);
     const hourly = bucketOf(this.#hours, hour);
-    const cells = cellsOf(r, hourly.bounds.of(r)).filter((c) => c.column.memory).map((c): Cell => ({ column: c.column, group: this.#intern(c.group), id: this.#intern(c.id) }));
+    const places = this.#places(r, hourly.bounds);
     const m = metricsOf(r);
-    hourly.add(cells.filter((c) => !c.column.daily), m);
-    bucketOf(this.#days, day).add(cells, m);
+    hourly.add(places.hourly, m);
+    bucketOf(this.#days, day).add(places.daily, m);
+  }
+
+  /**
+   * Where `r` counts. A record without tags or end user has no value the hour's bounds could
+   * change: it counts where every such record of its account, key, team and model does, so
+   * those places are kept and the common record costs one lookup (issue #46: attribution
+   * paid by every record while unused).
+   */
+  #places(r: UsageRecord, bounds: HourBounds): Places {
+    if (r.tags.length > 0 || r.end_user !== null) return this.#place(cellsOf(r, bounds.of(r)));
+    // No id holds SEP or SOH: null (no key, no team) is told from every id.
+    const shape = `${r.account}${SEP}${r.key_id ?? NO_VALUE}${SEP}${r.team ?? NO_VALUE}${SEP}${r.model}`;
+    let places = this.#shapes.get(shape);
+    if (places === undefined) {
+      if (this.#shapes.size >= SHAPES) this.#shapes.clear();
+      this.#shapes.set(shape, (places = this.#place(cellsOf(r))));
+    }
+    return places;
+  }
+
+  #place(cells: readonly Cell[]): Places {
+    const daily = cells.filter((c) => c.column.memory).map((c): Place => {
+      const group = this.#intern(c.group);
+      return { column: c.column, group, id: this.#intern(group === '' ? c.id : `${group}${SEP}${c.id}`) };
+    });
+    return { hourly: daily.filter((c) => !c.column.daily), daily };
   }
 
   /** Drops the buckets of days wholly before `cutoff` (as the records of those days are dropped). */
   prune(cutoff: number): void {
     for (const day of this.#days.keys()) if ((day + 1) * DAY_MS <= cutoff) this.#days.delete(day);
     for (const hour of this.#hours.keys()) if ((Math.floor(hour / 24) + 1) * DAY_MS <= cutoff) this.#hours.delete(hour);
-    if (this.#days.size === 0) this.#strings.clear();
+    if (this.#days.size === 0) {
+      this.#strings.clear();
+      this.#shapes.clear();
+    }
   }
 
   hourly(since: number, until: number, account: string | undefined): HourTotals[] {

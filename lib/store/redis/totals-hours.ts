@@ -18,7 +18,7 @@
 
 import type { RedisClient } from './connect.js';
 import type { UsageRecord } from '../types.js';
-import { BOUNDS, COLUMNS, HourBounds, METRICS, cellsOf, metricsOf, type BoundValue, type Sums } from '../usage-totals.js';
+import { BOUNDS, COLUMNS, HourBounds, METRICS, SEP, cellsOf, metricsOf, type BoundValue, type Cell, type Sums } from '../usage-totals.js';
 import { readRecord, yieldToLoop, type ReadCount } from '../usage-records.js';
 
 /** The version of COLUMNS: bumped when a column is added, so that every hour is summed anew once. */
@@ -39,11 +39,50 @@ export function counterKey(hourKey: string): string {
  * column's first dimension has one value per record.
  */
 export function totalsKeys(hourKey: string, r: UsageRecord): string[] {
-  const cells = cellsOf(r);
+  const groups = plainShape(r)?.groups ?? groupsOf(cellsOf(r));
   return [
-    counterKey(hourKey), ...COLUMNS.map((c) => columnKey(hourKey, c.name, c.group > 0 ? cells.find((x) => x.column === c)?.group ?? '' : '')),
+    counterKey(hourKey), ...COLUMNS.map((c, i) => columnKey(hourKey, c.name, groups[i]!)),
     ...BOUNDED.map((d) => boundKey(hourKey, d, r.account)),
   ];
+}
+
+/** Each column's group of `cells` (a grouped column's: the record's, or '' when it has none), in COLUMNS order. */
+function groupsOf(cells: readonly Cell[]): string[] {
+  return COLUMNS.map((c) => (c.group > 0 ? cells.find((x) => x.column === c)?.group ?? '' : ''));
+}
+
+/** The (column number, id) pairs of `cells`, as the script's arguments take them. */
+function cellArgs(cells: readonly Cell[]): string[] {
+  const out: string[] = [];
+  for (const cell of cells) out.push(COLUMN_NUMBERS.get(cell.column)!, cell.id);
+  return out;
+}
+
+const COLUMN_NUMBERS = new Map(COLUMNS.map((c, i) => [c, String(i + 1)]));
+
+/** What a record without tags or end user gives every record of its shape: its columns' groups and its cells' arguments. */
+interface Shape { groups: readonly string[]; args: readonly string[] }
+
+/** Record shapes kept by plainShape; past it the list starts anew. */
+const SHAPES = 4096;
+const shapes = new Map<string, Shape>();
+
+/**
+ * The shape of a record without tags or end user (undefined for one with either): it has no
+ * value the script bounds, so its groups and cells are those of every such record of its
+ * account, key, team and model, kept here (issue #46: the attribution columns are paid by every
+ * record; this makes the common record cost one lookup). No id holds SEP or SOH.
+ */
+function plainShape(r: UsageRecord): Shape | undefined {
+  if (r.tags.length > 0 || r.end_user !== null) return undefined;
+  const name = `${r.account}${SEP}${r.key_id ?? '\u0001'}${SEP}${r.team ?? '\u0001'}${SEP}${r.model}`;
+  let shape = shapes.get(name);
+  if (shape === undefined) {
+    if (shapes.size >= SHAPES) shapes.clear();
+    const cells = cellsOf(r);
+    shapes.set(name, (shape = { groups: groupsOf(cells), args: cellArgs(cells) }));
+  }
+  return shape;
 }
 
 /** The bounded dimensions, in the order of their sets' keys after the columns'. */
@@ -60,6 +99,11 @@ export function boundKey(hourKey: string, dim: string, account: string): string 
  */
 export function totalsArgs(r: UsageRecord): string[] {
   const out = metricsOf(r).map(String);
+  const plain = plainShape(r);
+  if (plain !== undefined) {
+    out.push('0', ...plain.args);
+    return out;
+  }
   const bounded: string[] = [];
   let n = 0;
   const seen = new Map<string, string>();
@@ -73,8 +117,7 @@ export function totalsArgs(r: UsageRecord): string[] {
     return p;
   };
   const cells = cellsOf(r, (dim, value) => (value === '' ? value : placeholder(dim, value)));
-  out.push(String(n), ...bounded);
-  for (const cell of cells) out.push(String(COLUMNS.indexOf(cell.column) + 1), cell.id);
+  out.push(String(n), ...bounded, ...cellArgs(cells));
   return out;
 }
 
