@@ -9,7 +9,7 @@ import { readJsonBody } from '../http/json.js';
 import { sendJson } from '../http/respond.js';
 import { answerHeaders, type RequestContext } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
-import type { BatchRecord, BatchStore } from '../store/batches.js';
+import { markCancelling, type BatchRecord, type BatchStore } from '../store/batches.js';
 import { batchStore, newId, notFound, ownFile } from './files.js';
 import { ENDPOINTS } from './validate.js';
 
@@ -70,15 +70,7 @@ export async function serveBatches(state: GatewayState, ctx: RequestContext, req
   const id = rest.slice(1, cancel ? -'/cancel'.length : undefined);
   const b = await store.getBatch(id);
   if (b === undefined || b.account !== principal.accountId) throw notFound('batch', id);
-  if (cancel) {
-    if (b.status === 'validating' || b.status === 'in_progress') {
-      b.status = 'cancelling';
-      b.cancelling_at = Math.floor(Date.now() / 1000);
-      await store.putBatch(b);
-    } else if (b.status !== 'cancelling' && b.status !== 'cancelled') {
-      throw new GatewayError('invalid_value', `A batch that is ${b.status} cannot be cancelled.`);
-    }
-  }
+  if (cancel && markCancelling(b, Math.floor(Date.now() / 1000))) await store.putBatch(b);
   sendJson(res, 200, JSON.stringify(await batchObject(store, b)), headers);
 }
 

@@ -6,6 +6,7 @@
 
 import { appendFile, mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { GatewayError } from '../errors.js';
 
 /** A file as the API shows it, and its owner. */
 export interface FileRecord {
@@ -52,6 +53,20 @@ export interface BatchRecord {
   account: string;
   /** The developer key that made it: its lines run as that key. */
   key_id: string;
+}
+
+/**
+ * Marks `b` cancelling (validating or in_progress; its runner stops starting lines): true when
+ * it changed, false when it is cancelling or cancelled already; throws for a finished batch.
+ */
+export function markCancelling(b: BatchRecord, now: number): boolean {
+  if (b.status === 'validating' || b.status === 'in_progress') {
+    b.status = 'cancelling';
+    b.cancelling_at = now;
+    return true;
+  }
+  if (b.status === 'cancelling' || b.status === 'cancelled') return false;
+  throw new GatewayError('invalid_value', `A batch that is ${b.status} cannot be cancelled.`);
 }
 
 /** One line's outcome: its output (or error) file line. */
