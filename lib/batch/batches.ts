@@ -9,7 +9,7 @@ import { readJsonBody } from '../http/json.js';
 import { sendJson } from '../http/respond.js';
 import { answerHeaders, type RequestContext } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
-import { markCancelling, type BatchRecord, type BatchStore } from '../store/batches.js';
+import { endedAt, markCancelling, type BatchRecord, type BatchStore } from '../store/batches.js';
 import { batchStore, newId, notFound, ownFile } from './files.js';
 import { ENDPOINTS } from './validate.js';
 
@@ -23,6 +23,12 @@ export async function batchObject(store: BatchStore, b: BatchRecord): Promise<Re
     shown.request_counts = { total: b.request_counts.total, completed: c.completed, failed: c.failed };
   }
   return shown;
+}
+
+/** A finished batch that ended more than `days` ago: gone, as the retention sweep will make it (./retention.ts). */
+function pastRetention(b: BatchRecord, days: number): boolean {
+  const ended = endedAt(b);
+  return ended !== undefined && ended + days * 86_400 <= Date.now() / 1000;
 }
 
 function badValue(param: string, message: string): GatewayError {
@@ -63,13 +69,14 @@ export async function serveBatches(state: GatewayState, ctx: RequestContext, req
       sendJson(res, 200, JSON.stringify(await batchObject(store, record)), headers);
       return;
     }
-    sendJson(res, 200, JSON.stringify(await page(store, await store.listBatches(principal.accountId), req.url ?? '')), headers);
+    const kept = (await store.listBatches(principal.accountId)).filter((x) => !pastRetention(x, state.config.batch.retention_days));
+    sendJson(res, 200, JSON.stringify(await page(store, kept, req.url ?? '')), headers);
     return;
   }
   const cancel = rest.endsWith('/cancel');
   const id = rest.slice(1, cancel ? -'/cancel'.length : undefined);
   const b = await store.getBatch(id);
-  if (b === undefined || b.account !== principal.accountId) throw notFound('batch', id);
+  if (b === undefined || b.account !== principal.accountId || pastRetention(b, state.config.batch.retention_days)) throw notFound('batch', id);
   if (cancel && markCancelling(b, Math.floor(Date.now() / 1000))) await store.putBatch(b);
   sendJson(res, 200, JSON.stringify(await batchObject(store, b)), headers);
 }

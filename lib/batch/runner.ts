@@ -22,6 +22,7 @@ import type { Metrics } from '../observe/metrics.js';
 import type { GatewayState } from '../state.js';
 import type { BatchError, BatchRecord, BatchStore, FileRecord, LineOutcome } from '../store/batches.js';
 import { newId } from './files.js';
+import { sweep } from './retention.js';
 import { validateLines, type BatchLine } from './validate.js';
 
 /** How often the store is asked for batches to run: at first, and while any were found... */
@@ -112,9 +113,9 @@ export class BatchRunner {
     // batch.concurrency 0: this instance runs no lines and never reads the store for batches.
     if (state === undefined || state.config.batch.concurrency === 0) return false;
     if (performance.now() - this.#swept >= SWEEP_MS) {
-      this.#swept = performance.now();
-      // Files past batch.retention_days are gone (reads refuse them already).
-      for (const id of await this.#o.store.expiredFiles(Math.floor(Date.now() / 1000))) await this.#o.store.deleteFile(id);
+      // Files and batches past batch.retention_days are deleted; a full sweep is followed by another at the next look.
+      const full = await sweep(this.#o.store, Math.floor(Date.now() / 1000), state.config.batch.retention_days);
+      this.#swept = full ? -Infinity : performance.now();
     }
     const active = await this.#o.store.activeBatches();
     for (const b of active) {
