@@ -7,10 +7,10 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError, clip } from '../errors.js';
 import { readJsonBody } from '../http/json.js';
 import { sendJson } from '../http/respond.js';
-import { answerHeaders, type RequestContext } from '../pipeline/context.js';
+import type { RequestContext } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
 import { endedAt, markCancelling, type BatchRecord, type BatchStore } from '../store/batches.js';
-import { batchStore, newId, notFound, ownFile } from './files.js';
+import { caller, newId, notFound, ownFile } from './files.js';
 import { ENDPOINTS } from './validate.js';
 
 const WINDOW_S = 24 * 3600;
@@ -37,11 +37,7 @@ function badValue(param: string, message: string): GatewayError {
 
 /** /v1/batches and /v1/batches/{id}[/cancel]: `rest` is what follows /v1/batches. */
 export async function serveBatches(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, rest: string): Promise<void> {
-  const principal = await state.auth.authenticate(req.headers.authorization, req);
-  ctx.principal = principal;
-  ctx.rateHeaders = await state.limits.peek(principal);
-  const store = batchStore(state);
-  const headers = answerHeaders(ctx);
+  const { principal, store, headers } = await caller(state, ctx, req);
   if (rest === '') {
     if (req.method === 'POST') {
       const body = await readJsonBody(req, state.config.server);

@@ -7,6 +7,7 @@
 // or no admin token is exit 2; a gateway that cannot be reached is exit 1.
 
 import { parseArgs } from 'node:util';
+import type { BatchRecord } from '../store/batches.js';
 
 export const BATCHES_USAGE = `  tollgate batches [list] [--account A] [--status S]
   tollgate batches show ID
@@ -16,25 +17,8 @@ const USAGE = `usage (--url URL, --token T or TOLLGATE_ADMIN_TOKEN, --json):\n${
 
 interface FileView { id: string; bytes: number; filename: string; expires_at: number }
 
-interface BatchView {
-  id: string;
-  account: string;
-  status: string;
-  endpoint: string;
-  created_at: number;
-  expires_at: number;
-  in_progress_at: number | null;
-  finalizing_at: number | null;
-  completed_at: number | null;
-  failed_at: number | null;
-  expired_at: number | null;
-  cancelling_at: number | null;
-  cancelled_at: number | null;
-  request_counts: { total: number; completed: number; failed: number };
-  errors: { data: { code: string; line: number | null; message: string }[] } | null;
-  metadata: Record<string, string> | null;
-  files?: { input: FileView | null; output: FileView | null; error: FileView | null };
-}
+/** A batch as the admin API shows it (admin/batches.ts): the record less its key, with its files on `show`. */
+type BatchView = Omit<BatchRecord, 'key_id'> & { files?: { input: FileView | null; output: FileView | null; error: FileView | null } };
 
 /** A refusal to go on: its message (stderr) and exit code. */
 class Stop extends Error {
@@ -64,7 +48,7 @@ function fileLine(what: string, f: FileView | null | undefined, id: string | nul
 }
 
 /** One batch on a few lines: its counts, each time it reached, its files and errors. */
-export function batchLines(b: BatchView & { input_file_id?: string; output_file_id?: string | null; error_file_id?: string | null }): string {
+export function batchLines(b: BatchView): string {
   const c = b.request_counts;
   const times = ([['created', b.created_at], ['in progress', b.in_progress_at], ['finalizing', b.finalizing_at], ['completed', b.completed_at],
     ['failed', b.failed_at], ['expired', b.expired_at], ['cancelling', b.cancelling_at], ['cancelled', b.cancelled_at]] as const)
