@@ -310,7 +310,7 @@ export class AdminApi {
       return v;
     };
     const query: UsageQuery = {
-      account: text('account'), keyId: text('key'), team: text('team'), model: text('model'), tag: text('tag'), endUser: text('end_user'),
+      account: text('account'), keyId: text('key'), team: text('team'), model: text('model'), tag: text('tag'), endUser: text('end_user'), batchId: text('batch_id'),
       since: recordsTime(text('since'), 'since') ?? 0,
       until: recordsTime(text('until'), 'until'),
       limit: recordsLimit(text('limit')),
