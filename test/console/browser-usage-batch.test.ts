@@ -68,7 +68,7 @@ if (haveChromium(t)) {
 
     await page.getByLabel('Batch id', { exact: true }).fill(made.id);
     await page.getByRole('button', { name: 'Apply' }).click();
-    await page.waitForFunction(() => document.querySelectorAll('tbody tr').length === 3);
+    await page.waitForFunction('document.querySelectorAll("tbody tr").length === 3');
     const cells = await page.locator('tbody tr td:nth-child(9)').allTextContents();
     t.same(cells.sort(), ['doc-a', 'doc-b', 'doc-c'], "the batch's lines, each with its custom_id");
     t.same(await page.locator('tbody tr td:nth-child(9)').first().getAttribute('title'), made.id, 'and its batch id on hover');
