@@ -40,7 +40,8 @@ const HEADER = 'ID                              ACCOUNT  STATUS     ENDPOINT    
 t.test('tollgate batches list, show, cancel against a served YAML file', async (t) => {
   const up = await fakeChat(700);
   t.teardown(() => up.close());
-  const served = await serveFile(t, batchConfig(up.baseUrl));
+  // 40 lines at 0.7 s, 2 at a time: 14 s of work, so the CLI child (slow to start on a loaded machine) cancels it midway.
+  const served = await serveFile(t, batchConfig(up.baseUrl, { batch: { max_file_bytes: 65536, concurrency: 2 } }));
   const demo = new OpenAI({ apiKey: KEY, baseURL: `${served.url}/v1`, maxRetries: 0 });
   const other = new OpenAI({ apiKey: OTHER, baseURL: `${served.url}/v1`, maxRetries: 0 });
   const url = ['--url', served.url];
@@ -51,18 +52,18 @@ t.test('tollgate batches list, show, cancel against a served YAML file', async (
   const inB = await other.files.create({ file: await toFile(Buffer.from('not json\n'), 'bad.jsonl'), purpose: 'batch' });
   const b = await other.batches.create({ input_file_id: inB.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
   t.equal((await until(() => other.batches.retrieve(b.id), (x) => x.status === 'failed')).status, 'failed');
-  const inC = await demo.files.create({ file: await toFile(Buffer.from(lines(8)), 'eight.jsonl'), purpose: 'batch' });
+  const inC = await demo.files.create({ file: await toFile(Buffer.from(lines(40)), 'forty.jsonl'), purpose: 'batch' });
   const c = await demo.batches.create({ input_file_id: inC.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
   t.equal((await until(() => demo.batches.retrieve(c.id), (x) => x.status === 'in_progress')).status, 'in_progress');
 
   const cancel = await cli(['cancel', c.id, ...url]);
   t.equal(cancel.code, 0, cancel.stderr);
   t.equal(cancel.stderr, '');
-  t.match(cancel.stdout, new RegExp(`^cancel asked: ${c.id}  account=demo  status=cancelling  endpoint=/v1/chat/completions\\n  lines: 8 total, `));
+  t.match(cancel.stdout, new RegExp(`^cancel asked: ${c.id}  account=demo  status=cancelling  endpoint=/v1/chat/completions\\n  lines: 40 total, `));
   const cancelled = await until(() => demo.batches.retrieve(c.id), (x) => x.status === 'cancelled');
   t.equal(cancelled.status, 'cancelled', 'the runner stops the batch');
   const ran = cancelled.request_counts!.completed;
-  t.ok(ran < 8, `lines not started were not run (${ran} ran)`);
+  t.ok(ran < 40, `lines not started were not run (${ran} ran)`);
   t.equal(up.requests.length, 1 + ran, 'the upstream saw only the lines that ran');
   const w = await wallet(served.url);
   t.same([w.balance_units, w.held_units], [WALLET - ran * LINE_UNITS, 0], 'the lines that ran are charged, nothing held');
