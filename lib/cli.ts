@@ -4,6 +4,7 @@ import { watch } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ADMIN_COMMANDS, ADMIN_USAGE, admin } from './cli-admin.js';
+import { BATCHES_USAGE, batches } from './cli/batches.js';
 import type { Gateway } from './gateway.js';
 import type { RunningServer } from './server.js';
 
@@ -13,7 +14,8 @@ import type { RunningServer } from './server.js';
 const USAGE = `usage:
   tollgate serve --config FILE [--host H] [--port N]
   tollgate check --config FILE
-${ADMIN_USAGE}`;
+${ADMIN_USAGE}
+${BATCHES_USAGE}`;
 
 function fail(message: string, code = 2): never {
   process.stderr.write(`${message}\n`);
@@ -188,6 +190,10 @@ async function closeWithin(gateway: Gateway, ms: number): Promise<void> {
 
 export async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
+  if (command === 'batches') {
+    process.exitCode = await batches(rest);
+    return;
+  }
   if (command !== undefined && ADMIN_COMMANDS.has(command)) {
     process.exitCode = await admin(command, rest);
     return;

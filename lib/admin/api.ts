@@ -11,7 +11,8 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { bearer } from '../auth/bearer.js';
 import type { Config } from '../config/types.js';
-import { ACTIVE_STATUSES, type BatchStore } from '../store/batches.js';
+import type { BatchStore } from '../store/batches.js';
+import { cancelBatch, getBatch, listBatches } from './batches.js';
 import { GatewayError, MAX_ECHO, clip } from '../errors.js';
 import { ACCOUNT_BODY, CONTROLS_BODY, CREDIT_BODY, NO_MEMBERS, ROTATE_BODY, TEAM_BODY, TEAM_PATCH_BODY, type BodyShape } from './body-shape.js';
 import { createTeam, deleteTeam, getTeam, listTeams, updateTeam } from './teams.js';
@@ -95,20 +96,6 @@ export class AdminApi {
   readonly #guard: TokenGuard;
   /** GET /admin/batches: every account's batches (CONTRACT section 18); the gateway sets the store. */
   batchStore: BatchStore | null = null;
-
-  /** Every account's batches (or `?account=`'s), newest first, each with its account. */
-  async #batches(url: string): Promise<unknown> {
-    const account = new URL(url, 'http://admin').searchParams.get('account') ?? undefined;
-    const all = this.batchStore === null ? [] : await this.batchStore.listBatches(account);
-    all.sort((x, y) => y.created_at - x.created_at || (x.id < y.id ? 1 : -1));
-    const store = this.batchStore;
-    const data = await Promise.all(all.map(async ({ key_id: _k, ...shown }) => {
-      // A running batch's counts are its lines' outcomes so far.
-      if (store === null || !ACTIVE_STATUSES.has(shown.status)) return shown;
-      return { ...shown, request_counts: { total: shown.request_counts.total, ...(await store.counts(shown.id)) } };
-    }));
-    return { object: 'list', data };
-  }
 
   /** GET /admin/upstreams: every provider's replicas (CONTRACT section 7). */
   readonly #upstreams: () => unknown;
@@ -248,7 +235,14 @@ export class AdminApi {
       await noContent();
     } else if (a === 'batches' && parts.length === 1) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      await send(200, await this.#batches(req.url ?? ''));
+      await send(200, await listBatches(this.batchStore, req.url ?? ''));
+    } else if (a === 'batches' && b !== undefined && parts.length === 2) {
+      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
+      await send(200, await getBatch(this.batchStore, b));
+    } else if (a === 'batches' && b !== undefined && c === 'cancel' && parts.length === 3) {
+      if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
+      if (hasBody(req)) await body(NO_MEMBERS);
+      await send(200, await cancelBatch(this.batchStore, b));
     } else if (a === 'upstreams' && parts.length === 1) {
       if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
       await send(200, this.#upstreams());
@@ -316,7 +310,7 @@ export class AdminApi {
       return v;
     };
     const query: UsageQuery = {
-      account: text('account'), keyId: text('key'), team: text('team'), model: text('model'), tag: text('tag'), endUser: text('end_user'),
+      account: text('account'), keyId: text('key'), team: text('team'), model: text('model'), tag: text('tag'), endUser: text('end_user'), batchId: text('batch_id'),
       since: recordsTime(text('since'), 'since') ?? 0,
       until: recordsTime(text('until'), 'until'),
       limit: recordsLimit(text('limit')),

@@ -55,6 +55,8 @@ export const PERMISSIONS: readonly Permission[] = [
   { route: '/admin/sessions/{id}/revoke', methods: ['POST'], roles: ['admin'], scope: 'none' },
   { route: '/admin/upstreams', methods: R, roles: STAFF, scope: 'none' },
   { route: '/admin/batches', methods: R, roles: STAFF, scope: 'none' },
+  { route: '/admin/batches/{id}', methods: R, roles: STAFF, scope: 'none' },
+  { route: '/admin/batches/{id}/cancel', methods: ['POST'], roles: ['admin'], scope: 'none' },
   { route: '/admin/usage', methods: R, roles: ALL, scope: 'query' },
   { route: '/admin/usage/records', methods: R, roles: ALL, scope: 'query' },
   { route: '/admin/usage/hourly', methods: R, roles: ALL, scope: 'query' },

@@ -7,10 +7,10 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError, clip } from '../errors.js';
 import { readJsonBody } from '../http/json.js';
 import { sendJson } from '../http/respond.js';
-import { answerHeaders, type RequestContext } from '../pipeline/context.js';
+import type { RequestContext } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
-import type { BatchRecord, BatchStore } from '../store/batches.js';
-import { batchStore, newId, notFound, ownFile } from './files.js';
+import { endedAt, markCancelling, type BatchRecord, type BatchStore } from '../store/batches.js';
+import { caller, newId, notFound, ownFile } from './files.js';
 import { ENDPOINTS } from './validate.js';
 
 const WINDOW_S = 24 * 3600;
@@ -25,17 +25,19 @@ export async function batchObject(store: BatchStore, b: BatchRecord): Promise<Re
   return shown;
 }
 
+/** A finished batch that ended more than `days` ago: gone, as the retention sweep will make it (./retention.ts). */
+function pastRetention(b: BatchRecord, days: number): boolean {
+  const ended = endedAt(b);
+  return ended !== undefined && ended + days * 86_400 <= Date.now() / 1000;
+}
+
 function badValue(param: string, message: string): GatewayError {
   return new GatewayError('invalid_value', message, { param });
 }
 
 /** /v1/batches and /v1/batches/{id}[/cancel]: `rest` is what follows /v1/batches. */
 export async function serveBatches(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, rest: string): Promise<void> {
-  const principal = await state.auth.authenticate(req.headers.authorization, req);
-  ctx.principal = principal;
-  ctx.rateHeaders = await state.limits.peek(principal);
-  const store = batchStore(state);
-  const headers = answerHeaders(ctx);
+  const { principal, store, headers } = await caller(state, ctx, req);
   if (rest === '') {
     if (req.method === 'POST') {
       const body = await readJsonBody(req, state.config.server);
@@ -63,22 +65,15 @@ export async function serveBatches(state: GatewayState, ctx: RequestContext, req
       sendJson(res, 200, JSON.stringify(await batchObject(store, record)), headers);
       return;
     }
-    sendJson(res, 200, JSON.stringify(await page(store, await store.listBatches(principal.accountId), req.url ?? '')), headers);
+    const kept = (await store.listBatches(principal.accountId)).filter((x) => !pastRetention(x, state.config.batch.retention_days));
+    sendJson(res, 200, JSON.stringify(await page(store, kept, req.url ?? '')), headers);
     return;
   }
   const cancel = rest.endsWith('/cancel');
   const id = rest.slice(1, cancel ? -'/cancel'.length : undefined);
   const b = await store.getBatch(id);
-  if (b === undefined || b.account !== principal.accountId) throw notFound('batch', id);
-  if (cancel) {
-    if (b.status === 'validating' || b.status === 'in_progress') {
-      b.status = 'cancelling';
-      b.cancelling_at = Math.floor(Date.now() / 1000);
-      await store.putBatch(b);
-    } else if (b.status !== 'cancelling' && b.status !== 'cancelled') {
-      throw new GatewayError('invalid_value', `A batch that is ${b.status} cannot be cancelled.`);
-    }
-  }
+  if (b === undefined || b.account !== principal.accountId || pastRetention(b, state.config.batch.retention_days)) throw notFound('batch', id);
+  if (cancel && markCancelling(b, Math.floor(Date.now() / 1000))) await store.putBatch(b);
   sendJson(res, 200, JSON.stringify(await batchObject(store, b)), headers);
 }
 

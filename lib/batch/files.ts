@@ -32,6 +32,17 @@ export function batchStore(state: GatewayState): BatchStore {
   return state.batches;
 }
 
+/**
+ * Who makes a /v1/files or /v1/batches request (the key's own checks done: expiry, allowed_ips),
+ * with the rate headers of its answer set, the batch store, and the answer's headers.
+ */
+export async function caller(state: GatewayState, ctx: RequestContext, req: IncomingMessage): Promise<{ principal: Principal; store: BatchStore; headers: Record<string, string> }> {
+  const principal = await state.auth.authenticate(req.headers.authorization, req);
+  ctx.principal = principal;
+  ctx.rateHeaders = await state.limits.peek(principal);
+  return { principal, store: batchStore(state), headers: answerHeaders(ctx) };
+}
+
 /** The file as the API shows it (without its owner). */
 export function fileObject(f: FileRecord): Record<string, unknown> {
   return { id: f.id, object: 'file', bytes: f.bytes, created_at: f.created_at, filename: f.filename, purpose: f.purpose, status: 'processed', expires_at: f.expires_at };
@@ -50,11 +61,7 @@ export async function ownFile(store: BatchStore, principal: Principal, id: strin
 
 /** /v1/files and /v1/files/{id}[/content]: `rest` is what follows /v1/files. */
 export async function serveFiles(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, rest: string): Promise<void> {
-  const principal = await state.auth.authenticate(req.headers.authorization, req);
-  ctx.principal = principal;
-  ctx.rateHeaders = await state.limits.peek(principal);
-  const store = batchStore(state);
-  const headers = answerHeaders(ctx);
+  const { principal, store, headers } = await caller(state, ctx, req);
   if (rest === '') {
     if (req.method === 'POST') {
       const f = await upload(state, principal, req);

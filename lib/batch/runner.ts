@@ -22,6 +22,7 @@ import type { Metrics } from '../observe/metrics.js';
 import type { GatewayState } from '../state.js';
 import type { BatchError, BatchRecord, BatchStore, FileRecord, LineOutcome } from '../store/batches.js';
 import { newId } from './files.js';
+import { sweep } from './retention.js';
 import { validateLines, type BatchLine } from './validate.js';
 
 /** How often the store is asked for batches to run: at first, and while any were found... */
@@ -112,9 +113,9 @@ export class BatchRunner {
     // batch.concurrency 0: this instance runs no lines and never reads the store for batches.
     if (state === undefined || state.config.batch.concurrency === 0) return false;
     if (performance.now() - this.#swept >= SWEEP_MS) {
-      this.#swept = performance.now();
-      // Files past batch.retention_days are gone (reads refuse them already).
-      for (const id of await this.#o.store.expiredFiles(Math.floor(Date.now() / 1000))) await this.#o.store.deleteFile(id);
+      // Files and batches past batch.retention_days are deleted; a full sweep is followed by another at the next look.
+      const full = await sweep(this.#o.store, Math.floor(Date.now() / 1000), state.config.batch.retention_days);
+      this.#swept = full ? -Infinity : performance.now();
     }
     const active = await this.#o.store.activeBatches();
     for (const b of active) {
@@ -180,8 +181,8 @@ export class BatchRunner {
     let keyGone: string | undefined;
     let principalAt = performance.now();
     const worker = async () => {
-      for (let line = queue.shift(); line !== undefined; line = queue.shift()) {
-        // Cancelled, expired or gone: no new line starts; those in flight finish.
+      while (queue.length > 0) {
+        // Cancelled, expired or gone: no new line starts (it stays in `queue`); those in flight finish.
         if (this.#stopped || keyGone !== undefined) return;
         const current = await store.getBatch(id);
         status = current?.status ?? 'cancelled';
@@ -197,6 +198,8 @@ export class BatchRunner {
             return;
           }
         }
+        const line = queue.shift();
+        if (line === undefined) return;
         const outcome = await this.#line(b, line, { ...principal, batch: { id, customId: line.custom_id, billingId: `batch:${id}:${line.line}`, discountPercent: discount } });
         if (await store.addOutcome(id, outcome)) this.#o.metrics?.batchLinesDone.inc({ outcome: outcome.ok ? 'completed' : 'failed' });
       }
@@ -216,7 +219,7 @@ export class BatchRunner {
     const end = keyGone !== undefined
       ? { code: 'invalid_key', line: null, message: `The key that made this batch can no longer be used: ${keyGone}`, param: null }
       : stopAt > 0 ? 'expired' as const : undefined;
-    await this.#finish(id, end);
+    await this.#finish(id, end, end === 'expired' ? queue : []);
   }
 
   /** The principal of the key that made the batch, as it is now (revoked: refused). */
@@ -236,8 +239,11 @@ export class BatchRunner {
     await this.#o.store.putBatch(b);
   }
 
-  /** Writes the output and error files and the batch's last status. */
-  async #finish(id: string, end: 'expired' | BatchError | undefined): Promise<void> {
+  /**
+   * Writes the output and error files and the batch's last status. An expired batch's lines that
+   * never started (`unrun`) are in its error file as `batch_expired`, as OpenAI writes them.
+   */
+  async #finish(id: string, end: 'expired' | BatchError | undefined, unrun: readonly BatchLine[]): Promise<void> {
     const store = this.#o.store;
     const b = await store.getBatch(id);
     if (b === undefined) return;
@@ -250,7 +256,7 @@ export class BatchRunner {
     }
     const outcomes = (await store.outcomes(id)).sort((x, y) => x.line - y.line);
     const ok = outcomes.filter((o) => o.ok);
-    const failed = outcomes.filter((o) => !o.ok);
+    const failed = outcomes.filter((o) => !o.ok).concat(unrun.map(expiredLine)).sort((x, y) => x.line - y.line);
     b.output_file_id = await this.#file(b, ok);
     b.error_file_id = await this.#file(b, failed);
     b.request_counts = { total: b.request_counts.total, completed: ok.length, failed: failed.length };
@@ -330,6 +336,12 @@ export class BatchRunner {
       req.end(body);
     });
   }
+}
+
+/** A line the completion window ended before: no request was made, nothing charged. */
+function expiredLine(line: BatchLine): LineOutcome {
+  const error = { code: 'batch_expired', message: 'This request could not be executed before the completion window expired.' };
+  return { line: line.line, ok: false, text: JSON.stringify({ id: `batch_req_${randomBytes(12).toString('hex')}`, custom_id: line.custom_id, response: null, error }) };
 }
 
 function retryable(a: { status: number; body: string }): boolean {

@@ -6,6 +6,7 @@
 
 import { appendFile, mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { GatewayError } from '../errors.js';
 
 /** A file as the API shows it, and its owner. */
 export interface FileRecord {
@@ -54,6 +55,26 @@ export interface BatchRecord {
   key_id: string;
 }
 
+/** When a finished batch ended (Unix seconds); undefined while it runs. */
+export function endedAt(b: BatchRecord): number | undefined {
+  if (ACTIVE_STATUSES.has(b.status)) return undefined;
+  return b.completed_at ?? b.failed_at ?? b.expired_at ?? b.cancelled_at ?? b.created_at;
+}
+
+/**
+ * Marks `b` cancelling (validating or in_progress; its runner stops starting lines): true when
+ * it changed, false when it is cancelling or cancelled already; throws for a finished batch.
+ */
+export function markCancelling(b: BatchRecord, now: number): boolean {
+  if (b.status === 'validating' || b.status === 'in_progress') {
+    b.status = 'cancelling';
+    b.cancelling_at = now;
+    return true;
+  }
+  if (b.status === 'cancelling' || b.status === 'cancelled') return false;
+  throw new GatewayError('invalid_value', `A batch that is ${b.status} cannot be cancelled.`);
+}
+
 /** One line's outcome: its output (or error) file line. */
 export interface LineOutcome { line: number; ok: boolean; text: string }
 
@@ -63,14 +84,18 @@ export interface BatchStore {
   fileContent(id: string): Promise<Buffer | undefined>;
   listFiles(account: string): Promise<FileRecord[]>;
   deleteFile(id: string): Promise<boolean>;
-  /** The ids of files whose expires_at (Unix seconds) is at or before `now`. */
-  expiredFiles(now: number): Promise<string[]>;
+  /** The ids of up to `limit` files whose expires_at (Unix seconds) is at or before `now`. */
+  expiredFiles(now: number, limit: number): Promise<string[]>;
   putBatch(b: BatchRecord): Promise<void>;
   getBatch(id: string): Promise<BatchRecord | undefined>;
   /** The batches not finished yet (validating, in_progress, cancelling, finalizing). */
   activeBatches(): Promise<BatchRecord[]>;
   /** Every batch (of `account`, when given), in no set order. */
   listBatches(account?: string): Promise<BatchRecord[]>;
+  /** The ids of up to `limit` finished batches that ended (endedAt) at or before `before` (Unix seconds). */
+  endedBatches(before: number, limit: number): Promise<string[]>;
+  /** Removes a batch's record, its lines' outcomes and its lease (not its files: they expire on their own). */
+  deleteBatch(id: string): Promise<void>;
   /** Adds a line's outcome; false when that line had one already (the first stands). */
   addOutcome(batch: string, o: LineOutcome): Promise<boolean>;
   outcomes(batch: string): Promise<LineOutcome[]>;
@@ -165,15 +190,45 @@ export class MemoryBatchStore implements BatchStore {
 
   async deleteFile(id: string): Promise<boolean> {
     if (!this.#files.delete(id)) return false;
-    if (this.#dir !== null) {
-      await rm(join(this.#dir, `${id}.file.json`), { force: true });
-      await rm(join(this.#dir, `${id}.data`), { force: true });
-    }
+    await this.#remove(`${id}.file.json`);
+    await this.#remove(`${id}.data`);
     return true;
   }
 
-  async expiredFiles(now: number): Promise<string[]> {
-    return [...this.#files.values()].filter((e) => e.f.expires_at <= now).map((e) => e.f.id);
+  /** Removes a record's file, after any write of it still under way. */
+  #remove(name: string): Promise<void> {
+    const dir = this.#dir;
+    if (dir === null) return Promise.resolve();
+    const prev = this.#writes.get(name) ?? Promise.resolve();
+    const next = prev.catch(() => undefined).then(() => rm(join(dir, name), { force: true }));
+    this.#writes.set(name, next);
+    return next.finally(() => { if (this.#writes.get(name) === next) this.#writes.delete(name); });
+  }
+
+  async expiredFiles(now: number, limit: number): Promise<string[]> {
+    const ids: string[] = [];
+    for (const { f } of this.#files.values()) {
+      if (ids.length >= limit) break;
+      if (f.expires_at <= now) ids.push(f.id);
+    }
+    return ids;
+  }
+
+  async endedBatches(before: number, limit: number): Promise<string[]> {
+    const ids: string[] = [];
+    for (const b of this.#batches.values()) {
+      if (ids.length >= limit) break;
+      const ended = endedAt(b);
+      if (ended !== undefined && ended <= before) ids.push(b.id);
+    }
+    return ids;
+  }
+
+  async deleteBatch(id: string): Promise<void> {
+    this.#batches.delete(id);
+    this.#outcomes.delete(id);
+    await this.#remove(`${id}.batch.json`);
+    await this.#remove(`${id}.lines`);
   }
 
   async putBatch(b: BatchRecord): Promise<void> {

@@ -148,7 +148,8 @@ function matches(q: Omit<UsageQuery, 'limit' | 'cursor'>, r: UsageRecord, cutoff
     (q.account === undefined || r.account === q.account) && (q.keyId === undefined || r.key_id === q.keyId) &&
     (q.team === undefined || r.team === q.team) &&
     (q.model === undefined || r.model === q.model) &&
-    (q.tag === undefined || r.tags.includes(q.tag)) && (q.endUser === undefined || r.end_user === q.endUser);
+    (q.tag === undefined || r.tags.includes(q.tag)) && (q.endUser === undefined || r.end_user === q.endUser) &&
+    (q.batchId === undefined || r.batch_id === q.batchId);
 }
 
 /** One record read from a bucket, and the position just after it. */

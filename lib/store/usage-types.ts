@@ -71,6 +71,8 @@ export interface UsageQuery {
   /** Only records carrying this tag, or made for this end user (CONTRACT section 20). */
   tag?: string;
   endUser?: string;
+  /** Only the records of this batch's lines (CONTRACT section 18). */
+  batchId?: string;
   since: number;
   until?: number;
   limit: number;

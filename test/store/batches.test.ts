@@ -30,7 +30,7 @@ t.test('on disk: records, outcomes once, a cut log line, expiry', async (t) => {
   t.equal(await a.addOutcome('batch_1', { line: 1, ok: false, text: 'again' }), false, 'a line has one outcome');
   t.equal(await a.addOutcome('batch_1', { line: 2, ok: false, text: 'two' }), true);
   t.same(await a.activeBatches().then((l) => l.map((b) => b.id)), ['batch_1']);
-  t.same(await a.expiredFiles(200), ['file-old']);
+  t.same(await a.expiredFiles(200, 10), ['file-old']);
   await a.close();
   // A crash mid-append leaves a cut line at the end of the log.
   await appendFile(join(dir, 'batches', 'batch_1.lines'), '{"line":3,"ok":tr');

@@ -1,5 +1,5 @@
-// The console's Usage page (CONTRACT sections 12 and 20): usage records filtered by account,
-// key, model, tag and end user, page by page, with their downloads; and the same usage grouped
+// The console's Usage page (CONTRACT sections 12, 18 and 20): usage records filtered by account,
+// key, model, tag, end user and batch, page by page, with their downloads; and the same usage grouped
 // by tag, end user, key, team, model or day (GET /admin/usage?group_by=, read from totals),
 // biggest first, each group's units a link to its records.
 
@@ -16,7 +16,7 @@ const GROUPINGS = [
   ['end_user,model', 'End user and model'], ['tag,end_user', 'Tag and end user'],
 ];
 const LABELS = { tag: 'Tag', end_user: 'End user', key: 'Key', team: 'Team', model: 'Model', day: 'Day' };
-const EMPTY = { account: '', key: '', team: '', model: '', tag: '', end_user: '', since: '', until: '', group_by: '' };
+const EMPTY = { account: '', key: '', team: '', model: '', tag: '', end_user: '', batch_id: '', since: '', until: '', group_by: '' };
 const DAY = 86_400_000;
 
 export function Usage({ session }) {
@@ -25,7 +25,7 @@ export function Usage({ session }) {
   const [cursors, setCursors] = useState([undefined]);
   const cursor = cursors[cursors.length - 1];
   const params = useMemo(() => ({
-    account: filters.account, key: filters.key, team: filters.team, model: filters.model, tag: filters.tag, end_user: filters.end_user,
+    account: filters.account, key: filters.key, team: filters.team, model: filters.model, tag: filters.tag, end_user: filters.end_user, batch_id: filters.batch_id,
     since: filters.since ? new Date(`${filters.since}Z`).toISOString() : undefined,
     until: filters.until ? new Date(`${filters.until}Z`).toISOString() : undefined,
   }), [filters]);
@@ -55,6 +55,7 @@ export function Usage({ session }) {
       ${field('model', 'Model')}
       ${field('tag', 'Tag')}
       ${field('end_user', 'End user')}
+      ${field('batch_id', 'Batch id')}
       ${field('since', 'From (UTC)', { type: 'datetime-local' })}
       ${field('until', 'To (UTC)', { type: 'datetime-local' })}
       <div class="field"><label for="f-group_by">Group by</label><select id="f-group_by" name="group_by" value=${filters.group_by}>
@@ -63,7 +64,8 @@ export function Usage({ session }) {
       <div class="field buttons"><button type="submit">Apply</button></div>
     </form>
     <p class="downloads"><a href=${exportUrl('csv')} download="usage.csv">Download CSV</a> <a href=${exportUrl('jsonl')} download="usage.jsonl">Download JSONL</a></p>
-    ${filters.group_by ? html`<${Groups} filters=${filters} params=${params} onPick=${showRecords} />` : html`<${Records} params=${params} cursor=${cursor} cursors=${cursors} setCursors=${setCursors} />`}`;
+    ${filters.group_by && filters.batch_id && html`<p class="muted" data-testid="batch-records">A batch's usage is shown as its lines' records: grouping does not apply to a batch filter.</p>`}
+    ${filters.group_by && !filters.batch_id ? html`<${Groups} filters=${filters} params=${params} onPick=${showRecords} />` : html`<${Records} params=${params} cursor=${cursor} cursors=${cursors} setCursors=${setCursors} />`}`;
 }
 
 /** The usage grouped (GET /admin/usage?group_by=): biggest groups first, each linking to its records. */
@@ -102,10 +104,10 @@ function Records({ params, cursor, cursors, setCursors }) {
   return html`<${Problem} error=${state.error} />
     <div class="scroll"><table>
       <caption class="sr-only">Usage records</caption>
-      <thead><tr><th scope="col">Time</th><th scope="col">Request id</th><th scope="col">Account</th><th scope="col">Key</th><th scope="col">Model</th><th scope="col">Route</th><th scope="col">Tags</th><th scope="col">End user</th><th scope="col" class="num">Status</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Units</th></tr></thead>
+      <thead><tr><th scope="col">Time</th><th scope="col">Request id</th><th scope="col">Account</th><th scope="col">Key</th><th scope="col">Model</th><th scope="col">Route</th><th scope="col">Tags</th><th scope="col">End user</th><th scope="col" title="A batch line's custom_id (its request id is BATCH_ID-LINE)">Custom id</th><th scope="col" class="num">Status</th><th scope="col" class="num">Tokens</th><th scope="col" class="num">Units</th></tr></thead>
       <tbody>${d.records.map((r) => html`<tr>
         <td class="when">${when(r.at)}</td><td class="id">${r.request_id}</td><td class="id">${r.account}</td><td class="id">${r.key_id ?? '—'}</td><td>${r.model}</td><td>${r.route}</td>
-        <td>${(r.tags ?? []).join(', ') || '—'}</td><td>${r.end_user ?? '—'}</td>
+        <td>${(r.tags ?? []).join(', ') || '—'}</td><td>${r.end_user ?? '—'}</td><td class="id" title=${r.batch_id}>${r.custom_id ?? '—'}</td>
         <td class="num">${r.status}</td><td class="num">${fmt(r.prompt_tokens + r.completion_tokens)}</td><td class="num">${fmt(r.units)}</td>
       </tr>`)}</tbody>
     </table></div>

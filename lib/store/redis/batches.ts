@@ -1,13 +1,15 @@
 // Files and batches in Redis (CONTRACT section 18; the interface is ../batches.ts), shared by
 // every instance on the store. One key per record (P{bf}:ID a file's record, P{bfc}:ID its
 // content, P{bb}:ID a batch); sets of ids: per owner (P{bfa}:ACCOUNT, P{bba}:ACCOUNT), of all
-// files (P{bfall}), of all batches (P{bball}) and of those still running (P{bactive}); each
+// files (P{bfall}), of all batches (P{bball}) and of those still running (P{bactive}); sorted
+// sets for the retention sweep: files by expires_at (P{bfexp}), finished batches by when they
+// ended (P{bbend}); each
 // batch's outcomes as a hash by line (HSETNX: the first stands) with their counts (P{bc}:ID),
 // and its lease (P{blease}:ID, SET NX PX). Every command names one key, so a cluster serves it
 // whatever the slots.
 
 import type { RedisClient } from './connect.js';
-import { ACTIVE_STATUSES, type BatchRecord, type BatchStore, type FileRecord, type LineOutcome } from '../batches.js';
+import { ACTIVE_STATUSES, endedAt, type BatchRecord, type BatchStore, type FileRecord, type LineOutcome } from '../batches.js';
 
 export class RedisBatchStore implements BatchStore {
   readonly #r: RedisClient;
@@ -23,12 +25,24 @@ export class RedisBatchStore implements BatchStore {
     await this.#r.set(`${this.#p}bf:${f.id}`, JSON.stringify(f));
     await this.#r.sadd(`${this.#p}bfa:${f.account}`, f.id);
     await this.#r.sadd(`${this.#p}bfall`, f.id);
+    await this.#r.zadd(`${this.#p}bfexp`, f.expires_at, f.id);
   }
 
-  async expiredFiles(now: number): Promise<string[]> {
-    const ids = await this.#r.smembers(`${this.#p}bfall`);
-    const files = await Promise.all(ids.map((id) => this.getFile(id)));
-    return files.filter((f): f is FileRecord => f !== undefined && f.expires_at <= now).map((f) => f.id);
+  async expiredFiles(now: number, limit: number): Promise<string[]> {
+    return this.#r.zrangebyscore(`${this.#p}bfexp`, '-inf', now, 'LIMIT', 0, limit);
+  }
+
+  async endedBatches(before: number, limit: number): Promise<string[]> {
+    return this.#r.zrangebyscore(`${this.#p}bbend`, '-inf', before, 'LIMIT', 0, limit);
+  }
+
+  async deleteBatch(id: string): Promise<void> {
+    const b = await this.getBatch(id);
+    for (const key of [`bl:${id}`, `bc:${id}`, `blease:${id}`, `bb:${id}`]) await this.#r.del(`${this.#p}${key}`);
+    if (b !== undefined) await this.#r.srem(`${this.#p}bba:${b.account}`, id);
+    await this.#r.srem(`${this.#p}bball`, id);
+    await this.#r.srem(`${this.#p}bactive`, id);
+    await this.#r.zrem(`${this.#p}bbend`, id);
   }
 
   async getFile(id: string): Promise<FileRecord | undefined> {
@@ -48,6 +62,8 @@ export class RedisBatchStore implements BatchStore {
 
   async deleteFile(id: string): Promise<boolean> {
     const f = await this.getFile(id);
+    // A file whose record is gone leaves nothing to sweep.
+    await this.#r.zrem(`${this.#p}bfexp`, id);
     if (f === undefined) return false;
     await this.#r.del(`${this.#p}bf:${id}`);
     await this.#r.del(`${this.#p}bfc:${id}`);
@@ -60,8 +76,12 @@ export class RedisBatchStore implements BatchStore {
     await this.#r.set(`${this.#p}bb:${b.id}`, JSON.stringify(b));
     await this.#r.sadd(`${this.#p}bba:${b.account}`, b.id);
     await this.#r.sadd(`${this.#p}bball`, b.id);
-    if (ACTIVE_STATUSES.has(b.status)) await this.#r.sadd(`${this.#p}bactive`, b.id);
-    else await this.#r.srem(`${this.#p}bactive`, b.id);
+    const ended = endedAt(b);
+    if (ended === undefined) await this.#r.sadd(`${this.#p}bactive`, b.id);
+    else {
+      await this.#r.srem(`${this.#p}bactive`, b.id);
+      await this.#r.zadd(`${this.#p}bbend`, ended, b.id);
+    }
   }
 
   async activeBatches(): Promise<BatchRecord[]> {
