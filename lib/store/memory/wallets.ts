@@ -5,7 +5,8 @@
 
 import { addSpend, periodId, requireId, requireRequestId, spentIn } from '../rules.js';
 import type { HoldRequest, HoldResult, SettleResult, Settlement, UnsettleResult, UsageTotals } from '../types.js';
-import { MemoryMetering, validateHold, validateSettlement, type SettleEntry, type UnsettleEntry } from './metering.js';
+import { MemoryMetering } from './metering.js';
+import { validateHold, validateSettlement, type SettleEntry, type UnsettleEntry } from './metering-entries.js';
 import type { MemoryHost, MemoryTables } from './tables.js';
 
 export class MemoryWallets {
