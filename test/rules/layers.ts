@@ -43,7 +43,7 @@ export const LAYERS: ReadonlyArray<readonly string[]> = [
   // 13 the standalone node:http server.
   ['server.ts'],
   // 14 the ways in: the `tollgate` command and the public API.
-  ['cli.ts', 'cli-admin.ts', 'cli-admin-answers.ts', 'cli-admin-tags.ts', 'index.ts'],
+  ['cli/', 'index.ts'],
 ];
 
 /**
