@@ -12,7 +12,6 @@ export const MAX_LINES = 450;
  * but not grow. Remove an entry once its file is split to MAX_LINES or fewer; never add one.
  */
 export const OVERSIZED: Readonly<Record<string, number>> = {
-  'lib/console/ui/app.js': 605,
 };
 
 /** Lines as `wc -l` counts them, plus a last line that lacks its newline. */
