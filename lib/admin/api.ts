@@ -6,6 +6,8 @@
 // holds only the members its route's shape names, at any depth (./body-shape.ts; CONTRACT
 // section 16). Every write is recorded in the audit log in the same store step as the write,
 // before it is answered (./audit.ts; CONTRACT section 21).
+// Routes are one table (#routes: a path template, a handler per method), so a method a route
+// lacks is 405 with its Allow made from the table.
 
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -22,7 +24,7 @@ import { windows } from '../billing/meter.js';
 import { MAX_UNITS, type AccountRecord, type AuditEvent, type KeyRecord, type Store, type UsageQuery, type UsageRecord, type UsageTotals } from '../store/types.js';
 import { isCursor } from '../store/usage-records.js';
 import { alertsPage } from './alerts.js';
-import { decide, isWrite, outsideAccount, type Principal } from './permissions.js';
+import { decide, isWrite, matches, outsideAccount, type Principal } from './permissions.js';
 import { addressReader, type AddressOf } from '../auth/client-address.js';
 import { accountsPage, usageHourly, usageTop } from './insights.js';
 import { TokenGuard } from './token-guard.js';
@@ -47,6 +49,42 @@ function notFound(path: string): GatewayError {
 
 function methodNotAllowed(method: string | undefined, path: string, allow: string): GatewayError {
   return new GatewayError('method_not_allowed', `Method ${clip(method ?? '', 16)} is not allowed on ${clip(path, MAX_ECHO - 16)}; use ${allow}.`, { headers: { allow } });
+}
+
+type Method = 'GET' | 'POST' | 'PATCH' | 'DELETE';
+
+/** One admin request as a route's handler sees it. */
+interface AdminCall {
+  req: IncomingMessage;
+  url: string;
+  /** The route's {id} segment, decoded ('' when it has none). */
+  id: string;
+  send(status: number, body: unknown): Promise<void>;
+  noContent(): Promise<void>;
+  /** The write's audit event, for the store call that makes the write. */
+  event(): AuditEvent | undefined;
+  body(shape: BodyShape): Promise<Body>;
+  /** What a key write needs; set for every write (POST, PATCH, DELETE). */
+  keys: KeyWrite | undefined;
+}
+
+interface AdminRoute {
+  route: string;
+  methods: Partial<Record<Method, (c: AdminCall) => Promise<void>>>;
+}
+
+/** The Allow header of a route: its methods, HEAD with GET, in one fixed order. */
+function allowOf(methods: AdminRoute['methods']): string {
+  const allow: string[] = [];
+  if (methods.GET !== undefined) allow.push('GET', 'HEAD');
+  for (const m of ['POST', 'PATCH', 'DELETE'] as const) if (methods[m] !== undefined) allow.push(m);
+  return allow.join(', ');
+}
+
+/** A key write's store, config, principal and audit event; every write has them (isWrite). */
+function writer(c: AdminCall): KeyWrite {
+  if (c.keys === undefined) throw new Error('a write without its audit event');
+  return c.keys;
 }
 
 /** Records pages hold 1 to RECORDS_MAX_LIMIT records; RECORDS_DEFAULT_LIMIT unless asked. */
@@ -177,97 +215,104 @@ export class AdminApi {
     const event = () => audit?.take();
     const body = (shape: BodyShape) => adminBody(req, shape, this.#config.server.body_timeout_ms);
     const keys: KeyWrite | undefined = audit === undefined ? undefined : { store: this.#store, config: this.#config, principal, audit };
-    const [a, b, c] = parts;
-    const accountView = (acct: AccountRecord) => this.#view(acct);
-    const reading = method === 'GET' || method === 'HEAD';
-
-    if (a === 'accounts' && parts.length === 1 && reading) {
-      await send(200, await accountsPage(this.#store, req.url ?? '', accountView));
-    } else if (a === 'accounts' && parts.length === 1) {
-      if (method !== 'POST') throw methodNotAllowed(method, path, 'GET, HEAD, POST');
-      await send(201, await accountView(await this.#createAccount(await body(ACCOUNT_BODY), event())));
-    } else if (a === 'accounts' && b !== undefined && parts.length === 2) {
-      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      await send(200, await accountView(await this.#account(b)));
-    } else if (a === 'accounts' && b !== undefined && c === 'credits' && parts.length === 3) {
-      if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
-      const { applied, account } = await this.#credit(b, await body(CREDIT_BODY), event());
-      await send(200, { ...(await accountView(account)), applied });
-    } else if (a === 'accounts' && b !== undefined && c === 'keys' && parts.length === 3) {
-      if (reading) {
-        const list = await this.#store.listKeys(b);
-        if (list === undefined) throw new GatewayError('account_not_found', `No account with id '${clip(b)}'.`);
-        await send(200, { keys: list.map((k) => this.#keyView(k)) });
-      } else if (method === 'POST' && keys !== undefined) {
-        await send(201, await issueKey(keys, b, hasBody(req) ? await body(CONTROLS_BODY) : undefined));
-      } else {
-        throw methodNotAllowed(method, path, 'GET, HEAD, POST');
-      }
-    } else if (a === 'keys' && b !== undefined && parts.length === 2) {
-      if (method === 'DELETE' && keys !== undefined) {
-        await revokeKey(keys, b);
-        await noContent();
-      } else if (method === 'PATCH' && keys !== undefined) {
-        await send(200, this.#keyView(await patchKey(keys, b, hasBody(req) ? await body(CONTROLS_BODY) : undefined)));
-      } else if (reading) {
-        const key = await this.#store.getKey(b);
-        if (key === undefined || key.revoked_at !== null) throw new GatewayError('key_not_found', `No live key with id '${clip(b)}'.`);
-        await send(200, this.#keyView(key));
-      } else {
-        throw methodNotAllowed(method, path, 'GET, HEAD, PATCH, DELETE');
-      }
-    } else if (a === 'accounts' && b !== undefined && c === 'teams' && parts.length === 3) {
-      if (reading) await send(200, await listTeams(this.#store, b));
-      else if (method === 'POST') await send(201, await createTeam(this.#store, b, await body(TEAM_BODY), event()));
-      else throw methodNotAllowed(method, path, 'GET, HEAD, POST');
-    } else if (a === 'teams' && b !== undefined && parts.length === 2) {
-      if (reading) await send(200, await getTeam(this.#store, b));
-      else if (method === 'PATCH') await send(200, await updateTeam(this.#store, b, hasBody(req) ? await body(TEAM_PATCH_BODY) : undefined, event()));
-      else if (method === 'DELETE') { await deleteTeam(this.#store, b, event()); await noContent(); }
-      else throw methodNotAllowed(method, path, 'GET, HEAD, PATCH, DELETE');
-    } else if (a === 'keys' && b !== undefined && c === 'rotate' && parts.length === 3) {
-      if (method !== 'POST' || keys === undefined) throw methodNotAllowed(method, path, 'POST');
-      await send(200, await rotateKey(keys, b, hasBody(req) ? await body(ROTATE_BODY) : undefined));
-    } else if (a === 'sessions' && b !== undefined && c === 'revoke' && parts.length === 3) {
-      if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
-      if (hasBody(req)) await body(NO_MEMBERS);
-      await this.#store.revokeSession(b, event());
-      await noContent();
-    } else if (a === 'batches' && parts.length === 1) {
-      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      await send(200, await listBatches(this.batchStore, req.url ?? ''));
-    } else if (a === 'batches' && b !== undefined && parts.length === 2) {
-      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      await send(200, await getBatch(this.batchStore, b));
-    } else if (a === 'batches' && b !== undefined && c === 'cancel' && parts.length === 3) {
-      if (method !== 'POST') throw methodNotAllowed(method, path, 'POST');
-      if (hasBody(req)) await body(NO_MEMBERS);
-      await send(200, await cancelBatch(this.batchStore, b));
-    } else if (a === 'upstreams' && parts.length === 1) {
-      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      await send(200, this.#upstreams());
-    } else if (a === 'usage' && parts.length === 1) {
-      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      await send(200, await this.#usage(req.url ?? ''));
-    } else if (a === 'audit' && parts.length === 1) {
-      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      const q = new URL(req.url ?? '', 'http://admin').searchParams;
-      await send(200, await auditPage(this.#store, recordsTime(q.get('since') ?? undefined, 'since') ?? 0, recordsLimit(q.get('limit') ?? undefined), q.get('cursor') ?? undefined));
-    } else if (a === 'usage' && b === 'hourly' && parts.length === 2) {
-      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      await send(200, await usageHourly(this.#store, req.url ?? ''));
-    } else if (a === 'usage' && b === 'top' && parts.length === 2) {
-      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      await send(200, await usageTop(this.#store, req.url ?? ''));
-    } else if (a === 'usage' && b === 'records' && parts.length === 2) {
-      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      await send(200, await this.records(req.url ?? ''));
-    } else if (a === 'alerts' && parts.length === 1) {
-      if (!reading) throw methodNotAllowed(method, path, 'GET, HEAD');
-      await send(200, await alertsPage(this.#store, req.url ?? ''));
-    } else {
-      throw notFound(path);
+    const call: AdminCall = { req, url: req.url ?? '', id: '', send, noContent, event, body, keys };
+    for (const route of this.#routes) {
+      const id = matches(route.route, ['admin', ...parts]);
+      if (id === undefined) continue;
+      const m = method === 'HEAD' ? 'GET' : method ?? '';
+      const handler = Object.hasOwn(route.methods, m) ? route.methods[m as Method] : undefined;
+      if (handler === undefined) throw methodNotAllowed(method, path, allowOf(route.methods));
+      call.id = id;
+      return handler(call);
     }
+    throw notFound(path);
+  }
+
+  /**
+   * The admin API's routes: for each path template ({id}: any one segment), a handler per
+   * method. GET answers HEAD too; any other method is 405 with the route's methods in Allow.
+   */
+  readonly #routes: readonly AdminRoute[] = [
+    { route: '/admin/accounts', methods: {
+      GET: async (c) => c.send(200, await accountsPage(this.#store, c.url, (acct) => this.#view(acct))),
+      POST: async (c) => c.send(201, await this.#view(await this.#createAccount(await c.body(ACCOUNT_BODY), c.event()))),
+    } },
+    { route: '/admin/accounts/{id}', methods: {
+      GET: async (c) => c.send(200, await this.#view(await this.#account(c.id))),
+    } },
+    { route: '/admin/accounts/{id}/credits', methods: {
+      POST: async (c) => {
+        const { applied, account } = await this.#credit(c.id, await c.body(CREDIT_BODY), c.event());
+        await c.send(200, { ...(await this.#view(account)), applied });
+      },
+    } },
+    { route: '/admin/accounts/{id}/keys', methods: {
+      GET: async (c) => {
+        const list = await this.#store.listKeys(c.id);
+        if (list === undefined) throw new GatewayError('account_not_found', `No account with id '${clip(c.id)}'.`);
+        await c.send(200, { keys: list.map((k) => this.#keyView(k)) });
+      },
+      POST: async (c) => c.send(201, await issueKey(writer(c), c.id, hasBody(c.req) ? await c.body(CONTROLS_BODY) : undefined)),
+    } },
+    { route: '/admin/keys/{id}', methods: {
+      GET: async (c) => {
+        const key = await this.#store.getKey(c.id);
+        if (key === undefined || key.revoked_at !== null) throw new GatewayError('key_not_found', `No live key with id '${clip(c.id)}'.`);
+        await c.send(200, this.#keyView(key));
+      },
+      PATCH: async (c) => c.send(200, this.#keyView(await patchKey(writer(c), c.id, hasBody(c.req) ? await c.body(CONTROLS_BODY) : undefined))),
+      DELETE: async (c) => {
+        await revokeKey(writer(c), c.id);
+        await c.noContent();
+      },
+    } },
+    { route: '/admin/keys/{id}/rotate', methods: {
+      POST: async (c) => c.send(200, await rotateKey(writer(c), c.id, hasBody(c.req) ? await c.body(ROTATE_BODY) : undefined)),
+    } },
+    { route: '/admin/accounts/{id}/teams', methods: {
+      GET: async (c) => c.send(200, await listTeams(this.#store, c.id)),
+      POST: async (c) => c.send(201, await createTeam(this.#store, c.id, await c.body(TEAM_BODY), c.event())),
+    } },
+    { route: '/admin/teams/{id}', methods: {
+      GET: async (c) => c.send(200, await getTeam(this.#store, c.id)),
+      PATCH: async (c) => c.send(200, await updateTeam(this.#store, c.id, hasBody(c.req) ? await c.body(TEAM_PATCH_BODY) : undefined, c.event())),
+      DELETE: async (c) => {
+        await deleteTeam(this.#store, c.id, c.event());
+        await c.noContent();
+      },
+    } },
+    { route: '/admin/sessions/{id}/revoke', methods: {
+      POST: async (c) => {
+        if (hasBody(c.req)) await c.body(NO_MEMBERS);
+        await this.#store.revokeSession(c.id, c.event());
+        await c.noContent();
+      },
+    } },
+    { route: '/admin/batches', methods: { GET: async (c) => c.send(200, await listBatches(this.batchStore, c.url)) } },
+    { route: '/admin/batches/{id}', methods: { GET: async (c) => c.send(200, await getBatch(this.batchStore, c.id)) } },
+    { route: '/admin/batches/{id}/cancel', methods: {
+      POST: async (c) => {
+        if (hasBody(c.req)) await c.body(NO_MEMBERS);
+        await c.send(200, await cancelBatch(this.batchStore, c.id));
+      },
+    } },
+    { route: '/admin/upstreams', methods: { GET: async (c) => c.send(200, this.#upstreams()) } },
+    { route: '/admin/usage', methods: { GET: async (c) => c.send(200, await this.#usage(c.url)) } },
+    { route: '/admin/audit', methods: {
+      GET: async (c) => {
+        const q = new URL(c.url, 'http://admin').searchParams;
+        await c.send(200, await auditPage(this.#store, recordsTime(q.get('since') ?? undefined, 'since') ?? 0, recordsLimit(q.get('limit') ?? undefined), q.get('cursor') ?? undefined));
+      },
+    } },
+    { route: '/admin/usage/hourly', methods: { GET: async (c) => c.send(200, await usageHourly(this.#store, c.url)) } },
+    { route: '/admin/usage/top', methods: { GET: async (c) => c.send(200, await usageTop(this.#store, c.url)) } },
+    { route: '/admin/usage/records', methods: { GET: async (c) => c.send(200, await this.records(c.url)) } },
+    { route: '/admin/alerts', methods: { GET: async (c) => c.send(200, await alertsPage(this.#store, c.url)) } },
+  ];
+
+  /** Each route's template and its Allow header (the methods it answers), in the table's order. */
+  get allowed(): ReadonlyMap<string, string> {
+    return new Map(this.#routes.map((r) => [r.route, allowOf(r.methods)]));
   }
 
   async #view(a: AccountRecord): Promise<AccountView> {

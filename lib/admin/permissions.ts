@@ -76,7 +76,7 @@ export function isWrite(method: string | undefined): boolean {
 }
 
 /** The route template matching a path's segments ({id} for any one segment), else undefined. */
-function matches(route: string, parts: readonly string[]): string | undefined {
+export function matches(route: string, parts: readonly string[]): string | undefined {
   const t = route.split('/').slice(1);
   if (t.length !== parts.length) return undefined;
   let id = '';

@@ -121,9 +121,9 @@ export interface ProviderConfig {
 
 export interface TargetConfig { provider: string; upstream_model?: string }
 
-export type TokenizerName = 'o200k_base' | 'cl100k_base' | 'p50k_base' | 'r50k_base';
-/** An encoding name, `upstream` (the model server's /tokenize), or the path of a tokenizer.json. */
-export type TokenizerSpec = TokenizerName | 'upstream' | (string & {});
+// The tokenizers a config may name live with the counting (tokens/names.ts).
+import type { TokenizerName, TokenizerSpec } from '../tokens/names.js';
+export type { TokenizerName, TokenizerSpec };
 
 export type ModelType = 'chat' | 'embedding' | 'rerank' | 'transcription';
 

@@ -12,7 +12,7 @@ import { createRequire } from 'node:module';
 import {
   CL100K_TOKEN_SPLIT_REGEX, O200K_TOKEN_SPLIT_REGEX, R50K_TOKEN_SPLIT_REGEX,
 } from 'gpt-tokenizer/encodingParams/constants';
-import type { TokenizerName } from '../config/types.js';
+import type { TokenizerName } from './names.js';
 
 const SPLIT: Record<TokenizerName, RegExp> = {
   o200k_base: O200K_TOKEN_SPLIT_REGEX,

@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { Tokenizer } from '@huggingface/tokenizers';
 import { LRUCache } from 'lru-cache';
-import type { TokenizerName, TokenizerSpec } from '../config/types.js';
+import type { TokenizerName, TokenizerSpec } from './names.js';
 import type { ChatMessage } from '../schema/chat.js';
 import { Slice } from '../slice.js';
 import { loadEncoding } from './bpe.js';

@@ -5,7 +5,7 @@
 import t from 'tap';
 import { execFile } from 'node:child_process';
 import { createServer, type AddressInfo } from 'node:net';
-import { decimalUnits } from '../../lib/cli-admin.js';
+import { decimalUnits } from '../../lib/cli/call.js';
 import { BIN } from '../helpers/child.js';
 import { baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
 

@@ -518,7 +518,7 @@ function check(args: string[], env: NodeJS.ProcessEnv = { PATH: process.env.PATH
 }
 
 t.test('check: the CLI needs the compiled dist/', async (t) => {
-  t.ok(existsSync(fileURLToPath(new URL('../../dist/lib/cli.js', import.meta.url))), 'dist/lib/cli.js exists (run npx tsc -p tsconfig.json)');
+  t.ok(existsSync(fileURLToPath(new URL('../../dist/lib/cli/index.js', import.meta.url))), 'dist/lib/cli/index.js exists (run npx tsc -p tsconfig.json)');
 });
 
 t.test('check: a valid file exits 0 and prints "<file>: ok"', async (t) => {

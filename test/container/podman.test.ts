@@ -105,7 +105,7 @@ t.test('the image: production dependencies and compiled code only, uid 1000, OCI
       modules: top('/opt/tollgate/node_modules').sort(),
       sources: walk('/opt/tollgate/dist').filter((f) => /\\.(ts|map)$/.test(f)),
       npm: ['/usr/local/bin/npm', '/usr/local/lib/node_modules/npm'].filter((p) => fs.existsSync(p)),
-      app_owner: st('/opt/tollgate'), dist_owner: st('/opt/tollgate/dist/lib/cli.js'), state: st('/var/lib/tollgate'),
+      app_owner: st('/opt/tollgate'), dist_owner: st('/opt/tollgate/dist/lib/cli/index.js'), state: st('/var/lib/tollgate'),
       config: fs.readFileSync('/etc/tollgate/tollgate.yaml', 'utf8'),
       on_path: fs.realpathSync('/usr/local/bin/tollgate'),
     }));`;

@@ -12,11 +12,6 @@ export const MAX_LINES = 450;
  * but not grow. Remove an entry once its file is split to MAX_LINES or fewer; never add one.
  */
 export const OVERSIZED: Readonly<Record<string, number>> = {
-  'lib/cli-admin.ts': 484,
-  'lib/console/ui/app.js': 605,
-  'lib/store/memory/metering.ts': 542,
-  'lib/store/memory/store.ts': 891,
-  'lib/store/redis/metering.ts': 620,
 };
 
 /** Lines as `wc -l` counts them, plus a last line that lacks its newline. */

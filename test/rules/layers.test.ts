@@ -87,7 +87,7 @@ t.test('specifiers resolve to lib files as NodeNext does', async (t) => {
   t.equal(resolveSpecifier('lib/store/memory/store.ts', '../types.js', files), 'lib/store/types.ts');
   t.equal(resolveSpecifier('lib/gateway.ts', './store/index.js', files), 'lib/store/index.ts');
   t.equal(resolveSpecifier('lib/gateway.ts', 'undici', files), null, 'a package is not lib');
-  t.equal(resolveSpecifier('lib/cli.ts', '../package.json', files), null, 'a file outside lib is not lib');
+  t.equal(resolveSpecifier('lib/cli/index.ts', '../../package.json', files), null, 'a file outside lib is not lib');
   t.equal(resolveSpecifier('lib/gateway.ts', './nothing.js', files), undefined, 'a missing lib file is unresolved');
   t.equal(unitOf('lib/store/memory/store.ts'), 'store/');
   t.equal(unitOf('lib/errors.ts'), 'errors.ts');

@@ -17,10 +17,11 @@ import { join, posix, relative, sep } from 'node:path';
 export const LAYERS: ReadonlyArray<readonly string[]> = [
   // 1 base: small helpers and the one table of error codes; they import nothing of lib above them.
   ['errors.ts', 'lru.ts', 'objects.ts', 'slice.ts', 'strings.ts', 'types/', 'utc-day.ts'],
-  // 2 what the config and a request are made of: the config, HTTP plumbing, the hub's form.
-  ['config/', 'http/', 'schema/'],
-  // 3 instruments every part uses: logs, metrics, traces; token counting.
-  ['observe/', 'tokens/'],
+  // 2 what the config and a request are made of: the config, HTTP plumbing, the hub's form;
+  //   token counting, over the hub's form, which the config's check loads tokenizers with.
+  ['config/', 'http/', 'schema/', 'tokens/'],
+  // 3 instruments every part uses: logs, metrics, traces.
+  ['observe/'],
   // 4 the store: money, keys, usage, the alerts outbox.
   ['store/'],
   // 5 the way out to model servers: pools, balance, circuits, abort; event streams.
@@ -43,17 +44,14 @@ export const LAYERS: ReadonlyArray<readonly string[]> = [
   // 13 the standalone node:http server.
   ['server.ts'],
   // 14 the ways in: the `tollgate` command and the public API.
-  ['cli.ts', 'cli/', 'cli-admin.ts', 'cli-admin-answers.ts', 'cli-admin-tags.ts', 'index.ts'],
+  ['cli/', 'index.ts'],
 ];
 
 /**
  * Imports that broke the rule when it came, `from -> to`, with why and the way out. Remove an
  * entry once its import is gone; the test says when. Never add one: move the code instead.
  */
-export const ALLOWED: Readonly<Record<string, string>> = {
-  // config (2) -> tokens (3), and config <-> tokens through tokens -> config.
-  'lib/config/local.ts -> lib/tokens/count.ts': '`tollgate check` loads a named tokenizer.json with the gateway\'s own loader (a dynamic import); pass the loader in from cli.ts',
-};
+export const ALLOWED: Readonly<Record<string, string>> = {};
 
 /** An import of one lib file by another (paths like lib/x/y.ts). */
 export interface Edge {

@@ -19,53 +19,18 @@
 // - Quotas are checked before credits: a hold that breaks both is refused as quota_exceeded.
 //   requests_per_day counts the day's settled requests plus the account's open holds for that
 //   day; a hold's own request id (re-holding it replaces the old hold) is not counted twice.
+//
+// The journal entries and the checks of arguments are in ./metering-entries.ts; the books of
+// open holds and settled ids in ./holds.ts.
 
-import { flattened } from '../../strings.js';
-import { requireId, requireRequestId } from '../rules.js';
+import { UNDONE, count, int, isRecord, str, type SettleEntry, type UnsettleEntry } from './metering-entries.js';
+import { AccountHolds, SettledIds } from './holds.js';
 import type { AccountRecord, BudgetPeriod, HoldRequest, HoldResult, QuotaCode, SettleResult, Settlement, UsageTotals } from '../types.js';
 
 export const SETTLED_TTL_MS = 3_600_000;
 export const DAY_WINDOWS_KEPT = 40;
 export const MONTH_WINDOWS_KEPT = 13;
 const SWEEP_MS = 3_600_000;
-
-/** The journal entry of one settlement: the units actually charged, the tokens counted. */
-// A type, not an interface: journal entries must be assignable to Record<string, unknown>.
-export type SettleEntry = {
-  op: 'settle';
-  account: string;
-  rid: string;
-  charged: number;
-  tokens: number;
-  day: string;
-  month: string;
-  /** Unix ms of the settlement: when its request id may be forgotten. */
-  at: number;
-  /** The request's key and the budget period its spend counts in (absent: a JWT, or older entries). */
-  key?: string;
-  kpid?: string;
-  /** The team its hold counted against, and the team budget's period (absent: none). */
-  team?: string;
-  tpid?: string;
-};
-
-/** The journal entry undoing a request's settlement (Store.unsettle), with the settlement's figures. */
-export type UnsettleEntry = {
-  op: 'unsettle';
-  account: string;
-  rid: string;
-  tokens: number;
-  day: string;
-  month: string;
-  at: number;
-  key?: string;
-  kpid?: string;
-  team?: string;
-  tpid?: string;
-};
-
-/** What a settled id maps to once its settlement was undone (refunded or fenced): it debited nothing. */
-export const UNDONE = -1;
 
 /** The metering part of the snapshot. */
 export interface MeteringSnapshot {
@@ -75,234 +40,10 @@ export interface MeteringSnapshot {
   usage: Record<string, Record<string, [number, number, number]>>;
 }
 
-interface Hold { units: number; day: string; expires: number; key: string | undefined; team: string | undefined }
-
 /** A key's budget as a hold sees it: its units and what its period has spent so far. */
 export interface BudgetState { units: number; spent: number; period: BudgetPeriod }
-
-const DAY = /^\d{4}-\d{2}-\d{2}$/;
-const MONTH = /^\d{4}-\d{2}$/;
-const str = (v: unknown): v is string => typeof v === 'string';
-const int = (v: unknown): v is number => Number.isSafeInteger(v);
-const count = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-export function toSettleEntry(v: Record<string, unknown>): SettleEntry | undefined {
-  if (!(str(v.account) && str(v.rid) && count(v.charged) && count(v.tokens) && str(v.day) && str(v.month) && int(v.at))) return undefined;
-  const e: SettleEntry = { op: 'settle', account: v.account, rid: v.rid, charged: v.charged, tokens: v.tokens, day: v.day, month: v.month, at: v.at };
-  if (v.key !== undefined || v.kpid !== undefined) {
-    if (!str(v.key) || !str(v.kpid)) return undefined;
-    e.key = v.key;
-    e.kpid = v.kpid;
-  }
-  return withTeam(e, v);
-}
-
-export function toUnsettleEntry(v: Record<string, unknown>): UnsettleEntry | undefined {
-  if (!(str(v.account) && str(v.rid) && count(v.tokens) && str(v.day) && str(v.month) && int(v.at))) return undefined;
-  const e: UnsettleEntry = { op: 'unsettle', account: v.account, rid: v.rid, tokens: v.tokens, day: v.day, month: v.month, at: v.at };
-  if (v.key !== undefined || v.kpid !== undefined) {
-    if (!str(v.key) || !str(v.kpid)) return undefined;
-    e.key = v.key;
-    e.kpid = v.kpid;
-  }
-  return withTeam(e, v);
-}
-
-/** An entry's team part (team and tpid, both or neither), or undefined when malformed. */
-function withTeam<E extends SettleEntry | UnsettleEntry>(e: E, v: Record<string, unknown>): E | undefined {
-  if (v.team === undefined && v.tpid === undefined) return e;
-  if (!str(v.team) || !str(v.tpid)) return undefined;
-  e.team = v.team;
-  e.tpid = v.tpid;
-  return e;
-}
-
-function requireWindows(day: unknown, month: unknown): void {
-  if (typeof day !== 'string' || !DAY.test(day)) throw new TypeError('day must be YYYY-MM-DD');
-  if (typeof month !== 'string' || !MONTH.test(month)) throw new TypeError('month must be YYYY-MM');
-}
-
-function requireCount(what: string, v: unknown): void {
-  if (!count(v)) throw new RangeError(`${what} must be a non-negative safe integer`);
-}
-
-export function validateHold(h: HoldRequest): void {
-  requireId('account id', h.account);
-  requireRequestId(h.requestId);
-  requireCount('units', h.units);
-  if (typeof h.ttlMs !== 'number' || !(h.ttlMs > 0)) throw new RangeError('ttlMs must be a positive number');
-  requireWindows(h.day, h.month);
-  if (!isRecord(h.quotas)) throw new TypeError('quotas must be an object');
-  for (const q of ['requests_per_day', 'tokens_per_day', 'units_per_month'] as const) {
-    if (h.quotas[q] !== null) requireCount(`quotas.${q}`, h.quotas[q]);
-  }
-}
-
-export function validateSettlement(s: Settlement): void {
-  requireId('account id', s.account);
-  requireRequestId(s.requestId);
-  requireCount('units', s.units);
-  requireCount('promptTokens', s.promptTokens);
-  requireCount('completionTokens', s.completionTokens);
-  requireWindows(s.day, s.month);
-}
-
 const zero = (): UsageTotals => ({ requests: 0, tokens: 0, units: 0 });
 
-/**
- * One account's open holds, with their running totals, so that a hold or a settle does not walk
- * every hold of the account (at 64 requests in flight that walk was the store's main cost).
- * `soonest` is no later than the earliest expiry among them: until then none has expired and
- * the totals are exact; from then on the holds are walked once, expired ones purged, and the
- * totals recomputed.
- */
-class AccountHolds {
-  readonly byRid = new Map<string, Hold>();
-  units = 0;
-  /** Open holds per UTC day. */
-  readonly perDay = new Map<string, number>();
-  /** Units held per key id. (Sums stay exact: holds are only taken while they fit a balance below 2^53.) */
-  readonly perKey = new Map<string, number>();
-  /** Units held per team id. */
-  readonly perTeam = new Map<string, number>();
-  soonest = Infinity;
-
-  add(rid: string, h: Hold): void {
-    const old = this.byRid.get(rid);
-    if (old !== undefined) this.#forget(old);
-    this.byRid.set(rid, h);
-    this.units += h.units;
-    this.perDay.set(h.day, (this.perDay.get(h.day) ?? 0) + 1);
-    if (h.key !== undefined) this.perKey.set(h.key, (this.perKey.get(h.key) ?? 0) + h.units);
-    if (h.team !== undefined) this.perTeam.set(h.team, (this.perTeam.get(h.team) ?? 0) + h.units);
-    if (h.expires < this.soonest) this.soonest = h.expires;
-  }
-
-  delete(rid: string): void {
-    const h = this.byRid.get(rid);
-    if (h === undefined) return;
-    this.byRid.delete(rid);
-    this.#forget(h);
-  }
-
-  #forget(h: Hold): void {
-    this.units -= h.units;
-    const n = this.perDay.get(h.day)! - 1;
-    if (n === 0) this.perDay.delete(h.day);
-    else this.perDay.set(h.day, n);
-    if (h.key !== undefined) {
-      // A key with nothing left held reads as 0 whether or not its entry is kept.
-      const k = this.perKey.get(h.key)! - h.units;
-      if (k === 0) this.perKey.delete(h.key);
-      else this.perKey.set(h.key, k);
-    }
-    if (h.team !== undefined) {
-      const t = this.perTeam.get(h.team)! - h.units;
-      if (t === 0) this.perTeam.delete(h.team);
-      else this.perTeam.set(h.team, t);
-    }
-  }
-
-  /** Drops the holds expired at `now` (monotonic ms), when any may have. */
-  purge(now: number): void {
-    if (now < this.soonest) return;
-    let soonest = Infinity;
-    for (const [rid, h] of this.byRid) {
-      if (h.expires <= now) this.delete(rid);
-      else if (h.expires < soonest) soonest = h.expires;
-    }
-    this.soonest = soonest;
-  }
-}
-
-/**
- * Settled request ids, with the units each was first charged, forgotten SETTLED_TTL_MS after.
- * There is one per metered request for an hour (3.6 million at 1,000 requests a second), so
- * they are kept lean: per account, a Map from the id (flat) to the units, and the times in runs,
- * one time and one count per second in which the account settled, not one time per id. About
- * 110 bytes an id for a UUID, where a map from an account-and-id string to [time, units] took 190.
- * A run is forgotten once its first id is past the hour (its others up to a second early).
- */
-class SettledIds {
-  readonly #accounts = new Map<string, AccountSettled>();
-
-  get(account: string, rid: string): number | undefined {
-    return this.#accounts.get(account)?.ids.get(rid);
-  }
-
-  /** Marks an id settled before as UNDONE (its place in the runs, and so its age, unchanged). */
-  undo(account: string, rid: string): void {
-    const ids = this.#accounts.get(account)?.ids;
-    if (ids?.has(rid) === true) ids.set(rid, UNDONE);
-  }
-
-  /** Adds an id not settled before (callers check); its account's expired runs are forgotten. */
-  add(account: string, rid: string, at: number, charged: number, cutoff: number): void {
-    let a = this.#accounts.get(account);
-    if (a === undefined) this.#accounts.set(account, (a = new AccountSettled()));
-    a.add(flattened(rid), at, charged);
-    a.forget(cutoff);
-  }
-
-  /** Forgets every account's ids settled before `cutoff`. */
-  forget(cutoff: number): void {
-    for (const [account, a] of this.#accounts) {
-      a.forget(cutoff);
-      if (a.ids.size === 0) this.#accounts.delete(account);
-    }
-  }
-
-  /** [account, request id, settled at (its run's time), units], each account's oldest first. */
-  *entries(): Generator<[string, string, number, number]> {
-    for (const [account, a] of this.#accounts) {
-      let run = a.head;
-      let left = a.counts[run] ?? 0;
-      for (const [rid, charged] of a.ids) {
-        while (left === 0) left = a.counts[++run]!;
-        left--;
-        yield [account, rid, a.times[run]!, charged];
-      }
-    }
-  }
-}
-
-class AccountSettled {
-  readonly ids = new Map<string, number>();
-  /** Runs of ids in settlement order (the Map's order): the first id's time, and how many. */
-  times: number[] = [];
-  counts: number[] = [];
-  head = 0;
-
-  add(rid: string, at: number, charged: number): void {
-    this.ids.set(rid, charged);
-    const last = this.times.length - 1;
-    if (last >= this.head && Math.floor(this.times[last]! / 1000) === Math.floor(at / 1000)) this.counts[last]!++;
-    else {
-      this.times.push(at);
-      this.counts.push(1);
-    }
-  }
-
-  forget(cutoff: number): void {
-    let dropped = 0;
-    while (this.head < this.times.length && this.times[this.head]! < cutoff) dropped += this.counts[this.head++]!;
-    if (dropped === 0) return;
-    for (const rid of this.ids.keys()) {
-      this.ids.delete(rid);
-      if (--dropped === 0) break;
-    }
-    // The arrays are cut once their forgotten half is worth moving.
-    if (this.head > 64 && this.head * 2 > this.times.length) {
-      this.times = this.times.slice(this.head);
-      this.counts = this.counts.slice(this.head);
-      this.head = 0;
-    }
-  }
-}
 
 export class MemoryMetering {
   /** Open holds per account. */

@@ -1,7 +1,7 @@
 // The memory store's journal entries and snapshot state (./store.ts), and their parsing:
 // whatever is read back from disk is checked before it is applied.
 
-import { toSettleEntry, toUnsettleEntry, type SettleEntry, type UnsettleEntry } from './metering.js';
+import { toSettleEntry, toUnsettleEntry, type SettleEntry, type UnsettleEntry } from './metering-entries.js';
 import { toAlertEntry, type AlertEntry } from './alerts.js';
 import { TEAM_ID, defaultControls, int, isRecord, str, toControls, toTeamSettings, type TeamSettings } from '../rules.js';
 import { toAuditEvent } from '../audit-rules.js';

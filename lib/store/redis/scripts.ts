@@ -6,7 +6,7 @@
 // (audited(...), ./audit.ts): their last key is the outbox, their first argument the event.
 
 import { audited } from './audit.js';
-import type { MeteringScripts } from './metering.js';
+import type { MeteringScripts } from './metering-scripts.js';
 import type { UsageScripts } from './records.js';
 
 export type Reply = Promise<unknown>;

@@ -62,7 +62,8 @@
 import type { AccountConfig } from '../../config/types.js';
 import { connect, retire, type RedisClient, type RedisTopology } from './connect.js';
 import { RedisKeys } from './keys.js';
-import { METERING_SCRIPTS, RedisMetering } from './metering.js';
+import { RedisMetering } from './metering.js';
+import { METERING_SCRIPTS } from './metering-scripts.js';
 import { ReplicaWait } from './wait.js';
 import { RedisResponses } from './responses.js';
 import { AUDIT_SCRIPTS, RedisAudit, type AuditScripts } from './audit.js';

@@ -1,10 +1,10 @@
 // The admin API's answers as the `tollgate` admin sub-commands read them (CONTRACT section 10):
 // the JSON a gateway of this version sends. The CLI prints them; a body of another shape makes
-// its printer throw, which the CLI reports as an unexpected answer (see `shown` in cli-admin.ts).
+// its printer throw, which the CLI reports as an unexpected answer (see `shown` in ./admin.ts).
 
-import type { AccountView } from './admin/api.js';
-import type { BudgetPeriod, KeyControls, KeyLimits } from './store/rules.js';
-import type { UsageReport } from './store/usage-types.js';
+import type { AccountView } from '../admin/api.js';
+import type { BudgetPeriod, KeyControls, KeyLimits } from '../store/rules.js';
+import type { UsageReport } from '../store/usage-types.js';
 
 export type { AccountView };
 

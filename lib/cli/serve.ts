@@ -1,46 +1,16 @@
-// The `tollgate` command: serve a config, or check one.
+// `tollgate serve --config FILE`: starts the gateway on node:http, drains it on SIGTERM/SIGINT,
+// reloads the config on SIGHUP, from the console, and (server.watch_config) when the file
+// changes. The config loader and the gateway are imported when the command runs: the admin
+// sub-commands start without loading them.
 
 import { watch } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ADMIN_COMMANDS, ADMIN_USAGE, admin } from './cli-admin.js';
-import { BATCHES_USAGE, batches } from './cli/batches.js';
-import type { Gateway } from './gateway.js';
-import type { RunningServer } from './server.js';
+import type { Gateway } from '../gateway.js';
+import type { RunningServer } from '../server.js';
+import { USAGE, fail } from './help.js';
 
-// The config loader and the gateway are imported by the commands that use them: the admin
-// sub-commands start without compiling the config schema or loading the gateway.
-
-const USAGE = `usage:
-  tollgate serve --config FILE [--host H] [--port N]
-  tollgate check --config FILE
-${ADMIN_USAGE}
-${BATCHES_USAGE}`;
-
-function fail(message: string, code = 2): never {
-  process.stderr.write(`${message}\n`);
-  process.exit(code);
-}
-
-async function check(argv: string[]): Promise<void> {
-  const { values } = parseArgs({ args: argv, options: { config: { type: 'string', short: 'c' } }, strict: true });
-  if (values.config === undefined) fail(`tollgate check: --config FILE is required\n${USAGE}`);
-  const { ConfigError, loadConfigFile } = await import('./config/load.js');
-  const { configWarnings } = await import('./config/cross-check.js');
-  let config;
-  try {
-    config = await loadConfigFile(values.config);
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err;
-    process.stderr.write(`${err.problems.join('\n')}\n`);
-    process.exit(1);
-  }
-  // Valid but unworkable values: reported, never fatal.
-  for (const w of configWarnings(config)) process.stderr.write(`WARNING ${w}\n`);
-  process.stdout.write(`${values.config}: ok\n`);
-}
-
-async function serve(argv: string[]): Promise<void> {
+export async function serve(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
     options: { config: { type: 'string', short: 'c' }, host: { type: 'string' }, port: { type: 'string' } },
@@ -49,7 +19,7 @@ async function serve(argv: string[]): Promise<void> {
   if (values.config === undefined) fail(`tollgate serve: --config FILE is required\n${USAGE}`);
   // All three at once: serve needs them all, so none waits for another.
   const [{ ConfigError, loadConfigFile }, { ConfigValueError }, { listenProblem }, { createGateway }, { listen }] = await Promise.all([
-    import('./config/load.js'), import('./config/value-error.js'), import('./config/local.js'), import('./gateway.js'), import('./server.js'),
+    import('../config/load.js'), import('../config/value-error.js'), import('../config/local.js'), import('../gateway.js'), import('../server.js'),
   ]);
   const path = values.config;
   let config;
@@ -186,30 +156,4 @@ async function closeWithin(gateway: Gateway, ms: number): Promise<void> {
     new Promise<void>((resolve) => { timer = setTimeout(resolve, ms); }),
   ]);
   clearTimeout(timer);
-}
-
-export async function main(argv: string[]): Promise<void> {
-  const [command, ...rest] = argv;
-  if (command === 'batches') {
-    process.exitCode = await batches(rest);
-    return;
-  }
-  if (command !== undefined && ADMIN_COMMANDS.has(command)) {
-    process.exitCode = await admin(command, rest);
-    return;
-  }
-  try {
-    switch (command) {
-      case 'serve': return await serve(rest);
-      case 'check': return await check(rest);
-      case '-h': case '--help': case 'help': case undefined:
-        process.stdout.write(`${USAGE}\n`);
-        if (command === undefined) process.exitCode = 2;
-        return;
-      default: fail(`tollgate: unknown command '${command}'\n${USAGE}`);
-    }
-  } catch (err) {
-    if (err instanceof TypeError && (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) fail(`tollgate: ${err.message}\n${USAGE}`);
-    throw err;
-  }
 }

@@ -1,9 +1,9 @@
 // The CLI's part of spend attribution (CONTRACT section 20): a key's `--tags a,b`,
 // `--tags-locked true|false` and `--end-user-budget-units N [--end-user-budget-period P]` for
 // `tollgate keys create|update`, and the key list's lines for its team, tags and end-user
-// budget. Kept apart from ./cli-admin.ts, which may not grow.
+// budget.
 
-import type { KeyAnswer } from './cli-admin-answers.js';
+import type { KeyAnswer } from './answers.js';
 
 /** The options parseArgs learns. */
 export const TAG_OPTIONS = {
