@@ -24,6 +24,8 @@ const ROUTES: Record<string, string> = {
   '/admin/teams/{id}': 'GET, HEAD, PATCH, DELETE',
   '/admin/sessions/{id}/revoke': 'POST',
   '/admin/batches': 'GET, HEAD',
+  '/admin/batches/{id}': 'GET, HEAD',
+  '/admin/batches/{id}/cancel': 'POST',
   '/admin/upstreams': 'GET, HEAD',
   '/admin/usage': 'GET, HEAD',
   '/admin/audit': 'GET, HEAD',
