@@ -5,7 +5,10 @@
 // principal.ts, billing/meter.ts). The requests go over a loopback listener of this process
 // that only answers requests it was told of (a one-time token per line), so a line is a real
 // HTTP request and answer, streamed and closed as any other.
-// - At most batch.concurrency lines of a batch in flight per instance.
+// - batch.concurrency lines of a batch in flight per instance; and, where the lines' provider has
+//   a queue (max_outstanding), more while its replicas have free slots and nothing waits in it,
+//   so a batch fills idle capacity (up to twice the fleet's max_outstanding in all) and no more:
+//   extra lines stop being sent once requests wait, and interactive ones go first.
 // - Exactly once: a line's hold and settlement take the id `batch:<batch>:<line>`, and its
 //   outcome is stored once (store/batches.ts); a batch found unfinished (a restart, another
 //   instance's crash) runs only the lines without an outcome, and a line whose answer was
@@ -20,6 +23,7 @@ import type { Principal } from '../auth/principal.js';
 import type { Logger } from '../observe/log.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { GatewayState } from '../state.js';
+import type { Fleet } from '../upstream/balance/index.js';
 import type { BatchError, BatchRecord, BatchStore, FileRecord, LineOutcome } from '../store/batches.js';
 import { newId } from './files.js';
 import { validateLines, type BatchLine } from './validate.js';
@@ -35,6 +39,8 @@ const PRINCIPAL_MS = 1000;
 /** Refusals before any hold (rate limits, a full queue) are tried again this many times. */
 const RETRIES = 20;
 const TOKEN_HEADER = 'x-tollgate-batch-line';
+/** How often a running batch looks for idle capacity beyond batch.concurrency (besides its start). */
+const GROW_MS = 100;
 
 export interface RunnerOptions {
   store: BatchStore;
@@ -179,14 +185,26 @@ export class BatchRunner {
     let stopAt = 0;
     let keyGone: string | undefined;
     let principalAt = performance.now();
-    const worker = async () => {
-      for (let line = queue.shift(); line !== undefined; line = queue.shift()) {
+    /** No new line starts: cancelled, expired, the key gone, or the runner stopping. */
+    let halted = false;
+    /** The fleet the line goes to first (its model's provider), if the model is known. */
+    const fleetOf = (line: BatchLine): Fleet | undefined => {
+      const model = typeof line.body.model === 'string' ? state.catalog.get(line.body.model) : undefined;
+      return model === undefined ? undefined : state.targets(model)[0]?.provider.fleet;
+    };
+    // A worker beyond batch.concurrency (`extra`) takes a line only while nothing waits in the
+    // queue of the line's fleet: it fills idle capacity and leaves once others wait.
+    const worker = async (extra: boolean) => {
+      for (;;) {
+        if (extra && queue.length > 0 && (fleetOf(queue[0]!)?.queue?.size ?? 1) > 0) return;
+        const line = queue.shift();
+        if (line === undefined) return;
         // Cancelled, expired or gone: no new line starts; those in flight finish.
-        if (this.#stopped || keyGone !== undefined) return;
+        if (this.#stopped || keyGone !== undefined) { halted = true; return; }
         const current = await store.getBatch(id);
         status = current?.status ?? 'cancelled';
-        if (status !== 'in_progress') return;
-        if (now() >= b.expires_at) { stopAt = now(); return; }
+        if (status !== 'in_progress') { halted = true; return; }
+        if (now() >= b.expires_at) { stopAt = now(); halted = true; return; }
         // The key as it is now: revoked or expired, the batch's remaining lines do not run.
         if (performance.now() - principalAt >= PRINCIPAL_MS) {
           principalAt = performance.now();
@@ -194,6 +212,7 @@ export class BatchRunner {
             principal = await this.#principal(state, b);
           } catch (err) {
             keyGone = (err as Error).message;
+            halted = true;
             return;
           }
         }
@@ -201,14 +220,37 @@ export class BatchRunner {
         if (await store.addOutcome(id, outcome)) this.#o.metrics?.batchLinesDone.inc({ outcome: outcome.ok ? 'completed' : 'failed' });
       }
     };
-    const n = Math.min(state.config.batch.concurrency, queue.length);
+    const workers = Array.from({ length: Math.min(state.config.batch.concurrency, queue.length) }, () => worker(false));
+    // Idle capacity: more workers while the fleet has free slots and nothing waiting, up to
+    // twice its slots beyond batch.concurrency (a line spends part of its time off the replica:
+    // admission, its answer's way back, its outcome's write). Looked at every GROW_MS, and only
+    // slots free at two looks in a row count: a line just sent (by this batch or another) is not
+    // on a replica yet, and would otherwise be counted as room.
+    let extra = 0;
+    let idleBefore = 0;
+    const grow = () => {
+      const fleet = queue.length === 0 || halted || this.#stopped ? undefined : fleetOf(queue[0]!);
+      const idle = fleet === undefined ? 0 : fleet.idleSlots();
+      const room = fleet === undefined ? 0 : Math.min(idle, idleBefore, queue.length, 2 * fleet.capacity - extra);
+      idleBefore = idle;
+      for (let i = 0; i < room; i++) {
+        extra++;
+        workers.push(worker(true).finally(() => { extra--; }));
+      }
+    };
     // The lease is renewed while lines run, however long each takes.
     this.#waiting.set(id, queue);
     const renew = setInterval(() => { store.lease(id, this.#owner, LEASE_MS).catch(() => undefined); }, LEASE_MS / 3);
+    const growing = state.config.batch.concurrency > 0 ? setInterval(grow, GROW_MS) : undefined;
     try {
-      await Promise.all(Array.from({ length: n }, worker));
+      // Workers join while others run: done once none is left.
+      for (let seen = -1; seen !== workers.length;) {
+        seen = workers.length;
+        await Promise.all(workers);
+      }
     } finally {
       clearInterval(renew);
+      clearInterval(growing);
       this.#waiting.delete(id);
     }
     // Stopping (a shutdown): the lines left run after the restart, or on another instance.
