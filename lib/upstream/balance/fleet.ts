@@ -397,6 +397,7 @@ export class Fleet {
     const signal = AbortSignal.any([this.#controller.signal, stop, AbortSignal.timeout(intervalMs)]);
     try {
       const { request, parseServerLoad } = await scraping();
+      r.scraping();
       const res = await request(url, { method: 'GET', signal, headers: { accept: 'text/plain' } });
       const text = await readCapped(res.body, MAX_METRICS_BYTES);
       if (res.statusCode !== 200) throw new Error(`status ${res.statusCode}`);
