@@ -192,11 +192,11 @@ export class BatchRunner {
       const model = typeof line.body.model === 'string' ? state.catalog.get(line.body.model) : undefined;
       return model === undefined ? undefined : state.targets(model)[0]?.provider.fleet;
     };
-    // A worker beyond batch.concurrency (`extra`) takes a line only while nothing waits in the
+    // A worker beyond batch.concurrency (`beyond`) takes a line only while nothing waits in the
     // queue of the line's fleet: it fills idle capacity and leaves once others wait.
-    const worker = async (extra: boolean) => {
+    const worker = async (beyond: boolean) => {
       for (;;) {
-        if (extra && queue.length > 0 && (fleetOf(queue[0]!)?.queue?.size ?? 1) > 0) return;
+        if (halted || (beyond && queue.length > 0 && (fleetOf(queue[0]!)?.queue?.size ?? 1) > 0)) return;
         const line = queue.shift();
         if (line === undefined) return;
         // Cancelled, expired or gone: no new line starts; those in flight finish.
@@ -220,13 +220,27 @@ export class BatchRunner {
         if (await store.addOutcome(id, outcome)) this.#o.metrics?.batchLinesDone.inc({ outcome: outcome.ok ? 'completed' : 'failed' });
       }
     };
-    const workers = Array.from({ length: Math.min(state.config.batch.concurrency, queue.length) }, () => worker(false));
+    // The workers running now (each leaves the set as it ends), and those beyond batch.concurrency.
+    const workers = new Set<Promise<void>>();
+    let extra = 0;
+    /** The first worker's failure (a store fault): no new line starts, and the batch stops with it once the others end. */
+    let failure: { err: unknown } | undefined;
+    const start = (beyond: boolean) => {
+      const w: Promise<void> = worker(beyond).catch((err: unknown) => {
+        failure ??= { err };
+        halted = true;
+      }).finally(() => {
+        workers.delete(w);
+        if (beyond) extra--;
+      });
+      workers.add(w);
+    };
+    for (let i = Math.min(state.config.batch.concurrency, queue.length); i > 0; i--) start(false);
     // Idle capacity: more workers while the fleet has free slots and nothing waiting, up to
     // twice its slots beyond batch.concurrency (a line spends part of its time off the replica:
     // admission, its answer's way back, its outcome's write). Looked at every GROW_MS, and only
     // slots free at two looks in a row count: a line just sent (by this batch or another) is not
     // on a replica yet, and would otherwise be counted as room.
-    let extra = 0;
     let idleBefore = 0;
     const grow = () => {
       const fleet = queue.length === 0 || halted || this.#stopped ? undefined : fleetOf(queue[0]!);
@@ -235,7 +249,7 @@ export class BatchRunner {
       idleBefore = idle;
       for (let i = 0; i < room; i++) {
         extra++;
-        workers.push(worker(true).finally(() => { extra--; }));
+        start(true);
       }
     };
     // The lease is renewed while lines run, however long each takes.
@@ -244,10 +258,8 @@ export class BatchRunner {
     const growing = state.config.batch.concurrency > 0 ? setInterval(grow, GROW_MS) : undefined;
     try {
       // Workers join while others run: done once none is left.
-      for (let seen = -1; seen !== workers.length;) {
-        seen = workers.length;
-        await Promise.all(workers);
-      }
+      while (workers.size > 0) await Promise.all(workers);
+      if (failure !== undefined) throw failure.err;
     } finally {
       clearInterval(renew);
       clearInterval(growing);
