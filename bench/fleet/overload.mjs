@@ -11,7 +11,7 @@
 import { request } from 'undici';
 
 /** xorshift32: a small seeded generator. */
-function rng(seed) {
+export function rng(seed) {
   let s = seed >>> 0 || 1;
   return () => {
     s ^= s << 13; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
@@ -22,14 +22,14 @@ function rng(seed) {
 const VOCAB = 'time people year way day thing man world life hand part child eye woman place work week case point government company number group problem fact'.split(' ');
 
 /** A prompt of about `tokens` tokens (4 characters each) that shares no prefix with another. */
-function prompt(next, i, tokens) {
+export function prompt(next, i, tokens) {
   let out = `${i}-${Math.floor(next() * 1e9).toString(36)}`;
   while (out.length < tokens * 4) out += ` ${VOCAB[Math.floor(next() * VOCAB.length)]}`;
   return out;
 }
 
 /** One streamed request; resolves with the time to its first body byte, or the refusal's code. */
-async function ask(origin, key, content, maxTokens) {
+export async function ask(origin, key, content, maxTokens) {
   const t0 = performance.now();
   const res = await request(`${origin}/v1/chat/completions`, {
     method: 'POST',

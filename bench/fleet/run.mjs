@@ -35,7 +35,18 @@
 //       the servers, no sockets, no wall clock), so that what the queue decides is measured
 //       apart from the CPU the processes get on a shared machine; with FLEET_SIM_BASELINE=DIR
 //       (another checkout, built), the same runs with that build's code too, in the same table.
-// FLEET_WORKLOADS picks workloads (default conversations,unique,overload,overload-sim).
+//   (d) batch (issue #43): a batch of FLEET_BATCH_LINES lines (prompts of FLEET_BATCH_PROMPT_TOKENS,
+//       answers of FLEET_BATCH_OUTPUT_TOKENS) through the Batch API (bench/fleet/batch.mjs: files
+//       and batches with the openai SDK), the gateway's queue as in (c) (max_outstanding =
+//       FLEET_MAX_SEQS) and batch.concurrency FLEET_BATCH_CONCURRENCY (default twice the fleet's
+//       sequences, so that the lines fill every free sequence and the rest wait in the queue's low
+//       band); run three ways: the interactive tenant of (c) alone for FLEET_BATCH_IDLE_SECONDS
+//       (its idle TTFT), the batch alone, and the batch with the interactive tenant (its plan's
+//       default band, normal). Reported: the batch's time and its ratio to the batch alone, the
+//       fleet's busy share while the batch runs, the interactive p50/p90 TTFT of the requests begun
+//       meanwhile and its ratio to idle; the gateway's requests in flight to the replicas and
+//       waiting in its queue (sampled /admin/upstreams).
+// FLEET_WORKLOADS picks workloads (default conversations,unique,overload,overload-sim,batch).
 //
 // Every request streams; time to first token is taken at the client (first body byte: the
 // gateway sends nothing before the first token). For each workload and policy: throughput
@@ -55,7 +66,8 @@
 // FLEET_BATCH_OUTPUT_TOKENS (64), FLEET_INTERACTIVE_RPS (10), FLEET_INTERACTIVE_PROMPT_TOKENS
 // (300), FLEET_INTERACTIVE_OUTPUT_TOKENS (16), FLEET_OVERLOAD_WARMUP_SECONDS (4),
 // FLEET_OVERLOAD_SECONDS (10), FLEET_OVERLOAD_METRICS_MS (200: the gateway's
-// metrics_interval_ms, and the scrape interval in simulated time); FLEET_SIM_BASELINE.
+// metrics_interval_ms, and the scrape interval in simulated time); FLEET_SIM_BASELINE; for (d):
+// FLEET_BATCH_LINES (5000), FLEET_BATCH_CONCURRENCY (8), FLEET_BATCH_IDLE_SECONDS (10).
 
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -65,6 +77,7 @@ import { freePort, log, startGateway, startNodeScript, stopAll, stopChild } from
 import { conversations, runWorkload, uniquePrompts } from './workload.mjs';
 import { measureQueueCpu, runOverload } from './overload.mjs';
 import { simulateOverload } from './simulate.mjs';
+import { runBatchWorkload } from './batch.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const OUT = resolve(process.env.FLEET_OUT || join(ROOT, 'bench', 'fleet-results.json'));
@@ -91,7 +104,10 @@ const OVERLOAD = {
   warmup: env('FLEET_OVERLOAD_WARMUP_SECONDS', 4), seconds: env('FLEET_OVERLOAD_SECONDS', 10),
   metricsMs: env('FLEET_OVERLOAD_METRICS_MS', 200),
 };
-const WORKLOADS = new Set((process.env.FLEET_WORKLOADS ?? 'conversations,unique,overload,overload-sim').split(',').map((w) => w.trim()));
+const BATCH = {
+  lines: env('FLEET_BATCH_LINES', 5000), concurrency: env('FLEET_BATCH_CONCURRENCY', 8), idleSeconds: env('FLEET_BATCH_IDLE_SECONDS', 10),
+};
+const WORKLOADS = new Set((process.env.FLEET_WORKLOADS ?? 'conversations,unique,overload,overload-sim,batch').split(',').map((w) => w.trim()));
 /** Simulated time (c'): the servers' scrape interval as the live runs' metrics_interval_ms, 0.5 ms a hop. */
 const SIMULATED = {
   replicas: REPLICAS, maxSeqs: SIM.maxSeqs, prefillUs: SIM.prefillUs, decodeMs: SIM.decodeMs, scrapeMs: OVERLOAD.metricsMs, hopMs: 0.5, jitter: 0.1,
@@ -142,6 +158,36 @@ function overloadYaml(variant, replicas) {
   ].join('\n');
 }
 
+/** Workload (d): the gateway's queue as in (c), batch.concurrency `concurrency`. */
+function batchYaml(replicas, concurrency) {
+  const plan = '{ paid: true, requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }';
+  return [
+    'server: { sse_keepalive_ms: 60000, max_connections_per_ip: null }',
+    'store: { kind: memory }',
+    `admin: { token: ${ADMIN_TOKEN} }`,
+    `batch: { concurrency: ${concurrency}, max_lines: 50000 }`,
+    'plans:',
+    `  batch: ${plan}`,
+    `  interactive: ${plan}`,
+    'accounts:',
+    `  - { id: batch, plan: batch, wallet_units: 1000000000000, keys: [${BATCH_KEY}] }`,
+    `  - { id: interactive, plan: interactive, wallet_units: 1000000000000, keys: [${INTERACTIVE_KEY}] }`,
+    'providers:',
+    '  sim:',
+    '    kind: openai',
+    '    timeout_ms: 120000',
+    '    balance: least_outstanding',
+    `    metrics_interval_ms: ${OVERLOAD.metricsMs}`,
+    `    max_outstanding: ${SIM.maxSeqs}`,
+    '    queue: { max_wait_ms: 600000, max_queued: 100000, fairness: account }',
+    '    targets:',
+    ...replicas.map((r) => `      - { url: ${r.url}/v1, metrics_url: ${r.url}/metrics }`),
+    'models:',
+    '  - { id: sim, provider: sim, context_window: 131072, max_output_tokens: 1024, price: { input_per_mtok: 1, output_per_mtok: 1 } }',
+    '',
+  ].join('\n');
+}
+
 /** Sequence-ms run by every replica so far, and when each was read. */
 async function busy(replicas) {
   const all = await Promise.all(replicas.map((r) => fetch(`${r.url}/stats`).then((x) => x.json())));
@@ -183,7 +229,7 @@ async function main() {
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-fleet-'));
   const replicas = [];
   try {
-    const live = ['conversations', 'unique', 'overload'].some((w) => WORKLOADS.has(w));
+    const live = ['conversations', 'unique', 'overload', 'batch'].some((w) => WORKLOADS.has(w));
     for (let i = 0; live && i < REPLICAS; i++) {
       const port = await freePort();
       const child = await startNodeScript(`sim r${i}`, join(ROOT, 'bench', 'fleet', 'server.mjs'), [
@@ -281,6 +327,44 @@ async function main() {
       }
       queueCpu = await measureQueueCpu(ROOT, { waiting: 1000 });
     }
+    const batchRuns = [];
+    if (WORKLOADS.has('batch')) {
+      const tenant = {
+        key: INTERACTIVE_KEY, rps: OVERLOAD.interactiveRps, promptTokens: OVERLOAD.interactivePromptTokens, outputTokens: OVERLOAD.interactiveOutputTokens,
+      };
+      const lines = { key: BATCH_KEY, promptTokens: OVERLOAD.batchPromptTokens, outputTokens: OVERLOAD.batchOutputTokens };
+      const runs = [
+        { run: 'interactive alone (idle)', concurrency: BATCH.concurrency, batch: null, tenant },
+        { run: 'batch alone', concurrency: BATCH.concurrency, batch: { ...lines, lines: BATCH.lines }, tenant: null },
+        { run: 'batch + interactive', concurrency: BATCH.concurrency, batch: { ...lines, lines: BATCH.lines }, tenant },
+      ];
+      for (const variant of runs) {
+        await Promise.all(replicas.map((r) => fetch(`${r.url}/reset`, { method: 'POST' })));
+        const configPath = join(dir, 'batch.yaml');
+        writeFileSync(configPath, batchYaml(replicas, variant.concurrency));
+        const port = await freePort();
+        const gw = await startGateway({
+          root: ROOT, configPath, logPath: join(dir, `gateway-batch-${batchRuns.length}.log`), port, upstream: '', nodeArgs: [], label: `gateway (batch: ${variant.run})`,
+        });
+        log(`batch / ${variant.run}: ${variant.batch?.lines ?? 0} lines at concurrency ${variant.concurrency}, ${variant.tenant === null ? 0 : OVERLOAD.interactiveRps} interactive req/s`);
+        try {
+          const r = await runBatchWorkload({ origin: gw.origin, batch: variant.batch, tenant: variant.tenant, seconds: BATCH.idleSeconds, warmupSeconds: OVERLOAD.warmup, seed: 0x0dd, busy: () => busy(replicas),
+            upstreams: () => fetch(`${gw.origin}/admin/upstreams`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }).then((x) => x.json()).then((v) => v.providers.sim),
+          });
+          const ttft = [...r.ttftMs].sort((a, b) => a - b);
+          batchRuns.push({
+            run: variant.run, concurrency: variant.concurrency, lines: variant.batch?.lines ?? 0, seconds: r.seconds,
+            utilisation: r.busySeqMs / (r.seconds * 1000 * REPLICAS * SIM.maxSeqs),
+            interactive_requests: ttft.length, interactive_refused: r.refused, gateway_outstanding: r.outstanding, gateway_waiting: r.queued,
+            interactive_ttft_p50_ms: ttft.length === 0 ? null : pct(ttft, 50), interactive_ttft_p90_ms: ttft.length === 0 ? null : pct(ttft, 90),
+          });
+        } catch (err) {
+          throw new Error(`batch / ${variant.run}: ${err.message}\n--- gateway log (tail) ---\n${gw.child.output()}`, { cause: err });
+        } finally {
+          await stopChild(gw.child);
+        }
+      }
+    }
     const simulated = [];
     if (WORKLOADS.has('overload-sim')) {
       const builds = [['this', ROOT], ...(process.env.FLEET_SIM_BASELINE ? [['baseline', resolve(process.env.FLEET_SIM_BASELINE)]] : [])];
@@ -292,11 +376,11 @@ async function main() {
         }
       }
     }
-    const report = summarize(results, overload, queueCpu, simulated);
-    process.stdout.write(`${report.table}\n\n${report.goals.map((g) => `${g.met ? 'MET ' : 'MISS'} ${g.text}`).join('\n')}\n`);
+    const report = summarize(results, overload, queueCpu, simulated, batchRuns);
+    process.stdout.write(`${report.table}\n\n${report.goals.map((g) => `${g.met ? 'MET   ' : 'MISSED'} ${g.text}`).join('\n')}\n`);
     writeFileSync(OUT, `${JSON.stringify({
       at: new Date().toISOString(), seconds: (Date.now() - started) / 1000, replicas: REPLICAS, sim: SIM, load: LOAD, overload_load: OVERLOAD,
-      results, overload, queue_cpu: queueCpu, simulated, simulated_load: SIMULATED, goals: report.goals,
+      results, overload, queue_cpu: queueCpu, simulated, simulated_load: SIMULATED, batch_load: BATCH, batch: batchRuns, goals: report.goals,
     }, null, 2)}\n`);
     log(`written to ${OUT}`);
   } finally {
@@ -340,9 +424,43 @@ function summarizeOverload(overload, cpu) {
   };
 }
 
-function summarize(results, overload, queueCpu, simulated) {
-  const parts = [results.length === 0 ? { table: '', goals: [] } : summarizePolicies(results), summarizeOverload(overload, queueCpu), summarizeSimulated(simulated)];
+function summarize(results, overload, queueCpu, simulated, batchRuns) {
+  const parts = [
+    results.length === 0 ? { table: '', goals: [] } : summarizePolicies(results), summarizeOverload(overload, queueCpu), summarizeSimulated(simulated),
+    summarizeBatch(batchRuns),
+  ];
   return { table: parts.map((p) => p.table).filter((x) => x !== '').join('\n\n'), goals: parts.flatMap((p) => p.goals) };
+}
+
+/** (d) the batch workload: a row per run, the goals of #43 side by side. */
+function summarizeBatch(runs) {
+  if (runs.length === 0) return { table: '', goals: [] };
+  const by = (run) => runs.find((r) => r.run === run);
+  const idle = by('interactive alone (idle)');
+  const alone = by('batch alone');
+  const both = by('batch + interactive');
+  const ms = (v) => (v === null ? '-' : `${Math.round(v)}`);
+  const rows = runs.map((r) => [
+    r.run, `${r.lines}`, `${r.concurrency}`, r.lines === 0 ? '-' : r.seconds.toFixed(1), r.lines === 0 ? '-' : (r.lines / r.seconds).toFixed(1),
+    r.lines === 0 || r.lines !== alone.lines ? '-' : `${(r.seconds / alone.seconds).toFixed(2)}x`, `${(100 * r.utilisation).toFixed(1)}%`,
+    ms(r.interactive_ttft_p50_ms), ms(r.interactive_ttft_p90_ms),
+    r.interactive_ttft_p90_ms === null ? '-' : `${(r.interactive_ttft_p90_ms / idle.interactive_ttft_p90_ms).toFixed(2)}x`,
+    r.lines === 0 ? '-' : r.gateway_outstanding.toFixed(0), r.lines === 0 ? '-' : r.gateway_waiting.toFixed(0),
+  ]);
+  const header = [
+    'batch run', 'lines', 'concurrency', 'batch s', 'lines/s', 'vs batch alone', 'fleet busy', 'interactive TTFT p50 ms', 'p90 ms', 'p90 vs idle',
+    'sent to replicas', 'waiting in gateway',
+  ];
+  const tail = both.interactive_ttft_p90_ms / idle.interactive_ttft_p90_ms;
+  const slower = both.seconds / alone.seconds;
+  return {
+    table: table(header, rows, 1),
+    goals: [
+      { text: `(d) interactive p90 TTFT while the batch runs ${tail.toFixed(2)}x idle (goal <= 1.2x)`, value: tail, met: tail <= 1.2 },
+      { text: `(d) fleet busy while the batch runs (with the interactive tenant) ${(100 * both.utilisation).toFixed(1)}% (goal >= 95%)`, value: both.utilisation, met: both.utilisation >= 0.95 },
+      { text: `(d) batch time with the interactive tenant ${slower.toFixed(2)}x the batch alone (goal <= 1.1x)`, value: slower, met: slower <= 1.1 },
+    ],
+  };
 }
 
 /** (c') in simulated time: per build, the same columns as (c), the goals of #46 for this build. */

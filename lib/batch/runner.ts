@@ -5,7 +5,10 @@
 // principal.ts, billing/meter.ts). The requests go over a loopback listener of this process
 // that only answers requests it was told of (a one-time token per line), so a line is a real
 // HTTP request and answer, streamed and closed as any other.
-// - At most batch.concurrency lines of a batch in flight per instance.
+// - batch.concurrency lines of a batch in flight per instance; and, where the lines' provider has
+//   a queue (max_outstanding), more while its replicas have free slots and nothing waits in it,
+//   so a batch fills idle capacity (up to twice the fleet's max_outstanding in all) and no more:
+//   extra lines stop being sent once requests wait, and interactive ones go first.
 // - Exactly once: a line's hold and settlement take the id `batch:<batch>:<line>`, and its
 //   outcome is stored once (store/batches.ts); a batch found unfinished (a restart, another
 //   instance's crash) runs only the lines without an outcome, and a line whose answer was
@@ -20,6 +23,7 @@ import type { Principal } from '../auth/principal.js';
 import type { Logger } from '../observe/log.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { GatewayState } from '../state.js';
+import type { Fleet } from '../upstream/balance/index.js';
 import type { BatchError, BatchRecord, BatchStore, FileRecord, LineOutcome } from '../store/batches.js';
 import { newId } from './files.js';
 import { sweep } from './retention.js';
@@ -36,6 +40,8 @@ const PRINCIPAL_MS = 1000;
 /** Refusals before any hold (rate limits, a full queue) are tried again this many times. */
 const RETRIES = 20;
 const TOKEN_HEADER = 'x-tollgate-batch-line';
+/** How often a running batch looks for idle capacity beyond batch.concurrency (besides its start). */
+const GROW_MS = 100;
 
 export interface RunnerOptions {
   store: BatchStore;
@@ -180,14 +186,25 @@ export class BatchRunner {
     let stopAt = 0;
     let keyGone: string | undefined;
     let principalAt = performance.now();
-    const worker = async () => {
-      while (queue.length > 0) {
-        // Cancelled, expired or gone: no new line starts (it stays in `queue`); those in flight finish.
-        if (this.#stopped || keyGone !== undefined) return;
+    /** No new line starts: cancelled, expired, the key gone, or the runner stopping. */
+    let halted = false;
+    /** The fleet the line goes to first (its model's provider), if the model is known. */
+    const fleetOf = (line: BatchLine): Fleet | undefined => {
+      const model = typeof line.body.model === 'string' ? state.catalog.get(line.body.model) : undefined;
+      return model === undefined ? undefined : state.targets(model)[0]?.provider.fleet;
+    };
+    // A worker beyond batch.concurrency (`beyond`) takes a line only while nothing waits in the
+    // queue of the line's fleet: it fills idle capacity and leaves once others wait. A line
+    // leaves `queue` only when it starts: one that never starts (cancelled, expired, the key
+    // gone, a shutdown) stays for the error file or the next run.
+    const worker = async (beyond: boolean) => {
+      for (;;) {
+        if (halted || queue.length === 0 || (beyond && (fleetOf(queue[0]!)?.queue?.size ?? 1) > 0)) return;
+        if (this.#stopped || keyGone !== undefined) { halted = true; return; }
         const current = await store.getBatch(id);
         status = current?.status ?? 'cancelled';
-        if (status !== 'in_progress') return;
-        if (now() >= b.expires_at) { stopAt = now(); return; }
+        if (status !== 'in_progress') { halted = true; return; }
+        if (now() >= b.expires_at) { stopAt = now(); halted = true; return; }
         // The key as it is now: revoked or expired, the batch's remaining lines do not run.
         if (performance.now() - principalAt >= PRINCIPAL_MS) {
           principalAt = performance.now();
@@ -195,6 +212,7 @@ export class BatchRunner {
             principal = await this.#principal(state, b);
           } catch (err) {
             keyGone = (err as Error).message;
+            halted = true;
             return;
           }
         }
@@ -204,14 +222,49 @@ export class BatchRunner {
         if (await store.addOutcome(id, outcome)) this.#o.metrics?.batchLinesDone.inc({ outcome: outcome.ok ? 'completed' : 'failed' });
       }
     };
-    const n = Math.min(state.config.batch.concurrency, queue.length);
+    // The workers running now (each leaves the set as it ends), and those beyond batch.concurrency.
+    const workers = new Set<Promise<void>>();
+    let extra = 0;
+    /** The first worker's failure (a store fault): no new line starts, and the batch stops with it once the others end. */
+    let failure: { err: unknown } | undefined;
+    const start = (beyond: boolean) => {
+      const w: Promise<void> = worker(beyond).catch((err: unknown) => {
+        failure ??= { err };
+        halted = true;
+      }).finally(() => {
+        workers.delete(w);
+        if (beyond) extra--;
+      });
+      workers.add(w);
+    };
+    for (let i = Math.min(state.config.batch.concurrency, queue.length); i > 0; i--) start(false);
+    // Idle capacity: more workers while the fleet has free slots and nothing waiting, up to
+    // twice its slots beyond batch.concurrency (a line spends part of its time off the replica:
+    // admission, its answer's way back, its outcome's write). Looked at every GROW_MS, and only
+    // slots free at two looks in a row count: a line just sent (by this batch or another) is not
+    // on a replica yet, and would otherwise be counted as room.
+    let idleBefore = 0;
+    const grow = () => {
+      const fleet = queue.length === 0 || halted || this.#stopped ? undefined : fleetOf(queue[0]!);
+      const idle = fleet === undefined ? 0 : fleet.idleSlots();
+      const room = fleet === undefined ? 0 : Math.min(idle, idleBefore, queue.length, 2 * fleet.capacity - extra);
+      idleBefore = idle;
+      for (let i = 0; i < room; i++) {
+        extra++;
+        start(true);
+      }
+    };
     // The lease is renewed while lines run, however long each takes.
     this.#waiting.set(id, queue);
     const renew = setInterval(() => { store.lease(id, this.#owner, LEASE_MS).catch(() => undefined); }, LEASE_MS / 3);
+    const growing = state.config.batch.concurrency > 0 ? setInterval(grow, GROW_MS) : undefined;
     try {
-      await Promise.all(Array.from({ length: n }, worker));
+      // Workers join while others run: done once none is left.
+      while (workers.size > 0) await Promise.all(workers);
+      if (failure !== undefined) throw failure.err;
     } finally {
       clearInterval(renew);
+      clearInterval(growing);
       this.#waiting.delete(id);
     }
     // Stopping (a shutdown): the lines left run after the restart, or on another instance.

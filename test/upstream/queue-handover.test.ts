@@ -125,6 +125,31 @@ t.test("a server that says what it runs: a queue of the gateway's own requests d
   t.equal(f.queue.dispatched, 10);
 });
 
+t.test("requests of this gateway that ended while a scrape was on its way do not make the server look as if it carried others'", async (t) => {
+  const f = fullFleet(t, 1, 4, 0);
+  const [replica] = f.fleet.replicas as [Replica];
+  const key = new AffinityKey(request, undefined);
+  // The scrape is sent while the gateway has 4 on the replica; the server counts them (3
+  // running, 1 waiting for its prefill); 3 of them end (nothing waits here to take their
+  // place) before the answer is read.
+  replica.scraping();
+  f.release();
+  f.release();
+  f.release();
+  replica.scraped(1, 3);
+  t.equal(replica.outstanding, 1);
+  t.notOk(replica.full, 'the 4 the server counted were all this gateway\'s: the replica is not full');
+  const slot = f.fleet.take(key, []);
+  t.equal(slot?.replica, replica, 'and a new request goes to it at once');
+  f.running.push(slot!);
+  // The same figures from a server that ran 3 and queued 3 while this gateway had 4: others' are there.
+  replica.scraping();
+  replica.scraped(3, 3);
+  t.ok(replica.full, 'a queue beyond what this gateway had on it still stops the replica');
+  replica.scraped(null, null);
+  await f.finish();
+});
+
 /**
  * A replica that holds each chat request until `releaseOne()`; /metrics shows what `metrics`
  * gives it: requests waiting on the server and, when not null, those running.

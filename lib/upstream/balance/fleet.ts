@@ -259,6 +259,26 @@ export class Fleet {
     return this.replicas.find((r) => r.healthy(now));
   }
 
+  /**
+   * Room for work that should only fill idle capacity (a batch's lines beyond batch.concurrency):
+   * the free slots (max_outstanding less the requests in flight) of the replicas that may take a
+   * request now; 0 while requests wait in the queue, and without a queue (no max_outstanding:
+   * nothing says what a replica holds).
+   */
+  idleSlots(now = Date.now()): number {
+    if (this.queue === undefined || this.queue.size > 0) return 0;
+    let free = 0;
+    for (const r of this.replicas) if (r.usable(now)) free += (r.maxOutstanding ?? 0) - r.outstanding;
+    return free;
+  }
+
+  /** Requests the replicas may hold at once: the sum of max_outstanding (0 without it). */
+  get capacity(): number {
+    let total = 0;
+    for (const r of this.replicas) total += r.maxOutstanding ?? 0;
+    return total;
+  }
+
   /** Some replica is neither ejected nor failing its health checks. */
   available(now = Date.now()): boolean {
     return this.firstHealthy(now) !== undefined;
@@ -377,6 +397,7 @@ export class Fleet {
     const signal = AbortSignal.any([this.#controller.signal, stop, AbortSignal.timeout(intervalMs)]);
     try {
       const { request, parseServerLoad } = await scraping();
+      r.scraping();
       const res = await request(url, { method: 'GET', signal, headers: { accept: 'text/plain' } });
       const text = await readCapped(res.body, MAX_METRICS_BYTES);
       if (res.statusCode !== 200) throw new Error(`status ${res.statusCode}`);

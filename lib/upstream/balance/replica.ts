@@ -50,6 +50,8 @@ export class Replica {
   #running: number | null = null;
   /** This gateway's requests on the replica when it was scraped, and those that ended since. */
   #ownAtScrape = 0;
+  /** The most this gateway had on the replica since the scrape under way began (see scraped()). */
+  #ownPeak = 0;
   #endedSince = 0;
   #consecutive = 0;
   #ejections = 0;
@@ -77,11 +79,23 @@ export class Replica {
     this.scraped(depth, null);
   }
 
-  /** What a scrape of the replica's /metrics said (null: not said, or no scrape). */
+  /** A scrape of the replica's /metrics is sent: what the server says will be of a moment from now until scraped(). */
+  scraping(): void {
+    this.#ownPeak = this.outstanding;
+  }
+
+  /**
+   * What a scrape of the replica's /metrics said (null: not said, or no scrape). The server
+   * counted its requests at some moment since scraping(); this gateway had at most the most it
+   * had on it since then, which is what its own requests are taken to be: requests of this
+   * gateway that ended while the answer was on its way (and were not replaced, the queue being
+   * empty) must not make the server look as if it carried others'.
+   */
   scraped(queueDepth: number | null, running: number | null): void {
     this.#queueDepth = queueDepth;
     this.#running = running;
-    this.#ownAtScrape = this.outstanding;
+    this.#ownAtScrape = Math.max(this.#ownPeak, this.outstanding);
+    this.#ownPeak = 0;
     this.#endedSince = 0;
   }
 
@@ -136,7 +150,7 @@ export class Replica {
 
   /** A request is sent; returns the token that `end` takes back. */
   begin(): number {
-    this.outstanding++;
+    if (++this.outstanding > this.#ownPeak) this.#ownPeak = this.outstanding;
     this.requests++;
     if (this.#probation) this.#probing = true;
     return this.#generation;
