@@ -2,7 +2,7 @@
 // body and let the dialect parse it, resolve the model, check images, policy and context, admit
 // (limits), hold (./admit.ts), then call the model's targets (./attempts.ts: its provider, then
 // its fallbacks) and let the dialect render the answer as one JSON body or as an event stream
-// (./answer.ts). Each step throws a GatewayError; the router writes it in the dialect's shape
+// (./answer.ts, ./stream.ts). Each step throws a GatewayError; the router writes it in the dialect's shape
 // (./finish.ts).
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -11,7 +11,8 @@ import type { Metrics } from '../observe/metrics.js';
 import type { Dialect } from '../dialects/types.js';
 import type { GatewayState } from '../state.js';
 import { admitAndHold, authenticateMetered, settleAfter } from './admit.js';
-import { completeAnswer, streamAnswer } from './answer.js';
+import { completeAnswer } from './answer.js';
+import { streamAnswer } from './stream.js';
 import { Attempts } from './attempts.js';
 import { checkContext, checkImages, checkModelType, checkProvider, contextFit, promptRoom } from './checks.js';
 import type { RequestContext } from './context.js';
