@@ -2,17 +2,14 @@
 // JSON body (completeAnswer; an event stream is ./stream.ts). It settles the hold with the
 // usage before the answer reports it.
 
-import type { ServerResponse } from 'node:http';
 import { sendJson } from '../http/respond.js';
-import type { Metrics } from '../observe/metrics.js';
 import type { Renderer } from '../dialects/types.js';
-import type { GatewayState } from '../state.js';
 import type { Charge } from '../billing/meter.js';
 import type { Attempts } from './attempts.js';
-import { answerHeaders, type RequestContext } from './context.js';
+import { answerHeaders, type Exchange } from './context.js';
 
 /** A dialect's keep step failing costs the client nothing more: the answer is paid and goes out. */
-export async function keep(work: Promise<void>, ctx: RequestContext, state: GatewayState): Promise<void> {
+export async function keep(work: Promise<void>, { ctx, state }: Exchange): Promise<void> {
   try {
     await work;
   } catch (err) {
@@ -20,9 +17,8 @@ export async function keep(work: Promise<void>, ctx: RequestContext, state: Gate
   }
 }
 
-export async function completeAnswer(
-  state: GatewayState, metrics: Metrics, attempts: Attempts, charge: Charge, ctx: RequestContext, res: ServerResponse, renderer: Renderer,
-): Promise<void> {
+export async function completeAnswer(x: Exchange, attempts: Attempts, charge: Charge, renderer: Renderer): Promise<void> {
+  const { metrics, ctx, res } = x;
   for (;;) {
     const attempt = await attempts.next();
     const { target } = attempt;
@@ -42,7 +38,7 @@ export async function completeAnswer(
       await charge.settle(usage);
       if (res.destroyed) return;
       const answer = renderer.complete({ choices: result.choices, usage, native: result.native });
-      if (renderer.keep !== undefined) await keep(renderer.keep(), ctx, state);
+      if (renderer.keep !== undefined) await keep(renderer.keep(), x);
       ctx.ttftMs = performance.now() - ctx.start;
       sendJson(res, 200, answer, answerHeaders(ctx, result.headers));
       metrics.observe(metrics.timeToFirstChunk, target.provider.name, ctx.ttfcMs / 1000);

@@ -3,19 +3,16 @@
 // upstream still gets a real status and the next fallback. It settles the hold with the usage
 // before the answer reports it.
 
-import type { ServerResponse } from 'node:http';
 import { GatewayError } from '../errors.js';
-import type { Metrics } from '../observe/metrics.js';
 import type { ChoicesPart } from '../providers/types.js';
 import { emptyAnswer, hasStop } from '../providers/shared.js';
 import { KEEPALIVE_FRAME, SSE_HEADERS, writeFrame } from '../sse/writer.js';
 import type { Renderer } from '../dialects/types.js';
-import type { GatewayState } from '../state.js';
 import type { Charge } from '../billing/meter.js';
 import type { ChunkChoice, Usage } from '../schema/chat.js';
 import { keep } from './answer.js';
 import type { Attempts } from './attempts.js';
-import { answerHeaders, type RequestContext } from './context.js';
+import { answerHeaders, type Exchange } from './context.js';
 import { flattened } from '../strings.js';
 
 /** Deltas appended to a stream's text before it may be flattened (see streamAnswer's `append`). */
@@ -42,10 +39,8 @@ function isSubstantive(choices: readonly ChunkChoice[], stopExplains: boolean): 
   return false;
 }
 
-export async function streamAnswer(
-  state: GatewayState, metrics: Metrics, attempts: Attempts, charge: Charge, ctx: RequestContext, res: ServerResponse,
-  renderer: Renderer,
-): Promise<void> {
+export async function streamAnswer(x: Exchange, attempts: Attempts, charge: Charge, renderer: Renderer): Promise<void> {
+  const { state, metrics, ctx, res } = x;
   // From the first attempt's start: a wait in a provider's queue is not the upstream's time.
   let started = 0;
   const stopExplains = hasStop({ request: attempts.request });
@@ -172,7 +167,7 @@ export async function streamAnswer(
       ctx.usage = usage ?? await attempts.counted(text);
       await charge.settle(ctx.usage);
       const last = renderer.close(ctx.usage);
-      if (renderer.keep !== undefined) await keep(renderer.keep(), ctx, state);
+      if (renderer.keep !== undefined) await keep(renderer.keep(), x);
       res.end(last);
       return;
     }

@@ -7,25 +7,21 @@
 // Otherwise metered as every route: authentication, plan gating, content policy on the prompt,
 // limits, the model's targets with fallbacks and circuits, one debit.
 
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { admitAndHold, authenticateMetered, settleAfter } from '../pipeline/admit.js';
 import { Attempts } from '../pipeline/attempts.js';
 import { checkModelType } from '../pipeline/checks.js';
-import { answerHeaders, type RequestContext } from '../pipeline/context.js';
+import { answerHeaders, type Exchange } from '../pipeline/context.js';
 import type { ChatRequest } from '../schema/chat.js';
 import { audioCost } from '../billing/meter.js';
 import { GatewayError } from '../errors.js';
 import { readBody } from '../http/body.js';
 import { sendWhole } from '../http/respond.js';
-import type { Metrics } from '../observe/metrics.js';
-import type { GatewayState } from '../state.js';
 import type { TranscribeInput } from '../providers/types.js';
 import { isMultipart, parseAudioForm } from '../dialects/audio/form.js';
 import { audioSeconds } from '../dialects/audio/duration.js';
 
-export async function serveAudio(
-  task: TranscribeInput['task'], state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
-): Promise<void> {
+export async function serveAudio(task: TranscribeInput['task'], x: Exchange): Promise<void> {
+  const { state, ctx, req, res } = x;
   ctx.principal = await authenticateMetered(state, req.headers.authorization, req);
   const contentType = req.headers['content-type'];
   if (!isMultipart(contentType)) {
@@ -47,10 +43,9 @@ export async function serveAudio(
   const seconds = await audioSeconds(form.file.data);
   const units = audioCost(seconds, model.price);
   const input: TranscribeInput = { task, fields: form.fields, file: form.file, responseFormat: form.responseFormat, seconds };
-  const admitted = await admitAndHold(state, ctx, res, model, request, 0, units);
+  const admitted = await admitAndHold(x, model, request, 0, units);
   if (admitted === undefined) return;
-  const session = req.headers['x-session-affinity'];
-  const attempts = new Attempts(state, metrics, ctx, res, request, model, 0, typeof session === 'string' ? session : undefined, admitted.deadline);
+  const attempts = new Attempts(x, request, model, 0, admitted.deadline);
   await settleAfter(admitted, ctx, () => attempts.using(async () => {
     for (;;) {
       const attempt = await attempts.next();

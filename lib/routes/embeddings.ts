@@ -5,24 +5,20 @@
 // record the router writes. Vectors come from the target provider's `embed`; the wire format is
 // dialects/embeddings.
 
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { admitAndHold, authenticateMetered, settleAfter } from '../pipeline/admit.js';
 import { Attempts } from '../pipeline/attempts.js';
 import { checkModelType } from '../pipeline/checks.js';
-import { answerHeaders, type RequestContext } from '../pipeline/context.js';
+import { answerHeaders, type Exchange } from '../pipeline/context.js';
 import type { ChatRequest } from '../schema/chat.js';
 import { GatewayError } from '../errors.js';
 import { readJsonBody } from '../http/json.js';
 import { userOf } from '../auth/attribution.js';
 import { sendJson } from '../http/respond.js';
-import type { Metrics } from '../observe/metrics.js';
-import type { GatewayState } from '../state.js';
 import { base64, parseEmbeddings } from '../dialects/embeddings/index.js';
 import { joinSliced } from '../slice.js';
 
-export async function serveEmbeddings(
-  state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
-): Promise<void> {
+export async function serveEmbeddings(x: Exchange): Promise<void> {
+  const { state, ctx, req, res } = x;
   ctx.principal = await authenticateMetered(state, req.headers.authorization, req);
   const raw = await readJsonBody(req, state.config.server);
   const e = parseEmbeddings(raw);
@@ -51,10 +47,9 @@ export async function serveEmbeddings(
     }
     prompt += n;
   }
-  const admitted = await admitAndHold(state, ctx, res, model, request, prompt);
+  const admitted = await admitAndHold(x, model, request, prompt);
   if (admitted === undefined) return;
-  const session = req.headers['x-session-affinity'];
-  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt, typeof session === 'string' ? session : undefined, admitted.deadline);
+  const attempts = new Attempts(x, request, model, prompt, admitted.deadline);
   await settleAfter(admitted, ctx, () => attempts.using(async () => {
     for (;;) {
       const attempt = await attempts.next();

@@ -5,23 +5,19 @@
 // pair's two texts). Scores come from the target provider's `rerank`; the wire formats are
 // dialects/rerank.
 
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { admitAndHold, authenticateMetered, settleAfter } from '../pipeline/admit.js';
 import { Attempts } from '../pipeline/attempts.js';
 import { checkModelType } from '../pipeline/checks.js';
-import { answerHeaders, type RequestContext } from '../pipeline/context.js';
+import { answerHeaders, type Exchange } from '../pipeline/context.js';
 import type { ChatRequest } from '../schema/chat.js';
 import { GatewayError } from '../errors.js';
 import { readJsonBody } from '../http/json.js';
 import { userOf } from '../auth/attribution.js';
 import { sendJson } from '../http/respond.js';
-import type { Metrics } from '../observe/metrics.js';
-import type { GatewayState } from '../state.js';
 import { parseRerank, parseScore, renderRerank, renderScore } from '../dialects/rerank/index.js';
 
-export async function serveRerank(
-  route: 'rerank' | 'score', state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
-): Promise<void> {
+export async function serveRerank(route: 'rerank' | 'score', x: Exchange): Promise<void> {
+  const { state, ctx, req, res } = x;
   ctx.principal = await authenticateMetered(state, req.headers.authorization, req);
   const body = await readJsonBody(req, state.config.server);
   const r = route === 'rerank' ? parseRerank(body) : parseScore(body);
@@ -53,10 +49,9 @@ export async function serveRerank(
     }
     prompt += n;
   }
-  const admitted = await admitAndHold(state, ctx, res, model, request, prompt);
+  const admitted = await admitAndHold(x, model, request, prompt);
   if (admitted === undefined) return;
-  const session = req.headers['x-session-affinity'];
-  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt, typeof session === 'string' ? session : undefined, admitted.deadline);
+  const attempts = new Attempts(x, request, model, prompt, admitted.deadline);
   await settleAfter(admitted, ctx, () => attempts.using(async () => {
     for (;;) {
       const attempt = await attempts.next();
