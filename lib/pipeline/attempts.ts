@@ -23,7 +23,7 @@ const FALLBACK_CODES: ReadonlySet<string> = new Set(['provider_error', 'provider
 const MAX_REPLICA_TRIES = 3;
 
 /** One attempt: a target (provider and upstream model), its circuit's admission, a replica (begun: its token goes back to Fleet.end). */
-interface Attempt { target: Target; admission: Admission; replica: Replica; token: number }
+export interface Attempt { target: Target; admission: Admission; replica: Replica; token: number }
 
 /**
  * Calls a model's targets in order, and within a target its replicas as the provider's

@@ -9,7 +9,7 @@ import { readJsonBody } from '../http/json.js';
 import type { Dialect } from '../dialects/types.js';
 import { admitAndHold, authenticateMetered, settleAfter } from './admit.js';
 import { completeAnswer } from './answer.js';
-import { streamAnswer } from './stream.js';
+import { StreamAnswer } from './stream.js';
 import { Attempts } from './attempts.js';
 import { checkContext, checkImages, checkModelType, checkProvider, contextFit, promptRoom } from './checks.js';
 import type { Exchange } from './context.js';
@@ -51,6 +51,6 @@ export async function handleGeneration(dialect: Dialect, x: Exchange): Promise<v
   const attempts = new Attempts(x, request, model, prompt, admitted.deadline);
   const renderer = dialect.renderer(request, model.id, prompt);
   await settleAfter(admitted, ctx, () => attempts.using(request.stream
-    ? () => streamAnswer(x, attempts, admitted.charge, renderer)
+    ? () => new StreamAnswer(x, attempts, admitted.charge, renderer).run()
     : () => completeAnswer(x, attempts, admitted.charge, renderer)));
 }
