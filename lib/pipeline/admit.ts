@@ -3,14 +3,14 @@
 // slot, the worst-case credit hold, and the settle or release once its answer is done.
 
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import { GatewayError } from '../errors.js';
 import type { GatewayState, Target } from '../state.js';
 import { hold, type Charge } from '../billing/meter.js';
 import type { Principal } from '../auth/principal.js';
 import type { ChatRequest } from '../schema/chat.js';
 import type { ModelConfig } from '../config/types.js';
-import type { RequestContext } from './context.js';
+import type { Exchange, RequestContext } from './context.js';
 import { attributionOf } from '../auth/attribution.js';
 
 /**
@@ -41,7 +41,7 @@ const CONTENT_REFUSALS: ReadonlySet<number> = new Set([400, 403, 404, 408, 413, 
  * counts every admitted request), it spends a request of its rate limits all the same; when
  * those were spent already, the answer is their 429 instead. Returns the error to answer with.
  */
-export async function refusalSpends(state: GatewayState, ctx: RequestContext, err: unknown): Promise<unknown> {
+export async function refusalSpends({ state, ctx }: Exchange, err: unknown): Promise<unknown> {
   if (ctx.principal === undefined || ctx.rateHeaders !== undefined) return err;
   if (!(err instanceof GatewayError) || !CONTENT_REFUSALS.has(err.status)) return err;
   const spent = await state.limits.spend(ctx.principal);
@@ -58,8 +58,7 @@ type Grant = Awaited<ReturnType<GatewayState['limits']['admit']>>;
  * before the call (audio's, by its length), held instead of the tokens' worst case.
  */
 export async function admitAndHold(
-  state: GatewayState, ctx: RequestContext, res: ServerResponse, model: ModelConfig, request: ChatRequest, prompt: number,
-  fixed?: bigint,
+  { state, ctx, res }: Exchange, model: ModelConfig, request: ChatRequest, prompt: number, fixed?: bigint,
 ): Promise<Admitted | undefined> {
   const principal = ctx.principal!;
   // Tags and end user (CONTRACT section 20), checked before anything is spent: a bad header is a 400.

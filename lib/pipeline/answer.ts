@@ -1,31 +1,15 @@
-// The answer of an admitted generation, through its attempt chain (./attempts.ts): one JSON
-// body (completeAnswer), or an event stream (streamAnswer) that commits only once a chunk
-// carries something, so that a failing or empty upstream still gets a real status and the
-// next fallback. Both settle the hold with the usage before the answer reports it.
+// The whole answer of an admitted generation, through its attempt chain (./attempts.ts): one
+// JSON body (completeAnswer; an event stream is ./stream.ts). It settles the hold with the
+// usage before the answer reports it.
 
-import type { ServerResponse } from 'node:http';
-import { GatewayError } from '../errors.js';
 import { sendJson } from '../http/respond.js';
-import type { Metrics } from '../observe/metrics.js';
-import type { ChoicesPart } from '../providers/types.js';
-import { emptyAnswer, hasStop } from '../providers/shared.js';
-import { KEEPALIVE_FRAME, SSE_HEADERS, writeFrame } from '../sse/writer.js';
 import type { Renderer } from '../dialects/types.js';
-import type { GatewayState } from '../state.js';
 import type { Charge } from '../billing/meter.js';
-import type { ChunkChoice, Usage } from '../schema/chat.js';
 import type { Attempts } from './attempts.js';
-import { answerHeaders, type RequestContext } from './context.js';
-import { flattened } from '../strings.js';
-
-/** Deltas appended to a stream's text before it may be flattened (see streamAnswer's `append`). */
-const UNFLAT_DELTAS = 64;
-
-/** A stream's frames written together are cut at this length, so backpressure is felt. */
-const MAX_BATCH_CHARS = 16_384;
+import { answerHeaders, type Exchange } from './context.js';
 
 /** A dialect's keep step failing costs the client nothing more: the answer is paid and goes out. */
-async function keep(work: Promise<void>, ctx: RequestContext, state: GatewayState): Promise<void> {
+export async function keep(work: Promise<void>, { ctx, state }: Exchange): Promise<void> {
   try {
     await work;
   } catch (err) {
@@ -33,9 +17,8 @@ async function keep(work: Promise<void>, ctx: RequestContext, state: GatewayStat
   }
 }
 
-export async function completeAnswer(
-  state: GatewayState, metrics: Metrics, attempts: Attempts, charge: Charge, ctx: RequestContext, res: ServerResponse, renderer: Renderer,
-): Promise<void> {
+export async function completeAnswer(x: Exchange, attempts: Attempts, charge: Charge, renderer: Renderer): Promise<void> {
+  const { metrics, ctx, res } = x;
   for (;;) {
     const attempt = await attempts.next();
     const { target } = attempt;
@@ -55,7 +38,7 @@ export async function completeAnswer(
       await charge.settle(usage);
       if (res.destroyed) return;
       const answer = renderer.complete({ choices: result.choices, usage, native: result.native });
-      if (renderer.keep !== undefined) await keep(renderer.keep(), ctx, state);
+      if (renderer.keep !== undefined) await keep(renderer.keep(), x);
       ctx.ttftMs = performance.now() - ctx.start;
       sendJson(res, 200, answer, answerHeaders(ctx, result.headers));
       metrics.observe(metrics.timeToFirstChunk, target.provider.name, ctx.ttfcMs / 1000);
@@ -63,179 +46,5 @@ export async function completeAnswer(
     } catch (err) {
       if (!attempts.canFallBack(err)) throw err;
     }
-  }
-}
-
-/**
- * A chunk "commits" the stream (sends the 200 and headers) only once it carries something:
- * text, reasoning, tool calls, a refusal, or a finish reason that explains an empty answer
- * (length, content_filter, or stop when the client's own stop sequences may have emptied it).
- * Until then chunks are held, so an upstream that fails or answers nothing still gets a real
- * status and the next fallback can be tried.
- */
-function isSubstantive(choices: readonly ChunkChoice[], stopExplains: boolean): boolean {
-  for (const c of choices) {
-    const d = c.delta;
-    if ((d.content !== undefined && d.content !== null && d.content !== '') || d.tool_calls !== undefined ||
-      (d.reasoning_content !== undefined && d.reasoning_content !== '') ||
-      (d.refusal !== undefined && d.refusal !== null && d.refusal !== '') ||
-      (c.finish_reason !== null && (c.finish_reason !== 'stop' || stopExplains))) return true;
-  }
-  return false;
-}
-
-export async function streamAnswer(
-  state: GatewayState, metrics: Metrics, attempts: Attempts, charge: Charge, ctx: RequestContext, res: ServerResponse,
-  renderer: Renderer,
-): Promise<void> {
-  // From the first attempt's start: a wait in a provider's queue is not the upstream's time.
-  let started = 0;
-  const stopExplains = hasStop({ request: attempts.request });
-
-  // Keep-alives run from the moment the first upstream is called: one that is slow to send even
-  // its headers is silent too. The first keep-alive commits the stream (200 + headers), and
-  // from then on no fallback is tried.
-  let committed = false;
-  let upstreamHeaders: Record<string, string> = {};
-  const commit = () => {
-    committed = true;
-    res.writeHead(200, answerHeaders(ctx, SSE_HEADERS, upstreamHeaders));
-    const opening = renderer.open();
-    if (opening !== '') res.write(opening);
-    metrics.openStreams.inc();
-  };
-  // Not while the request waits in a provider's queue (before the stream is committed): a
-  // refusal there is a real 503, and the wait has its own bound (max_wait_ms).
-  const tick = () => {
-    if (res.destroyed) return;
-    if (!committed) commit();
-    res.write(KEEPALIVE_FRAME);
-    keepalive?.refresh();
-  };
-  let keepalive: NodeJS.Timeout | undefined;
-
-  // What reached the client, counted if the upstream reports no usage or the stream is cut short:
-  // one string built by appending every delta, a tree of V8 cons strings (32 bytes a node, beside
-  // each delta's own string) that an open stream holds until it ends. It is flattened now and
-  // then, when the deltas appended since are as many as a 64th of its length (at least
-  // UNFLAT_DELTAS): about 60 bytes a chunk held become the chunk's characters, and each flatten's
-  // copy stays about 64 characters a delta, whatever the answer's length.
-  let text = '';
-  let unflat = 0;
-  const append = (delta: string) => {
-    text += delta;
-    if (++unflat >= UNFLAT_DELTAS && unflat * 64 >= text.length) {
-      text = flattened(text);
-      unflat = 0;
-    }
-  };
-  try {
-    for (;;) {
-      if (!committed) { clearTimeout(keepalive); keepalive = undefined; }
-      const attempt = await attempts.next();
-      if (started === 0) started = performance.now();
-      keepalive ??= setTimeout(tick, state.config.server.sse_keepalive_ms);
-      const { target } = attempt;
-      const roleSent: boolean[] = [];
-      const held: ChoicesPart[] = [];
-      text = '';
-      unflat = 0;
-      let usage: Usage | undefined;
-      try {
-        const finished = await attempts.run(attempt, async (call) => {
-          const upstream = await target.provider.stream(call);
-          upstreamHeaders = upstream.headers;
-          const iterator = upstream[Symbol.asyncIterator]();
-          // The frames of the parts one upstream read brought, written together: one chunk of
-          // the answer's chunked encoding instead of one per frame. Never held past that read.
-          let out = '';
-          for (;;) {
-            let part = upstream.take?.();
-            if (part === undefined || out.length >= MAX_BATCH_CHARS) {
-              if (out !== '') {
-                const ok = writeFrame(res, out, call.abort ?? call.signal);
-                out = '';
-                if (ok !== true && !(await ok)) {
-                  // The client left, or stopped reading until the time ran out: the upstream is
-                  // aborted and what was generated so far is charged.
-                  void iterator.return?.();
-                  if (!res.destroyed) res.destroy();
-                  return false;
-                }
-              }
-              if (part === undefined) {
-                const step = await iterator.next();
-                keepalive?.refresh();
-                if (step.done === true) break;
-                part = step.value;
-              }
-            }
-            if (part.kind === 'usage') { usage = part.usage; continue; }
-            for (const c of part.choices) {
-              if (roleSent[c.index] !== true) {
-                roleSent[c.index] = true;
-                if (c.delta.role === undefined) {
-                  c.delta = { role: 'assistant', ...c.delta };
-                  part.chatJson = undefined;
-                }
-              }
-              if (typeof c.delta.content === 'string') append(c.delta.content);
-              if (c.delta.reasoning_content !== undefined) append(c.delta.reasoning_content);
-              if (c.delta.tool_calls !== undefined) for (const tc of c.delta.tool_calls) append(tc.function?.arguments ?? '');
-            }
-            if (!committed) {
-              if (!isSubstantive(part.choices, stopExplains)) { held.push(part); continue; }
-              commit();
-            }
-            if (ctx.ttfcMs === undefined) {
-              ctx.ttfcMs = performance.now() - started;
-              ctx.ttftMs = performance.now() - ctx.start;
-              metrics.observe(metrics.timeToFirstChunk, target.provider.name, ctx.ttfcMs / 1000);
-            }
-            if (held.length > 0) for (const h of held.splice(0)) out += renderer.chunk(h.choices, h.native, h.chatJson);
-            out += renderer.chunk(part.choices, part.native, part.chatJson);
-          }
-          if (!committed) throw emptyAnswer();
-          return true;
-        });
-        if (!finished) {
-          if (text !== '') {
-            ctx.usageSource = 'counted';
-            ctx.usage = await attempts.counted(text);
-            await charge.settle(ctx.usage);
-          }
-          return;
-        }
-      } catch (err) {
-        if (!committed && attempts.canFallBack(err)) continue;
-        throw err;
-      }
-      ctx.usageSource = usage === undefined ? 'counted' : 'upstream';
-      ctx.usage = usage ?? await attempts.counted(text);
-      await charge.settle(ctx.usage);
-      const last = renderer.close(ctx.usage);
-      if (renderer.keep !== undefined) await keep(renderer.keep(), ctx, state);
-      res.end(last);
-      return;
-    }
-  } catch (err) {
-    // A stream cut short, by the client leaving or the upstream failing, is charged for what
-    // reached the client (nothing, if only keep-alives did). Not one whose settle was tried and
-    // failed (a store fault): that settle's figures were the only ones, and it debited nothing.
-    if (committed && charge.pending && text !== '') {
-      ctx.usageSource = 'counted';
-      ctx.usage = await attempts.counted(text);
-      await charge.settle(ctx.usage).catch(() => undefined);
-    }
-    if (!committed || res.destroyed) throw err;
-    // After the first byte an error can only be told in the stream, in the dialect's way; the
-    // stream then ends without its normal close, so the client knows the answer is incomplete.
-    const e = err instanceof GatewayError ? err : new GatewayError('internal_error', 'The gateway failed mid-stream.', { cause: err });
-    ctx.code = e.code;
-    res.end(renderer.fail(e, ctx.id));
-    if (!(err instanceof GatewayError)) throw err;
-  } finally {
-    clearTimeout(keepalive);
-    if (committed) metrics.openStreams.dec();
   }
 }

@@ -2,11 +2,9 @@
 // their replicas x their circuits, within the chain's deadline (./admit.ts); where a target's
 // replicas are all full, the wait in its provider's queue (CONTRACT section 13).
 
-import type { ServerResponse } from 'node:http';
 import { GatewayError, retryAfterHeaders } from '../errors.js';
-import type { Metrics } from '../observe/metrics.js';
 import { AttemptCall, type ProviderCall } from '../providers/types.js';
-import type { GatewayState, Target } from '../state.js';
+import type { Target } from '../state.js';
 import { CallAbort, TIMEOUT } from '../upstream/abort.js';
 import type { Admission, Outcome } from '../upstream/health.js';
 import { AffinityKey, type Fleet, type ProviderQueue, type Replica, type Slot } from '../upstream/balance/index.js';
@@ -14,7 +12,7 @@ import { isConnectFailure } from '../upstream/http.js';
 import type { ChatRequest, Usage } from '../schema/chat.js';
 import type { ModelConfig } from '../config/types.js';
 import { inferenceHeaders, queuePriority } from '../auth/principal.js';
-import type { RequestContext } from './context.js';
+import type { Exchange } from './context.js';
 
 const CLIENT_GONE = Symbol('tollgate.client-gone');
 
@@ -25,7 +23,7 @@ const FALLBACK_CODES: ReadonlySet<string> = new Set(['provider_error', 'provider
 const MAX_REPLICA_TRIES = 3;
 
 /** One attempt: a target (provider and upstream model), its circuit's admission, a replica (begun: its token goes back to Fleet.end). */
-interface Attempt { target: Target; admission: Admission; replica: Replica; token: number }
+export interface Attempt { target: Target; admission: Admission; replica: Replica; token: number }
 
 /**
  * Calls a model's targets in order, and within a target its replicas as the provider's
@@ -48,10 +46,7 @@ export class Attempts {
   /** The prompt estimate, with the model's tokenizer. */
   readonly prompt: number;
   readonly #targets: Target[];
-  readonly #state: GatewayState;
-  readonly #metrics: Metrics;
-  readonly #ctx: RequestContext;
-  readonly #res: ServerResponse;
+  readonly #x: Exchange;
   readonly #key: AffinityKey;
   /** performance.now() by which the chain ends (Admitted.deadline). */
   readonly #deadline: number;
@@ -66,22 +61,18 @@ export class Attempts {
   /** The inference gateway's headers of this request (#callHeaders). */
   #inference: Record<string, string> | undefined;
 
-  constructor(
-    state: GatewayState, metrics: Metrics, ctx: RequestContext, res: ServerResponse, request: ChatRequest, model: ModelConfig,
-    prompt: number, session: string | undefined, deadline: number,
-  ) {
+  /** `deadline`: Admitted.deadline; a request's x-session-affinity header keys its replica (AffinityKey). */
+  constructor(x: Exchange, request: ChatRequest, model: ModelConfig, prompt: number, deadline: number) {
     this.request = request;
     this.#deadline = deadline;
     this.model = model;
     this.prompt = prompt;
-    const targets = state.targets(model);
+    const targets = x.state.targets(model);
     // Fallback targets whose provider cannot answer this request at all are skipped.
     this.#targets = targets.some((t) => t.provider.refuses?.(request) !== undefined) ? targets.filter((t) => t.provider.refuses?.(request) === undefined) : targets;
-    this.#state = state;
-    this.#metrics = metrics;
-    this.#ctx = ctx;
-    this.#res = res;
-    this.#key = new AffinityKey(request, session);
+    this.#x = x;
+    const session = x.req.headers['x-session-affinity'];
+    this.#key = new AffinityKey(request, typeof session === 'string' ? session : undefined);
   }
 
   /** The next replica of the current target, else of the next target the circuits let through, or the error that ends the request. */
@@ -111,7 +102,7 @@ export class Attempts {
         this.#current = { target, admission, outcome: 'neutral' };
         this.#tried = [];
         this.#targetEnd = Math.min(now + target.provider.config.timeout_ms, this.#deadline);
-        if (target.provider.fleet.queue !== undefined) this.#ctx.queueMs ??= 0;
+        if (target.provider.fleet.queue !== undefined) this.#x.ctx.queueMs ??= 0;
       } else {
         this.#retryMs = Math.min(this.#retryMs, admission.retryMs);
       }
@@ -130,10 +121,10 @@ export class Attempts {
    * request.
    */
   async #queued(fleet: Fleet, queue: ProviderQueue, target: Target): Promise<Slot | undefined> {
-    const principal = this.#ctx.principal;
+    const { ctx, res } = this.#x;
+    const principal = ctx.principal;
     const plan = principal?.plan;
     const fairness = queue.config.fairness;
-    const res = this.#res;
     const waiting = queue.wait({
       flow: principal === undefined || fairness === 'none' ? '' : fairness === 'key' ? principal.credentialId : principal.accountId,
       priority: principal === undefined ? 'normal' : queuePriority(principal),
@@ -153,8 +144,8 @@ export class Attempts {
       res.off('close', onClose);
     }
     const waited = result.waitedMs;
-    this.#ctx.queueMs = (this.#ctx.queueMs ?? 0) + waited;
-    this.#metrics.observeQueueWait(target.provider.name, 'slot' in result ? 'dispatched' : 'refused' in result ? 'refused' : 'gone', waited / 1000);
+    ctx.queueMs = (ctx.queueMs ?? 0) + waited;
+    this.#x.metrics.observeQueueWait(target.provider.name, 'slot' in result ? 'dispatched' : 'refused' in result ? 'refused' : 'gone', waited / 1000);
     if ('slot' in result) {
       this.#targetEnd = Math.min(performance.now() + target.provider.config.timeout_ms, this.#deadline);
       return result.slot;
@@ -162,7 +153,7 @@ export class Attempts {
     // No attempt of the target was made: its circuit is settled as neutral (it learns nothing).
     this.#leaveTarget();
     const headers = retryAfterHeaders('retryMs' in result ? result.retryMs : queue.retryAfterMs());
-    headers['x-tollgate-queue-ms'] = String(Math.round(this.#ctx.queueMs));
+    headers['x-tollgate-queue-ms'] = String(Math.round(ctx.queueMs));
     if ('gone' in result) throw new GatewayError('model_overloaded', 'The client left while its request was queued.', { headers });
     throw new GatewayError('model_overloaded', overloaded(this.model.id, result.refused, queue.config.max_wait_ms), { headers });
   }
@@ -186,9 +177,10 @@ export class Attempts {
 
   /** A call's own headers: tracing's; for a provider behind an inference gateway, the verified caller's too (made once per request). */
   #callHeaders(target: Target): Record<string, string> | undefined {
-    const principal = this.#ctx.principal;
-    if (!target.provider.config.inference_gateway || principal === undefined) return this.#ctx.upstreamHeaders;
-    this.#inference ??= inferenceHeaders(principal, this.#ctx.upstreamHeaders);
+    const ctx = this.#x.ctx;
+    const principal = ctx.principal;
+    if (!target.provider.config.inference_gateway || principal === undefined) return ctx.upstreamHeaders;
+    this.#inference ??= inferenceHeaders(principal, ctx.upstreamHeaders);
     return this.#inference;
   }
 
@@ -197,16 +189,16 @@ export class Attempts {
     const { target, replica } = attempt;
     const ac = new CallAbort();
     const call: ProviderCall = new AttemptCall(this.request, this.model, target.upstreamModel, ac, replica, this.#callHeaders(target));
-    const res = this.#res;
+    const { ctx, metrics, res } = this.#x;
     const onClose = () => { if (!res.writableFinished) ac.abort(CLIENT_GONE); };
     res.on('close', onClose);
     if (res.destroyed) ac.abort(CLIENT_GONE);
     const timer = setTimeout(() => ac.abort(TIMEOUT), Math.max(0, this.#targetEnd - performance.now()));
     const started = performance.now();
-    this.#ctx.provider = target.provider.name;
-    this.#ctx.upstreamModel = target.upstreamModel;
+    ctx.provider = target.provider.name;
+    ctx.upstreamModel = target.upstreamModel;
     const fleet = target.provider.fleet;
-    this.#ctx.target = fleet.addressed ? replica.url : null;
+    ctx.target = fleet.addressed ? replica.url : null;
     const token = attempt.token;
     let outcome: Outcome = 'neutral';
     let connectFailure = false;
@@ -234,14 +226,14 @@ export class Attempts {
         this.#current.outcome = outcome;
         if (outcome === 'success') this.#leaveTarget();
       }
-      this.#ctx.upstreamMs = performance.now() - started;
-      this.#metrics.observe(this.#metrics.upstreamDuration, target.provider.name, this.#ctx.upstreamMs / 1000);
+      ctx.upstreamMs = performance.now() - started;
+      metrics.observe(metrics.upstreamDuration, target.provider.name, ctx.upstreamMs / 1000);
     }
   }
 
   /** Usage counted by the gateway: the prompt estimate and the tokens of `completion`. */
   async counted(completion: string): Promise<Usage> {
-    const c = await this.#state.textTokens(completion, this.model);
+    const c = await this.#x.state.textTokens(completion, this.model);
     return { prompt_tokens: this.prompt, completion_tokens: c, total_tokens: this.prompt + c };
   }
 
@@ -250,7 +242,7 @@ export class Attempts {
    * the client; next() says whether one is left (else it throws this error again).
    */
   canFallBack(err: unknown): boolean {
-    return err instanceof GatewayError && FALLBACK_CODES.has(err.code) && !this.#res.destroyed;
+    return err instanceof GatewayError && FALLBACK_CODES.has(err.code) && !this.#x.res.destroyed;
   }
 }
 

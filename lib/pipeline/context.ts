@@ -3,6 +3,7 @@
 // the access log, metrics, span and usage record (./finish.ts). The config state a request runs
 // on is not part of it: the gateway pins that and hands it down.
 
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Principal } from '../auth/principal.js';
 import type { Charge } from '../billing/meter.js';
 import type { Usage } from '../schema/chat.js';
@@ -10,6 +11,21 @@ import type { Dialect } from '../dialects/types.js';
 import type { RequestSpan } from '../observe/trace.js';
 import { merged } from '../objects.js';
 import type { Attribution } from '../auth/attribution.js';
+import type { Metrics } from '../observe/metrics.js';
+import type { GatewayState } from '../state.js';
+
+/**
+ * One request as the pipeline serves it, handed down whole instead of five parameters: the
+ * config state pinned for it, the gateway's metrics, its context, its HTTP request and answer.
+ * Made once per /v1 request (routes/index.ts).
+ */
+export interface Exchange {
+  readonly state: GatewayState;
+  readonly metrics: Metrics;
+  readonly ctx: RequestContext;
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+}
 
 export interface RequestContext {
   readonly id: string;

@@ -2,23 +2,20 @@
 // body and let the dialect parse it, resolve the model, check images, policy and context, admit
 // (limits), hold (./admit.ts), then call the model's targets (./attempts.ts: its provider, then
 // its fallbacks) and let the dialect render the answer as one JSON body or as an event stream
-// (./answer.ts). Each step throws a GatewayError; the router writes it in the dialect's shape
+// (./answer.ts, ./stream.ts). Each step throws a GatewayError; the router writes it in the dialect's shape
 // (./finish.ts).
 
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { readJsonBody } from '../http/json.js';
-import type { Metrics } from '../observe/metrics.js';
 import type { Dialect } from '../dialects/types.js';
-import type { GatewayState } from '../state.js';
 import { admitAndHold, authenticateMetered, settleAfter } from './admit.js';
-import { completeAnswer, streamAnswer } from './answer.js';
+import { completeAnswer } from './answer.js';
+import { StreamAnswer } from './stream.js';
 import { Attempts } from './attempts.js';
 import { checkContext, checkImages, checkModelType, checkProvider, contextFit, promptRoom } from './checks.js';
-import type { RequestContext } from './context.js';
+import type { Exchange } from './context.js';
 
-export async function handleGeneration(
-  dialect: Dialect, state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
-): Promise<void> {
+export async function handleGeneration(dialect: Dialect, x: Exchange): Promise<void> {
+  const { state, ctx, req } = x;
   ctx.principal = await authenticateMetered(state, dialect.credential(req), req);
   const body = await readJsonBody(req, state.config.server);
   const request = dialect.parse(body, req);
@@ -49,12 +46,11 @@ export async function handleGeneration(
     prompt = counted.total;
   }
 
-  const admitted = await admitAndHold(state, ctx, res, model, request, prompt);
+  const admitted = await admitAndHold(x, model, request, prompt);
   if (admitted === undefined) return;
-  const session = req.headers['x-session-affinity'];
-  const attempts = new Attempts(state, metrics, ctx, res, request, model, prompt, typeof session === 'string' ? session : undefined, admitted.deadline);
+  const attempts = new Attempts(x, request, model, prompt, admitted.deadline);
   const renderer = dialect.renderer(request, model.id, prompt);
   await settleAfter(admitted, ctx, () => attempts.using(request.stream
-    ? () => streamAnswer(state, metrics, attempts, admitted.charge, ctx, res, renderer)
-    : () => completeAnswer(state, metrics, attempts, admitted.charge, ctx, res, renderer)));
+    ? () => new StreamAnswer(x, attempts, admitted.charge, renderer).run()
+    : () => completeAnswer(x, attempts, admitted.charge, renderer)));
 }

@@ -3,6 +3,7 @@
 // an event stream into parts. A provider supplies only its translation: the request body, the
 // answer, and a per-stream translator of events.
 
+import type { Dispatcher, FormData } from 'undici';
 import type { ChoicesAndUsage } from './shared.js';
 import type { ProviderConfig } from '../config/types.js';
 import { GatewayError } from '../errors.js';
@@ -132,6 +133,46 @@ export abstract class HttpProvider implements Provider {
   /** The pool of the replica the balancer picked for `call` (the first replica for calls outside it). */
   protected endpointOf(call: ProviderCall): UpstreamEndpoint & { callPath: string } {
     return (call.replica === undefined ? undefined : this.#endpoints.get(call.replica)) ?? this.#first;
+  }
+
+  /**
+   * POST `body` to `path` (under the base URL's path) on the call's replica, for a route beside
+   * generation (embeddings, rerank, audio): a transport failure, a "not now" status (503
+   * model_unavailable, the upstream's Retry-After passed on) and any other failing status (its
+   * error body mapped, read within 64 KiB) are thrown as ours; a 2xx answer comes back unread.
+   */
+  async post(call: ProviderCall, path: string, body: string | FormData, headers = withCallHeaders(this.headers, call)): Promise<Dispatcher.ResponseData> {
+    const ep = this.endpointOf(call);
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await ep.pool.request({ method: 'POST', path: `${ep.basePath}${path}`, headers, body, signal: call.signal });
+    } catch (err) {
+      throw transportError(err, call.signal, this.name);
+    }
+    if (this.#unavailable.has(res.statusCode)) {
+      void readCapped(res.body, 0);
+      throw unavailable(res.headers, this.name, res.statusCode);
+    }
+    if (res.statusCode >= 200 && res.statusCode <= 299) return res;
+    let text: string;
+    try {
+      text = await readCapped(res.body, 65536);
+    } catch (err) {
+      throw transportError(err, call.signal, this.name);
+    }
+    throw mapErrorBody(res.statusCode, text, call, this.name);
+  }
+
+  /** post() of a JSON body: the 2xx answer's text, read within `max` bytes, and its forwarded headers. */
+  async postJson(call: ProviderCall, path: string, body: string, max: number): Promise<{ text: string; headers: Record<string, string> }> {
+    const res = await this.post(call, path, body);
+    let text: string;
+    try {
+      text = await readCapped(res.body, max);
+    } catch (err) {
+      throw transportError(err, call.signal, this.name);
+    }
+    return { text, headers: forwardedHeaders(res.headers) };
   }
 
   async #send(call: ProviderCall, stream: boolean): Promise<UpstreamAnswer> {

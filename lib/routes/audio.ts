@@ -4,28 +4,21 @@
 // file before the upstream is called, and the request held and charged by it:
 // ceil(ceil(seconds) x price.audio_per_minute / 60) units. The settle is the hold: the gateway's
 // measure is the price, whatever the upstream reports (most formats report no length at all).
-// Otherwise metered as every route: authentication, plan gating, content policy on the prompt,
-// limits, the model's targets with fallbacks and circuits, one debit.
+// Otherwise metered as every unary route (pipeline/unary.ts): plan gating, content policy on
+// the prompt, limits, the model's targets with fallbacks and circuits, one debit.
 
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { admitAndHold, authenticateMetered, settleAfter } from '../pipeline/admit.js';
-import { Attempts } from '../pipeline/attempts.js';
-import { checkModelType } from '../pipeline/checks.js';
-import { answerHeaders, type RequestContext } from '../pipeline/context.js';
-import type { ChatRequest } from '../schema/chat.js';
+import { authenticateMetered } from '../pipeline/admit.js';
+import type { Exchange } from '../pipeline/context.js';
+import { unaryCall, unaryModel, unaryRequest } from '../pipeline/unary.js';
 import { audioCost } from '../billing/meter.js';
 import { GatewayError } from '../errors.js';
 import { readBody } from '../http/body.js';
-import { sendWhole } from '../http/respond.js';
-import type { Metrics } from '../observe/metrics.js';
-import type { GatewayState } from '../state.js';
 import type { TranscribeInput } from '../providers/types.js';
 import { isMultipart, parseAudioForm } from '../dialects/audio/form.js';
 import { audioSeconds } from '../dialects/audio/duration.js';
 
-export async function serveAudio(
-  task: TranscribeInput['task'], state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse,
-): Promise<void> {
+export async function serveAudio(task: TranscribeInput['task'], x: Exchange): Promise<void> {
+  const { state, ctx, req } = x;
   ctx.principal = await authenticateMetered(state, req.headers.authorization, req);
   const contentType = req.headers['content-type'];
   if (!isMultipart(contentType)) {
@@ -33,48 +26,18 @@ export async function serveAudio(
   }
   const server = state.config.server;
   const form = await parseAudioForm(await readBody(req, server.max_audio_bytes, server.body_timeout_ms), contentType!);
-  ctx.requestModel = form.model;
-  const model = state.catalog.resolve(form.model, ctx.principal.plan, false, (m) => (state.healthy(m) ? null : 'unhealthy'), ctx.principal.key);
-  ctx.model = model.id;
-  checkModelType(model, 'transcription');
-  // The internal request the shared pieces take: the prompt, if any, as a user turn (content
-  // policy); no tokens are held: the price is the audio's length.
-  const request: ChatRequest = {
-    model: form.model, messages: form.prompt === undefined ? [] : [{ role: 'user', content: form.prompt }], stream: false,
-    includeUsage: false, maxOutputTokens: 0, imageCount: 0, body: {},
-  };
-  state.policy.check(request.messages);
+  const model = unaryModel(x, form.model, 'transcription');
+  // No tokens are held: the price is the audio's length.
+  const request = unaryRequest(x, form.model, form.prompt === undefined ? [] : [form.prompt]);
   const seconds = await audioSeconds(form.file.data);
-  const units = audioCost(seconds, model.price);
   const input: TranscribeInput = { task, fields: form.fields, file: form.file, responseFormat: form.responseFormat, seconds };
-  const admitted = await admitAndHold(state, ctx, res, model, request, 0, units);
-  if (admitted === undefined) return;
-  const session = req.headers['x-session-affinity'];
-  const attempts = new Attempts(state, metrics, ctx, res, request, model, 0, typeof session === 'string' ? session : undefined, admitted.deadline);
-  await settleAfter(admitted, ctx, () => attempts.using(async () => {
-    for (;;) {
-      const attempt = await attempts.next();
-      const { target } = attempt;
-      try {
-        const transcribe = target.provider.transcribe;
-        // Inside the attempt: its replica is begun already, and run() ends it.
-        const result = await attempts.run(attempt, (call) => {
-          if (transcribe === undefined) throw new GatewayError('model_unavailable', `The model '${model.id}' cannot transcribe on this provider.`, { fault: false });
-          return transcribe.call(target.provider, call, input);
-        });
-        ctx.usageSource = 'counted';
-        ctx.usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
-        await admitted.charge.settle(ctx.usage, units);
-        if (res.destroyed) return;
-        ctx.ttftMs = performance.now() - ctx.start;
-        const headers = answerHeaders(ctx, result.headers);
-        headers['content-type'] = result.contentType;
-        headers['x-tollgate-audio-seconds'] = String(Math.ceil(seconds));
-        sendWhole(res, 200, result.body, headers);
-        return;
-      } catch (err) {
-        if (!attempts.canFallBack(err)) throw err;
-      }
-    }
-  }));
+  await unaryCall(x, model, {
+    request, prompt: 0, units: audioCost(seconds, model.price), verb: 'transcribe',
+    serve: (provider, call) => provider.transcribe?.(call, input),
+    // The settle is the hold: the gateway's measure is the price, whatever the upstream reports.
+    tokens: () => undefined,
+    answer: (result) => ({
+      body: result.body, type: result.contentType, headers: result.headers, own: { 'x-tollgate-audio-seconds': String(Math.ceil(seconds)) },
+    }),
+  });
 }

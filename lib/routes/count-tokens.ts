@@ -8,7 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError } from '../errors.js';
 import { readJsonBody } from '../http/json.js';
 import { sendJson } from '../http/respond.js';
-import { answerHeaders, type RequestContext } from '../pipeline/context.js';
+import { answerHeaders, type Exchange } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
 import { messagesDialect } from '../dialects/messages/index.js';
 import { authenticateMetered } from '../pipeline/admit.js';
@@ -33,7 +33,7 @@ async function upstreamCount(state: GatewayState, model: ModelConfig, native: Na
   }
 }
 
-export async function serveCountTokens(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function serveCountTokens({ state, ctx, req, res }: Exchange): Promise<void> {
   ctx.principal = await authenticateMetered(state, messagesDialect.credential(req), req);
   const body = await readJsonBody(req, state.config.server);
   const request = parseMessages(body, true);

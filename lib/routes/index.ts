@@ -14,7 +14,7 @@ import type { Dialect } from '../dialects/types.js';
 import { GatewayError, MAX_ECHO, clip } from '../errors.js';
 import type { Metrics } from '../observe/metrics.js';
 import { refusalSpends } from '../pipeline/admit.js';
-import type { RequestContext } from '../pipeline/context.js';
+import type { Exchange, RequestContext } from '../pipeline/context.js';
 import { handleGeneration } from '../pipeline/generate.js';
 import type { GatewayState } from '../state.js';
 import { serveAudio } from './audio.js';
@@ -91,41 +91,44 @@ export async function serveV1(state: GatewayState, metrics: Metrics, ctx: Reques
     await serveBatches(state, ctx, req, res, path.slice('/v1/batches'.length));
     return;
   }
+  const x: Exchange = { state, metrics, ctx, req, res };
   if (ctx.route === 'models' || ctx.route === 'model' || ctx.route === 'response' || ctx.route === 'key' || ctx.route === 'usage') {
-    await unmetered(state, ctx, req, res, path);
+    await unmetered(x, path);
     return;
   }
   try {
-    await metered(state, metrics, ctx, req, res);
+    await metered(x);
   } catch (err) {
-    throw await refusalSpends(state, ctx, err);
+    throw await refusalSpends(x, err);
   }
 }
 
 /** The routes that count toward requests_per_minute (generations, embeddings, rerank, score, audio, token counts). */
-async function metered(state: GatewayState, metrics: Metrics, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function metered(x: Exchange): Promise<void> {
+  const { ctx } = x;
   const route = ctx.route;
   if (route === 'chat') {
     ctx.dialect = chatDialect;
-    await handleGeneration(chatDialect, state, metrics, ctx, req, res);
+    await handleGeneration(chatDialect, x);
   } else if (route === 'completions') {
     ctx.dialect = completionsDialect;
-    await handleGeneration(completionsDialect, state, metrics, ctx, req, res);
+    await handleGeneration(completionsDialect, x);
   } else if (route === 'responses') {
     ctx.dialect = responsesDialect;
-    await handleGeneration(responsesDialect, state, metrics, ctx, req, res);
-  } else if (route === 'embeddings') await serveEmbeddings(state, metrics, ctx, req, res);
-  else if (route === 'rerank' || route === 'score') await serveRerank(route, state, metrics, ctx, req, res);
-  else if (route === 'audio_transcriptions') await serveAudio('transcriptions', state, metrics, ctx, req, res);
-  else if (route === 'audio_translations') await serveAudio('translations', state, metrics, ctx, req, res);
-  else if (route === 'messages') await handleGeneration(messagesDialect, state, metrics, ctx, req, res);
-  else await serveCountTokens(state, ctx, req, res);
+    await handleGeneration(responsesDialect, x);
+  } else if (route === 'embeddings') await serveEmbeddings(x);
+  else if (route === 'rerank' || route === 'score') await serveRerank(route, x);
+  else if (route === 'audio_transcriptions') await serveAudio('transcriptions', x);
+  else if (route === 'audio_translations') await serveAudio('translations', x);
+  else if (route === 'messages') await handleGeneration(messagesDialect, x);
+  else await serveCountTokens(x);
 }
 
 /** The routes that hold and charge nothing: model lists, stored responses, and the key's own view and usage. */
-async function unmetered(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
-  if (ctx.route === 'key') await serveKey(state, ctx, req, res);
-  else if (ctx.route === 'usage') await serveUsage(state, ctx, req, res);
-  else if (ctx.route === 'response') await serveStoredResponse(state, ctx, req, res, path.slice('/v1/responses/'.length));
-  else await serveModels(state, ctx, req, res, path);
+async function unmetered(x: Exchange, path: string): Promise<void> {
+  const route = x.ctx.route;
+  if (route === 'key') await serveKey(x);
+  else if (route === 'usage') await serveUsage(x);
+  else if (route === 'response') await serveStoredResponse(x, path.slice('/v1/responses/'.length));
+  else await serveModels(x, path);
 }

@@ -4,10 +4,10 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError, clip, retryAfterHeaders } from '../errors.js';
 import { sendJson } from '../http/respond.js';
-import { answerHeaders, type RequestContext } from '../pipeline/context.js';
+import { answerHeaders, type Exchange } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
 
-export async function serveModels(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+export async function serveModels({ state, ctx, req, res }: Exchange, path: string): Promise<void> {
   const principal = await state.auth.authenticate(req.headers.authorization, req);
   ctx.principal = principal;
   ctx.rateHeaders = await state.limits.peek(principal);

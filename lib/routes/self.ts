@@ -20,7 +20,7 @@ import { bearer } from '../auth/bearer.js';
 import { GatewayError, StoreUnavailableError } from '../errors.js';
 import { sendJson } from '../http/respond.js';
 import { authenticateMetered } from '../pipeline/admit.js';
-import { answerHeaders, type RequestContext } from '../pipeline/context.js';
+import { answerHeaders, type Exchange } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
 import { periodId, spentIn, type KeyRecord } from '../store/types.js';
 import { DAY_MS } from '../utc-day.js';
@@ -37,7 +37,7 @@ const DATE = /^(\d{4})-(\d{2})-(\d{2})$/;
  * Authenticates the caller as a key (its limits' gate first), then spends one request of its
  * requests_per_minute: a 429 when that was spent already. Returns the key's id.
  */
-async function callingKey(state: GatewayState, ctx: RequestContext, req: IncomingMessage): Promise<{ principal: Principal; keyId: string }> {
+async function callingKey({ state, ctx, req }: Exchange): Promise<{ principal: Principal; keyId: string }> {
   const principal = await authenticateMetered(state, req.headers.authorization, req);
   ctx.principal = principal;
   const spent = await state.limits.spend(principal);
@@ -58,8 +58,9 @@ async function callingKey(state: GatewayState, ctx: RequestContext, req: Incomin
 }
 
 /** GET /v1/key: the calling key, its controls and what its budget has left this period. */
-export async function serveKey(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const { principal, keyId } = await callingKey(state, ctx, req);
+export async function serveKey(x: Exchange): Promise<void> {
+  const { state, ctx, res } = x;
+  const { principal, keyId } = await callingKey(x);
   const record = await state.store.getKey(keyId);
   // Revoked (or gone) since the credential was cached: as the next request will be told.
   if (record === undefined || record.revoked_at !== null || record.account !== principal.accountId) {
@@ -166,8 +167,9 @@ function attributionFilter(params: URLSearchParams): AttributionFilter {
 }
 
 /** GET /v1/usage: the calling key's usage records in the range, summed by UTC day and model (of one tag or end user: ?tag=, ?end_user=). */
-export async function serveUsage(state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const { principal, keyId } = await callingKey(state, ctx, req);
+export async function serveUsage(x: Exchange): Promise<void> {
+  const { state, ctx, req, res } = x;
+  const { principal, keyId } = await callingKey(x);
   const url = req.url ?? '';
   const q = url.indexOf('?');
   const query = q === -1 ? '' : url.slice(q + 1);

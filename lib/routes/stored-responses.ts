@@ -4,13 +4,13 @@
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { sendJson } from '../http/respond.js';
-import { answerHeaders, type RequestContext } from '../pipeline/context.js';
+import { answerHeaders, type Exchange } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
 import { load, notFound, unavailable } from '../dialects/responses/index.js';
 
 /** GET or DELETE /v1/responses/{id}, for the caller's own account only. */
 export async function serveStoredResponse(
-  state: GatewayState, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, rawId: string,
+  { state, ctx, req, res }: Exchange, rawId: string,
 ): Promise<void> {
   const principal = await state.auth.authenticate(req.headers.authorization, req);
   ctx.principal = principal;

@@ -6,8 +6,8 @@
 
 import type { Dispatcher } from 'undici';
 import { GatewayError } from '../../errors.js';
-import { forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint } from '../../upstream/http.js';
-import { mapErrorBody } from '../shared.js';
+import { forwardedHeaders, transportError } from '../../upstream/http.js';
+import type { HttpProvider } from '../http-provider.js';
 import type { ProviderCall, TranscribeInput, TranscribeResult } from '../types.js';
 
 /** Largest answer read: a verbose_json of hours of speech, with its words, fits. */
@@ -29,7 +29,7 @@ async function readAll(body: Dispatcher.ResponseData['body']): Promise<Buffer> {
 }
 
 export async function transcribeOpenAI(
-  endpoint: UpstreamEndpoint, headers: Record<string, string>, provider: string, call: ProviderCall, a: TranscribeInput,
+  provider: HttpProvider, headers: Record<string, string>, call: ProviderCall, a: TranscribeInput,
 ): Promise<TranscribeResult> {
   const { FormData } = await import('undici');
   const form = new FormData();
@@ -37,30 +37,12 @@ export async function transcribeOpenAI(
   form.append(a.file.field, new Blob([a.file.data], { type: a.file.contentType }), a.file.filename);
   // The form sets its own multipart content type (with its boundary).
   const { 'content-type': _json, ...own } = headers;
-  let res: Dispatcher.ResponseData;
-  try {
-    res = await endpoint.pool.request({ method: 'POST', path: `${endpoint.basePath}/audio/${a.task}`, headers: own, body: form, signal: call.signal });
-  } catch (err) {
-    throw transportError(err, call.signal, provider);
-  }
-  if (res.statusCode === 429 || res.statusCode === 503) {
-    void readCapped(res.body, 0);
-    throw unavailable(res.headers, provider, res.statusCode);
-  }
-  if (res.statusCode < 200 || res.statusCode > 299) {
-    let text: string;
-    try {
-      text = await readCapped(res.body, 65536);
-    } catch (err) {
-      throw transportError(err, call.signal, provider);
-    }
-    throw mapErrorBody(res.statusCode, text, call, provider);
-  }
+  const res = await provider.post(call, `/audio/${a.task}`, form, own);
   let body: Buffer;
   try {
     body = await readAll(res.body);
   } catch (err) {
-    throw transportError(err, call.signal, provider);
+    throw transportError(err, call.signal, provider.name);
   }
   const json = a.responseFormat === 'json' || a.responseFormat === 'verbose_json';
   if (json) {

@@ -2,43 +2,21 @@
 // OpenAI route, OpenAI itself). Floats are asked for whatever the client wants: the gateway
 // encodes base64 itself, so every upstream answers in one shape.
 
-import type { Dispatcher } from 'undici';
 import { GatewayError } from '../../errors.js';
 import { stringifySliced } from '../../slice.js';
-import { forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint } from '../../upstream/http.js';
-import { isObj, mapErrorBody, parseJson, tokenCount } from '../shared.js';
+import type { HttpProvider } from '../http-provider.js';
+import { isObj, parseJson, tokenCount } from '../shared.js';
 import type { EmbedInput, EmbedResult, ProviderCall } from '../types.js';
 
 /** Largest embeddings answer read (2048 inputs of 3072 floats as text fit). */
 const MAX_ANSWER_BYTES = 256 * 1024 * 1024;
 
-export async function embedOpenAI(
-  endpoint: UpstreamEndpoint, headers: Record<string, string>, provider: string, call: ProviderCall, e: EmbedInput,
-): Promise<EmbedResult> {
+export async function embedOpenAI(provider: HttpProvider, call: ProviderCall, e: EmbedInput): Promise<EmbedResult> {
   const body: Record<string, unknown> = { model: call.upstreamModel, input: e.input, encoding_format: 'float' };
   if (e.dimensions !== undefined) body.dimensions = e.dimensions;
   if (e.user !== undefined) body.user = e.user;
   // Made in slices: 2,048 inputs are tens of MB of JSON (CONTRACT section 21).
-  const text = await stringifySliced(body);
-  let res: Dispatcher.ResponseData;
-  try {
-    res = await endpoint.pool.request({
-      method: 'POST', path: `${endpoint.basePath}/embeddings`, headers, body: text, signal: call.signal,
-    });
-  } catch (err) {
-    throw transportError(err, call.signal, provider);
-  }
-  if (res.statusCode === 429 || res.statusCode === 503) {
-    void readCapped(res.body, 0);
-    throw unavailable(res.headers, provider, res.statusCode);
-  }
-  let answerText: string;
-  try {
-    answerText = await readCapped(res.body, res.statusCode >= 200 && res.statusCode <= 299 ? MAX_ANSWER_BYTES : 65536);
-  } catch (err) {
-    throw transportError(err, call.signal, provider);
-  }
-  if (res.statusCode < 200 || res.statusCode > 299) throw mapErrorBody(res.statusCode, answerText, call, provider);
+  const { text: answerText, headers } = await provider.postJson(call, '/embeddings', await stringifySliced(body), MAX_ANSWER_BYTES);
   const answer = parseJson(answerText);
   if (!isObj(answer) || !Array.isArray(answer.data)) throw new GatewayError('provider_error', 'The model provider sent an embeddings answer without data.');
   const vectors: number[][] = new Array(e.input.length);
@@ -55,5 +33,5 @@ export async function embedOpenAI(
     if (vectors[i] === undefined) throw new GatewayError('provider_error', 'The model provider sent fewer embeddings than inputs.');
   }
   const usage = isObj(answer.usage) ? tokenCount(answer.usage.prompt_tokens) : undefined;
-  return { vectors, promptTokens: usage, headers: forwardedHeaders(res.headers) };
+  return { vectors, promptTokens: usage, headers };
 }

@@ -268,15 +268,15 @@ export class OpenAIProvider extends HttpProvider {
   }
 
   embed(call: ProviderCall, input: EmbedInput): Promise<EmbedResult> {
-    return embedOpenAI(this.endpointOf(call), withCallHeaders(this.headers, call), this.name, call, input);
+    return embedOpenAI(this, call, input);
   }
 
   rerank(call: ProviderCall, input: RerankInput): Promise<RerankResult> {
-    return rerankOpenAI(this.endpointOf(call), withCallHeaders(this.headers, call), this.name, call, input);
+    return rerankOpenAI(this, call, input);
   }
 
   transcribe(call: ProviderCall, input: TranscribeInput): Promise<TranscribeResult> {
-    return transcribeOpenAI(this.endpointOf(call), withCallHeaders(this.headers, call), this.name, call, input);
+    return transcribeOpenAI(this, withCallHeaders(this.headers, call), call, input);
   }
 
   async discover(signal: AbortSignal): Promise<DiscoveredModel[]> {

@@ -2,11 +2,10 @@
 // Jina/Cohere-shaped rerank of TEI and llama.cpp's server): the client's body passed as sent
 // with its model rewritten, and the answer's scores read back, each checked against the request.
 
-import type { Dispatcher } from 'undici';
 import { GatewayError } from '../../errors.js';
 import { stringifySliced } from '../../slice.js';
-import { forwardedHeaders, readCapped, transportError, unavailable, type UpstreamEndpoint } from '../../upstream/http.js';
-import { isObj, mapErrorBody, parseJson, tokenCount } from '../shared.js';
+import type { HttpProvider } from '../http-provider.js';
+import { isObj, parseJson, tokenCount } from '../shared.js';
 import type { ProviderCall, RerankInput, RerankResult } from '../types.js';
 
 /** Largest answer read: 2048 scores with their documents echoed back fit. */
@@ -16,29 +15,11 @@ function invalid(route: string): GatewayError {
   return new GatewayError('provider_error', `The model provider sent an invalid ${route} answer.`);
 }
 
-export async function rerankOpenAI(
-  endpoint: UpstreamEndpoint, headers: Record<string, string>, provider: string, call: ProviderCall, r: RerankInput,
-): Promise<RerankResult> {
+export async function rerankOpenAI(provider: HttpProvider, call: ProviderCall, r: RerankInput): Promise<RerankResult> {
   // Fields as sent, in their order; only the model is the upstream's. Made in slices: 2,048
   // documents are 20 MB of JSON (CONTRACT section 21).
   const body = await stringifySliced({ ...r.body, model: call.upstreamModel });
-  let res: Dispatcher.ResponseData;
-  try {
-    res = await endpoint.pool.request({ method: 'POST', path: `${endpoint.basePath}/${r.route}`, headers, body, signal: call.signal });
-  } catch (err) {
-    throw transportError(err, call.signal, provider);
-  }
-  if (res.statusCode === 429 || res.statusCode === 503) {
-    void readCapped(res.body, 0);
-    throw unavailable(res.headers, provider, res.statusCode);
-  }
-  let text: string;
-  try {
-    text = await readCapped(res.body, res.statusCode >= 200 && res.statusCode <= 299 ? MAX_ANSWER_BYTES : 65536);
-  } catch (err) {
-    throw transportError(err, call.signal, provider);
-  }
-  if (res.statusCode < 200 || res.statusCode > 299) throw mapErrorBody(res.statusCode, text, call, provider);
+  const { text, headers } = await provider.postJson(call, `/${r.route}`, body, MAX_ANSWER_BYTES);
   const answer = parseJson(text);
   // rerank: results [{index, relevance_score}]; score: data [{index, score}].
   const list = isObj(answer) ? (r.route === 'rerank' ? answer.results : answer.data) : undefined;
@@ -60,5 +41,5 @@ export async function rerankOpenAI(
   if (scores.length < wanted) throw new GatewayError('provider_error', `The model provider sent fewer ${r.route} results than asked for.`);
   const usage = isObj(answer) && isObj(answer.usage) ? answer.usage : undefined;
   const totalTokens = usage === undefined ? undefined : tokenCount(usage.total_tokens) ?? tokenCount(usage.prompt_tokens);
-  return { scores, totalTokens, headers: forwardedHeaders(res.headers) };
+  return { scores, totalTokens, headers };
 }
