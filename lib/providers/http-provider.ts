@@ -160,7 +160,7 @@ export abstract class HttpProvider implements Provider {
     } catch (err) {
       throw transportError(err, call.signal, this.name);
     }
-    throw mapErrorBody(res.statusCode, text, call, this.name);
+    throw this.#redact(mapErrorBody(res.statusCode, text, call, this.name));
   }
 
   /** post() of a JSON body: the 2xx answer's text, read within `max` bytes, and its forwarded headers. */

@@ -20,6 +20,8 @@ function config(over: Record<string, any> = {}) {
   // A high threshold: these tests pin error mapping; circuit breaking has its own tests.
   c.providers.up = { kind: 'openai', base_url: up.baseUrl, api_key: 'sk-upstream-secret', timeout_ms: 1500, headers: { 'x-team': 'core' }, circuit_failures: 1000, ...over };
   c.models.push({ id: 'llama', provider: 'up', upstream_model: 'internal/model-7b', context_window: 8192, max_output_tokens: 512 });
+  c.models.push({ id: 'llama-embed', type: 'embedding', provider: 'up', upstream_model: 'internal/embed', max_output_tokens: 1 });
+  c.models.push({ id: 'llama-rerank', type: 'rerank', provider: 'up', upstream_model: 'internal/rerank', context_window: 512, max_output_tokens: 1 });
   return c;
 }
 
@@ -512,3 +514,19 @@ t.test("the upstream key never reaches the client, even when the upstream echoes
   const stream = await postChat(gw.url, ask({ stream: true }));
   t.notMatch(stream.text, /sk-upstream-secret/);
 });
+
+// Found in the unary pipeline's review: the errors of POST /v1/embeddings and /v1/rerank came
+// through HttpProvider.post, which did not cut the operator's secrets out as chat's path does.
+for (const [path, body] of [
+  ['/v1/embeddings', { model: 'llama-embed', input: 'hi' }],
+  ['/v1/rerank', { model: 'llama-rerank', query: 'q', documents: ['a', 'b'] }],
+] as const) {
+  t.test(`${path}: the upstream key and headers never reach the client in an echoed error`, async (t) => {
+    up.setScript((req, res) => json(res, 400, { error: { message: `Incorrect API key provided: ${req.headers.authorization} (team ${req.headers['x-team']})`, type: 'invalid_request_error' } }));
+    const res = await fetch(`${gw.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    t.equal(res.status, 400);
+    const text = await res.text();
+    t.notMatch(text, /sk-upstream-secret/);
+    t.match(JSON.parse(text).error.message, /Incorrect API key provided: Bearer \[redacted\]/);
+  });
+}
