@@ -13,9 +13,9 @@
 // address (`unknown`, garbage) gives no address at all: undefined, refused by allowed_ips.
 // Compiled once per config; read only for keys that carry allowed_ips.
 
-import { BlockList, isIP } from 'node:net';
+import { isIP } from 'node:net';
 import type { IncomingMessage } from 'node:http';
-import { parseCidr } from '../http/cidr.js';
+import { cidrMatcher, parseCidr } from '../http/cidr.js';
 
 /** server.trust_proxy: a boolean, a number of hops, or the CIDRs of trusted proxies. */
 export type TrustProxy = boolean | number | readonly string[];
@@ -49,17 +49,7 @@ function forwardedFor(req: IncomingMessage): string[] {
 }
 
 /** A CIDR list as a test (IPv4-mapped IPv6 addresses match their IPv4 ranges). */
-export function cidrTest(cidrs: readonly string[]): (ip: string) => boolean {
-  const list = new BlockList();
-  for (const c of cidrs) {
-    const parsed = parseCidr(c);
-    if (parsed !== undefined) list.addSubnet(parsed[0], parsed[1], parsed[2]);
-  }
-  return (ip) => {
-    const family = isIP(ip);
-    return family !== 0 && list.check(ip, family === 4 ? 'ipv4' : 'ipv6');
-  };
-}
+export const cidrTest = cidrMatcher;
 
 /** How a request's client address is read under `trust` (server.trust_proxy). */
 export function addressReader(trust: TrustProxy): AddressOf {

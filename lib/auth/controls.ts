@@ -3,9 +3,8 @@
 // built once per cached key, so a request pays a comparison or a lookup, never a parse. Also
 // the UTC budget periods.
 
-import { BlockList, isIP } from 'node:net';
 import { GatewayError, clip } from '../errors.js';
-import { parseCidr } from '../http/cidr.js';
+import { cidrMatcher, parseCidr } from '../http/cidr.js';
 import { perUtcDay } from '../utc-day.js';
 import { isObject } from '../objects.js';
 import type { QueuePriority } from '../config/types.js';
@@ -130,9 +129,7 @@ function readMetadata(v: unknown): Record<string, string> {
 export function readControls(body: Record<string, unknown>, rounded: ReadonlySet<number>): KeyPatch {
   const out: KeyPatch = {};
   if (body.name !== undefined) out.name = body.name === null ? null : text(body.name, 'name', MAX_NAME);
-  if (body.models !== undefined) {
-    out.models = body.models === null ? null : list(body.models, 'models', MAX_MODELS).map((m, i) => text(m, `models[${i}]`, MAX_PATTERN));
-  }
+  if (body.models !== undefined) out.models = readPatterns(body.models, 'models');
   if (body.expires_at !== undefined) {
     if (body.expires_at === null) out.expires_at = null;
     else {
@@ -184,9 +181,7 @@ export function readTeamId(v: unknown, param: string): string {
 export function readTeamSettings(body: Record<string, unknown>, rounded: ReadonlySet<number>): TeamPatch {
   const out: TeamPatch = {};
   if (body.name !== undefined) out.name = body.name === null ? null : text(body.name, 'name', MAX_NAME);
-  if (body.models !== undefined) {
-    out.models = body.models === null ? null : list(body.models, 'models', MAX_MODELS).map((m, i) => text(m, `models[${i}]`, MAX_PATTERN));
-  }
+  if (body.models !== undefined) out.models = readPatterns(body.models, 'models');
   if (body.budget !== undefined) out.budget = readBudget(body.budget, rounded);
   if (body.limits !== undefined) out.limits = readLimits(body.limits, rounded);
   if (body.mcp_tools !== undefined) out.mcp_tools = readPatterns(body.mcp_tools, 'mcp_tools');
@@ -217,23 +212,7 @@ export function modelMatcher(models: readonly string[] | null): ((slug: string) 
 
 /** An IP allowlist, compiled; null when the key may be used from anywhere. */
 export function ipMatcher(cidrs: readonly string[] | null): ((ip: string) => boolean) | null {
-  if (cidrs === null) return null;
-  const list = new BlockList();
-  for (const c of cidrs) {
-    const parsed = parseCidr(c);
-    if (parsed !== undefined) list.addSubnet(parsed[0], parsed[1], parsed[2]);
-  }
-  return (ip) => {
-    const family = isIP(ip);
-    if (family === 0) return false;
-    if (family === 6) {
-      // An IPv4 client on a dual-stack socket shows as ::ffff:a.b.c.d: its IPv4 ranges apply.
-      const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
-      if (mapped !== null && list.check(mapped[1]!, 'ipv4')) return true;
-      return list.check(ip, 'ipv6');
-    }
-    return list.check(ip, 'ipv4');
-  };
+  return cidrs === null ? null : cidrMatcher(cidrs);
 }
 
 /** The budget periods Unix ms `now` falls in (UTC). */
@@ -306,15 +285,22 @@ export function compilePolicy(record: KeyRecord, team?: TeamRecord): KeyPolicy {
   };
 }
 
+/** A key's or team's budget as the admin API shows it: its spend this period and when it resets. */
+function budgetView(budget: { units: number; period: BudgetPeriod } | null, spent: { period: string | null; units: number }, now: number): Record<string, unknown> {
+  const period = budget?.period ?? null;
+  return {
+    units: budget?.units ?? null, period, spent_units: spentIn(spent.period, spent.units, periodId(period, budgetPeriods(now))),
+    resets_at: budget === null ? null : budgetResetsAt(period, now),
+  };
+}
+
 /** A team as GET /admin/accounts/{id}/teams shows it, with its budget's spend this period. */
 export function teamView(t: TeamRecord, now = Date.now()): Record<string, unknown> {
-  const period = t.budget?.period ?? null;
-  const spent = spentIn(t.spent.period, t.spent.units, periodId(period, budgetPeriods(now)));
   return {
     id: t.id,
     account: t.account,
     name: t.name,
-    budget: { units: t.budget?.units ?? null, period, spent_units: spent, resets_at: t.budget === null ? null : budgetResetsAt(period, now) },
+    budget: budgetView(t.budget, t.spent, now),
     limits: t.limits,
     models: t.models,
     mcp_tools: t.mcp_tools ?? null,
@@ -325,8 +311,6 @@ export function teamView(t: TeamRecord, now = Date.now()): Record<string, unknow
 /** A key as GET /admin/accounts/{id}/keys shows it: never the plaintext or its digest. */
 export function keyView(record: KeyRecord, prefix: string, now = Date.now()): Record<string, unknown> {
   const c = record.controls;
-  const period = c.budget?.period ?? null;
-  const spent = spentIn(record.spent.period, record.spent.units, periodId(period, budgetPeriods(now)));
   return {
     id: record.id,
     account: record.account,
@@ -337,7 +321,7 @@ export function keyView(record: KeyRecord, prefix: string, now = Date.now()): Re
     models: c.models,
     mcp_tools: c.mcp_tools ?? null,
     expires_at: c.expires_at === null ? null : new Date(c.expires_at).toISOString(),
-    budget: { units: c.budget?.units ?? null, period, spent_units: spent, resets_at: c.budget === null ? null : budgetResetsAt(period, now) },
+    budget: budgetView(c.budget, record.spent, now),
     limits: c.limits,
     priority: c.priority,
     allowed_ips: c.allowed_ips,

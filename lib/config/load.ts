@@ -203,6 +203,16 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
     if (err instanceof ConfigError) throw new ConfigError(err.problems, path);
     throw err;
   }
+  const { config, problems } = await checkData(data);
+  if (config === undefined || problems.length > 0) throw new ConfigError(problems, path);
+  return config;
+}
+
+/**
+ * A parsed document checked: the schema's problems and the local ones (files, addresses),
+ * without repeats; the config when the schema took it.
+ */
+async function checkData(data: unknown): Promise<{ config: Config | undefined; problems: string[] }> {
   let config: Config | undefined;
   const problems: string[] = [];
   try {
@@ -214,8 +224,7 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
   // On the validated config when there is one: the values as the gateway reads them (`host:
   // 123` is the string "123" there, not skipped as a number).
   problems.push(...await localProblems(config ?? data));
-  if (config === undefined || problems.length > 0) throw new ConfigError([...new Set(problems)], path);
-  return config;
+  return { config, problems: [...new Set(problems)] };
 }
 
 /**
@@ -231,14 +240,6 @@ export async function checkConfigText(text: string): Promise<{ config: Config | 
     if (err instanceof ConfigError) return { config: undefined, problems: err.problems };
     throw err;
   }
-  let config: Config | undefined;
-  const problems: string[] = [];
-  try {
-    config = validateConfig(data);
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err;
-    problems.push(...err.problems);
-  }
-  problems.push(...await localProblems(config ?? data));
-  return { config: problems.length === 0 ? config : undefined, problems: [...new Set(problems)] };
+  const { config, problems } = await checkData(data);
+  return { config: problems.length === 0 ? config : undefined, problems };
 }

@@ -2,6 +2,7 @@
 // `messages[1].content[0].type`): built here once, for every dialect's parser.
 
 import { GatewayError, clip } from '../errors.js';
+import { isObject } from '../objects.js';
 
 export function missing(param: string): GatewayError {
   return new GatewayError('missing_required_parameter', `Missing required parameter: '${param}'.`, { param });
@@ -45,4 +46,22 @@ export function checkBoolean(body: Record<string, unknown>, key: string): boolea
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'boolean') throw wrongType(key, 'a boolean');
   return v;
+}
+
+/** `stop`: absent, null, a string or an array of strings. */
+export function checkStop(body: Record<string, unknown>): void {
+  const stop = body.stop;
+  if (stop === undefined || stop === null || typeof stop === 'string') return;
+  if (!Array.isArray(stop)) throw wrongType('stop', 'a string or an array of strings');
+  stop.forEach((s, i) => { if (typeof s !== 'string') throw wrongType(`stop[${i}]`, 'a string'); });
+}
+
+/** `stream_options.include_usage` (stream_options absent, null or an object): whether it is true. */
+export function checkIncludeUsage(body: Record<string, unknown>): boolean {
+  const so = body.stream_options;
+  if (so === undefined || so === null) return false;
+  if (!isObject(so)) throw wrongType('stream_options', 'an object');
+  const iu = so.include_usage;
+  if (iu !== undefined && iu !== null && typeof iu !== 'boolean') throw wrongType('stream_options.include_usage', 'a boolean');
+  return iu === true;
 }

@@ -3,7 +3,7 @@
 
 import { GatewayError } from '../errors.js';
 import { isObject } from '../objects.js';
-import { badValue, checkBoolean, checkInteger, checkNumber, missing, unsupported, wrongType } from './params.js';
+import { badValue, checkBoolean, checkInteger, checkIncludeUsage, checkNumber, checkStop, missing, unsupported, wrongType } from './params.js';
 import type { ChatMessage, ChatRequest, Role } from './chat.js';
 
 const ROLES: ReadonlySet<string> = new Set<Role>(['system', 'developer', 'user', 'assistant', 'tool']);
@@ -146,28 +146,14 @@ export function validateChatRequest(body: unknown): ChatRequest {
   checkBoolean(body, 'parallel_tool_calls');
   const stream = checkBoolean(body, 'stream') ?? false;
 
-  const stop = body.stop;
-  if (stop !== undefined && stop !== null) {
-    if (Array.isArray(stop)) {
-      stop.forEach((s, i) => { if (typeof s !== 'string') throw wrongType(`stop[${i}]`, 'a string'); });
-    } else if (typeof stop !== 'string') {
-      throw wrongType('stop', 'a string or an array of strings');
-    }
-  }
+  checkStop(body);
   checkOptional(body, 'tools', Array.isArray, 'an array');
   checkOptional(body, 'tool_choice', (v) => typeof v === 'string' || isObject(v), 'a string or an object');
   checkOptional(body, 'response_format', isObject, 'an object');
   checkOptional(body, 'logit_bias', isObject, 'an object');
   checkOptional(body, 'user', (v) => typeof v === 'string', 'a string');
 
-  let includeUsage = false;
-  const so = body.stream_options;
-  if (so !== undefined && so !== null) {
-    if (!isObject(so)) throw wrongType('stream_options', 'an object');
-    const iu = so.include_usage;
-    if (iu !== undefined && iu !== null && typeof iu !== 'boolean') throw wrongType('stream_options.include_usage', 'a boolean');
-    includeUsage = iu === true;
-  }
+  const includeUsage = checkIncludeUsage(body);
 
   return {
     model: body.model,

@@ -5,7 +5,7 @@
 // as `native`: an OpenAI-compatible upstream gets it as sent, model rewritten.
 
 import { isObject } from '../../objects.js';
-import { badValue, checkBoolean, checkInteger, checkNumber, missing, wrongType } from '../../schema/params.js';
+import { badValue, checkBoolean, checkInteger, checkIncludeUsage, checkNumber, checkStop, missing, wrongType } from '../../schema/params.js';
 import type { ChatMessage, ChatRequest } from '../../schema/chat.js';
 
 /** The dialect's name, as `native.dialect` carries it to the providers. */
@@ -79,24 +79,10 @@ export function parseCompletions(body: unknown): ChatRequest {
   checkInteger(body, 'logprobs', 0);
   const echo = checkBoolean(body, 'echo') ?? false;
   const stream = checkBoolean(body, 'stream') ?? false;
-  const stop = body.stop;
-  if (stop !== undefined && stop !== null) {
-    if (Array.isArray(stop)) {
-      stop.forEach((s, i) => { if (typeof s !== 'string') throw wrongType(`stop[${i}]`, 'a string'); });
-    } else if (typeof stop !== 'string') {
-      throw wrongType('stop', 'a string or an array of strings');
-    }
-  }
+  checkStop(body);
   if (body.logit_bias !== undefined && body.logit_bias !== null && !isObject(body.logit_bias)) throw wrongType('logit_bias', 'an object');
   if (body.user !== undefined && body.user !== null && typeof body.user !== 'string') throw wrongType('user', 'a string');
-  let includeUsage = false;
-  const so = body.stream_options;
-  if (so !== undefined && so !== null) {
-    if (!isObject(so)) throw wrongType('stream_options', 'an object');
-    const iu = so.include_usage;
-    if (iu !== undefined && iu !== null && typeof iu !== 'boolean') throw wrongType('stream_options.include_usage', 'a boolean');
-    includeUsage = iu === true;
-  }
+  const includeUsage = checkIncludeUsage(body);
   if (texts.length * generated > MAX_ANSWERS) {
     const nName = (body.n ?? null) === null && (body.n_cmpl ?? null) !== null ? 'n_cmpl' : 'n';
     const param = generated > n ? 'best_of' : nName;

@@ -13,7 +13,7 @@ import type { SseEvent } from '../../sse/parser.js';
 import type { StreamTranslator } from '../http-provider.js';
 import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, matchedStop, parseJson, type ChoicesAndUsage, type Obj } from '../shared.js';
 import type { ProviderCall, StreamPart } from '../types.js';
-import { usageOf } from './translate.js';
+import { answerWithChoices, usageOf } from './translate.js';
 import { PerChoiceUsage } from '../choices-usage.js';
 import type { WholeCompletion } from './completions-whole.js';
 
@@ -62,12 +62,7 @@ function finishReason(v: unknown): FinishReason {
 
 /** A 2xx answer -> our choices and usage, and the answer itself for the client (model rewritten). */
 export function completionsAnswer(text: string, call: ProviderCall, provider: string, status: number): ChoicesAndUsage & { native: string } {
-  const body = parseJson(text);
-  if (!isObj(body)) throw new GatewayError('provider_error', `The model provider sent an answer that is not valid JSON (upstream status ${status}).`);
-  if (body.error !== undefined && body.error !== null) throw mapErrorValue(status, body, call, provider);
-  if (!Array.isArray(body.choices) || body.choices.length === 0) {
-    throw new GatewayError('provider_error', `The model provider sent an answer with no choices (upstream status ${status}).`);
-  }
+  const body = answerWithChoices(text, call, provider, status);
   const choices = body.choices.filter(isObj).map((c, i): CompletionChoice => {
     const choice: CompletionChoice = {
       index: isCount(c.index) ? c.index : i,

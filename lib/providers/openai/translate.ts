@@ -86,14 +86,23 @@ function toolCallDeltas(v: unknown): ToolCallDelta[] | undefined {
   });
 }
 
-/** A 2xx answer (HTTP status `status`) -> our choices and usage. */
-export function normalizeCompletion(text: string, call: ProviderCall, provider: string, status: number): { choices: CompletionChoice[]; usage: Usage | undefined } {
+/**
+ * A 2xx answer's body with at least one choice: not JSON, an error object (mapped as the
+ * upstream's error) or no choices is thrown as ours.
+ */
+export function answerWithChoices(text: string, call: ProviderCall, provider: string, status: number): Obj & { choices: unknown[] } {
   const body = parseJson(text);
   if (!isObj(body)) throw new GatewayError('provider_error', `The model provider sent an answer that is not valid JSON (upstream status ${status}).`);
   if (body.error !== undefined && body.error !== null) throw mapErrorValue(status, body, call, provider);
   if (!Array.isArray(body.choices) || body.choices.length === 0) {
     throw new GatewayError('provider_error', `The model provider sent an answer with no choices (upstream status ${status}).`);
   }
+  return body as Obj & { choices: unknown[] };
+}
+
+/** A 2xx answer (HTTP status `status`) -> our choices and usage. */
+export function normalizeCompletion(text: string, call: ProviderCall, provider: string, status: number): { choices: CompletionChoice[]; usage: Usage | undefined } {
+  const body = answerWithChoices(text, call, provider, status);
   const choices = body.choices.filter(isObj).map((c, i): CompletionChoice => {
     const m = isObj(c.message) ? c.message : {};
     const calls = toolCalls(m.tool_calls);

@@ -26,19 +26,7 @@ export type SettleEntry = {
 };
 
 /** The journal entry undoing a request's settlement (Store.unsettle), with the settlement's figures. */
-export type UnsettleEntry = {
-  op: 'unsettle';
-  account: string;
-  rid: string;
-  tokens: number;
-  day: string;
-  month: string;
-  at: number;
-  key?: string;
-  kpid?: string;
-  team?: string;
-  tpid?: string;
-};
+export type UnsettleEntry = Omit<SettleEntry, 'op' | 'charged'> & { op: 'unsettle' };
 
 /** What a settled id maps to once its settlement was undone (refunded or fenced): it debited nothing. */
 export const UNDONE = -1;
