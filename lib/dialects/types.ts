@@ -9,7 +9,7 @@ import type { ChatRequest, ChunkChoice, CompletionChoice, Usage } from '../schem
 import type { GatewayError } from '../errors.js';
 import type { Config } from '../config/types.js';
 import type { Store } from '../store/types.js';
-import type { NativeEvent } from '../providers/types.js';
+import type { NativeEvent } from '../schema/forms.js';
 
 /** What a dialect may use once the caller is known (stored conversations, per account). */
 export interface DialectEnv {

@@ -5,7 +5,7 @@
 import t from 'tap';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { ALLOWED, LAYERS, cycles, fileLoops, layerProblems, libGraph, resolveSpecifier, specifiers, unitOf, type Graph } from './layers.js';
+import { ALLOWED, APART, LAYERS, cycles, fileLoops, layerProblems, libGraph, resolveSpecifier, specifiers, unitOf, type Graph } from './layers.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -37,6 +37,17 @@ t.test('planted: files that import each other in a loop fail, inside one folder 
     'lib/auth/keys.ts -> lib/admin/api.ts (file loop: admin/api.ts, auth/keys.ts, store/types.ts import each other)',
     'lib/store/types.ts -> lib/auth/keys.ts (file loop: admin/api.ts, auth/keys.ts, store/types.ts import each other)',
   ], 'three files across units');
+});
+
+t.test('planted: a dialect importing a provider fails, though the layers allow it', async (t) => {
+  const files = ['lib/errors.ts', 'lib/providers/types.ts', 'lib/dialects/chat/index.ts'];
+  const down = { from: 'lib/providers/types.ts', to: 'lib/errors.ts' };
+  const across = { from: 'lib/dialects/chat/index.ts', to: 'lib/providers/types.ts' };
+  const layered = [['errors.ts'], ['providers/'], ['dialects/']];
+  t.same(layerProblems({ files, edges: [down], problems: [] }, layered, {}), [], 'without it, the layers hold');
+  t.same(layerProblems({ files, edges: [down, across], problems: [] }, layered, {}), [
+    `${across.from} -> ${across.to} (apart: ${APART[0]![2]})`,
+  ], 'with it, the import down the layers fails as apart');
 });
 
 t.test('the allowlist and the layers are well formed', async (t) => {

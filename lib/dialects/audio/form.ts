@@ -9,7 +9,7 @@
 import type { BusboyConstructor, BusboyInstance } from '@fastify/busboy';
 import { GatewayError } from '../../errors.js';
 import { badValue, missing, unsupported, wrongType } from '../../schema/params.js';
-import type { AudioFormat, TranscribeInput } from '../../providers/types.js';
+import type { AudioFormat, TranscribeInput } from '../../schema/forms.js';
 
 export const AUDIO_FORMATS: readonly AudioFormat[] = ['json', 'text', 'verbose_json', 'srt', 'vtt'];
 

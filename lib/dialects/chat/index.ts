@@ -9,7 +9,7 @@ import { validateChatRequest } from '../../schema/validate.js';
 import { envelope, type GatewayError } from '../../errors.js';
 import { DONE_FRAME, dataFrame } from '../../sse/writer.js';
 import type { Answer, Dialect, Renderer } from '../types.js';
-import type { NativeEvent } from '../../providers/types.js';
+import type { NativeEvent } from '../../schema/forms.js';
 
 /**
  * The usage object of chat completions: the three counts, and the upstream's breakdown where it

@@ -13,7 +13,7 @@ import { envelope, type GatewayError } from '../../errors.js';
 import { DONE_FRAME, dataFrame } from '../../sse/writer.js';
 import { chatUsage } from '../chat/index.js';
 import type { Answer, Dialect, Renderer } from '../types.js';
-import type { NativeEvent } from '../../providers/types.js';
+import type { NativeEvent } from '../../schema/forms.js';
 import { parseCompletions } from './parse.js';
 
 /** Completions know stop, length and content_filter; a tool call (never asked for here) ends as stop. */

@@ -4,7 +4,7 @@
 
 import { GatewayError } from '../../errors.js';
 import { badValue, wrongType } from '../../schema/params.js';
-import type { EmbedInput } from '../../providers/types.js';
+import type { EmbedInput } from '../../schema/forms.js';
 
 const MAX_INPUTS = 2048;
 const MAX_DIMENSIONS = 8192;

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import type { ChatRequest, ChunkChoice, FinishReason, Usage } from '../../schema/chat.js';
 import type { GatewayError } from '../../errors.js';
 import type { Answer, Renderer } from '../types.js';
-import type { NativeEvent } from '../../providers/types.js';
+import type { NativeEvent } from '../../schema/forms.js';
 import { eventFrame } from '../../sse/writer.js';
 import {
   STOP_REASON_OF,
