@@ -5,7 +5,7 @@
 // output is charged nothing.
 
 import type { Principal } from '../auth/principal.js';
-import type { ChatRequest, Usage } from '../schema/chat.js';
+import type { ChatRequest, Usage } from '../hub/chat.js';
 import type { ModelConfig, PriceConfig } from '../config/types.js';
 import { GatewayError, retryAfterHeaders } from '../errors.js';
 import { periodId, type BudgetPeriod, type BudgetPeriods, type HoldResult, type Store } from '../store/types.js';

@@ -5,11 +5,11 @@
 // hub, N dialects + M providers rather than N x M translators).
 
 import type { IncomingMessage } from 'node:http';
-import type { ChatRequest, ChunkChoice, CompletionChoice, Usage } from '../schema/chat.js';
+import type { ChatRequest, ChunkChoice, CompletionChoice, Usage } from '../hub/chat.js';
 import type { GatewayError } from '../errors.js';
 import type { Config } from '../config/types.js';
 import type { Store } from '../store/types.js';
-import type { NativeEvent } from '../schema/forms.js';
+import type { NativeEvent } from '../hub/forms.js';
 
 /** What a dialect may use once the caller is known (stored conversations, per account). */
 export interface DialectEnv {

@@ -8,7 +8,7 @@ import { GatewayError } from '../errors.js';
 import type { GatewayState, Target } from '../state.js';
 import { hold, type Charge } from '../billing/meter.js';
 import type { Principal } from '../auth/principal.js';
-import type { ChatRequest } from '../schema/chat.js';
+import type { ChatRequest } from '../hub/chat.js';
 import type { ModelConfig } from '../config/types.js';
 import type { Exchange, RequestContext } from './context.js';
 import { attributionOf } from '../auth/attribution.js';

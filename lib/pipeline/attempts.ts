@@ -9,7 +9,7 @@ import { CallAbort, TIMEOUT } from '../upstream/abort.js';
 import type { Admission, Outcome } from '../upstream/health.js';
 import { AffinityKey, type Fleet, type ProviderQueue, type Replica, type Slot } from '../upstream/balance/index.js';
 import { isConnectFailure } from '../upstream/http.js';
-import type { ChatRequest, Usage } from '../schema/chat.js';
+import type { ChatRequest, Usage } from '../hub/chat.js';
 import type { ModelConfig } from '../config/types.js';
 import { inferenceHeaders, queuePriority } from '../auth/principal.js';
 import type { Exchange } from './context.js';

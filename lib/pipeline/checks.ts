@@ -6,7 +6,7 @@ import type { ModelConfig, ModelType } from '../config/types.js';
 import { GatewayError } from '../errors.js';
 import { countUpTo, imageCost, promptParts } from '../tokens/count.js';
 import type { TokenizerSpec } from '../config/types.js';
-import type { ChatMessage, ChatRequest } from '../schema/chat.js';
+import type { ChatMessage, ChatRequest } from '../hub/chat.js';
 import type { Target } from '../state.js';
 
 export function checkImages(req: ChatRequest, model: ModelConfig): void {

@@ -6,7 +6,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Principal } from '../auth/principal.js';
 import type { Charge } from '../billing/meter.js';
-import type { Usage } from '../schema/chat.js';
+import type { Usage } from '../hub/chat.js';
 import type { Dialect } from '../dialects/types.js';
 import type { RequestSpan } from '../observe/trace.js';
 import { merged } from '../objects.js';

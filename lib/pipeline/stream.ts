@@ -9,7 +9,7 @@ import { emptyAnswer, hasStop } from '../providers/shared.js';
 import { KEEPALIVE_FRAME, SSE_HEADERS, writeFrame } from '../sse/writer.js';
 import type { Renderer } from '../dialects/types.js';
 import type { Charge } from '../billing/meter.js';
-import type { ChunkChoice, Usage } from '../schema/chat.js';
+import type { ChunkChoice, Usage } from '../hub/chat.js';
 import { keep } from './answer.js';
 import type { Attempt, Attempts } from './attempts.js';
 import { answerHeaders, type Exchange } from './context.js';

@@ -9,7 +9,7 @@
 import { GatewayError } from '../errors.js';
 import { sendWhole } from '../http/respond.js';
 import type { Provider, ProviderCall } from '../providers/types.js';
-import type { ChatRequest } from '../schema/chat.js';
+import type { ChatRequest } from '../hub/chat.js';
 import type { ModelConfig, ModelType } from '../config/types.js';
 import { admitAndHold, settleAfter } from './admit.js';
 import { Attempts } from './attempts.js';

@@ -4,7 +4,7 @@
 // abandoned non-streaming request would run to max_tokens, unmetered. Streamed, the pipeline's
 // abort ends the upstream's work at once.
 
-import type { CompletionChoice, FinishReason, Logprobs, ToolCall, Usage } from '../schema/chat.js';
+import type { CompletionChoice, FinishReason, Logprobs, ToolCall, Usage } from '../hub/chat.js';
 import { emptyAnswer, isEmptyAnswer } from './shared.js';
 import type { CompletionResult, ProviderCall, UpstreamStream } from './types.js';
 

@@ -12,7 +12,7 @@
 // candidates it drops are never seen, and servers differ (OpenAI's usage counts them, llama.cpp
 // ignores best_of and generates n). Costs nothing for an answer of one choice: none of it runs.
 
-import type { ChunkChoice, CompletionChoice, Usage } from '../schema/chat.js';
+import type { ChunkChoice, CompletionChoice, Usage } from '../hub/chat.js';
 import { merged } from '../objects.js';
 import type { ProviderCall, StreamPart, UpstreamStream } from './types.js';
 

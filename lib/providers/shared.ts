@@ -2,7 +2,7 @@
 // and the mapping of an upstream error (status + body) to the code clients see.
 
 import type { Dispatcher } from 'undici';
-import type { CompletionChoice, Usage } from '../schema/chat.js';
+import type { CompletionChoice, Usage } from '../hub/chat.js';
 import { GatewayError, clip } from '../errors.js';
 import type { ProviderCall } from './types.js';
 

@@ -2,12 +2,12 @@
 // upstream's, and its upstream's answers, events and errors back into ours; the pipeline
 // adds ids, model slugs and framing, so no provider ever writes to a client.
 
-import type { ChatRequest, ChunkChoice, CompletionChoice, NativeRequest, Usage } from '../schema/chat.js';
+import type { ChatRequest, ChunkChoice, CompletionChoice, NativeRequest, Usage } from '../hub/chat.js';
 import type { ModelConfig, ProviderConfig } from '../config/types.js';
 import type { Fleet, Replica } from '../upstream/balance/index.js';
 import { merged } from '../objects.js';
 import type { CallAbort } from '../upstream/abort.js';
-import type { AudioFormat, EmbedInput, EmbedResult, NativeEvent, RerankInput, RerankResult, TranscribeInput, TranscribeResult } from '../schema/forms.js';
+import type { AudioFormat, EmbedInput, EmbedResult, NativeEvent, RerankInput, RerankResult, TranscribeInput, TranscribeResult } from '../hub/forms.js';
 
 export type { AudioFormat, EmbedInput, EmbedResult, NativeEvent, RerankInput, RerankResult, TranscribeInput, TranscribeResult };
 import type { GatewayError } from '../errors.js';

@@ -12,8 +12,8 @@ import { answerHeaders, type Exchange } from '../pipeline/context.js';
 import type { GatewayState } from '../state.js';
 import { messagesDialect } from '../dialects/messages/index.js';
 import { authenticateMetered } from '../pipeline/admit.js';
-import type { NativeRequest } from '../schema/chat.js';
-import { MESSAGES_DIALECT } from '../schema/anthropic.js';
+import type { NativeRequest } from '../hub/chat.js';
+import { MESSAGES_DIALECT } from '../hub/anthropic.js';
 import type { ModelConfig } from '../config/types.js';
 import { parseMessages } from '../dialects/messages/parse.js';
 

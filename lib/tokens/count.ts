@@ -9,7 +9,7 @@ import { dirname, join } from 'node:path';
 import type { Tokenizer } from '@huggingface/tokenizers';
 import { LRUCache } from 'lru-cache';
 import type { TokenizerName, TokenizerSpec } from './names.js';
-import type { ChatMessage } from '../schema/chat.js';
+import type { ChatMessage } from '../hub/chat.js';
 import { Slice } from '../slice.js';
 import { loadEncoding } from './bpe.js';
 

@@ -8,7 +8,7 @@
 import { createHash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { entryBound } from '../lru.js';
-import type { ChatMessage } from '../schema/chat.js';
+import type { ChatMessage } from '../hub/chat.js';
 import { countUpTo, promptParts } from './count.js';
 
 /** Texts shorter than this are cache keys themselves; longer ones by their SHA-256. */

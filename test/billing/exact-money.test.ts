@@ -8,7 +8,7 @@ import t from 'tap';
 import fc from 'fast-check';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { counter, estimatePromptTokens } from '../../lib/tokens/count.js';
-import { validateChatRequest } from '../../lib/schema/validate.js';
+import { validateChatRequest } from '../../lib/hub/validate.js';
 import { DEMO_KEY, baseConfig, postChat, sseData, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { startRedis } from '../helpers/redis.js';
 import { chunk, completionBody, json, startUpstream, writeSse, type FakeUpstream } from '../helpers/upstream.js';

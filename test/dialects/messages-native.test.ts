@@ -7,7 +7,7 @@ import t from 'tap';
 import { NativeTranslator } from '../../lib/providers/anthropic/native.js';
 import { StreamTranslator } from '../../lib/providers/anthropic/translate.js';
 import { MessagesRenderer } from '../../lib/dialects/messages/render.js';
-import type { ChatRequest } from '../../lib/schema/chat.js';
+import type { ChatRequest } from '../../lib/hub/chat.js';
 import type { ProviderCall, StreamPart } from '../../lib/providers/types.js';
 import type { SseEvent } from '../../lib/sse/parser.js';
 

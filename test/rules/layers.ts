@@ -19,7 +19,7 @@ export const LAYERS: ReadonlyArray<readonly string[]> = [
   ['errors.ts', 'lru.ts', 'objects.ts', 'slice.ts', 'strings.ts', 'types/', 'utc-day.ts'],
   // 2 what the config and a request are made of: the config, HTTP plumbing, the hub's form;
   //   token counting, over the hub's form, which the config's check loads tokenizers with.
-  ['config/', 'http/', 'schema/', 'tokens/'],
+  ['config/', 'http/', 'hub/', 'tokens/'],
   // 3 instruments every part uses: logs, metrics, traces.
   ['observe/'],
   // 4 the store: money, keys, usage, the alerts outbox.
@@ -56,11 +56,11 @@ export const ALLOWED: Readonly<Record<string, string>> = {};
 /**
  * Imports from one unit to another that fail even though the layers allow them, `[from, to,
  * why]`: the clients' dialects and the upstreams' translators meet only in the hub's forms
- * (schema/), so a change to either side's wire format cannot reach the other. (store/ never
+ * (hub/), so a change to either side's wire format cannot reach the other. (store/ never
  * importing auth/ needs no entry: auth/ stands above it.)
  */
 export const APART: ReadonlyArray<readonly [string, string, string]> = [
-  ['dialects/', 'providers/', "a client's dialect and an upstream's translator meet only in schema/ (the hub's forms)"],
+  ['dialects/', 'providers/', "a client's dialect and an upstream's translator meet only in hub/ (the hub's forms)"],
 ];
 
 /** An import of one lib file by another (paths like lib/x/y.ts). */

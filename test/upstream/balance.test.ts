@@ -5,7 +5,7 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { validateConfig } from '../../lib/config/load.js';
-import type { ChatRequest } from '../../lib/schema/chat.js';
+import type { ChatRequest } from '../../lib/hub/chat.js';
 import { AffinityKey, Fleet, Replica } from '../../lib/upstream/balance/index.js';
 import { prefixHash } from '../../lib/upstream/balance/affinity-key.js';
 import { owner, PrefixAffinity } from '../../lib/upstream/balance/prefix-affinity.js';

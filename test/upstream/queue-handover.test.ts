@@ -9,7 +9,7 @@
 
 import t from 'tap';
 import { validateConfig } from '../../lib/config/load.js';
-import type { ChatRequest } from '../../lib/schema/chat.js';
+import type { ChatRequest } from '../../lib/hub/chat.js';
 import { AffinityKey, Fleet, type Replica, type Slot, type WaitResult } from '../../lib/upstream/balance/index.js';
 import { ask, startFleet, until } from '../helpers/fleet.js';
 import { postChat } from '../helpers/gateway.js';

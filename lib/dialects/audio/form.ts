@@ -8,8 +8,8 @@
 
 import type { BusboyConstructor, BusboyInstance } from '@fastify/busboy';
 import { GatewayError } from '../../errors.js';
-import { badValue, missing, unsupported, wrongType } from '../../schema/params.js';
-import type { AudioFormat, TranscribeInput } from '../../schema/forms.js';
+import { badValue, missing, unsupported, wrongType } from '../../hub/params.js';
+import type { AudioFormat, TranscribeInput } from '../../hub/forms.js';
 
 export const AUDIO_FORMATS: readonly AudioFormat[] = ['json', 'text', 'verbose_json', 'srt', 'vtt'];
 

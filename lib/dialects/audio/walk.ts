@@ -5,7 +5,7 @@
 // hands the event loop back every few milliseconds, so that measuring a 25 MiB body never
 // holds /healthz (CONTRACT §16, §21).
 
-import { badValue } from '../../schema/params.js';
+import { badValue } from '../../hub/params.js';
 import type { GatewayError } from '../../errors.js';
 
 /** A walker: yields work done (about a byte a unit), returns its result. */

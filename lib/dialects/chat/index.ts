@@ -4,12 +4,12 @@
 
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { ChatRequest, ChunkChoice, Usage } from '../../schema/chat.js';
-import { validateChatRequest } from '../../schema/validate.js';
+import type { ChatRequest, ChunkChoice, Usage } from '../../hub/chat.js';
+import { validateChatRequest } from '../../hub/validate.js';
 import { envelope, type GatewayError } from '../../errors.js';
 import { DONE_FRAME, dataFrame } from '../../sse/writer.js';
 import type { Answer, Dialect, Renderer } from '../types.js';
-import type { NativeEvent } from '../../schema/forms.js';
+import type { NativeEvent } from '../../hub/forms.js';
 
 /**
  * The usage object of chat completions: the three counts, and the upstream's breakdown where it

@@ -8,12 +8,12 @@
 
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { ChunkChoice, CompletionChoice, FinishReason, Usage } from '../../schema/chat.js';
+import type { ChunkChoice, CompletionChoice, FinishReason, Usage } from '../../hub/chat.js';
 import { envelope, type GatewayError } from '../../errors.js';
 import { DONE_FRAME, dataFrame } from '../../sse/writer.js';
 import { chatUsage } from '../chat/index.js';
 import type { Answer, Dialect, Renderer } from '../types.js';
-import type { NativeEvent } from '../../schema/forms.js';
+import type { NativeEvent } from '../../hub/forms.js';
 import { parseCompletions } from './parse.js';
 
 /** Completions know stop, length and content_filter; a tool call (never asked for here) ends as stop. */

@@ -5,8 +5,8 @@
 // as `native`: an OpenAI-compatible upstream gets it as sent, model rewritten.
 
 import { isObject } from '../../objects.js';
-import { badValue, checkBoolean, checkInteger, checkIncludeUsage, checkNumber, checkStop, missing, wrongType } from '../../schema/params.js';
-import type { ChatMessage, ChatRequest } from '../../schema/chat.js';
+import { badValue, checkBoolean, checkInteger, checkIncludeUsage, checkNumber, checkStop, missing, wrongType } from '../../hub/params.js';
+import type { ChatMessage, ChatRequest } from '../../hub/chat.js';
 
 /** The dialect's name, as `native.dialect` carries it to the providers. */
 export const COMPLETIONS = 'completions';

@@ -3,8 +3,8 @@
 // routes/embeddings.ts.
 
 import { GatewayError } from '../../errors.js';
-import { badValue, wrongType } from '../../schema/params.js';
-import type { EmbedInput } from '../../schema/forms.js';
+import { badValue, wrongType } from '../../hub/params.js';
+import type { EmbedInput } from '../../hub/forms.js';
 
 const MAX_INPUTS = 2048;
 const MAX_DIMENSIONS = 8192;

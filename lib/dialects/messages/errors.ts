@@ -2,7 +2,7 @@
 // type for that status (what its SDKs read), and our stable code and param added.
 
 import type { GatewayError } from '../../errors.js';
-import type { ErrorType } from '../../schema/anthropic.js';
+import type { ErrorType } from '../../hub/anthropic.js';
 
 function anthropicType(status: number): ErrorType {
   switch (status) {

@@ -8,7 +8,7 @@ import type { Dialect } from '../types.js';
 import { errorJson } from './errors.js';
 import { parseMessages } from './parse.js';
 import { MessagesRenderer } from './render.js';
-import { MESSAGES_DIALECT } from '../../schema/anthropic.js';
+import { MESSAGES_DIALECT } from '../../hub/anthropic.js';
 
 /** x-api-key as Anthropic's SDKs send it, else the Authorization header as any client does. */
 function credential(req: IncomingMessage): string | undefined {

@@ -3,11 +3,11 @@
 // so a client sees its own field names, not the internal ones. The client's own body is kept
 // (`native`) for upstreams that speak Messages themselves.
 
-import type { ChatMessage, ChatRequest, ContentPart, ToolCall } from '../../schema/chat.js';
-import { isValidImageUrl } from '../../schema/validate.js';
-import { badValue, missing, unsupported, wrongType } from '../../schema/params.js';
+import type { ChatMessage, ChatRequest, ContentPart, ToolCall } from '../../hub/chat.js';
+import { isValidImageUrl } from '../../hub/validate.js';
+import { badValue, missing, unsupported, wrongType } from '../../hub/params.js';
 import { GatewayError } from '../../errors.js';
-import { ASSISTANT_BLOCK_TYPES, TOOL_CHOICE_TYPES, USER_BLOCK_TYPES } from '../../schema/anthropic.js';
+import { ASSISTANT_BLOCK_TYPES, TOOL_CHOICE_TYPES, USER_BLOCK_TYPES } from '../../hub/anthropic.js';
 
 type Obj = Record<string, unknown>;
 

@@ -5,16 +5,16 @@
 // events ({event, data}) are framed as they came, their closing ones held the same way.
 
 import { randomUUID } from 'node:crypto';
-import type { ChatRequest, ChunkChoice, FinishReason, Usage } from '../../schema/chat.js';
+import type { ChatRequest, ChunkChoice, FinishReason, Usage } from '../../hub/chat.js';
 import type { GatewayError } from '../../errors.js';
 import type { Answer, Renderer } from '../types.js';
-import type { NativeEvent } from '../../schema/forms.js';
+import type { NativeEvent } from '../../hub/forms.js';
 import { eventFrame } from '../../sse/writer.js';
 import {
   STOP_REASON_OF,
   type AnthropicUsage, type BlockDelta, type ContentBlock, type ContentBlockDeltaEvent, type ContentBlockStartEvent,
   type Message, type MessageDeltaEvent, type MessageStartEvent, type StopReason, type StreamEventType,
-} from '../../schema/anthropic.js';
+} from '../../hub/anthropic.js';
 import { errorJson } from './errors.js';
 
 /**

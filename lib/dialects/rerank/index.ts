@@ -4,8 +4,8 @@
 
 import { randomUUID } from 'node:crypto';
 import { joinSliced } from '../../slice.js';
-import { badValue, missing, wrongType } from '../../schema/params.js';
-import type { RerankInput, RerankResult } from '../../schema/forms.js';
+import { badValue, missing, wrongType } from '../../hub/params.js';
+import type { RerankInput, RerankResult } from '../../hub/forms.js';
 
 /** The most pairs one request scores (documents, or text_1 x text_2 pairs), as embeddings' inputs. */
 export const MAX_PAIRS = 2048;

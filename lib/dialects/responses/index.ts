@@ -10,7 +10,7 @@
 // all the same, with `store: false`.
 
 import type { IncomingMessage } from 'node:http';
-import type { ChatMessage, ChatRequest } from '../../schema/chat.js';
+import type { ChatMessage, ChatRequest } from '../../hub/chat.js';
 import { envelope, GatewayError } from '../../errors.js';
 import type { Store } from '../../store/types.js';
 import type { Dialect, DialectEnv, Renderer } from '../types.js';

@@ -3,11 +3,11 @@
 // messages, images, tools and sampling, whatever dialect the client speaks. The Responses-only
 // fields (store, previous_response_id, metadata, instructions) are returned beside it.
 
-import type { ChatMessage, ChatRequest, ContentPart } from '../../schema/chat.js';
-import { validateChatRequest } from '../../schema/validate.js';
+import type { ChatMessage, ChatRequest, ContentPart } from '../../hub/chat.js';
+import { validateChatRequest } from '../../hub/validate.js';
 import { GatewayError } from '../../errors.js';
 import { isObject } from '../../objects.js';
-import { missing, unsupported, wrongType } from '../../schema/params.js';
+import { missing, unsupported, wrongType } from '../../hub/params.js';
 
 /** What the Responses dialect keeps about one request beyond the internal ChatRequest. */
 export interface ResponsesInput {

@@ -4,7 +4,7 @@
 // renderer per request keeps the stream's state, so the final object carries what was streamed.
 
 import { randomBytes } from 'node:crypto';
-import type { ChatMessage, ChunkChoice, FinishReason, ToolCall, Usage } from '../../schema/chat.js';
+import type { ChatMessage, ChunkChoice, FinishReason, ToolCall, Usage } from '../../hub/chat.js';
 import type { GatewayError } from '../../errors.js';
 import type { Answer, Renderer } from '../types.js';
 import { merged } from '../../objects.js';

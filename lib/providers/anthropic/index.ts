@@ -7,7 +7,7 @@ import type { ProviderConfig } from '../../config/types.js';
 import type { Fleet } from '../../upstream/balance/index.js';
 import { HttpProvider, type StreamTranslator as Translator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
-import type { ChatRequest, NativeRequest } from '../../schema/chat.js';
+import type { ChatRequest, NativeRequest } from '../../hub/chat.js';
 import { readCapped } from '../../upstream/http.js';
 import type { CompletionResult, ProviderCall } from '../types.js';
 import { assemble } from '../assemble.js';

@@ -10,7 +10,7 @@ import { isObj, parseJson, type Obj } from '../shared.js';
 import type { NativeEvent, ProviderCall, StreamPart } from '../types.js';
 import type { StreamTranslator } from './translate.js';
 import { merged } from '../../objects.js';
-import { MESSAGES_DIALECT } from '../../schema/anthropic.js';
+import { MESSAGES_DIALECT } from '../../hub/anthropic.js';
 import { completeUsage, type WholeMessage } from './whole.js';
 
 /** The dialect whose requests this provider's upstream takes as they are. */

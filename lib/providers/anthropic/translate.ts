@@ -1,11 +1,11 @@
 // Our chat requests -> Anthropic Messages API requests, and its answers, events and errors
 // back -> ours. A streamed answer is rebuilt chunk for chunk as an OpenAI-compatible server
 // would have sent it, so clients cannot tell the two kinds of upstream apart. The wire shapes and
-// the stop-reason map are schema/anthropic.ts, shared with the messages dialect.
+// the stop-reason map are hub/anthropic.ts, shared with the messages dialect.
 
 import type {
   ChatMessage, ChunkChoice, ChunkDelta, CompletionChoice, ContentPart, FinishReason, ToolCall, Usage,
-} from '../../schema/chat.js';
+} from '../../hub/chat.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
 import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, matchedStop, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
@@ -13,7 +13,7 @@ import type { ProviderCall, StreamPart } from '../types.js';
 import {
   FINISH_REASON_OF,
   type ImageBlock, type MessageParam, type TextBlock, type MessagesRequest, type RequestBlock, type StopReason, type Tool, type ToolChoice,
-} from '../../schema/anthropic.js';
+} from '../../hub/anthropic.js';
 
 type Block = RequestBlock;
 type Turn = MessageParam;

@@ -8,7 +8,7 @@
 
 import { isObj, parseJson, type Obj } from '../shared.js';
 import { merged } from '../../objects.js';
-import { USAGE_COUNTS } from '../../schema/anthropic.js';
+import { USAGE_COUNTS } from '../../hub/anthropic.js';
 
 /**
  * An upstream usage object with all four counts: each as the upstream gave it, else what the

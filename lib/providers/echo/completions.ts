@@ -4,7 +4,7 @@
 // output limit takes; with `echo` the prompt comes first in each text. Usage as the gateway
 // counts it: each prompt with the suffix as plain text, and the generated words (not the echo).
 
-import type { ChunkChoice, CompletionChoice, FinishReason, PlainPrompts, Usage } from '../../schema/chat.js';
+import type { ChunkChoice, CompletionChoice, FinishReason, PlainPrompts, Usage } from '../../hub/chat.js';
 import { countUpTo } from '../../tokens/count.js';
 import type { ProviderCall, StreamPart } from '../types.js';
 import { echoWords } from './words.js';

@@ -4,7 +4,7 @@
 
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ChatMessage, ChunkChoice, CompletionChoice, FinishReason, Usage } from '../../schema/chat.js';
+import type { ChatMessage, ChunkChoice, CompletionChoice, FinishReason, Usage } from '../../hub/chat.js';
 import type { ProviderConfig } from '../../config/types.js';
 import { GatewayError } from '../../errors.js';
 import { countEach, countUpTo, promptParts } from '../../tokens/count.js';

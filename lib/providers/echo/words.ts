@@ -2,7 +2,7 @@
 // than the output limit (shared by chat answers and plain-text completions).
 
 import type { ModelConfig } from '../../config/types.js';
-import type { FinishReason } from '../../schema/chat.js';
+import type { FinishReason } from '../../hub/chat.js';
 import { counter } from '../../tokens/count.js';
 
 /**

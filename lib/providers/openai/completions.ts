@@ -6,7 +6,7 @@
 // the upstream's `id` and `usage`: the completions dialect gives one answer one id, Tollgate's
 // (llama.cpp names its completions `chatcmpl-…`), and reports the usage it charged.
 
-import type { ChunkChoice, CompletionChoice, FinishReason } from '../../schema/chat.js';
+import type { ChunkChoice, CompletionChoice, FinishReason } from '../../hub/chat.js';
 import { GatewayError } from '../../errors.js';
 import { merged } from '../../objects.js';
 import type { SseEvent } from '../../sse/parser.js';

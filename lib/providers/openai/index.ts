@@ -15,7 +15,7 @@ import type { SseEvent } from '../../sse/parser.js';
 import { readCapped, transportError, type UpstreamEndpoint } from '../../upstream/http.js';
 import { HttpProvider, type StreamTranslator } from '../http-provider.js';
 import type { ChoicesAndUsage } from '../shared.js';
-import type { ChatRequest } from '../../schema/chat.js';
+import type { ChatRequest } from '../../hub/chat.js';
 import { withCallHeaders, type CompletionResult, type DiscoveredModel, type EmbedInput, type EmbedResult, type ProviderCall, type RerankInput, type RerankResult, type StreamPart, type TranscribeInput, type TranscribeResult, type UpstreamStream } from '../types.js';
 import { embedOpenAI } from './embed.js';
 import { completionsAnswer, completionsBody, CompletionsTranslator, HOLD_ALIASES, isCompletions } from './completions.js';

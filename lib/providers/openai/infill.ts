@@ -8,7 +8,7 @@
 // no [DONE], the last one `stop: true`) read back into our choices and usage, which the
 // completions dialect renders as text_completion objects and chunks.
 
-import type { ChatRequest, ChunkChoice, CompletionChoice, FinishReason, Usage } from '../../schema/chat.js';
+import type { ChatRequest, ChunkChoice, CompletionChoice, FinishReason, Usage } from '../../hub/chat.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
 import type { StreamTranslator } from '../http-provider.js';

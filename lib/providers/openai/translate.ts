@@ -4,7 +4,7 @@
 
 import type {
   ChunkChoice, ChunkDelta, CompletionChoice, FinishReason, Logprobs, ToolCall, ToolCallDelta, Usage,
-} from '../../schema/chat.js';
+} from '../../hub/chat.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
 import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, matchedStop, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';

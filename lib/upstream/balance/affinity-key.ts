@@ -3,7 +3,7 @@
 // turns, roles included) up to affinity_prefix_tokens, taken as 4 characters a token. Hashed
 // once per request and size, in place: no copy of the prompt, whatever its length.
 
-import type { ChatRequest } from '../../schema/chat.js';
+import type { ChatRequest } from '../../hub/chat.js';
 
 const FNV_OFFSET = 0x811c9dc5;
 const FNV_PRIME = 0x01000193;
