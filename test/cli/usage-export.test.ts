@@ -61,7 +61,9 @@ interface Run { code: number | null; stderr: string; maxRssKiB: number; bytes: n
 /** Runs the CLI; each stdout line goes to `onLine` as it arrives (nothing is kept here). */
 async function cli(args: string[], onLine: (line: string) => void = () => {}): Promise<Run> {
   const rssFile = join(dir, `rss-${Math.random().toString(36).slice(2)}`);
-  const child = spawn(process.execPath, ['--import', RSS_HOOK, BIN, ...args, '--url', gw.url, '--token', ADMIN], {
+  // A small young generation: V8 grows it up to 3 x 16 MiB under steady allocation, GC slack
+  // that says nothing of what the export keeps; without it the peak shows what is retained.
+  const child = spawn(process.execPath, ['--max-semi-space-size=2', '--import', RSS_HOOK, BIN, ...args, '--url', gw.url, '--token', ADMIN], {
     stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, RSS_OUT: rssFile },
   });
   let stderr = '';
@@ -102,7 +104,7 @@ t.test('100,000 records export as jsonl, each once, in bounded memory', async (t
   t.ok(run.bytes > 30 * 1024 * 1024, `${(run.bytes / 1048576).toFixed(1)} MiB exported`);
   t.ok(run.maxRssKiB > 0 && idle.maxRssKiB > 0, 'peak memory measured');
   const growth = (run.maxRssKiB - idle.maxRssKiB) / 1024;
-  t.ok(growth < 30, `peak RSS ${(run.maxRssKiB / 1024).toFixed(0)} MiB, ${growth.toFixed(1)} MiB above an empty export: far below the ${(run.bytes / 1048576).toFixed(0)} MiB exported`);
+  t.ok(growth < 20, `peak RSS ${(run.maxRssKiB / 1024).toFixed(0)} MiB, ${growth.toFixed(1)} MiB above an empty export: far below the ${(run.bytes / 1048576).toFixed(0)} MiB exported`);
 });
 
 t.test('filters: --account and --until', async (t) => {
