@@ -18,6 +18,14 @@ export interface RunningServer {
   drain(timeoutMs: number): Promise<void>;
 }
 
+/**
+ * Connections the kernel may hold for us before they are accepted (it caps this at
+ * net.core.somaxconn). Node's default, 511, overflows when thousands of clients connect at once
+ * (a fleet of agents reconnecting): the kernel then drops their handshakes, and a client that
+ * had already sent its request is reset. 9,488 streams opened together hit it (#46).
+ */
+export const LISTEN_BACKLOG = 4096;
+
 export async function listen(gateway: Gateway, host: string, port: number): Promise<RunningServer> {
   await gateway.ready;
   // headersTimeout bounds a client trickling its headers. No requestTimeout: it would cut a
@@ -46,7 +54,7 @@ export async function listen(gateway: Gateway, host: string, port: number): Prom
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(port, host, () => { server.off('error', reject); resolve(); });
+    server.listen({ port, host, backlog: LISTEN_BACKLOG }, () => { server.off('error', reject); resolve(); });
   });
   const addr = server.address() as AddressInfo;
   const shownHost = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
