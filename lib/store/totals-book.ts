@@ -5,11 +5,9 @@
 
 import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsageRecord } from './types.js';
 import { DAY_MS } from '../utc-day.js';
-import { ALL, ALL_COLUMN, HOUR_MS, HourBounds, METRICS, RowSums, SEP, cellsOf, hourRow, hoursOf, metricsOf, planOf, spans, topRows, type Cell, type ColumnSpec, type Plan, type Sums } from './usage-totals.js';
+import { ALL, ALL_COLUMN, HOUR_MS, HourBounds, METRICS, RowSums, SEP, cellsOf, hourRow, hoursOf, metricsInto, planOf, spans, topRows, type Cell, type ColumnSpec, type Plan } from './usage-totals.js';
 
 const N = METRICS.length;
-/** A record's null key or team in a shape's string (TotalsBook.#places). */
-const NO_VALUE = '\u0001';
 
 /**
  * One column of one bucket: ids to slots of five sums in one array (no object per id). A
@@ -27,7 +25,19 @@ class Column {
     this.groups = indexed ? new Map() : undefined;
   }
 
-  add(id: string, group: string, m: Sums): void {
+  add(id: string, group: string, m: Float64Array): void {
+    this.addAt(this.slotOf(id, group), m);
+  }
+
+  /** Adds `m` to the sums of slot `slot`. */
+  addAt(slot: number, m: Float64Array): void {
+    const at = slot * N;
+    const sums = this.sums;
+    for (let i = 0; i < N; i++) sums[at + i]! += m[i]!;
+  }
+
+  /** The slot of `id` (of `group`), made when new. */
+  slotOf(id: string, group: string): number {
     let slot = this.slots.get(id);
     if (slot === undefined) {
       slot = this.slots.size;
@@ -44,8 +54,7 @@ class Column {
         else list.push(slot);
       }
     }
-    const at = slot * N;
-    for (let i = 0; i < N; i++) this.sums[at + i]! += m[i]!;
+    return slot;
   }
 
   get(id: string): Float64Array | undefined {
@@ -63,6 +72,12 @@ interface Place { column: ColumnSpec; group: string; id: string }
 /** Where a record counts: in its hour's bucket (the columns kept hourly) and in its day's (all). */
 interface Places { hourly: readonly Place[]; daily: readonly Place[] }
 
+/** Places found in one bucket: each one's column and slot, in the places' order. */
+interface Found { bucket: Bucket; columns: Column[]; slots: Int32Array }
+
+/** A shape's places (TotalsBook.#places), with where they were found in the last hour and day they counted in. */
+interface KeptPlaces extends Places { hour: Found | undefined; day: Found | undefined }
+
 /** Record shapes whose places are kept (TotalsBook.#places); past it the list starts anew. */
 const SHAPES = 4096;
 
@@ -72,12 +87,38 @@ class Bucket {
   /** An hour's bounded values kept by name (../usage-totals.ts BOUNDS); unused in a day's bucket. */
   readonly bounds = new HourBounds();
 
-  add(places: readonly Place[], m: Sums): void {
-    for (const { column, group, id } of places) {
-      let col = this.columns.get(column.name);
-      if (col === undefined) this.columns.set(column.name, (col = new Column(indexed(column))));
-      col.add(id, group, m);
+  add(places: readonly Place[], m: Float64Array): void {
+    for (let i = 0; i < places.length; i++) {
+      const { column, group, id } = places[i]!;
+      this.#column(column).add(id, group, m);
     }
+  }
+
+  /**
+   * Adds `m` at `places`, looked up in this bucket's columns once (`found`, when it was found
+   * here) and then kept: a shape's records count by slot, without a lookup (issue #46).
+   */
+  addFound(places: readonly Place[], found: Found | undefined, m: Float64Array): Found {
+    if (found?.bucket !== this) {
+      const columns: Column[] = [];
+      const slots = new Int32Array(places.length);
+      for (let i = 0; i < places.length; i++) {
+        const { column, group, id } = places[i]!;
+        const col = this.#column(column);
+        columns.push(col);
+        slots[i] = col.slotOf(id, group);
+      }
+      found = { bucket: this, columns, slots };
+    }
+    const { columns, slots } = found;
+    for (let i = 0; i < columns.length; i++) columns[i]!.addAt(slots[i]!, m);
+    return found;
+  }
+
+  #column(spec: ColumnSpec): Column {
+    let col = this.columns.get(spec.name);
+    if (col === undefined) this.columns.set(spec.name, (col = new Column(indexed(spec))));
+    return col;
   }
 
   column(name: string): Column | undefined {
@@ -93,8 +134,14 @@ export class TotalsBook {
   readonly #hours = new Map<number, Bucket>();
   readonly #days = new Map<number, Bucket>();
   readonly #strings = new Map<string, string>();
-  /** The places of records without tags or end user, by account, key, team and model. */
-  readonly #shapes = new Map<string, Places>();
+  /**
+   * The places of records without tags or end user, by account, key, team and model (null: no
+   * key, no team), in maps one within the other: a record finds them without a string made.
+   */
+  readonly #shapes = new Map<string, Map<string | null, Map<string | null, Map<string, KeptPlaces>>>>();
+  #shapeCount = 0;
+  /** A record's METRICS, written anew for each record (metricsInto). */
+  readonly #metrics = new Float64Array(N);
 
   #intern(s: string): string {
     const known = this.#strings.get(s);
@@ -108,28 +155,45 @@ export class TotalsBook {
     const hour = Math.floor(r.at / HOUR_MS);
     const day = Math.floor(r.at / DAY_MS);
     const hourly = bucketOf(this.#hours, hour);
-    const places = this.#places(r, hourly.bounds);
-    const m = metricsOf(r);
-    hourly.add(places.hourly, m);
-    bucketOf(this.#days, day).add(places.daily, m);
+    const daily = bucketOf(this.#days, day);
+    const m = metricsInto(r, this.#metrics);
+    if (r.tags.length > 0 || r.end_user !== null) {
+      const places = this.#place(cellsOf(r, hourly.bounds.of(r)));
+      hourly.add(places.hourly, m);
+      daily.add(places.daily, m);
+      return;
+    }
+    const kept = this.#kept(r);
+    kept.hour = hourly.addFound(kept.hourly, kept.hour, m);
+    kept.day = daily.addFound(kept.daily, kept.day, m);
   }
 
   /**
-   * Where `r` counts. A record without tags or end user has no value the hour's bounds could
-   * change: it counts where every such record of its account, key, team and model does, so
-   * those places are kept and the common record costs one lookup (issue #46: attribution
-   * paid by every record while unused).
+   * Where `r`, a record without tags or end user, counts. It has no value the hour's bounds
+   * could change: it counts where every such record of its account, key, team and model does,
+   * so those places are kept (and, per bucket, their columns and slots), and the common record
+   * costs four lookups (issue #46: attribution paid by every record while unused).
    */
-  #places(r: UsageRecord, bounds: HourBounds): Places {
-    if (r.tags.length > 0 || r.end_user !== null) return this.#place(cellsOf(r, bounds.of(r)));
-    // No id holds SEP or SOH: null (no key, no team) is told from every id.
-    const shape = `${r.account}${SEP}${r.key_id ?? NO_VALUE}${SEP}${r.team ?? NO_VALUE}${SEP}${r.model}`;
-    let places = this.#shapes.get(shape);
-    if (places === undefined) {
-      if (this.#shapes.size >= SHAPES) this.#shapes.clear();
-      this.#shapes.set(shape, (places = this.#place(cellsOf(r))));
+  #kept(r: UsageRecord): KeptPlaces {
+    let byKey = this.#shapes.get(r.account);
+    if (byKey === undefined) this.#shapes.set(r.account, (byKey = new Map()));
+    let byTeam = byKey.get(r.key_id);
+    if (byTeam === undefined) byKey.set(r.key_id, (byTeam = new Map()));
+    let byModel = byTeam.get(r.team);
+    if (byModel === undefined) byTeam.set(r.team, (byModel = new Map()));
+    let kept = byModel.get(r.model);
+    if (kept === undefined) {
+      if (this.#shapeCount >= SHAPES) {
+        // Past the bound the list starts anew (with this record's shape).
+        this.#shapes.clear();
+        this.#shapeCount = 0;
+        return this.#kept(r);
+      }
+      const { hourly, daily } = this.#place(cellsOf(r));
+      byModel.set(r.model, (kept = { hourly, daily, hour: undefined, day: undefined }));
+      this.#shapeCount++;
     }
-    return places;
+    return kept;
   }
 
   #place(cells: readonly Cell[]): Places {
@@ -142,12 +206,15 @@ export class TotalsBook {
 
   /** Drops the buckets of days wholly before `cutoff` (as the records of those days are dropped). */
   prune(cutoff: number): void {
+    const buckets = this.#days.size + this.#hours.size;
     for (const day of this.#days.keys()) if ((day + 1) * DAY_MS <= cutoff) this.#days.delete(day);
     for (const hour of this.#hours.keys()) if ((Math.floor(hour / 24) + 1) * DAY_MS <= cutoff) this.#hours.delete(hour);
-    if (this.#days.size === 0) {
-      this.#strings.clear();
+    // Kept places hold the columns they were last found in: a bucket dropped is let go.
+    if (this.#days.size + this.#hours.size < buckets || this.#days.size === 0) {
       this.#shapes.clear();
+      this.#shapeCount = 0;
     }
+    if (this.#days.size === 0) this.#strings.clear();
   }
 
   hourly(since: number, until: number, account: string | undefined): HourTotals[] {

@@ -74,6 +74,8 @@ function isObject(v: unknown): v is Record<string, unknown> {
 }
 
 const SOURCES: ReadonlySet<unknown> = new Set(['upstream', 'counted', 'none']);
+/** A record's counts: non-negative safe integers. */
+const COUNTED = ['prompt_tokens', 'cached_tokens', 'completion_tokens', 'units', 'queue_ms'] as const;
 
 /** Refuses a record that could not be read back (a bug of the caller, not an outage). */
 export function validateUsageRecord(r: UsageRecord): void {
@@ -81,7 +83,7 @@ export function validateUsageRecord(r: UsageRecord): void {
     throw new TypeError('a usage record needs a request_id and an account');
   }
   if (!num(r.at) || r.at < 0) throw new TypeError('a usage record needs a time (at, Unix ms)');
-  for (const f of ['prompt_tokens', 'cached_tokens', 'completion_tokens', 'units', 'queue_ms'] as const) {
+  for (const f of COUNTED) {
     if (!count(r[f])) throw new TypeError(`a usage record's ${f} must be a non-negative safe integer`);
   }
   if (!(r.team === null || (typeof r.team === 'string' && r.team !== ''))) throw new TypeError("a usage record's team must be a non-empty string or null");

@@ -34,6 +34,16 @@ export function metricsOf(r: UsageRecord): Sums {
   return [1, r.status >= 400 ? 1 : 0, r.prompt_tokens, r.completion_tokens, r.units];
 }
 
+/** metricsOf written into `out` (no array per record). */
+export function metricsInto(r: UsageRecord, out: Float64Array): Float64Array {
+  out[0] = 1;
+  out[1] = r.status >= 400 ? 1 : 0;
+  out[2] = r.prompt_tokens;
+  out[3] = r.completion_tokens;
+  out[4] = r.units;
+  return out;
+}
+
 interface Dimension {
   /** The record's values in this dimension: none (it counts in no id of it), one, or several. */
   values(r: UsageRecord): readonly string[];

@@ -46,19 +46,18 @@ export class AccountHolds {
 
   #forget(h: Hold): void {
     this.units -= h.units;
-    const n = this.perDay.get(h.day)! - 1;
-    if (n === 0) this.perDay.delete(h.day);
-    else this.perDay.set(h.day, n);
-    if (h.key !== undefined) {
-      // A key with nothing left held reads as 0 whether or not its entry is kept.
-      const k = this.perKey.get(h.key)! - h.units;
-      if (k === 0) this.perKey.delete(h.key);
-      else this.perKey.set(h.key, k);
-    }
-    if (h.team !== undefined) {
-      const t = this.perTeam.get(h.team)! - h.units;
-      if (t === 0) this.perTeam.delete(h.team);
-      else this.perTeam.set(h.team, t);
+    // A day, key or team with nothing left held reads as 0 whether or not its entry is kept:
+    // kept at 0 until dropZeros (the sweep), as a Map emptied by a delete is made anew, and the
+    // next hold grows it again (at one request at a time, every request).
+    this.perDay.set(h.day, this.perDay.get(h.day)! - 1);
+    if (h.key !== undefined) this.perKey.set(h.key, this.perKey.get(h.key)! - h.units);
+    if (h.team !== undefined) this.perTeam.set(h.team, this.perTeam.get(h.team)! - h.units);
+  }
+
+  /** Drops the days, keys and teams left at 0 (#forget keeps them). */
+  dropZeros(): void {
+    for (const m of [this.perDay, this.perKey, this.perTeam]) {
+      for (const [k, v] of m) if (v === 0) m.delete(k);
     }
   }
 

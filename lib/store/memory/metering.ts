@@ -44,6 +44,15 @@ export interface MeteringSnapshot {
 export interface BudgetState { units: number; spent: number; period: BudgetPeriod }
 const zero = (): UsageTotals => ({ requests: 0, tokens: 0, units: 0 });
 
+/** Counts one settled request in usage window `w`. */
+function counted(windows: Map<string, UsageTotals>, w: string, tokens: number, charged: number): void {
+  let u = windows.get(w);
+  if (u === undefined) windows.set(w, (u = zero()));
+  u.requests += 1;
+  u.tokens += tokens;
+  u.units += charged;
+}
+
 
 export class MemoryMetering {
   /** Open holds per account. */
@@ -54,34 +63,20 @@ export class MemoryMetering {
   #lastSweep = performance.now();
 
   /**
-   * Units held by the account's open holds (purging expired ones), except request `except`;
-   * how many are of `day`, and the units of those made with key `key`.
+   * The account's open holds, expired ones purged; undefined when it has none. An account's
+   * book is kept once empty, until the sweep (prune): at one request at a time, each request
+   * made a book and its four maps anew (issue #46).
    */
-  #held(account: string, now: number, except?: string, day?: string, key?: string, team?: string): { units: number; count: number; keyUnits: number; teamUnits: number } {
+  #holdsOf(account: string, now: number): AccountHolds | undefined {
     const holds = this.#holds.get(account);
-    if (holds === undefined) return { units: 0, count: 0, keyUnits: 0, teamUnits: 0 };
+    if (holds === undefined) return undefined;
     holds.purge(now);
-    if (holds.byRid.size === 0) {
-      this.#holds.delete(account);
-      return { units: 0, count: 0, keyUnits: 0, teamUnits: 0 };
-    }
-    let units = holds.units;
-    let n = day === undefined ? 0 : holds.perDay.get(day) ?? 0;
-    let keyUnits = key === undefined ? 0 : holds.perKey.get(key) ?? 0;
-    let teamUnits = team === undefined ? 0 : holds.perTeam.get(team) ?? 0;
-    const own = except === undefined ? undefined : holds.byRid.get(except);
-    if (own !== undefined) {
-      units -= own.units;
-      if (own.day === day) n--;
-      if (key !== undefined && own.key === key) keyUnits -= own.units;
-      if (team !== undefined && own.team === team) teamUnits -= own.units;
-    }
-    return { units, count: n, keyUnits, teamUnits };
+    return holds.byRid.size === 0 ? undefined : holds;
   }
 
   /** Units held by the open holds of one key of the account. */
   keyHeldUnits(account: string, key: string): number {
-    return this.#held(account, performance.now(), undefined, undefined, key).keyUnits;
+    return this.#holdsOf(account, performance.now())?.perKey.get(key) ?? 0;
   }
 
   #window(account: string, window: string): UsageTotals {
@@ -89,12 +84,12 @@ export class MemoryMetering {
   }
 
   heldUnits(account: string): number {
-    return this.#held(account, performance.now()).units;
+    return this.#holdsOf(account, performance.now())?.units ?? 0;
   }
 
   /** Units held by the open holds counted against one team of the account. */
   teamHeldUnits(account: string, team: string): number {
-    return this.#held(account, performance.now(), undefined, undefined, undefined, team).teamUnits;
+    return this.#holdsOf(account, performance.now())?.perTeam.get(team) ?? 0;
   }
 
   /**
@@ -104,18 +99,32 @@ export class MemoryMetering {
   hold(account: AccountRecord, h: HoldRequest, budget?: BudgetState, team?: { id: string; budget: BudgetState | undefined }): HoldResult {
     const now = performance.now();
     this.#maybeSweep(now);
-    const held = this.#held(account.id, now, h.requestId, h.day, h.key?.id, team?.id);
-    const available = account.balance_units - held.units;
+    // What the account's open holds other than this request's own (a hold asked again) hold:
+    // in all, of the day, with the key, against the team.
+    const holds = this.#holdsOf(account.id, now);
+    const own = holds?.byRid.get(h.requestId);
+    const keyId = h.key?.id;
+    let heldUnits = holds?.units ?? 0;
+    let heldCount = holds?.perDay.get(h.day) ?? 0;
+    let keyUnits = keyId === undefined ? 0 : holds?.perKey.get(keyId) ?? 0;
+    let teamUnits = team === undefined ? 0 : holds?.perTeam.get(team.id) ?? 0;
+    if (own !== undefined) {
+      heldUnits -= own.units;
+      if (own.day === h.day) heldCount--;
+      if (keyId !== undefined && own.key === keyId) keyUnits -= own.units;
+      if (team !== undefined && own.team === team.id) teamUnits -= own.units;
+    }
+    const available = account.balance_units - heldUnits;
     const day = this.#window(account.id, h.day);
     const month = this.#window(account.id, h.month);
     let quota: QuotaCode | undefined;
     const { requests_per_day: rpd, tokens_per_day: tpd, units_per_month: upm } = h.quotas;
-    if (rpd !== null && day.requests + held.count >= rpd) quota = 'requests_per_day';
+    if (rpd !== null && day.requests + heldCount >= rpd) quota = 'requests_per_day';
     else if (tpd !== null && day.tokens >= tpd) quota = 'tokens_per_day';
     else if (upm !== null && month.units >= upm) quota = 'units_per_month';
     if (quota !== undefined) return { ok: false, code: 'quota_exceeded', quota_code: quota, available_units: available };
     if (budget !== undefined) {
-      const remaining = budget.units - budget.spent - held.keyUnits;
+      const remaining = budget.units - budget.spent - keyUnits;
       if (remaining < h.units) {
         return {
           ok: false, code: 'budget_exceeded', available_units: available, budget_remaining_units: Math.max(0, remaining), budget_period: budget.period,
@@ -124,7 +133,7 @@ export class MemoryMetering {
       }
     }
     if (team?.budget !== undefined) {
-      const remaining = team.budget.units - team.budget.spent - held.teamUnits;
+      const remaining = team.budget.units - team.budget.spent - teamUnits;
       if (remaining < h.units) {
         return {
           ok: false, code: 'budget_exceeded', available_units: available, budget_remaining_units: Math.max(0, remaining), budget_period: team.budget.period,
@@ -133,17 +142,14 @@ export class MemoryMetering {
       }
     }
     if (available < h.units) return { ok: false, code: 'insufficient_credits', available_units: available };
-    let holds = this.#holds.get(account.id);
-    if (holds === undefined) this.#holds.set(account.id, (holds = new AccountHolds()));
-    holds.add(h.requestId, { units: h.units, day: h.day, expires: now + h.ttlMs, key: h.key?.id, team: team?.id });
+    let book = this.#holds.get(account.id);
+    if (book === undefined) this.#holds.set(account.id, (book = new AccountHolds()));
+    book.add(h.requestId, { units: h.units, day: h.day, expires: now + h.ttlMs, key: h.key?.id, team: team?.id });
     return team === undefined ? { ok: true, available_units: available - h.units } : { ok: true, available_units: available - h.units, team: team.id };
   }
 
   release(account: string, rid: string): void {
-    const holds = this.#holds.get(account);
-    if (holds === undefined) return;
-    holds.delete(rid);
-    if (holds.byRid.size === 0) this.#holds.delete(account);
+    this.#holds.get(account)?.delete(rid);
   }
 
   /** The outcome of a repeated settlement, or undefined when the request id is new. */
@@ -186,13 +192,8 @@ export class MemoryMetering {
     this.release(e.account, e.rid);
     let windows = this.#usage.get(e.account);
     if (windows === undefined) this.#usage.set(e.account, (windows = new Map()));
-    for (const w of [e.day, e.month]) {
-      let u = windows.get(w);
-      if (u === undefined) windows.set(w, (u = zero()));
-      u.requests += 1;
-      u.tokens += e.tokens;
-      u.units += e.charged;
-    }
+    counted(windows, e.day, e.tokens, e.charged);
+    counted(windows, e.month, e.tokens, e.charged);
     return true;
   }
 
@@ -235,7 +236,10 @@ export class MemoryMetering {
   /** Drops expired holds, settled ids past their hour and old usage windows. */
   prune(): void {
     const now = performance.now();
-    for (const account of [...this.#holds.keys()]) this.#held(account, now);
+    for (const [account, book] of [...this.#holds]) {
+      if (this.#holdsOf(account, now) === undefined) this.#holds.delete(account);
+      else book.dropZeros();
+    }
     this.#settled.forget(Date.now() - SETTLED_TTL_MS);
     const today = new Date();
     const oldestDay = new Date(Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), today.getUTCDate() - DAY_WINDOWS_KEPT)).toISOString().slice(0, 10);

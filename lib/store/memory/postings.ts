@@ -29,7 +29,7 @@ export class Postings {
 
   /** Adds every posting of `other` after these. */
   append(other: Postings): void {
-    for (let i = 0; i < other.length; i++) this.push(...other.at(i));
+    for (let i = 0; i < other.length; i++) this.push(other.#starts[i]!, other.#lengths[i]!);
   }
 
   at(i: number): [number, number] {
@@ -51,35 +51,42 @@ export class Postings {
 
 const EMPTY = new Postings();
 
-/** One day's lists, by account, key and model. */
+/** One day's lists, by account, key and model: one map each, so a record's lists are found without a string made. */
 export class DayPostings {
-  readonly #lists = new Map<string, Postings>();
+  readonly #accounts = new Map<string, Postings>();
+  readonly #keys = new Map<string, Postings>();
+  readonly #models = new Map<string, Postings>();
 
   add(r: UsageRecord, start: number, length: number): void {
-    this.#list(`a\u0000${r.account}`).push(start, length);
-    if (r.key_id !== null) this.#list(`k\u0000${r.key_id}`).push(start, length);
-    this.#list(`m\u0000${r.model}`).push(start, length);
+    listOf(this.#accounts, r.account).push(start, length);
+    if (r.key_id !== null) listOf(this.#keys, r.key_id).push(start, length);
+    listOf(this.#models, r.model).push(start, length);
   }
 
   /** The shortest list of the filter's (every match is in it); an empty one when a filter matches none. */
   shortest(f: UsageFilter): Postings | undefined {
     let best: Postings | undefined;
-    for (const name of [f.account === undefined ? undefined : `a\u0000${f.account}`, f.keyId === undefined ? undefined : `k\u0000${f.keyId}`, f.model === undefined ? undefined : `m\u0000${f.model}`]) {
-      if (name === undefined) continue;
-      const list = this.#lists.get(name) ?? EMPTY;
+    const consider = (lists: Map<string, Postings>, value: string | undefined): void => {
+      if (value === undefined) return;
+      const list = lists.get(value) ?? EMPTY;
       if (best === undefined || list.length < best.length) best = list;
-    }
+    };
+    consider(this.#accounts, f.account);
+    consider(this.#keys, f.keyId);
+    consider(this.#models, f.model);
     return best;
   }
 
   /** Adds `later`'s lists after these (lines written after these). */
   append(later: DayPostings): void {
-    for (const [name, list] of later.#lists) this.#list(name).append(list);
+    for (const [mine, theirs] of [[this.#accounts, later.#accounts], [this.#keys, later.#keys], [this.#models, later.#models]] as const) {
+      for (const [value, list] of theirs) listOf(mine, value).append(list);
+    }
   }
+}
 
-  #list(name: string): Postings {
-    let l = this.#lists.get(name);
-    if (l === undefined) this.#lists.set(name, (l = new Postings()));
-    return l;
-  }
+function listOf(lists: Map<string, Postings>, value: string): Postings {
+  let l = lists.get(value);
+  if (l === undefined) lists.set(value, (l = new Postings()));
+  return l;
 }

@@ -56,6 +56,9 @@ export interface MemoryStoreOptions {
   onError?: (err: Error) => void;
 }
 
+/** Resolved, and shared: what is awaited when there is nothing to wait for (#begin of a store serving, no journal). */
+const DONE: Promise<void> = Promise.resolve();
+
 export class MemoryStore implements Store {
   readonly #opts: MemoryStoreOptions;
   readonly #tables = new MemoryTables();
@@ -65,7 +68,7 @@ export class MemoryStore implements Store {
     settled: () => this.#settled(),
     change: (entry, audit) => this.#change(entry, audit),
     audited: (audit) => this.#audited(audit),
-    append: (entry) => this.#journal?.append(entry) ?? Promise.resolve(),
+    append: (entry) => this.#journal?.append(entry) ?? DONE,
     notify: (r) => this.#notify(r),
     notifyKey: (k, kind) => this.#notifyKey(k, kind),
   };
@@ -137,8 +140,16 @@ export class MemoryStore implements Store {
     await journal.compactIfLarge();
   }
 
-  /** Waits for loading; throws when the store cannot serve. */
-  async #begin(): Promise<void> {
+  /**
+   * Waits for loading; throws when the store cannot serve. A store serving answers with one
+   * promise, made once: every call of every request awaits this (issue #46).
+   */
+  #begin(): Promise<void> {
+    if (this.#loading === null && this.#loadError === null && !this.#closed && !this.#journal?.failed) return DONE;
+    return this.#beginSlow();
+  }
+
+  async #beginSlow(): Promise<void> {
     if (this.#loading !== null) await this.#loading;
     if (this.#loadError !== null) throw this.#loadError;
     if (this.#closed) throw new Error('store closed');
@@ -148,7 +159,7 @@ export class MemoryStore implements Store {
 
   /** Resolves once everything the state shows is written. */
   #settled(): Promise<void> {
-    return this.#journal?.barrier() ?? Promise.resolve();
+    return this.#journal?.barrier() ?? DONE;
   }
 
   /**
@@ -158,7 +169,7 @@ export class MemoryStore implements Store {
   #change(entry: Entry, audit?: AuditEvent): Promise<void> {
     const e = audit === undefined ? entry : { ...entry, audit: requireAuditEvent(audit) };
     this.#apply(e);
-    return this.#journal?.append(e) ?? Promise.resolve();
+    return this.#journal?.append(e) ?? DONE;
   }
 
   /**

@@ -178,16 +178,21 @@ export class MemoryUsageLog implements UsageLog, Buckets {
   #cutoff(): number { return this.#now() - this.#retentionMs; }
 
   record(r: UsageRecord): Promise<void> {
+    this.keep(r);
+    return Promise.resolve();
+  }
+
+  /** Keeps `r` at once (record() without its promise): its values are copied, never `r` itself. */
+  keep(r: UsageRecord): void {
     const day = Math.floor(r.at / DAY_MS);
     const now = this.#now();
     if (now - this.#prunedAt >= PRUNE_EVERY_MS || !this.#days.has(day)) this.#prune(now);
     // A record already past retention when written is not kept (it would be dropped at once).
-    if ((day + 1) * DAY_MS <= this.#cutoff()) return Promise.resolve();
+    if ((day + 1) * DAY_MS <= this.#cutoff()) return;
     let list = this.#days.get(day);
     if (list === undefined) this.#days.set(day, (list = new DayColumns()));
     list.push(r);
     this.#totals.add(r);
-    return Promise.resolve();
   }
 
   #prune(now: number): void {

@@ -7,12 +7,16 @@ import { UsageWriteError } from './usage-files.js';
 import { WRITE_MARK_MS, validateUsageRecord, type UsageLog } from '../usage-records.js';
 import { checkRange, checkTop, checkTotalsQuery } from '../usage-totals.js';
 import type { MemoryHost } from './tables.js';
+import { MemoryUsageLog } from './usage-columns.js';
+import { WriteMarks } from './write-marks.js';
 
 export class MemoryUsage {
   /** The log: columns in memory, until a durable store has opened its day files. */
   log: UsageLog;
-  /** Recent usage writes by write id, oldest first (recordUsage). */
-  readonly #writes = new Map<string, { at: number; record: UsageRecord; done: Promise<void> }>();
+  /** Writes to a day file under way, by write id (recordUsage): a repeat waits for the first. */
+  readonly #pending = new Map<string, { record: UsageRecord; done: Promise<void> }>();
+  /** The write ids of the writes done in the last WRITE_MARK_MS (recordUsage). */
+  readonly #marks = new WriteMarks();
   readonly #host: MemoryHost;
 
   constructor(log: UsageLog, host: MemoryHost) {
@@ -23,36 +27,49 @@ export class MemoryUsage {
   /**
    * With a `writeId` seen in the last WRITE_MARK_MS, a repeat waits for the first write and
    * appends nothing, unless that write failed with its record not in the file (as Redis marks
-   * write ids): a record, and its totals, land once however often the write is asked.
+   * write ids): a record, and its totals, land once however often the write is asked. Of a
+   * write done, only its id is kept (./write-marks.ts), not the record (issue #46).
    */
   async recordUsage(r: UsageRecord, writeId?: string): Promise<void> {
     await this.#host.begin();
     validateUsageRecord(r);
-    const copy = { ...r };
-    if (writeId === undefined) return this.log.record(copy);
-    const now = Date.now();
-    for (const [id, w] of this.#writes) {
-      if (now - w.at < WRITE_MARK_MS) break;
-      this.#writes.delete(id);
-    }
-    const first = this.#writes.get(writeId);
-    if (first !== undefined) {
-      try {
-        await first.done;
-        return;
-      } catch (e) {
-        if (e instanceof UsageWriteError && e.landed.has(first.record)) return;
+    if (writeId !== undefined) {
+      this.#marks.forget(Date.now() - WRITE_MARK_MS);
+      for (;;) {
+        if (this.#marks.has(writeId)) return;
+        const first = this.#pending.get(writeId);
+        if (first === undefined) break;
+        try {
+          await first.done;
+          return;
+        } catch (e) {
+          if (e instanceof UsageWriteError && e.landed.has(first.record)) return;
+        }
+        // Failed with its record not written: written again, by this call unless another took it up.
+        if (this.#pending.get(writeId) === first) this.#pending.delete(writeId);
       }
     }
-    const write = { at: now, record: copy, done: this.log.record(copy) };
-    this.#writes.delete(writeId);
-    this.#writes.set(writeId, write);
+    const log = this.log;
+    if (log instanceof MemoryUsageLog) {
+      // Columns take the record's values at once: no copy, nothing to wait for.
+      log.keep(r);
+      if (writeId !== undefined) this.#marks.add(writeId, Date.now());
+      return;
+    }
+    // A day file keeps the record until its line is written: a copy, which the caller cannot change.
+    const copy = { ...r };
+    if (writeId === undefined) return log.record(copy);
+    const write = { record: copy, done: log.record(copy) };
+    this.#pending.set(writeId, write);
+    let landed = true;
     try {
       await write.done;
     } catch (e) {
-      const landed = e instanceof UsageWriteError && e.landed.has(copy);
-      if (!landed && this.#writes.get(writeId) === write) this.#writes.delete(writeId);
+      landed = e instanceof UsageWriteError && e.landed.has(copy);
       throw e;
+    } finally {
+      if (this.#pending.get(writeId) === write) this.#pending.delete(writeId);
+      if (landed) this.#marks.add(writeId, Date.now());
     }
   }
 

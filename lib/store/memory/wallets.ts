@@ -89,9 +89,10 @@ export class MemoryWallets {
       charged_units: entry.charged,
       balance_units: account.balance_units,
       available_units: account.balance_units - this.metering.heldUnits(account.id),
-      ...(keyPart === undefined || key === undefined ? {} : { key: { budget: key.controls.budget === null ? null : { ...key.controls.budget }, spent: { ...key.spent } } }),
-      ...(teamPart === undefined || team === undefined ? {} : { team: { id: team.id, budget: team.budget === null ? null : { ...team.budget }, spent: { ...team.spent } } }),
     };
+    // Members added, not spread in: no object made only to be copied.
+    if (keyPart !== undefined && key !== undefined) result.key = { budget: key.controls.budget === null ? null : { ...key.controls.budget }, spent: { ...key.spent } };
+    if (teamPart !== undefined && team !== undefined) result.team = { id: team.id, budget: team.budget === null ? null : { ...team.budget }, spent: { ...team.spent } };
     await written;
     return result;
   }
