@@ -10,7 +10,7 @@
 // the team's keys, on top of the plan's and the key's.
 
 import type { RedisClient } from '../store/redis/connect.js';
-import { RateLimiterMemory, RateLimiterRes, rateLimiterRedis, type RateLimiterAbstract } from './rate-limiters.js';
+import { INCR_TTL_LUA, RateLimiterMemory, RateLimiterRes, rateLimiterRedis, type RateLimiterAbstract } from './rate-limiters.js';
 import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config/types.js';
 import { GatewayError, StoreUnavailableError, retryAfterHeaders } from '../errors.js';
@@ -71,6 +71,7 @@ export class Limits {
         : new this.#RedisLimiter({
           ...opts,
           storeClient: this.#redis,
+          customIncrTtlLuaScript: INCR_TTL_LUA,
           // store.on_error: open keeps serving on per-instance limits while Redis is down.
           ...(this.#open ? { insuranceLimiter: new RateLimiterMemory(opts) } : {}),
         });
