@@ -3,6 +3,7 @@
 // request took, correcting the token estimate, and showing the tighter limit in the headers.
 
 import { RateLimiterRes, type RateLimiterAbstract } from './rate-limiters.js';
+import type { Release, Rider } from './slots.js';
 
 /** OpenAI-style reset durations: "450ms", "12s", "1m30s". */
 export function resetText(ms: number): string {
@@ -31,9 +32,13 @@ export interface Grant {
 
 export type Dimension = 'requests' | 'tokens';
 
-export interface Check { scope: 'plan' | 'key' | 'team'; dim: Dimension; limit: number; id: string }
+/** One limit of one counter: whose (scope, id), its limit, and the counter's key in its limiter. */
+export interface Check { scope: 'plan' | 'key' | 'team'; dim: Dimension; limit: number; id: string; key: string }
 
 export const spentKey = (c: Check): string => `${c.scope}\u0000${c.id}`;
+
+/** See Admitted's #riding. */
+export interface Riding { account: string; insurance: (limiter: RateLimiterAbstract) => RateLimiterAbstract | undefined }
 
 /**
  * An admitted request's grant: one object rather than a closure per operation. `release` is a
@@ -44,15 +49,22 @@ export class Admitted implements Grant {
   readonly #checks: readonly Check[];
   readonly #limiters: readonly RateLimiterAbstract[];
   readonly #taken: number[];
-  readonly #slots: Array<() => void>;
+  readonly #slots: Release[];
   readonly #shown: Shown;
+  /**
+   * On Redis: the account whose lease may carry the token correction in its release's script
+   * (./slots.ts), and each limiter's insurance should that script fail; null in memory.
+   */
+  readonly #riding: Riding | null;
   #corrected = false;
   #released = false;
   /** The actual tokens, once known; sent with the slots' release (one round trip after the answer). */
   #actual = -1;
 
-  constructor(checks: readonly Check[], limiters: readonly RateLimiterAbstract[], taken: number[], slots: Array<() => void>, shown: Shown) {
+  constructor(checks: readonly Check[], limiters: readonly RateLimiterAbstract[], taken: number[], slots: Release[], shown: Shown,
+    riding: Riding | null = null) {
     this.#checks = checks;
+    this.#riding = riding;
     this.#limiters = limiters;
     this.#taken = taken;
     this.#slots = slots;
@@ -63,9 +75,38 @@ export class Admitted implements Grant {
   readonly release = (): void => {
     if (this.#released) return;
     this.#released = true;
-    for (const s of this.#slots) s();
-    if (this.#actual >= 0) correctTokens(this.#checks, this.#limiters, this.#taken, this.#actual);
+    // With the actual tokens known, the correction rides in the account lease's release (one
+    // script) where there is one; otherwise the limiters send it.
+    let rider = this.#actual >= 0 && this.#riding !== null ? this.#rider(this.#riding) : undefined;
+    for (const s of this.#slots) {
+      // Each release called once: a memory slot's counts down on every call.
+      if (rider === undefined) s();
+      else if (s(rider) === true) rider = undefined;
+    }
+    if (this.#actual >= 0 && (this.#riding === null || rider !== undefined)) correctTokens(this.#checks, this.#limiters, this.#taken, this.#actual);
   };
+
+  /**
+   * The token correction as a release's rider (undefined when nothing is to be corrected): the
+   * same points the limiters' penalty and reward would add, to the same keys; should its
+   * script fail, each goes to its limiter's insurance as theirs would (store.on_error: open).
+   */
+  #rider({ account, insurance }: Riding): Rider | undefined {
+    let rider: Rider | undefined;
+    const limiters: RateLimiterAbstract[] = [];
+    for (let i = 0; i < this.#checks.length; i++) {
+      const c = this.#checks[i]!;
+      if (c.dim !== 'tokens' || this.#taken[i] === 0) continue;
+      const diff = this.#actual - this.#taken[i]!;
+      if (diff === 0) continue;
+      rider ??= { account, keys: [], points: [], durations: [], failed: (err) => failed(rider!, limiters, insurance, err) };
+      rider.keys.push(c.key);
+      rider.points.push(diff);
+      rider.durations.push(this.#limiters[i]!.duration);
+      limiters.push(this.#limiters[i]!);
+    }
+    return rider;
+  }
 
   correct(actualTokens: number): void {
     if (this.#corrected) return;
@@ -85,10 +126,21 @@ export class Admitted implements Grant {
   }
 }
 
+/** A rider's corrections, its script failed: to each limiter's insurance, as the limiter's own penalty or reward does. */
+function failed(rider: Rider, limiters: readonly RateLimiterAbstract[], insurance: (limiter: RateLimiterAbstract) => RateLimiterAbstract | undefined, err: unknown): void {
+  void err;
+  for (let i = 0; i < rider.keys.length; i++) {
+    const l = insurance(limiters[i]!);
+    if (l === undefined) continue;
+    const points = rider.points[i]!;
+    void (points > 0 ? l.penalty(rider.keys[i]!, points) : l.reward(rider.keys[i]!, -points)).catch(() => undefined);
+  }
+}
+
 /** Gives back what each check took (a refused request, or one cancelled after admission). */
 export function refund(checks: readonly Check[], limiters: readonly RateLimiterAbstract[], taken: readonly number[]): void {
   for (let i = 0; i < checks.length; i++) {
-    if (taken[i]! > 0) void limiters[i]!.reward(checks[i]!.id, taken[i]!).catch(() => undefined);
+    if (taken[i]! > 0) void limiters[i]!.reward(checks[i]!.key, taken[i]!).catch(() => undefined);
   }
 }
 
@@ -98,8 +150,8 @@ export function correctTokens(checks: readonly Check[], limiters: readonly RateL
     const c = checks[i]!;
     if (c.dim !== 'tokens' || taken[i] === 0) continue;
     const diff = actual - taken[i]!;
-    if (diff > 0) void limiters[i]!.penalty(c.id, diff).catch(() => undefined);
-    else if (diff < 0) void limiters[i]!.reward(c.id, -diff).catch(() => undefined);
+    if (diff > 0) void limiters[i]!.penalty(c.key, diff).catch(() => undefined);
+    else if (diff < 0) void limiters[i]!.reward(c.key, -diff).catch(() => undefined);
   }
 }
 

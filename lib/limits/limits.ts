@@ -10,13 +10,14 @@
 // the team's keys, on top of the plan's and the key's.
 
 import type { RedisClient } from '../store/redis/connect.js';
-import { RateLimiterMemory, RateLimiterRes, rateLimiterRedis, type RateLimiterAbstract } from './rate-limiters.js';
+import { INCR_TTL_LUA, RateLimiterMemory, RateLimiterRes, rateLimiterRedis, type RateLimiterAbstract } from './rate-limiters.js';
 import type { Principal } from '../auth/principal.js';
 import type { Config } from '../config/types.js';
 import { GatewayError, StoreUnavailableError, retryAfterHeaders } from '../errors.js';
 import type { Logger } from '../observe/log.js';
-import type { Slots } from './slots.js';
-import { Admitted, givenBack, headersOf, refund, resetText, spentKey, tighter, type Check, type Dimension, type Grant, type Shown } from './grant.js';
+import { RedisSlots, type Release, type Slots } from './slots.js';
+import { RedisAdmission } from './admission.js';
+import { Admitted, type Riding, givenBack, headersOf, refund, resetText, spentKey, tighter, type Check, type Dimension, type Grant, type Shown } from './grant.js';
 import { LRUCache } from 'lru-cache';
 import { entryBound } from '../lru.js';
 
@@ -34,6 +35,12 @@ export class Limits {
   /** Loaded with the Limits of a Redis store (at start or reload), never by a request. */
   readonly #RedisLimiter: ReturnType<typeof rateLimiterRedis> | null;
   readonly #slots: Slots;
+  /** On Redis: a request's counters and its account's lease in one script. */
+  readonly #admission: RedisAdmission | null;
+  /** Each Redis limiter's insurance (store.on_error: open). */
+  readonly #insurance = new Map<RateLimiterAbstract, RateLimiterAbstract>();
+  /** The store's key prefix (Redis counters' keys begin with it). */
+  readonly #prefix: string;
   readonly #open: boolean;
   readonly #logger: Logger;
   #outage = false;
@@ -52,6 +59,8 @@ export class Limits {
     this.#slots = slots;
     this.#open = config.store.on_error === 'open';
     this.#logger = logger;
+    this.#prefix = config.store.prefix;
+    this.#admission = redis !== null && slots instanceof RedisSlots ? new RedisAdmission(redis, slots, this.#insuranceOf) : null;
   }
 
   /**
@@ -64,20 +73,33 @@ export class Limits {
     if (planName === null) points = Number.MAX_SAFE_INTEGER;
     let l = this.#limiters.get(key);
     if (l === undefined) {
-      const keyPrefix = planName === null ? `${this.#config.store.prefix}rl:${scope}:${dim}` : `${this.#config.store.prefix}rl:${dim}:${planName}`;
-      const opts = { points, duration: WINDOW_S, keyPrefix };
-      l = this.#redis === null || this.#RedisLimiter === null
-        ? new RateLimiterMemory(opts)
-        : new this.#RedisLimiter({
+      if (this.#redis === null || this.#RedisLimiter === null) {
+        const keyPrefix = planName === null ? `${this.#config.store.prefix}rl:${scope}:${dim}` : `${this.#config.store.prefix}rl:${dim}:${planName}`;
+        l = new RateLimiterMemory({ points, duration: WINDOW_S, keyPrefix });
+      } else {
+        // Counted under whole keys of their own (see #counterKey): no prefix of the limiter's.
+        const opts = { points, duration: WINDOW_S, keyPrefix: '' };
+        // store.on_error: open keeps serving on per-instance limits while Redis is down.
+        const insurance = this.#open ? new RateLimiterMemory(opts) : undefined;
+        l = new this.#RedisLimiter({
           ...opts,
           storeClient: this.#redis,
-          // store.on_error: open keeps serving on per-instance limits while Redis is down.
-          ...(this.#open ? { insuranceLimiter: new RateLimiterMemory(opts) } : {}),
+          customIncrTtlLuaScript: INCR_TTL_LUA,
+          ...(insurance !== undefined ? { insuranceLimiter: insurance } : {}),
         });
+        if (insurance !== undefined) this.#insurance.set(l, insurance);
+      }
       this.#limiters.set(key, l);
     }
     return l;
   }
+
+  /** On Redis, what lets a grant's token correction ride in its account lease's release (./grant.ts). */
+  #riding(p: Principal): Riding | null {
+    return this.#admission === null ? null : { account: p.accountId, insurance: this.#insuranceOf };
+  }
+
+  readonly #insuranceOf = (l: RateLimiterAbstract): RateLimiterAbstract | undefined => this.#insurance.get(l);
 
   /** A store failure: 503 when closed; (open) logged once per outage by the caller's fallback. */
   #storeDown(err: unknown): StoreUnavailableError {
@@ -99,15 +121,32 @@ export class Limits {
   #checks(p: Principal): Check[] {
     const plan = p.plan;
     const checks: Check[] = [];
-    if (plan.requests_per_minute !== null) checks.push({ scope: 'plan', dim: 'requests', limit: plan.requests_per_minute, id: p.accountId });
+    const check = (scope: Check['scope'], dim: Dimension, limit: number, id: string): void => {
+      checks.push({ scope, dim, limit, id, key: this.#counterKey(p, scope, dim, id) });
+    };
+    if (plan.requests_per_minute !== null) check('plan', 'requests', plan.requests_per_minute, p.accountId);
     const key = p.key;
-    if (key?.limits.requests_per_minute != null) checks.push({ scope: 'key', dim: 'requests', limit: key.limits.requests_per_minute, id: key.id });
+    if (key?.limits.requests_per_minute != null) check('key', 'requests', key.limits.requests_per_minute, key.id);
     const team = key?.team;
-    if (team?.limits.requests_per_minute != null) checks.push({ scope: 'team', dim: 'requests', limit: team.limits.requests_per_minute, id: team.id });
-    if (plan.tokens_per_minute !== null) checks.push({ scope: 'plan', dim: 'tokens', limit: plan.tokens_per_minute, id: p.accountId });
-    if (key?.limits.tokens_per_minute != null) checks.push({ scope: 'key', dim: 'tokens', limit: key.limits.tokens_per_minute, id: key.id });
-    if (team?.limits.tokens_per_minute != null) checks.push({ scope: 'team', dim: 'tokens', limit: team.limits.tokens_per_minute, id: team.id });
+    if (team?.limits.requests_per_minute != null) check('team', 'requests', team.limits.requests_per_minute, team.id);
+    if (plan.tokens_per_minute !== null) check('plan', 'tokens', plan.tokens_per_minute, p.accountId);
+    if (key?.limits.tokens_per_minute != null) check('key', 'tokens', key.limits.tokens_per_minute, key.id);
+    if (team?.limits.tokens_per_minute != null) check('team', 'tokens', team.limits.tokens_per_minute, team.id);
     return checks;
+  }
+
+  /**
+   * A counter's key in its limiter. In memory the id (the limiter's prefix names the rest). In
+   * Redis a whole key under the account's hash tag, so that a request's counters and its
+   * account's lease are one slot and one script (./admission.ts): P{acct:ID}:rl:DIM:PLAN for
+   * the plan's, P{acct:ID}:rl:key:DIM:KEY and P{acct:ID}:rl:team:DIM:TEAM for a key's and a
+   * team's (keys and teams are their account's). Until 2026-12 they were P rl:DIM:PLAN:ID and
+   * P rl:key:DIM:ID (each its own slot): an upgrade starts each window anew once.
+   */
+  #counterKey(p: Principal, scope: Check['scope'], dim: Dimension, id: string): string {
+    if (this.#redis === null) return id;
+    const acct = `${this.#prefix}{acct:${p.accountId}}:rl:`;
+    return scope === 'plan' ? `${acct}${dim}:${p.planName}` : `${acct}${scope}:${dim}:${id}`;
   }
 
   #limiterOf(p: Principal, c: Check): RateLimiterAbstract {
@@ -137,22 +176,28 @@ export class Limits {
     if (keyCap != null) caps.push([`key:${p.key!.id}`, keyCap, 'key']);
     const teamCap = p.key?.team?.limits.max_concurrent;
     if (teamCap != null) caps.push([`team:${p.key!.team!.id}`, teamCap, 'team']);
-    // Every limit and every slot at once: on Redis, one pipelined round trip. What a refused
-    // request took from the others is given back (the refusal is the first in check order).
-    // One allSettled over all of them: the limiters' and the slots' own promises, nothing
-    // wrapped around each (a request's admission is on every request's path).
+    // Every limit and every slot at once: on Redis, one round trip, the counters and the
+    // account's lease in one script (./admission.ts). What a refused request took from the
+    // others is given back (the refusal is the first in check order). One allSettled over all
+    // of them: the limiters' and the slots' own promises, nothing wrapped around each (a
+    // request's admission is on every request's path).
     const points = new Array<number>(n);
     /** Each check's limiter, looked up once: the refund and the correction use it again. */
     const limiters = new Array<RateLimiterAbstract>(n);
-    const pending = new Array<Promise<unknown>>(n + caps.length);
     for (let i = 0; i < n; i++) {
       const c = checks[i]!;
       points[i] = c.dim === 'requests' ? 1 : Math.min(Math.max(1, estimatedTokens), c.limit);
       limiters[i] = this.#limiterOf(p, c);
-      pending[i] = limiters[i]!.consume(c.id, points[i]!);
     }
-    for (let j = 0; j < caps.length; j++) pending[n + j] = this.#slots.acquire(caps[j]![0], caps[j]![1]);
-    const settled = await Promise.allSettled(pending);
+    let settled: Array<PromiseSettledResult<unknown>>;
+    if (this.#admission !== null) {
+      settled = await this.#admission.run(checks.map((c) => c.key), points, limiters, caps, p.accountId);
+    } else {
+      const pending = new Array<Promise<unknown>>(n + caps.length);
+      for (let i = 0; i < n; i++) pending[i] = limiters[i]!.consume(checks[i]!.key, points[i]!);
+      for (let j = 0; j < caps.length; j++) pending[n + j] = this.#slots.acquire(caps[j]![0], caps[j]![1]);
+      settled = await Promise.allSettled(pending);
+    }
 
     const shown: Shown = {};
     /** Per check, the points it took (0: none, refused or failed). */
@@ -169,7 +214,7 @@ export class Limits {
         const res = r.value as RateLimiterRes;
         if (c.scope !== 'plan' && res.consumedPoints > c.limit) {
           // Over the key's (or team's) limit: these points were never granted, so they are given back.
-          void limiters[i]!.reward(c.id, points[i]!).catch(() => undefined);
+          void limiters[i]!.reward(c.key, points[i]!).catch(() => undefined);
           const rejection = new RateLimiterRes(0, res.msBeforeNext, res.consumedPoints - points[i]!, false);
           tighter(shown, c.dim, c.limit, rejection, i);
           refused ??= { check: c, res: rejection };
@@ -187,14 +232,14 @@ export class Limits {
         refused ??= down;
       }
     }
-    const slots: Array<() => void> = [];
+    const slots: Release[] = [];
     let slotDown: unknown;
     let full = -1;
     for (let j = 0; j < caps.length; j++) {
       const r = settled[n + j]!;
       if (r.status === 'rejected') slotDown ??= r.reason;
       else if (r.value === undefined) { if (full < 0) full = j; }
-      else slots.push(r.value as () => void);
+      else slots.push(r.value as Release);
     }
     // Said (once per outage) whatever else refused, as for the limits.
     const slotsDown = slotDown === undefined ? undefined : this.#storeDown(slotDown);
@@ -216,7 +261,7 @@ export class Limits {
       });
     }
     this.#remember(p, checks, shown);
-    return new Admitted(checks, limiters, taken, slots, shown);
+    return new Admitted(checks, limiters, taken, slots, shown, this.#riding(p));
   }
 
   /**
@@ -253,7 +298,7 @@ export class Limits {
       const limiter = this.#limiterOf(p, c);
       let res: RateLimiterRes;
       try {
-        res = await limiter.consume(c.id, 1);
+        res = await limiter.consume(c.key, 1);
       } catch (err) {
         if (!(err instanceof RateLimiterRes)) continue;
         res = err;
@@ -263,7 +308,7 @@ export class Limits {
         continue;
       }
       if (c.scope !== 'plan' && res.consumedPoints > c.limit) {
-        void limiter.reward(c.id, 1).catch(() => undefined);
+        void limiter.reward(c.key, 1).catch(() => undefined);
         const rejection = new RateLimiterRes(0, res.msBeforeNext, res.consumedPoints - 1, false);
         this.#sawSpent(c, rejection);
         tighter(shown, c.dim, c.limit, rejection, i);
@@ -315,7 +360,7 @@ export class Limits {
     for (const c of this.#checks(p)) {
       let res: RateLimiterRes | null;
       try {
-        res = await this.#limiterOf(p, c).get(c.id);
+        res = await this.#limiterOf(p, c).get(c.key);
       } catch {
         continue;
       }

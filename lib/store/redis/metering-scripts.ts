@@ -8,7 +8,7 @@ type Reply = Promise<unknown>;
 export interface MeteringScripts {
   tgHold(acct: string, holds: string, day: string, month: string, key: string,
     requestId: string, units: string, expiresAt: string, now: string, rpd: string, tpd: string, upm: string, keepMs: string,
-    keyId: string, dpid: string, wpid: string, mpid: string): Reply;
+    keyId: string, dpid: string, wpid: string, mpid: string, keepUntil: string): Reply;
   tgSettle(acct: string, holds: string, settled: string, settledAt: string, day: string, month: string, key: string,
     requestId: string, units: string, tokens: string, now: string, settledWindowMs: string, settledTtlMs: string,
     keyId: string, dpid: string, wpid: string, mpid: string, team: string): Reply;
@@ -22,7 +22,8 @@ export interface MeteringScripts {
  * The holds hash maps each open hold's request id to "units:expires[:key id]", and keeps beside
  * them, in reserved fields (request ids never begin with '#'), the sums over the holds it holds:
  * '#u' their units, '#n' their number, '#k:<key id>' the units held with each developer key, and
- * '#e' a time at or before every hold's expiry. Every script that adds or removes a hold
+ * '#e' a time at or before every hold's expiry (and '#x', not a sum: the latest time a hold
+ * asked the key to live to, which the rebuild keeps). Every script that adds or removes a hold
  * updates them (HINCRBY: integers Redis computes, no digit lost). While now < '#e' no hold has
  * expired, and the sums are the open holds': a hold or a settle costs the same however many
  * holds the account has open. Once now reaches '#e' (or on a hash written before the sums) the
@@ -31,8 +32,11 @@ export interface MeteringScripts {
  * hash never empties: on a cluster, while the slot migrates, a script that touches a key it
  * emptied (deleted) fails right there, with its earlier writes applied. Every key a script
  * touches exists when it starts (Redis answers TRYAGAIN or ASK otherwise).
- * holdsOf returns the units held, the number of holds, the units held with keyId, '#e', and
- * whether there is no hash at all (then it writes nothing: a settle makes no key).
+ * holdsOf returns the units held, the number of holds, the units held with keyId, '#e',
+ * whether there is no hash at all (then it writes nothing: a settle makes no key), the units
+ * held with teamId, the hold of request `id` (false for none) and '#x' (tgHold: the latest
+ * time a hold asked the key to live to), read in the same HMGET as the sums (after the expired
+ * holds were dropped, when they were).
  * dropHold removes one hold, whose value is v, and its part of the sums (unsum). A hold of 0
  * units adds nothing to the units' sums (Redis takes no '-0').
  */
@@ -85,19 +89,18 @@ local function rebuild(key, now)
   redis.call('HSET', key, '#e', earliest or NEVER)
   hdelAll(key, drop)
 end
-local function holdsOf(key, now, keyId, teamId)
-  teamId = teamId or ''
-  local s = redis.call('HMGET', key, '#u', '#n', '#e', '#k:' .. keyId, '#t:' .. teamId)
+local function holdsOf(key, now, keyId, teamId, id)
+  local s = redis.call('HMGET', key, '#u', '#n', '#e', '#k:' .. keyId, '#t:' .. teamId, id, '#x')
   if s[1] == false or s[2] == false or s[3] == false or now >= tonumber(s[3]) then
     rebuild(key, now)
-    s = redis.call('HMGET', key, '#u', '#n', '#e', '#k:' .. keyId, '#t:' .. teamId)
+    s = redis.call('HMGET', key, '#u', '#n', '#e', '#k:' .. keyId, '#t:' .. teamId, id, '#x')
     -- No hash (no hold, or its key expired): nothing held, and nothing written.
-    if s[3] == false then return 0, 0, 0, NEVER, true, 0 end
+    if s[3] == false then return 0, 0, 0, NEVER, true, 0, false, false end
   end
   local keyHeld, teamHeld = 0, 0
   if keyId ~= '' and s[4] ~= false then keyHeld = tonumber(s[4]) end
   if teamId ~= '' and s[5] ~= false then teamHeld = tonumber(s[5]) end
-  return tonumber(s[1]), tonumber(s[2]), keyHeld, s[3], false, teamHeld
+  return tonumber(s[1]), tonumber(s[2]), keyHeld, s[3], false, teamHeld, s[6], s[7]
 end
 local function unsum(key, u, k, t)
   redis.call('HINCRBY', key, '#n', '-1')
@@ -118,19 +121,20 @@ local function dropHold(key, id, v)
 end
 -- The budget state of a key hash: {units or false, period or false, spent in pid, pid, exists,
 -- stored period}. With a prefix (t:<team id>:), of a team in its account's hash (./teams.ts),
--- whose existence is its field c.
-local function budgetOf(key, dpid, wpid, mpid, prefix)
-  local b
-  if prefix == nil then
-    b = redis.call('HMGET', key, 'bu', 'bp', 'sp', 'su', 'account')
-  else
-    b = redis.call('HMGET', key, prefix .. 'bu', prefix .. 'bp', prefix .. 'sp', prefix .. 'su', prefix .. 'c')
-  end
+-- whose existence is its field c. budgetFrom: the same of the fields read already, in the
+-- order budgetOf reads them (bu, bp, sp, su, then account or c).
+local function budgetFrom(b, dpid, wpid, mpid)
   local pid = 'n'
   if b[2] == 'day' then pid = dpid elseif b[2] == 'week' then pid = wpid elseif b[2] == 'month' then pid = mpid end
   local spent = 0
   if b[3] == pid then spent = tonumber(b[4] or '0') end
   return b[1], b[2], spent, pid, b[5] ~= false, b[3]
+end
+local function budgetOf(key, dpid, wpid, mpid, prefix)
+  if prefix == nil then
+    return budgetFrom(redis.call('HMGET', key, 'bu', 'bp', 'sp', 'su', 'account'), dpid, wpid, mpid)
+  end
+  return budgetFrom(redis.call('HMGET', key, prefix .. 'bu', prefix .. 'bp', prefix .. 'sp', prefix .. 'su', prefix .. 'c'), dpid, wpid, mpid)
 end
 -- Adds a settled charge to a budget's spend in period pid (the rule of addSpend in ../rules.ts).
 local function addSpend(key, prefix, sp, pid, charged)
@@ -152,14 +156,21 @@ export const METERING_SCRIPTS: Record<keyof MeteringScripts, { keys: number; lua
 local bal = redis.call('HGET', KEYS[1], 'balance_units')
 if bal == false then return false end
 local units = tonumber(ARGV[2])
--- The team the key names now, when its account has it (its fields are in the account's hash).
-local team = ''
+-- With a key: its hash's fields this script reads, in one HMGET (nothing here writes them
+-- before the last use at the end): its team, its budget (as budgetOf reads it), its last use.
+-- The team the key names now, when its account has it (its fields are in the account's hash,
+-- read as budgetOf reads them: its budget, then its field c, there while the team is).
+local team, kb, tb = '', nil, nil
 if ARGV[9] ~= '' then
-  local tm = redis.call('HGET', KEYS[5], 'tm')
-  if tm and redis.call('HEXISTS', KEYS[1], 't:' .. tm .. ':c') == 1 then team = tm end
+  kb = redis.call('HMGET', KEYS[5], 'bu', 'bp', 'sp', 'su', 'account', 'lu', 'tm')
+  local tm = kb[7]
+  if tm then
+    local p = 't:' .. tm .. ':'
+    tb = redis.call('HMGET', KEYS[1], p .. 'bu', p .. 'bp', p .. 'sp', p .. 'su', p .. 'c')
+    if tb[5] ~= false then team = tm end
+  end
 end
-local held, open, keyHeld, earliest, fresh, teamHeld = holdsOf(KEYS[2], tonumber(ARGV[4]), ARGV[9], team)
-local prev = redis.call('HGET', KEYS[2], ARGV[1])
+local held, open, keyHeld, earliest, fresh, teamHeld, prev, keep = holdsOf(KEYS[2], tonumber(ARGV[4]), ARGV[9], team, ARGV[1])
 local pu, pk, pt
 if prev ~= false then
   local _
@@ -188,11 +199,11 @@ local function budget(bu, bp, spent, heldBy, sc)
   end
 end
 if refused == nil and ARGV[9] ~= '' then
-  local bu, bp, spent = budgetOf(KEYS[5], ARGV[10], ARGV[11], ARGV[12])
+  local bu, bp, spent = budgetFrom(kb, ARGV[10], ARGV[11], ARGV[12])
   budget(bu, bp, spent, keyHeld, 'key')
 end
 if refused == nil and team ~= '' then
-  local bu, bp, spent = budgetOf(KEYS[1], ARGV[10], ARGV[11], ARGV[12], 't:' .. team .. ':')
+  local bu, bp, spent = budgetFrom(tb, ARGV[10], ARGV[11], ARGV[12])
   budget(bu, bp, spent, teamHeld, 'team')
 end
 if refused == nil and available < units then refused = 'insufficient_credits' end
@@ -204,26 +215,30 @@ if prev ~= false then forget(KEYS[2], prev) end
 local tag = ''
 if ARGV[9] ~= '' then tag = ':' .. ARGV[9] end
 if team ~= '' then tag = tag .. '\t' .. team end
-if fresh then redis.call('HSET', KEYS[2], '#u', '0', '#n', '0', '#e', NEVER) end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. tag)
+-- The hold, and in the same HSET: the sums of a new hash, '#e' when this hold expires first,
+-- and '#x' when it asks the key to live longer than any hold did (see the key's expiry below).
+local f = {ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. tag}
+if fresh then f[3], f[4], f[5], f[6] = '#u', '0', '#n', '0' end
+if tonumber(ARGV[3]) < tonumber(earliest) then f[#f + 1] = '#e'; f[#f + 1] = ARGV[3] end
+local extend = keep == false or tonumber(ARGV[13]) > tonumber(keep)
+if extend then f[#f + 1] = '#x'; f[#f + 1] = ARGV[13] end
+redis.call('HSET', KEYS[2], unpack(f))
 redis.call('HINCRBY', KEYS[2], '#n', '1')
 if ARGV[2] ~= '0' then
   redis.call('HINCRBY', KEYS[2], '#u', ARGV[2])
   if ARGV[9] ~= '' then redis.call('HINCRBY', KEYS[2], '#k:' .. ARGV[9], ARGV[2]) end
   if team ~= '' then redis.call('HINCRBY', KEYS[2], '#t:' .. team, ARGV[2]) end
 end
-if tonumber(ARGV[3]) < tonumber(earliest) then redis.call('HSET', KEYS[2], '#e', ARGV[3]) end
--- The key outlives its longest hold by a minute: always set (never shortened), so that a hold
--- costs the same commands whatever the key's state.
-local ttl = redis.call('PTTL', KEYS[2])
-if ttl > tonumber(ARGV[8]) then redis.call('PEXPIRE', KEYS[2], string.format('%d', ttl)) else redis.call('PEXPIRE', KEYS[2], ARGV[8]) end
+-- The key outlives its longest hold by a minute (ARGV[8] ms from now), never shortened: '#x' is
+-- the latest such time a hold asked for (ARGV[13], the gateways' clock, read with the sums), so
+-- only a hold that asks for later sets the expiry (no PTTL to read it first).
+if extend then redis.call('PEXPIRE', KEYS[2], ARGV[8]) end
 -- The key's last use, as tgKeyTouch records it (a later time only ever wins; a key with no
 -- hash of its own, from before per-key controls, gets none; an unreadable time is replaced,
 -- never an error after the hold is written): a held request needs no touch.
 if ARGV[9] ~= '' then
-  local lu = redis.call('HMGET', KEYS[5], 'account', 'lu')
-  local was = tonumber(lu[2] or '')
-  if lu[1] ~= false and (was == nil or was < tonumber(ARGV[4])) then redis.call('HSET', KEYS[5], 'lu', ARGV[4]) end
+  local was = tonumber(kb[6] or '')
+  if kb[5] ~= false and (was == nil or was < tonumber(ARGV[4])) then redis.call('HSET', KEYS[5], 'lu', ARGV[4]) end
 end
 return {1, team, available - units}` },
 
@@ -240,6 +255,7 @@ return {1, team, available - units}` },
   // (TIME), not the gateway's: a gateway whose clock runs ahead must not prune the ids other
   // instances just settled (ARGV[5] is the window, in ms).
   tgSettle: { keys: 7, lua: `${OPEN_HOLDS}
+local WINDOW_TTL = {'3456000', '34560000'}
 local bal = redis.call('HGET', KEYS[1], 'balance_units')
 if bal == false then return false end
 local charged = redis.call('HGET', KEYS[3], ARGV[1])
@@ -247,9 +263,8 @@ local charged = redis.call('HGET', KEYS[3], ARGV[1])
 if charged == 'x' then charged = '0' end
 local applied = 0
 if charged == false then applied = 1 end
-local held = holdsOf(KEYS[2], tonumber(ARGV[4]), '')
-local own = false
-if applied == 1 then own = redis.call('HGET', KEYS[2], ARGV[1]) end
+local held, _, _, _, _, _, own = holdsOf(KEYS[2], tonumber(ARGV[4]), '', '', ARGV[1])
+if applied == 0 then own = false end
 if own ~= false then
   local ou = parseHold(own)
   if ou ~= nil then held = held - tonumber(ou) end
@@ -288,13 +303,13 @@ if applied == 1 then
   end
   if exists then addSpend(KEYS[7], '', sp, pid, charged) end
   if texists then addSpend(KEYS[1], tprefix, tsp, tpid, charged) end
-  for _, key in ipairs({KEYS[5], KEYS[6]}) do
-    redis.call('HINCRBY', key, 'requests', '1')
+  -- A window's expiry is set by the settlement that makes it (its first request): 40 days
+  -- (a month's 400) from the window's first settlement, not from each one.
+  for i, key in ipairs({KEYS[5], KEYS[6]}) do
+    if redis.call('HINCRBY', key, 'requests', '1') == 1 then redis.call('EXPIRE', key, WINDOW_TTL[i]) end
     redis.call('HINCRBY', key, 'tokens', ARGV[3])
     redis.call('HINCRBY', key, 'units', charged)
   end
-  redis.call('EXPIRE', KEYS[5], '3456000')
-  redis.call('EXPIRE', KEYS[6], '34560000')
   local clock = redis.call('TIME')
   local serverMs = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   redis.call('HSET', KEYS[3], ARGV[1], charged)

@@ -8,12 +8,14 @@
 //                                     named at the hold), '#e' at or before the earliest expiry (OPEN_HOLDS);
 //                                     expired holds are purged by the first hold/settle after
 //                                     '#e'; the key expires a minute after its longest hold would
+//                                     ('#x': when, in the gateways' clock; only a later one sets it)
 //   P{acct:ID}:settled          hash  requestId -> units charged by its settlement, or 'x' once it
 //                                     was undone (tgUnsettle: refunded, or fenced before it landed)
 //   P{acct:ID}:settled:at       zset  requestId scored by settle time (ms); entries older than
 //                                     an hour are pruned (at most 100 per settle) from both keys,
 //                                     and both expire 2 h after the account's last settlement
 //   P{acct:ID}:usage:D:<day>    hash  requests, tokens, units of a UTC day ('YYYY-MM-DD'); 40 days
+//                                     from the settlement that made it (its first request)
 //   P{acct:ID}:usage:M:<month>  hash  the same for a UTC month ('YYYY-MM'); 400 days
 //
 // Teams (CONTRACT section 15; ./teams.ts): a team's budget and spend are fields of its account's
@@ -82,7 +84,7 @@ export class RedisMetering {
     const r = await this.#redis.tgHold(acct, `${acct}:holds`, `${acct}:usage:D:${day}`, `${acct}:usage:M:${month}`, keyHash(acct, k[0]),
       h.requestId, units, String(now + ttl), String(now),
       quota(h.quotas.requests_per_day, 'requests_per_day'), quota(h.quotas.tokens_per_day, 'tokens_per_day'),
-      quota(h.quotas.units_per_month, 'units_per_month'), String(ttl + HOLDS_GRACE_MS), ...k);
+      quota(h.quotas.units_per_month, 'units_per_month'), String(ttl + HOLDS_GRACE_MS), ...k, String(now + ttl + HOLDS_GRACE_MS));
     if (r === null) return undefined;
     if (Array.isArray(r) && r[1] === 'budget_exceeded') {
       const [, , available, remaining, period, scope] = tuple(r, 6);

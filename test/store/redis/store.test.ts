@@ -254,6 +254,8 @@ t.test('metering keeps every digit, expires its keys and prunes old settlements'
   t.ok(await ttl(`${acct}:holds`) > 5_000 && await ttl(`${acct}:holds`) <= 120_000, 'the holds key outlives its longest hold by a minute at most');
   await s.hold(holdOf('big', 'h4', 0, 600_000));
   t.ok(await ttl(`${acct}:holds`) > 600_000, 'a longer hold extends it');
+  await s.hold(holdOf('big', 'h5', 0, 5_000));
+  t.ok(await ttl(`${acct}:holds`) > 600_000, 'and a shorter one after it does not shorten it');
   const days = (ms: number) => ms / 86_400_000;
   t.ok(days(await ttl(`${acct}:usage:D:${DAY}`)) > 39.9 && days(await ttl(`${acct}:usage:D:${DAY}`)) <= 40, 'day usage is kept 40 days');
   t.ok(days(await ttl(`${acct}:usage:M:${MONTH}`)) > 399.9 && days(await ttl(`${acct}:usage:M:${MONTH}`)) <= 400, 'month usage 400 days');
