@@ -54,9 +54,12 @@ t.test('three round trips per request for a key of a team with a budget and limi
     return (await readsAt(client) - before - 1) / n;
   };
   const member = await admin('/admin/accounts/rt/keys', { team: 'rt-team', budget: { units: 100_000_000, period: 'day' } });
-  t.equal(await measure(member.key, 80), 3, 'a key of a team: 3 round trips per request');
+  // At most 3: one more round trip in 80 requests reads 3.0125. Under 3 only when Redis took two
+  // of the client's batches in one read (seen on a loaded host: 2.9875), never a missing trip.
+  const three = (x: number, what: string) => t.ok(x <= 3 && x >= 2.95, `${what}: 3 round trips per request (${x})`);
+  three(await measure(member.key, 80), 'a key of a team');
   const plain = await admin('/admin/accounts/rt/keys', {});
-  t.equal(await measure(plain.key, 80), 3, 'a key without a team: 3 as well');
+  three(await measure(plain.key, 80), 'a key without a team');
   const team = await (await fetch(`${gw.url}/admin/teams/rt-team`, { headers: { authorization: `Bearer ${ADMIN}` } })).json() as any;
   t.ok(team.budget.spent_units > 0, "the team's requests were charged to it");
 });
