@@ -37,7 +37,7 @@ export async function completeAnswer(x: Exchange, attempts: Attempts, charge: Ch
       // debit is durable before the answer reports it.
       await charge.settle(usage);
       if (res.destroyed) return;
-      const answer = renderer.complete({ choices: result.choices, usage, native: result.native });
+      const answer = renderer.complete({ choices: result.choices, usage, native: result.native, chatJson: result.chatJson });
       if (renderer.keep !== undefined) await keep(renderer.keep(), x);
       ctx.ttftMs = performance.now() - ctx.start;
       sendJson(res, 200, answer, answerHeaders(ctx, result.headers));

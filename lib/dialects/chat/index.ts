@@ -56,6 +56,11 @@ class ChatRenderer implements Renderer {
   }
 
   complete(answer: Answer): string {
+    // The choices as the provider read them (textAnswer): the same bytes JSON.stringify writes below.
+    if (answer.chatJson !== undefined) {
+      return `{"id":"${completionId()}","object":"chat.completion","created":${Math.floor(Date.now() / 1000)},"model":${JSON.stringify(this.#model)},` +
+        `"choices":${answer.chatJson},"usage":${JSON.stringify(chatUsage(answer.usage))}}`;
+    }
     return JSON.stringify({
       id: completionId(),
       object: 'chat.completion',
