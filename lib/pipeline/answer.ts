@@ -20,7 +20,9 @@ export async function keep(work: Promise<void>, { ctx, state }: Exchange): Promi
 export async function completeAnswer(x: Exchange, attempts: Attempts, charge: Charge, renderer: Renderer): Promise<void> {
   const { metrics, ctx, res } = x;
   for (;;) {
-    const attempt = await attempts.next();
+    // No promise unless the attempt waits in a queue.
+    const next = attempts.attempt();
+    const attempt = next instanceof Promise ? await next : next;
     const { target } = attempt;
     try {
       const started = performance.now();
