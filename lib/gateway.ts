@@ -20,7 +20,7 @@ import { createLogger, type Logger } from './observe/log.js';
 import { Metrics } from './observe/metrics.js';
 import { createTracing, type Tracing } from './observe/trace.js';
 import { newContext, type RequestContext } from './pipeline/context.js';
-import { Finish } from './pipeline/finish.js';
+import { Finish, Tracked } from './pipeline/finish.js';
 import { checkV1, dialectOf, serveV1, v1Route } from './routes/index.js';
 import { serveOps } from './routes/ops.js';
 import { GatewayState } from './state.js';
@@ -250,22 +250,25 @@ export class Gateway {
    * answer before its debit lands, and the record must carry the debited figures (CONTRACT
    * section 10: ledger, usage records and metrics agree to the unit).
    */
-  async #track(ctx: RequestContext, res: ServerResponse, work: (pinned: Pinned) => Promise<void>): Promise<void> {
+  async #track(ctx: RequestContext, res: ServerResponse, work: (pinned: Tracked) => Promise<void>): Promise<void> {
     this.#inflight++;
-    const pinned = new Pinned();
-    const closed = new Promise<void>((resolve) => res.once('close', resolve));
+    const pinned = new Tracked(ctx, res, this.#recorded);
+    res.once('close', pinned.done);
     try {
       await work(pinned);
     } catch (err) {
       this.#finish.fail(ctx, res, err);
     }
-    await closed;
+    pinned.done();
+  }
+
+  /** #track's record, once the answer is closed and the work done (no promise awaited for the close). */
+  readonly #recorded = ({ ctx, res, state }: Tracked): void => {
     this.#inflight--;
-    const state = pinned.state;
     if (state !== undefined) this.#release(state);
     this.#finish.done(ctx, res, state);
     if (this.#inflight === 0) for (const w of this.#idleWaiters.splice(0)) w();
-  }
+  };
 
   /** Paths the gateway does not own: passthrough when configured, else the host app, else 404. */
   async #elsewhere(req: IncomingMessage, res: ServerResponse, path: string, next: Next | undefined): Promise<void> {
@@ -436,11 +439,6 @@ export class Gateway {
     await this.#store.then((s) => s.close(), () => undefined);
     this.logger.flush();
   };
-}
-
-/** The config state a request runs on, once pinned (a reload leaves it in force for the request). */
-class Pinned {
-  state: GatewayState | undefined = undefined;
 }
 
 /** Creates an embeddable gateway: `{ handler, close }` and more. */

@@ -24,6 +24,8 @@ export interface Answer {
   usage: Usage;
   /** The upstream's own answer in the client's dialect (model rewritten), when it went natively. */
   native?: string;
+  /** The choices as the chat format writes them (exactly JSON.stringify of them), when the provider had it. */
+  chatJson?: string;
 }
 
 /** Renders one request's answer; created per request, so it may keep a stream's state. */

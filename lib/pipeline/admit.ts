@@ -135,15 +135,23 @@ function chainBudgetMs(targets: readonly Target[]): number {
   return ms;
 }
 
-/** Runs the answer; whatever it did not settle is released, and the rate limit corrected. */
-export async function settleAfter(admitted: Admitted, ctx: RequestContext, work: () => Promise<void>): Promise<void> {
+/**
+ * Runs the answer through `attempts`; then a target's circuit left mid-way is settled
+ * (Attempts.leave), whatever the answer did not settle is released, and the rate limit
+ * corrected. One async frame for the three (no wrapper per step).
+ */
+export async function settleAfter(admitted: Admitted, ctx: RequestContext, attempts: { leave(): void }, work: () => Promise<void>): Promise<void> {
   const { grant, charge } = admitted;
   try {
     await work();
   } finally {
-    // Whatever did not settle (a failure before any output, a client gone before the answer)
-    // is charged nothing; a store that cannot answer lets the hold expire.
-    if (!charge.settled) await charge.release().catch(() => undefined);
-    grant.correct(charge.settled && ctx.usage !== undefined ? ctx.usage.total_tokens : 0);
+    try {
+      attempts.leave();
+    } finally {
+      // Whatever did not settle (a failure before any output, a client gone before the answer)
+      // is charged nothing; a store that cannot answer lets the hold expire.
+      if (!charge.settled) await charge.release().catch(() => undefined);
+      grant.correct(charge.settled && ctx.usage !== undefined ? ctx.usage.total_tokens : 0);
+    }
   }
 }

@@ -20,7 +20,9 @@ export async function keep(work: Promise<void>, { ctx, state }: Exchange): Promi
 export async function completeAnswer(x: Exchange, attempts: Attempts, charge: Charge, renderer: Renderer): Promise<void> {
   const { metrics, ctx, res } = x;
   for (;;) {
-    const attempt = await attempts.next();
+    // No promise unless the attempt waits in a queue.
+    const next = attempts.attempt();
+    const attempt = next instanceof Promise ? await next : next;
     const { target } = attempt;
     try {
       const started = performance.now();
@@ -37,7 +39,7 @@ export async function completeAnswer(x: Exchange, attempts: Attempts, charge: Ch
       // debit is durable before the answer reports it.
       await charge.settle(usage);
       if (res.destroyed) return;
-      const answer = renderer.complete({ choices: result.choices, usage, native: result.native });
+      const answer = renderer.complete({ choices: result.choices, usage, native: result.native, chatJson: result.chatJson });
       if (renderer.keep !== undefined) await keep(renderer.keep(), x);
       ctx.ttftMs = performance.now() - ctx.start;
       sendJson(res, 200, answer, answerHeaders(ctx, result.headers));

@@ -77,6 +77,14 @@ export class Attempts {
 
   /** The next replica of the current target, else of the next target the circuits let through, or the error that ends the request. */
   async next(): Promise<Attempt> {
+    return this.attempt();
+  }
+
+  /**
+   * next() without a promise unless the attempt waits in a provider's queue: throws the error
+   * that ends the request.
+   */
+  attempt(): Attempt | Promise<Attempt> {
     for (;;) {
       const current = this.#current;
       if (current !== undefined) {
@@ -84,14 +92,16 @@ export class Attempts {
         const open = this.#tried.length < MAX_REPLICA_TRIES && performance.now() < this.#targetEnd;
         // A target's first attempt queues behind those already waiting, or when every replica is full.
         const queue = open && this.#tried.length === 0 ? fleet.queue : undefined;
-        let slot = open && !(queue !== undefined && queue.size > 0) ? fleet.take(this.#key, this.#tried) : undefined;
-        if (slot === undefined && queue !== undefined && fleet.available()) slot = await this.#queued(fleet, queue, current.target);
-        if (slot !== undefined) {
-          this.#tried.push(slot.replica);
-          return { target: current.target, admission: current.admission, replica: slot.replica, token: slot.token };
+        const slot = open && !(queue !== undefined && queue.size > 0) ? fleet.take(this.#key, this.#tried) : undefined;
+        if (slot === undefined && queue !== undefined && fleet.available()) {
+          return this.#queued(fleet, queue, current.target).then((queued) => {
+            if (queued !== undefined) return this.#begun(current, queued);
+            this.#noSlot(fleet);
+            return this.attempt();
+          });
         }
-        if (this.#tried.length === 0) this.#retryMs = Math.min(this.#retryMs, fleet.retryAfterMs());
-        this.#leaveTarget();
+        if (slot !== undefined) return this.#begun(current, slot);
+        this.#noSlot(fleet);
       }
       if (this.#index >= this.#targets.length) break;
       const now = performance.now();
@@ -111,6 +121,18 @@ export class Attempts {
     throw new GatewayError('model_unavailable', `The model '${this.model.id}' is unavailable right now; retry later.`, {
       headers: retryAfterHeaders(this.#retryMs),
     });
+  }
+
+  /** The attempt on `slot`, a replica of the current target. */
+  #begun(current: { target: Target; admission: Admission }, slot: Slot): Attempt {
+    this.#tried.push(slot.replica);
+    return { target: current.target, admission: current.admission, replica: slot.replica, token: slot.token };
+  }
+
+  /** The current target has no replica to try: it is left (with its retry time, when none was tried). */
+  #noSlot(fleet: Fleet): void {
+    if (this.#tried.length === 0) this.#retryMs = Math.min(this.#retryMs, fleet.retryAfterMs());
+    this.#leaveTarget();
   }
 
   /**
@@ -166,13 +188,9 @@ export class Attempts {
     current.target.circuit.settle(current.admission, current.outcome);
   }
 
-  /** Runs the answer; then a circuit left mid-way (a failure with no fallback left, a client gone) is settled. */
-  async using(work: () => Promise<void>): Promise<void> {
-    try {
-      await work();
-    } finally {
-      this.#leaveTarget();
-    }
+  /** Once the answer is done (settleAfter): a circuit left mid-way (a failure with no fallback left, a client gone) is settled. */
+  leave(): void {
+    this.#leaveTarget();
   }
 
   /** A call's own headers: tracing's; for a provider behind an inference gateway, the verified caller's too (made once per request). */

@@ -158,6 +158,29 @@ export class Finish {
   }
 }
 
+/**
+ * One request the gateway tracks (gateway.ts #track): the config state it runs on, once pinned
+ * (a reload leaves it in force for the request), and its record, written by whichever comes
+ * last of its answer's 'close' and the end of its work (each calls `done`).
+ */
+export class Tracked {
+  state: GatewayState | undefined = undefined;
+  readonly ctx: RequestContext;
+  readonly res: ServerResponse;
+  readonly #record: (tracked: Tracked) => void;
+  #waiting = 2;
+
+  constructor(ctx: RequestContext, res: ServerResponse, record: (tracked: Tracked) => void) {
+    this.ctx = ctx;
+    this.res = res;
+    this.#record = record;
+  }
+
+  readonly done = (): void => {
+    if (--this.#waiting === 0) this.#record(this);
+  };
+}
+
 function round(ms: number): number {
   return Math.round(ms * 100) / 100;
 }

@@ -50,7 +50,7 @@ export async function handleGeneration(dialect: Dialect, x: Exchange): Promise<v
   if (admitted === undefined) return;
   const attempts = new Attempts(x, request, model, prompt, admitted.deadline);
   const renderer = dialect.renderer(request, model.id, prompt);
-  await settleAfter(admitted, ctx, () => attempts.using(request.stream
+  await settleAfter(admitted, ctx, attempts, request.stream
     ? () => new StreamAnswer(x, attempts, admitted.charge, renderer).run()
-    : () => completeAnswer(x, attempts, admitted.charge, renderer)));
+    : () => completeAnswer(x, attempts, admitted.charge, renderer));
 }

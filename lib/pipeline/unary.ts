@@ -76,9 +76,11 @@ export async function unaryCall<R>(x: Exchange, model: ModelConfig, work: UnaryW
   if (admitted === undefined) return;
   const { ctx, res } = x;
   const attempts = new Attempts(x, work.request, model, work.prompt, admitted.deadline);
-  await settleAfter(admitted, ctx, () => attempts.using(async () => {
+  await settleAfter(admitted, ctx, attempts, async () => {
     for (;;) {
-      const attempt = await attempts.next();
+      // No promise unless the attempt waits in a queue.
+      const next = attempts.attempt();
+      const attempt = next instanceof Promise ? await next : next;
       const provider = attempt.target.provider;
       try {
         // Inside the attempt: its replica is begun already, and run() ends it.
@@ -105,5 +107,5 @@ export async function unaryCall<R>(x: Exchange, model: ModelConfig, work: UnaryW
         if (!attempts.canFallBack(err)) throw err;
       }
     }
-  }));
+  });
 }

@@ -12,6 +12,8 @@ export type Obj = Record<string, unknown>;
 export interface ChoicesAndUsage {
   choices: CompletionChoice[];
   usage: Usage | undefined;
+  /** The choices as the chat format writes them (exactly JSON.stringify of them), when the provider read them so. */
+  chatJson?: string;
 }
 
 export function isObj(v: unknown): v is Obj {

@@ -59,6 +59,8 @@ export interface CompletionResult {
   headers: Record<string, string>;
   /** The upstream's answer in the client's dialect, when the call went natively. */
   native?: string;
+  /** The choices as the chat format writes them (exactly JSON.stringify of them), when the provider read them so. */
+  chatJson?: string;
 }
 
 export interface ChoicesPart {

@@ -2,7 +2,7 @@
 // also the pipeline's internal form, so parsing is validation and rendering adds the envelope
 // fields (id, object, created, model) around what the providers produced.
 
-import { randomUUID } from 'node:crypto';
+import { randomFillSync } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { ChatRequest, ChunkChoice, Usage } from '../../hub/chat.js';
 import { validateChatRequest } from '../../hub/validate.js';
@@ -40,8 +40,23 @@ function chatChoices<T extends { stop_sequence?: string }>(choices: readonly T[]
   });
 }
 
+/** Random bytes for answers' ids, drawn 4 KiB at a time (as randomUUID draws its own). */
+const POOL = Buffer.alloc(4096);
+let pooled = POOL.length;
+
+/**
+ * `chatcmpl-` and 32 random hex digits: 16 bytes of the pool, one flat string (randomUUID's
+ * 36 characters are a tree of concatenations, which the regex that took its dashes out
+ * flattened and scanned: about 0.6% of a request's CPU).
+ */
 function completionId(): string {
-  return `chatcmpl-${randomUUID().replace(/-/g, '')}`;
+  if (pooled === POOL.length) {
+    randomFillSync(POOL);
+    pooled = 0;
+  }
+  const hex = POOL.toString('hex', pooled, pooled + 16);
+  pooled += 16;
+  return `chatcmpl-${hex}`;
 }
 
 class ChatRenderer implements Renderer {
@@ -56,6 +71,11 @@ class ChatRenderer implements Renderer {
   }
 
   complete(answer: Answer): string {
+    // The choices as the provider read them (textAnswer): the same bytes JSON.stringify writes below.
+    if (answer.chatJson !== undefined) {
+      return `{"id":"${completionId()}","object":"chat.completion","created":${Math.floor(Date.now() / 1000)},"model":${JSON.stringify(this.#model)},` +
+        `"choices":${answer.chatJson},"usage":${JSON.stringify(chatUsage(answer.usage))}}`;
+    }
     return JSON.stringify({
       id: completionId(),
       object: 'chat.completion',

@@ -7,7 +7,7 @@ import type {
 } from '../../hub/chat.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, matchedStop, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
+import { emptyAnswer, hasStop, isCount, isEmptyAnswer, isObj, mapErrorValue, matchedStop, parseJson, tokenCount, usageFrom, type ChoicesAndUsage, type Obj } from '../shared.js';
 import type { ChoicesPart, DiscoveredModel, ProviderCall, StreamPart } from '../types.js';
 
 function finishReason(v: unknown, hasToolCalls: boolean): FinishReason {
@@ -100,8 +100,13 @@ export function answerWithChoices(text: string, call: ProviderCall, provider: st
   return body as Obj & { choices: unknown[] };
 }
 
-/** A 2xx answer (HTTP status `status`) -> our choices and usage. */
-export function normalizeCompletion(text: string, call: ProviderCall, provider: string, status: number): { choices: CompletionChoice[]; usage: Usage | undefined } {
+/** A 2xx answer (HTTP status `status`) -> our choices and usage, by pattern (textAnswer) where it can. */
+export function normalizeCompletion(text: string, call: ProviderCall, provider: string, status: number): ChoicesAndUsage {
+  return textAnswer(text, call) ?? parsedCompletion(text, call, provider, status);
+}
+
+/** normalizeCompletion by the full parse. */
+export function parsedCompletion(text: string, call: ProviderCall, provider: string, status: number): ChoicesAndUsage {
   const body = answerWithChoices(text, call, provider, status);
   const choices = body.choices.filter(isObj).map((c, i): CompletionChoice => {
     const m = isObj(c.message) ? c.message : {};
@@ -238,6 +243,52 @@ export function textChunk(data: string, memo: TextChunkMemo = { before: undefine
   return {
     kind: 'choices', choices: [choice],
     chatJson: `[{"index":${index},"delta":{"content":${literal}},"finish_reason":null${logprobs ? ',"logprobs":null' : ''}}]`,
+  };
+}
+
+// A whole answer of one choice of text, written compactly (the members servers add to a message
+// or a choice empty or null), with the three usage counts after its choices, is read by the
+// patterns below in the same way: its text's literal is kept and the choices' JSON goes with
+// the answer, so neither the full parse, the rebuild nor the chat dialect's serialisation of
+// the choices is paid. An answer whose client sent stop sequences takes the full parse (which
+// of them ended it is read from members the pattern does not take). Anything else takes the
+// full parse too; test/property/text-answer.test.ts holds the two paths together.
+
+/** A member of a whole answer the full parse ignores: a string, number or null under a name it does not read; a null error. */
+const ANSWER_MEMBER = String.raw`"(?:(?!(?:error|choices|usage)")[a-z_]+":(?:${STR}|${NUM}|null)|error":null)`;
+/** Members of a message or a choice that change nothing when empty or null (vLLM's, OpenAI's). */
+const EMPTY = String.raw`,"(?:refusal|reasoning_content|reasoning|function_call|audio)":null|,"(?:annotations|tool_calls)":\[\]`;
+const COUNT = '(0|[1-9]\\d{0,14})';
+/** Sticky: tried where CHOICES is found. */
+const TEXT_ANSWER = new RegExp(String.raw`"choices":\[\{"index":${INDEX},"message":\{"role":"assistant"(?:${EMPTY})*,"content":(${STR})(?:${EMPTY})*\}(?:,"logprobs":null)?,"finish_reason":"(stop|length)"(?:,"stop_reason":null)?\}\],` +
+  String.raw`"usage":\{"prompt_tokens":${COUNT},(?:"completion_tokens":${COUNT},"total_tokens":${NUM}|"total_tokens":${NUM},"completion_tokens":${COUNT})(?:,"prompt_tokens_details":null)?\}`, 'y');
+const ANSWER_BEFORE = new RegExp(String.raw`^\{(?:${ANSWER_MEMBER},)*$`);
+const ANSWER_AFTER = new RegExp(String.raw`^(?:,${ANSWER_MEMBER})*\}$`);
+
+/** A whole answer of one choice of text, read by pattern, or undefined for the full parse. */
+export function textAnswer(text: string, call: Pick<ProviderCall, 'request'>): ChoicesAndUsage | undefined {
+  const at = text.indexOf(CHOICES);
+  if (at === -1 || hasStop(call)) return undefined;
+  TEXT_ANSWER.lastIndex = at;
+  const m = TEXT_ANSWER.exec(text);
+  if (m === null || m[2] === '""') return undefined;
+  if (!ANSWER_BEFORE.test(text.slice(0, at)) || !ANSWER_AFTER.test(text.slice(at + m[0].length))) return undefined;
+  const index = Number(m[1]);
+  let literal = m[2]!;
+  let content: string;
+  if (RESPELL.test(literal)) {
+    content = JSON.parse(literal) as string;
+    literal = JSON.stringify(content);
+  } else {
+    content = literal.slice(1, -1);
+  }
+  const finish = m[3] as 'stop' | 'length';
+  const prompt = Number(m[4]);
+  const completion = Number(m[5] ?? m[6]);
+  return {
+    choices: [{ index, message: { role: 'assistant', content, refusal: null }, logprobs: null, finish_reason: finish }],
+    usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion },
+    chatJson: `[{"index":${index},"message":{"role":"assistant","content":${literal},"refusal":null},"logprobs":null,"finish_reason":"${finish}"}]`,
   };
 }
 
