@@ -257,17 +257,12 @@ export abstract class HttpProvider implements Provider {
       // Some servers answer a failing stream request with a JSON error and a 2xx.
       throw this.#redact(this.failure(res.statusCode, await readCapped(res.body), call));
     }
-    return Object.assign(this.#parts(res.body, call, res.statusCode), { headers: forwardedHeaders(res.headers) });
-  }
-
-  #parts(body: UpstreamBody, call: ProviderCall, status: number): AsyncIterable<StreamPart> & { take(): StreamPart | undefined } {
-    const parts = new PartStream(body, this.translator(call, status), (err) => {
+    return new PartStream(res.body, this.translator(call, res.statusCode), (err) => {
       if (err instanceof SseLimitError) {
         return new GatewayError('provider_error', `The model provider '${this.name}' sent an event stream line or event larger than ${err.limit} bytes.`, { cause: err });
       }
       return this.#redact(transportError(err, call.signal, this.name));
-    });
-    return { [Symbol.asyncIterator]: () => parts, take: () => parts.take() };
+    }, forwardedHeaders(res.headers));
   }
 
   async close(): Promise<void> {
@@ -281,8 +276,12 @@ export abstract class HttpProvider implements Provider {
  * at once, its parts then handed out one by one (no async generator per part). A failure (the
  * transport, an event too large, an error event) comes after the parts before it, as the
  * upstream sent them; an upstream that ends without saying the answer is whole is provider_error.
+ * While the upstream is silent, what waits is one promise on the body's next arrival, not an
+ * async frame here and another in the body: an open stream holds every frame it waits in
+ * (about 500 bytes each), and most of a stream's life is that wait.
  */
-class PartStream implements AsyncIterator<StreamPart> {
+class PartStream implements UpstreamStream, AsyncIterator<StreamPart> {
+  readonly headers: Record<string, string>;
   readonly #body: UpstreamBody;
   readonly #parser = new SseParser();
   readonly #translator: StreamTranslator;
@@ -294,13 +293,29 @@ class PartStream implements AsyncIterator<StreamPart> {
   #ended = false;
   #done = false;
 
-  constructor(body: UpstreamBody, translator: StreamTranslator, mapError: (err: unknown) => unknown) {
+  constructor(body: UpstreamBody, translator: StreamTranslator, mapError: (err: unknown) => unknown, headers: Record<string, string>) {
     this.#body = body;
     this.#translator = translator;
     this.#mapError = mapError;
+    this.headers = headers;
   }
 
-  async next(): Promise<IteratorResult<StreamPart>> {
+  [Symbol.asyncIterator](): AsyncIterator<StreamPart> {
+    return this;
+  }
+
+  next(): Promise<IteratorResult<StreamPart>> {
+    try {
+      const step = this.#step();
+      if (step !== undefined) return Promise.resolve(step);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.#body.arrival().then(() => this.#step() ?? this.next());
+  }
+
+  /** The next result, or undefined while it waits for the upstream (the body's arrival()). */
+  #step(): IteratorResult<StreamPart> | undefined {
     for (;;) {
       if (this.#next < this.#queue.length) return { value: this.#queue[this.#next++]!, done: false };
       if (this.#done) return { value: undefined, done: true };
@@ -316,7 +331,8 @@ class PartStream implements AsyncIterator<StreamPart> {
       this.#queue = [];
       this.#next = 0;
       try {
-        const bufs = await this.#body.read();
+        const bufs = this.#body.poll();
+        if (bufs === undefined) return undefined;
         if (bufs === null) {
           this.#ended = true;
           this.#translate(this.#parser.end());

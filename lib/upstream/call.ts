@@ -144,10 +144,11 @@ export class UpstreamBody implements AsyncIterable<Buffer> {
   }
 
   /**
-   * Every chunk received since the last read (waiting for one if none is), or null at the end;
-   * rejects with the call's error.
+   * Every chunk received since the last read, null at the end, or undefined when none has come
+   * yet (`arrival()` then says when to ask again); throws the call's error. Without a promise:
+   * a stream's reader waits with `arrival()` alone, not with an async frame of its own.
    */
-  async read(): Promise<Buffer[] | null> {
+  poll(): Buffer[] | null | undefined {
     for (;;) {
       if (this.#chunks.length > 0) {
         const chunks = this.#chunks;
@@ -157,13 +158,27 @@ export class UpstreamBody implements AsyncIterable<Buffer> {
       }
       if (this.#failed) throw this.#error;
       if (this.#ended || this.#destroyed) return null;
-      if (this.#paused) {
-        // Resuming may hand over the next chunks at once (parsed from what the socket has).
-        this.#paused = false;
-        this.#resume?.();
-        continue;
-      }
-      await new Promise<void>((resolve) => { this.#wake = resolve; });
+      if (!this.#paused) return undefined;
+      // Resuming may hand over the next chunks at once (parsed from what the socket has).
+      this.#paused = false;
+      this.#resume?.();
+    }
+  }
+
+  /** Resolves when poll() has something new to say (a chunk, the end, a failure). One waiter at a time. */
+  arrival(): Promise<void> {
+    return new Promise<void>((resolve) => { this.#wake = resolve; });
+  }
+
+  /**
+   * Every chunk received since the last read (waiting for one if none is), or null at the end;
+   * rejects with the call's error.
+   */
+  async read(): Promise<Buffer[] | null> {
+    for (;;) {
+      const chunks = this.poll();
+      if (chunks !== undefined) return chunks;
+      await this.arrival();
     }
   }
 
@@ -178,8 +193,13 @@ export class UpstreamBody implements AsyncIterable<Buffer> {
 
 class Handler implements Dispatcher.DispatchHandler {
   readonly #signal: AbortSignal | AbortSource;
-  readonly #resolve: (a: UpstreamAnswer) => void;
-  readonly #reject: (err: unknown) => void;
+  /**
+   * The call's promise, until it is settled: then dropped, since a stream's handler lives as
+   * long as the stream, and through them the settled promise would keep the answer it was
+   * resolved with (its headers as undici parsed them).
+   */
+  #resolve: ((a: UpstreamAnswer) => void) | null;
+  #reject: ((err: unknown) => void) | null;
   #body: UpstreamBody | null = null;
   #abort: ((err?: Error) => void) | null = null;
   #reason: unknown = undefined;
@@ -231,8 +251,11 @@ class Handler implements Dispatcher.DispatchHandler {
     const body = new UpstreamBody();
     body.bind(this.#abort ?? (() => undefined), resume);
     this.#body = body;
+    const resolve = this.#resolve;
+    this.#resolve = null;
+    this.#reject = null;
     // undici's own parsing, as pool.request does it: names lower-cased, repeats as arrays.
-    this.#resolve({ statusCode, headers: parseHeaders(rawHeaders), body });
+    resolve?.({ statusCode, headers: parseHeaders(rawHeaders), body });
     return true;
   }
 
@@ -247,8 +270,14 @@ class Handler implements Dispatcher.DispatchHandler {
 
   onError(err: Error): void {
     this.#stopListening();
-    if (this.#body === null) this.#reject(err);
-    else this.#body.error(err);
+    if (this.#body === null) {
+      const reject = this.#reject;
+      this.#resolve = null;
+      this.#reject = null;
+      reject?.(err);
+    } else {
+      this.#body.error(err);
+    }
   }
 }
 

@@ -90,6 +90,54 @@ t.test('a whole read above its cap rejects with the cap error and aborts the cal
   t.equal(closed.at(-1), true, 'the upstream saw the call cut');
 });
 
+t.test('poll without a promise: undefined until a chunk comes (arrival() says when), the chunks, null at the end; a failure is thrown', async (t) => {
+  let finish!: () => void;
+  script = async (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write('one');
+    await new Promise<void>((r) => { finish = r; });
+    res.end('two');
+  };
+  const a = await post();
+  /** Everything until poll() says undefined (then false) or null (then true). */
+  const drain = async (into: string[], wait: boolean): Promise<boolean> => {
+    for (;;) {
+      const chunks = a.body.poll();
+      if (chunks === null) return true;
+      if (chunks === undefined) {
+        if (!wait) return false;
+        await a.body.arrival();
+        continue;
+      }
+      into.push(Buffer.concat(chunks).toString());
+      wait = false;
+    }
+  };
+  const got: string[] = [];
+  t.equal(await drain(got, true), false);
+  t.equal(got.join(''), 'one');
+  t.equal(a.body.poll(), undefined, 'nothing more has come');
+  const arrived = a.body.arrival();
+  finish();
+  await arrived;
+  let ended = false;
+  while (!ended) ended = await drain(got, true);
+  t.equal(got.join(''), 'onetwo');
+  t.equal(a.body.poll(), null, 'the end, again');
+
+  script = writeThenHold('first');
+  const ac = new AbortController();
+  const b = await post(ac.signal);
+  while (b.body.poll() === undefined) await b.body.arrival();
+  const waiting = b.body.arrival();
+  const reason = Symbol('timeout');
+  ac.abort(reason);
+  await waiting;
+  let thrown: unknown;
+  try { b.body.poll(); } catch (e) { thrown = e; }
+  t.equal(thrown, reason, 'poll throws the call\'s error');
+});
+
 t.test('aborting the signal mid-body ends the read with the signal reason and cuts the call', async (t) => {
   script = writeThenHold('first');
   const ac = new AbortController();
