@@ -141,7 +141,7 @@ export abstract class HttpProvider implements Provider {
    * model_unavailable, the upstream's Retry-After passed on) and any other failing status (its
    * error body mapped, read within 64 KiB) are thrown as ours; a 2xx answer comes back unread.
    */
-  async post(call: ProviderCall, path: string, body: string | FormData, headers = withCallHeaders(this.headers, call)): Promise<Dispatcher.ResponseData> {
+  async post(call: ProviderCall, path: string, body: string | Buffer | FormData, headers = withCallHeaders(this.headers, call)): Promise<Dispatcher.ResponseData> {
     const ep = this.endpointOf(call);
     let res: Dispatcher.ResponseData;
     try {
@@ -164,7 +164,7 @@ export abstract class HttpProvider implements Provider {
   }
 
   /** post() of a JSON body: the 2xx answer's text, read within `max` bytes, and its forwarded headers. */
-  async postJson(call: ProviderCall, path: string, body: string, max: number): Promise<{ text: string; headers: Record<string, string> }> {
+  async postJson(call: ProviderCall, path: string, body: string | Buffer, max: number): Promise<{ text: string; headers: Record<string, string> }> {
     const res = await this.post(call, path, body);
     let text: string;
     try {

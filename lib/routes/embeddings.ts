@@ -11,7 +11,7 @@ import { GatewayError } from '../errors.js';
 import { readJsonBody } from '../http/json.js';
 import { userOf } from '../auth/attribution.js';
 import { base64, parseEmbeddings } from '../dialects/embeddings/index.js';
-import { joinSliced } from '../slice.js';
+import { joinSlicedBytes } from '../slice.js';
 
 export async function serveEmbeddings(x: Exchange): Promise<void> {
   const { state, ctx, req } = x;
@@ -40,9 +40,11 @@ export async function serveEmbeddings(x: Exchange): Promise<void> {
     tokens: (result) => result.promptTokens,
     // Rendered in slices: 2048 vectors of thousands of numbers are tens of MB of JSON.
     answer: async (result, tokens) => {
-      const data = await joinSliced(result.vectors, (v, index) => JSON.stringify({ object: 'embedding', index, embedding: e.base64 ? base64(v) : v }));
       const usage = JSON.stringify({ prompt_tokens: tokens, total_tokens: tokens });
-      return { body: `{"object":"list","data":[${data}],"model":${JSON.stringify(model.id)},"usage":${usage}}`, type: 'application/json', headers: result.headers };
+      const body = await joinSlicedBytes('{"object":"list","data":[', result.vectors,
+        (v, index) => JSON.stringify({ object: 'embedding', index, embedding: e.base64 ? base64(v) : v }),
+        `],"model":${JSON.stringify(model.id)},"usage":${usage}}`);
+      return { body, type: 'application/json', headers: result.headers };
     },
   });
 }

@@ -3,7 +3,7 @@
 // renderers. The route that meters them is routes/rerank.ts.
 
 import { randomUUID } from 'node:crypto';
-import { joinSliced } from '../../slice.js';
+import { joinSlicedBytes } from '../../slice.js';
 import { badValue, missing, wrongType } from '../../hub/params.js';
 import type { RerankInput, RerankResult } from '../../hub/forms.js';
 
@@ -88,20 +88,20 @@ export function parseScore(body: unknown): RerankRequest {
  * The answer to a rerank: results by falling score (ties by index), the best top_n; rendered in
  * slices (2048 documents echoed back are 20 MB of JSON).
  */
-export async function renderRerank(r: RerankRequest, slug: string, scores: RerankResult['scores'], tokens: number): Promise<string> {
+export async function renderRerank(r: RerankRequest, slug: string, scores: RerankResult['scores'], tokens: number): Promise<Buffer> {
   const ranked = [...scores].sort((a, b) => b.score - a.score || a.index - b.index).slice(0, r.topN ?? scores.length);
-  const results = await joinSliced(ranked, ({ index, score }) => JSON.stringify(r.returnDocuments
-    ? { index, relevance_score: score, document: { text: r.pairs[index]![1] } }
-    : { index, relevance_score: score }));
   const id = `rerank-${randomUUID().replaceAll('-', '')}`;
-  return `{"id":${JSON.stringify(id)},"model":${JSON.stringify(slug)},"results":[${results}],"usage":${JSON.stringify({ total_tokens: tokens })}}`;
+  return joinSlicedBytes(`{"id":${JSON.stringify(id)},"model":${JSON.stringify(slug)},"results":[`, ranked,
+    ({ index, score }) => JSON.stringify(r.returnDocuments
+      ? { index, relevance_score: score, document: { text: r.pairs[index]![1] } }
+      : { index, relevance_score: score }),
+    `],"usage":${JSON.stringify({ total_tokens: tokens })}}`);
 }
 
 /** The answer to a score: one score per pair, in pair order. */
-export async function renderScore(slug: string, scores: RerankResult['scores'], tokens: number): Promise<string> {
+export async function renderScore(slug: string, scores: RerankResult['scores'], tokens: number): Promise<Buffer> {
   const sorted = [...scores].sort((a, b) => a.index - b.index);
-  const data = await joinSliced(sorted, ({ index, score }) => JSON.stringify({ index, object: 'score', score }));
   const head = JSON.stringify({ id: `score-${randomUUID().replaceAll('-', '')}`, object: 'list', created: Math.floor(Date.now() / 1000), model: slug });
   const usage = JSON.stringify({ prompt_tokens: tokens, total_tokens: tokens, completion_tokens: 0 });
-  return `${head.slice(0, -1)},"data":[${data}],"usage":${usage}}`;
+  return joinSlicedBytes(`${head.slice(0, -1)},"data":[`, sorted, ({ index, score }) => JSON.stringify({ index, object: 'score', score }), `],"usage":${usage}}`);
 }

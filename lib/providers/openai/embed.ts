@@ -3,7 +3,7 @@
 // encodes base64 itself, so every upstream answers in one shape.
 
 import { GatewayError } from '../../errors.js';
-import { stringifySliced } from '../../slice.js';
+import { encodeSliced } from '../../slice.js';
 import type { HttpProvider } from '../http-provider.js';
 import { isObj, parseJson, tokenCount } from '../shared.js';
 import type { EmbedInput, EmbedResult, ProviderCall } from '../types.js';
@@ -16,7 +16,7 @@ export async function embedOpenAI(provider: HttpProvider, call: ProviderCall, e:
   if (e.dimensions !== undefined) body.dimensions = e.dimensions;
   if (e.user !== undefined) body.user = e.user;
   // Made in slices: 2,048 inputs are tens of MB of JSON (CONTRACT section 21).
-  const { text: answerText, headers } = await provider.postJson(call, '/embeddings', await stringifySliced(body), MAX_ANSWER_BYTES);
+  const { text: answerText, headers } = await provider.postJson(call, '/embeddings', await encodeSliced(body), MAX_ANSWER_BYTES);
   const answer = parseJson(answerText);
   if (!isObj(answer) || !Array.isArray(answer.data)) throw new GatewayError('provider_error', 'The model provider sent an embeddings answer without data.');
   const vectors: number[][] = new Array(e.input.length);

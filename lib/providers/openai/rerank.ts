@@ -3,7 +3,7 @@
 // with its model rewritten, and the answer's scores read back, each checked against the request.
 
 import { GatewayError } from '../../errors.js';
-import { stringifySliced } from '../../slice.js';
+import { encodeSliced } from '../../slice.js';
 import type { HttpProvider } from '../http-provider.js';
 import { isObj, parseJson, tokenCount } from '../shared.js';
 import type { ProviderCall, RerankInput, RerankResult } from '../types.js';
@@ -18,7 +18,7 @@ function invalid(route: string): GatewayError {
 export async function rerankOpenAI(provider: HttpProvider, call: ProviderCall, r: RerankInput): Promise<RerankResult> {
   // Fields as sent, in their order; only the model is the upstream's. Made in slices: 2,048
   // documents are 20 MB of JSON (CONTRACT section 21).
-  const body = await stringifySliced({ ...r.body, model: call.upstreamModel });
+  const body = await encodeSliced({ ...r.body, model: call.upstreamModel });
   const { text, headers } = await provider.postJson(call, `/${r.route}`, body, MAX_ANSWER_BYTES);
   const answer = parseJson(text);
   // rerank: results [{index, relevance_score}]; score: data [{index, score}].
