@@ -15,6 +15,9 @@ import { serveChild } from '../helpers/child.js';
 import { PROBE, randomWords, stallSince, watchingHealth } from '../helpers/event-loop.js';
 import { json, startUpstream } from '../helpers/upstream.js';
 
+// Nine cases of 20 MB, each tried up to five times: more than tap's 300 s on a loaded host.
+t.setTimeout(900_000);
+
 const KEY = 'tg_free_0000000000000000000';
 const TEXTS = 2000;
 const TEXT_CHARS = 10_000;
@@ -84,10 +87,12 @@ t.test('20 MB rerank, score and embeddings bodies of many texts never hold the e
     const body = Buffer.from(JSON.stringify(json));
     t.ok(body.length >= 19 * 1024 * 1024, `${what}: a body of ${(body.length / 1048576).toFixed(1)} MB`);
     // As bounded-work.test.ts: a stall of the design's making shows in every try; one a loaded
-    // host adds by not scheduling the process rarely does, so the least of three tries counts.
+    // host adds by not scheduling the process rarely does, so the least of the tries counts.
+    // Five: under the whole suite on a 2-core host three tries of a case all saw /healthz
+    // answered late (519 ms at best) while the gateway's own stall stayed under 100 ms.
     let stall = Infinity;
     let slowest = Infinity;
-    for (let attempt = 0; attempt < 3 && (stall >= 100 || slowest >= 400); attempt++) {
+    for (let attempt = 0; attempt < 5 && (stall >= 100 || slowest >= 400); attempt++) {
       await stallSince(gw, seen);
       const watched = await watchingHealth(gw.url, () => post(gw.url, path, body));
       const held = await stallSince(gw, seen);

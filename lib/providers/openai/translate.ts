@@ -205,6 +205,16 @@ const AFTER = new RegExp(String.raw`^(?:,${MEMBER})*\}$`);
 const RESPELL = /[\\\ud800-\udfff]/;
 
 /**
+ * A JSON string literal as JSON.stringify would spell it, and its text: re-spelled only where it
+ * holds an escape or a surrogate (JSON.stringify may spell those otherwise), else as it came.
+ */
+function respelled(literal: string): [literal: string, content: string] {
+  if (!RESPELL.test(literal)) return [literal, literal.slice(1, -1)];
+  const content = JSON.parse(literal) as string;
+  return [JSON.stringify(content), content];
+}
+
+/**
  * The members one stream's chunks last had around their choices, found good: a stream repeats
  * its id, created and model in every chunk, so they are checked once, then compared.
  */
@@ -229,14 +239,7 @@ export function textChunk(data: string, memo: TextChunkMemo = { before: undefine
   }
   const llama = m[1] === undefined;
   const index = Number(llama ? m[4] : m[1]);
-  let literal = llama ? m[5]! : m[2]!;
-  let content: string;
-  if (RESPELL.test(literal)) {
-    content = JSON.parse(literal) as string;
-    literal = JSON.stringify(content);
-  } else {
-    content = literal.slice(1, -1);
-  }
+  const [literal, content] = respelled(llama ? m[5]! : m[2]!);
   const logprobs = m[3] !== undefined;
   const choice: ChunkChoice = { index, delta: { content }, finish_reason: null };
   if (logprobs) choice.logprobs = null;
@@ -274,14 +277,7 @@ export function textAnswer(text: string, call: Pick<ProviderCall, 'request'>): C
   if (m === null || m[2] === '""') return undefined;
   if (!ANSWER_BEFORE.test(text.slice(0, at)) || !ANSWER_AFTER.test(text.slice(at + m[0].length))) return undefined;
   const index = Number(m[1]);
-  let literal = m[2]!;
-  let content: string;
-  if (RESPELL.test(literal)) {
-    content = JSON.parse(literal) as string;
-    literal = JSON.stringify(content);
-  } else {
-    content = literal.slice(1, -1);
-  }
+  const [literal, content] = respelled(m[2]!);
   const finish = m[3] as 'stop' | 'length';
   const prompt = Number(m[4]);
   const completion = Number(m[5] ?? m[6]);
