@@ -12,6 +12,7 @@ import fc from 'fast-check';
 import { parsedChunk, textChunk, type TextChunkMemo } from '../../lib/providers/openai/translate.js';
 import type { ProviderCall, StreamPart } from '../../lib/providers/types.js';
 import { oddString, oddValue, serialize } from './arbitraries.js';
+import { agreementSuite, ignoredMember, spelled } from './pattern-agreement.js';
 
 const call = { request: { body: {} } } as unknown as ProviderCall;
 
@@ -40,26 +41,6 @@ function agrees(data: string): boolean {
   return true;
 }
 
-/** A JSON string literal for `s`, with its characters escaped any way JSON allows. */
-const spelled = (s: string): fc.Arbitrary<string> =>
-  fc.array(fc.constantFrom('plain', 'unicode', 'upper', 'solidus'), { minLength: s.length, maxLength: s.length }).map((how) => {
-    let out = '"';
-    let i = 0;
-    for (const ch of s) {
-      const mode = how[i++];
-      const code = ch.charCodeAt(0);
-      if (ch.length === 1 && (mode === 'unicode' || mode === 'upper')) {
-        const hex = code.toString(16).padStart(4, '0');
-        out += `\\u${mode === 'upper' ? hex.toUpperCase() : hex}`;
-      } else if (ch === '/' && mode === 'solidus') {
-        out += '\\/';
-      } else {
-        out += JSON.stringify(ch).slice(1, -1);
-      }
-    }
-    return `${out}"`;
-  });
-
 const text = fc.oneof(
   fc.string({ maxLength: 12 }),
   fc.string({ unit: 'grapheme', maxLength: 8 }),
@@ -70,13 +51,7 @@ const text = fc.oneof(
 const KNOWN = ['"id":"chatcmpl-1"', '"object":"chat.completion.chunk"', '"created":1700000000', '"model":"m/x-1"',
   '"system_fingerprint":"fp_1"', '"service_tier":"default"', '"obfuscation":"a1b2"', '"usage":null', '"error":null', '"timings":null'];
 /** Members the full parse ignores: strings, numbers and nulls under names it does not read. */
-const scalarMember = fc.oneof(
-  fc.constantFrom(...KNOWN),
-  fc.tuple(fc.stringMatching(/^[a-z_]{1,8}$/).filter((k) => !['error', 'usage', 'choices'].includes(k)),
-    fc.oneof(fc.string({ maxLength: 6 }).map((s) => JSON.stringify(s)), fc.double({ noNaN: true, noDefaultInfinity: true }).map(String),
-      fc.integer().map(String), fc.constant('null')))
-    .map(([k, v]) => `${JSON.stringify(k)}:${v}`),
-);
+const scalarMember = ignoredMember(KNOWN);
 /** Any member at all, under any name. */
 const anyMember = fc.oneof(fc.constantFrom(...KNOWN), fc.tuple(fc.stringMatching(/^[a-z_]{1,8}$/), fc.oneof(oddValue, fc.constant(null)))
   .map(([k, v]) => `${JSON.stringify(k)}:${serialize(v) || 'null'}`));
@@ -98,43 +73,7 @@ const chunkWith = (member: fc.Arbitrary<string>) => fc.record({
 });
 const chunk = chunkWith(scalarMember);
 
-t.test('chunks of text as servers write them: the pattern gives what the full parse gives', async (t) => {
-  let taken = 0;
-  fc.assert(fc.property(chunk, (data) => {
-    if (agrees(data)) taken++;
-  }), { numRuns: 3000 });
-  t.equal(taken, 3000, 'every chunk of text read by the pattern, as the full parse reads it');
-});
-
-t.test('chunks of text among members of any kind: taken only when the full parse agrees', async (t) => {
-  let taken = 0;
-  fc.assert(fc.property(chunkWith(anyMember), (data) => {
-    if (agrees(data)) taken++;
-  }), { numRuns: 2000 });
-  t.ok(taken > 0, `${taken} of 2000 taken, each agreeing`);
-});
-
-t.test('the same chunks with a byte inserted, deleted or changed: taken only when the full parse agrees', async (t) => {
-  let taken = 0;
-  fc.assert(fc.property(chunk, fc.nat(), fc.constantFrom('insert', 'delete', 'replace'),
-    fc.constantFrom('"', '\\', ',', '}', ']', '{', '[', ':', ' ', '\u0000', '\n', 'u', '0', 'n', 'e', 'x'),
-    (data, at, how, ch) => {
-      const i = at % (data.length + 1);
-      const mutated = how === 'insert' ? data.slice(0, i) + ch + data.slice(i)
-        : how === 'delete' ? data.slice(0, i) + data.slice(i + 1)
-          : data.slice(0, i) + ch + data.slice(i + 1);
-      if (agrees(mutated)) taken++;
-    }), { numRuns: 5000 });
-  t.ok(taken > 0, `${taken} mutated chunks were still chunks of text, and agreed`);
-});
-
-t.test('arbitrary JSON and arbitrary text: taken only when the full parse agrees', async (t) => {
-  let taken = 0;
-  fc.assert(fc.property(fc.oneof(fc.json(), fc.string(), fc.jsonValue().map((v) => JSON.stringify({ choices: [v] })), chunk), (data) => {
-    if (agrees(data)) taken++;
-  }), { numRuns: 2000 });
-  t.ok(taken > 0 && taken < 2000, `${taken} of 2000 taken (the chunks of text among them), each agreeing`);
-});
+agreementSuite(t, { noun: 'chunks', agrees, conforming: chunk, amongAny: chunkWith(anyMember) });
 
 t.test('what the pattern leaves to the full parse', async (t) => {
   const base = (choice: string, rest = '') => `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[${choice}]${rest}}`;
