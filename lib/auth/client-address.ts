@@ -15,7 +15,7 @@
 
 import { isIP } from 'node:net';
 import type { IncomingMessage } from 'node:http';
-import { cidrMatcher, parseCidr } from '../http/cidr.js';
+import { cidrMatcher } from '../http/cidr.js';
 
 /** server.trust_proxy: a boolean, a number of hops, or the CIDRs of trusted proxies. */
 export type TrustProxy = boolean | number | readonly string[];

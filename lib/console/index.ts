@@ -22,7 +22,7 @@ import { isObject } from '../objects.js';
 import type { Store } from '../store/types.js';
 import { Assets } from './assets.js';
 import { OidcSignIn, type Flow } from './oidc.js';
-import { decide, isWrite, outsideAccount, type Principal } from '../admin/permissions.js';
+import { decide, isWrite, outsideAccount } from '../admin/permissions.js';
 import { redactConfig } from './redact.js';
 import { FLOW_COOKIE, FLOW_TTL_S, SESSION_COOKIE, SessionKeys, cookie, overTls, setCookie, type Session } from './session.js';
 import { toCsv, toJsonl } from './export.js';

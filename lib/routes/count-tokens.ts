@@ -4,7 +4,7 @@
 // held nor charged: nothing is generated. A prompt past the model's context window is refused
 // (422): counting stops there, whatever the body's size (CONTRACT section 16).
 
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import { GatewayError } from '../errors.js';
 import { readJsonBody } from '../http/json.js';
 import { sendJson } from '../http/respond.js';

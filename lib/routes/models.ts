@@ -1,11 +1,9 @@
 // GET /v1/models and /v1/models/{id}: the catalog as the caller's plan and key see it.
 // Authenticated, not metered.
 
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError, clip, retryAfterHeaders } from '../errors.js';
 import { sendJson } from '../http/respond.js';
 import { answerHeaders, type Exchange } from '../pipeline/context.js';
-import type { GatewayState } from '../state.js';
 
 export async function serveModels({ state, ctx, req, res }: Exchange, path: string): Promise<void> {
   const principal = await state.auth.authenticate(req.headers.authorization, req);

@@ -13,7 +13,6 @@
 // holder polling them is bounded like any other caller, and one over its limit gets the usual
 // 429 with Retry-After and x-ratelimit-* headers.
 
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { budgetPeriods, budgetResetsAt } from '../auth/controls.js';
 import type { Principal } from '../auth/principal.js';
 import { bearer } from '../auth/bearer.js';

@@ -2,10 +2,8 @@
 // own account only; another account's id, an expired or a deleted one is 404
 // response_not_found, exactly as an id that never existed. Not metered: it generates nothing.
 
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { sendJson } from '../http/respond.js';
 import { answerHeaders, type Exchange } from '../pipeline/context.js';
-import type { GatewayState } from '../state.js';
 import { load, notFound, unavailable } from '../dialects/responses/index.js';
 
 /** GET or DELETE /v1/responses/{id}, for the caller's own account only. */

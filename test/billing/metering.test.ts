@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { cost } from '../../lib/billing/meter.js';
 import { DEMO_KEY, baseConfig, postChat, sseData, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { startRedis } from '../helpers/redis.js';
-import { chunk, completionBody, json, startUpstream, streamFrames, writeSse, type FakeUpstream } from '../helpers/upstream.js';
+import { chunk, completionBody, json, startUpstream, streamFrames, writeSse } from '../helpers/upstream.js';
 
 const ADMIN = 'metering-admin-token-0123';
 const PRICE = { input_per_mtok: 1000, output_per_mtok: 3000 };

@@ -73,6 +73,25 @@ export function operatorConfig(extra: Record<string, any> = {}): Record<string, 
   };
 }
 
+/** operatorConfig with `store` and one model, `llama`, served by the fake vLLM at `upstream`. */
+export function llamaConfig(upstream: FakeUpstream, store: Record<string, unknown>): Record<string, any> {
+  return operatorConfig({
+    store,
+    providers: { vllm: { kind: 'openai', base_url: upstream.baseUrl } },
+    models: [{ id: 'llama', provider: 'vllm', upstream_model: 'upstream-model', price: PRICE }],
+  });
+}
+
+/** An admin API call with the operator token; its status and JSON body (undefined when empty). */
+export async function adminCall(url: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+  const res = await fetch(`${url}${path}`, {
+    method, headers: { authorization: `Bearer ${ADMIN}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text === '' ? undefined : JSON.parse(text) };
+}
+
 export interface Served extends ChildGateway { file: string }
 
 /** Writes `config` as YAML in a fresh folder and serves it as a child process (a second call with `file` restarts on it). */

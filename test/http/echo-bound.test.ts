@@ -6,7 +6,7 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { request } from 'undici';
-import { DEMO_KEY, authHeaders, baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
+import { DEMO_KEY, baseConfig, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { startUpstream, type FakeUpstream } from '../helpers/upstream.js';
 import { schemas } from '../helpers/schemas.js';
 

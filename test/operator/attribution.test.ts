@@ -10,26 +10,15 @@ import OpenAI from 'openai';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ADMIN, KEY, PRICE, drainExit, fakeOpenAI, operatorConfig, serveFile, wallet } from '../helpers/operator.js';
+import { KEY, adminCall, drainExit, fakeOpenAI, llamaConfig, serveFile, wallet } from '../helpers/operator.js';
 import { startRedis } from '../helpers/redis.js';
 
 const upstream = await fakeOpenAI('vllm');
 t.teardown(() => upstream.close());
 
-async function admin(url: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
-  const res = await fetch(`${url}${path}`, {
-    method, headers: { authorization: `Bearer ${ADMIN}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text === '' ? undefined : JSON.parse(text) };
-}
+const admin = adminCall;
 
-const config = (store: Record<string, unknown>) => operatorConfig({
-  store,
-  providers: { vllm: { kind: 'openai', base_url: upstream.baseUrl } },
-  models: [{ id: 'llama', provider: 'vllm', upstream_model: 'upstream-model', price: PRICE }],
-});
+const config = (store: Record<string, unknown>) => llamaConfig(upstream, store);
 
 /** A raw chat with `headers` and `extra` body members. */
 async function chat(url: string, key: string, headers: Record<string, string>, extra: Record<string, unknown> = {}): Promise<{ status: number; body: any }> {

@@ -60,14 +60,14 @@ t.test('lying audio headers are charged by the frames, through tollgate serve an
     await charged('attack.flac', file.data, 'audio/flac', file.seconds);
   });
 
-  await t.test('a header that claims more than the frames hold: the frames', async (t) => {
+  await t.test('a header that claims more than the frames hold: the frames', async () => {
     await charged('long-claim.flac', flac({ frames: 30, claimSamples: 48000 * 3600 }).data, 'audio/flac', (30 * 4096) / 48000);
     await charged('long-claim.wav', wavFile(24_000, { dataSize: 0x7fffffff }).data, 'audio/wav', 3);
     const webm = webmOpus({ blocks: 50, claimMs: 3_600_000 });
     await charged('long-claim.webm', webm.data, 'audio/webm', webm.seconds);
   });
 
-  await t.test('truthful files of each format: their length, as before', async (t) => {
+  await t.test('truthful files of each format: their length, as before', async () => {
     const files: Array<[string, string, { data: Buffer; seconds: number }]> = [
       ['true.flac', 'audio/flac', flac({ frames: 47, blockSize: 4096, rate: 48000, subframe: 'fixed' })],
       ['true.opus', 'audio/ogg', oggOpus(250, 0xf8)],

@@ -7,7 +7,7 @@
 
 import t from 'tap';
 import OpenAI from 'openai';
-import { ADMIN, PRICE, drainExit, fakeOpenAI, operatorConfig, serveFile, wallet } from '../helpers/operator.js';
+import { adminCall, drainExit, fakeOpenAI, llamaConfig, serveFile, wallet } from '../helpers/operator.js';
 import { startRedis } from '../helpers/redis.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -16,20 +16,9 @@ import { join } from 'node:path';
 const upstream = await fakeOpenAI('vllm');
 t.teardown(() => upstream.close());
 
-async function admin(url: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
-  const res = await fetch(`${url}${path}`, {
-    method, headers: { authorization: `Bearer ${ADMIN}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text === '' ? undefined : JSON.parse(text) };
-}
+const admin = adminCall;
 
-const config = (store: Record<string, unknown>) => operatorConfig({
-  store,
-  providers: { vllm: { kind: 'openai', base_url: upstream.baseUrl } },
-  models: [{ id: 'llama', provider: 'vllm', upstream_model: 'upstream-model', price: PRICE }],
-});
+const config = (store: Record<string, unknown>) => llamaConfig(upstream, store);
 
 // The fake answers 7 completion tokens whatever max_tokens says: a request whose hold must cover
 // its cost asks for more (20), as a real server's answer fits what was asked.

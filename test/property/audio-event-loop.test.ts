@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { serveChild, type ChildGateway } from '../helpers/child.js';
-import { crc8, ebml, flac, flacFrame, oggStream, opusHead, wavFile, webmOpus } from '../helpers/audio-files.js';
+import { crc8, flac, flacFrame, oggStream, opusHead, wavFile, webmOpus } from '../helpers/audio-files.js';
 import { multipart } from '../helpers/audio.js';
 
 const KEY = 'tg_audio_loop_0000000000000000';

@@ -37,7 +37,7 @@ const EVENTS = [
 
 t.test('a non-streaming Messages client, the upstream streamed: the message built from its events', async (t) => {
   let hang = false;
-  const up = await startUpstream(async (req, res, body) => {
+  const up = await startUpstream(async (req, res) => {
     if (req.url !== '/v1/messages') return json(res, 404, { type: 'error', error: { type: 'not_found_error', message: 'no' } });
     if (hang) {
       await writeSse(res, EVENTS.slice(0, 3), { end: false });

@@ -120,7 +120,7 @@ t.test('auto: a server that is not llama.cpp (no timings) is called as the clien
 t.test('auto with discovery: /props tells before the first request', async (t) => {
   const up = await llamaServer();
   const inner = up;
-  const models = await startUpstream(async (req, res, body, seen) => {
+  const models = await startUpstream(async (req, res, body) => {
     if (req.url === '/v1/models') return json(res, 200, { object: 'list', data: [{ id: 'tiny', object: 'model' }] });
     return forward(inner, req.url!, body, res);
   }, { props: true });

@@ -1,5 +1,5 @@
 // The lint rules (eslint.config.mjs, Tollgate #40): lib/ and bin/ have no floating or misused
-// promise, no await of a non-promise and no explicit `any`; test/ has none of the first three
+// promise, no await of a non-promise, no unused name and no explicit `any`; test/ has none of the first four
 // (tap's own t.test() promise aside); and each rule fires on a planted
 // violation, so a config that stopped checking would fail here too. Type-aware linting of lib
 // takes a while (about 20-60 s), hence the timeout.
@@ -15,6 +15,7 @@ const RULES = [
   '@typescript-eslint/no-floating-promises',
   '@typescript-eslint/no-misused-promises',
   '@typescript-eslint/await-thenable',
+  '@typescript-eslint/no-unused-vars',
   '@typescript-eslint/no-explicit-any',
 ] as const;
 // In a tsconfig project of its own (test/fixtures/lint/tsconfig.json): the type-aware parser
@@ -47,8 +48,8 @@ t.test('lib/ and bin/ have no problems', async (t) => {
   t.same(problems, [], `lint problems (npm run lint; see docs/contributing.md):\n${problems.join('\n')}`);
 });
 
-t.test('test/ has no floating or misused promise and no await of a non-promise', async (t) => {
-  for (const rule of RULES.slice(0, 3)) {
+t.test('test/ has no floating or misused promise, no await of a non-promise and no unused name', async (t) => {
+  for (const rule of RULES.slice(0, 4)) {
     const config = (await eslint.calculateConfigForFile(`${root}test/helpers/upstream.ts`)) as { rules?: Record<string, unknown> };
     const level = config.rules?.[rule];
     t.equal(Array.isArray(level) ? level[0] : level, 2, `test/: ${rule} is an error`);
@@ -81,6 +82,12 @@ const PLANTED: Array<{ rule: (typeof RULES)[number]; bad: string; line: number; 
     bad: 'export async function f(): Promise<number> {\n  const n = 3;\n  return await n;\n}\n',
     line: 3,
     good: 'export async function f(): Promise<number> {\n  const n = Promise.resolve(3);\n  return await n;\n}\n',
+  },
+  {
+    rule: '@typescript-eslint/no-unused-vars',
+    bad: "export function f(a: string, b: string): string {\n  return a;\n}\n",
+    line: 1,
+    good: "export function f(a: string, _b: string): string {\n  return a;\n}\n",
   },
   {
     rule: '@typescript-eslint/no-explicit-any',

@@ -48,7 +48,7 @@ t.test('every replica stalls: 504 provider_timeout after the timeout, not once p
 
 t.test('a replica that fails fast leaves the rest of the timeout to the next one', async (t) => {
   const fleet = await startFleet(t, 2, { timeout_ms: TIMEOUT_MS, balance: 'round_robin' });
-  fleet.replicas[0]!.setScript((req, res, body, seen) => (req.method === 'GET' ? json(res, 200, {}) : json(res, 500, { error: { message: 'down' } })));
+  fleet.replicas[0]!.setScript((req, res) => (req.method === 'GET' ? json(res, 200, {}) : json(res, 500, { error: { message: 'down' } })));
   fleet.replicas[1]!.setScript(async (req, res, body, seen) => { await sleep(TIMEOUT_MS / 2); await answerAs('r1')(req, res, body, seen); });
   const res = await postChat(fleet.gw.url, ask('retry'));
   t.equal(res.status, 200);

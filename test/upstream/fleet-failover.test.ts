@@ -7,7 +7,7 @@ import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { postChat, sseData } from '../helpers/gateway.js';
 import { answerAs, ask, startFleet, until } from '../helpers/fleet.js';
-import { chunk, completionBody, json, startUpstream, streamFrames, writeSse } from '../helpers/upstream.js';
+import { chunk, completionBody, json, startUpstream, writeSse } from '../helpers/upstream.js';
 import { schemas } from '../helpers/schemas.js';
 
 const fail500 = async (req: any, res: any) => json(res, req.method === 'GET' ? 200 : 500, { error: { message: 'CUDA error' } });

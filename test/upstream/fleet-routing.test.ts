@@ -58,7 +58,7 @@ t.test('least_outstanding counts the queue depth scraped from a replica\'s /metr
   const f = await startFleet(t, 2, { balance: 'least_outstanding', metrics_interval_ms: 250 }, {
     targets: (urls) => urls.map((url) => ({ url, metrics_url: `${url.replace(/\/v1$/, '')}/metrics` })),
   });
-  const metricsScript = (name: string) => async (req: any, res: any, body: any) => {
+  const metricsScript = (name: string) => async (req: any, res: any) => {
     if (req.url === '/metrics') {
       if (!metricsUp) { json(res, 500, 'down'); return; }
       res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });

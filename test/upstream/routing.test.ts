@@ -117,7 +117,7 @@ t.test('a keep-alive comment counts as the first byte: no fallback after it', as
 });
 
 t.test('circuit breaking: open after N failures, skip while open, one probe after the cooldown', async (t) => {
-  const { a, b, gw } = await pair(t);
+  const { a, gw } = await pair(t);
   a.setScript(fail500);
   for (let i = 0; i < 2; i++) t.equal((await postChat(gw.url, ask('m'))).json().choices[0].message.content, 'from fallback');
   t.equal(a.requests.length, 2);

@@ -8,7 +8,7 @@ import type {
 } from '../../hub/chat.js';
 import { GatewayError } from '../../errors.js';
 import type { SseEvent } from '../../sse/parser.js';
-import { emptyAnswer, isCount, isEmptyAnswer, isObj, mapErrorValue, matchedStop, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
+import { emptyAnswer, isEmptyAnswer, isObj, mapErrorValue, matchedStop, parseJson, tokenCount, usageFrom, type Obj } from '../shared.js';
 import type { ProviderCall, StreamPart } from '../types.js';
 import {
   FINISH_REASON_OF,

@@ -28,7 +28,7 @@ export { WRITE_MARK_MS } from '../usage-records.js';
 import { ReadCount, WRITE_MARK_MS, pageOf, readRecord, retentionMs, validateUsageRecord, visibleFrom, type Buckets, type Entry, type Selection, type UsageFilter } from '../usage-records.js';
 import { reportOf } from '../usage-report.js';
 import { RedisTotals, type TotalsScripts } from './totals.js';
-import { HOUR_SCRIPTS, RedisHours, TOTALS_KEYS, columnKey, counterKey, totalsArgs, totalsKeys, type HourScripts } from './totals-hours.js';
+import { RedisHours, TOTALS_KEYS, columnKey, counterKey, totalsArgs, totalsKeys, type HourScripts } from './totals-hours.js';
 import { METRICS, OTHER } from '../usage-totals.js';
 import type { HourTotals, TopRow, TotalsDimension, TotalsQuery, TotalsRow, UsagePage, UsageQuery, UsageRecord, UsageReport } from '../types.js';
 
