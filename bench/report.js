@@ -2,8 +2,9 @@
 // gateway's value, its reference in the same run (the bare http-proxy-3 hop, or for the Redis
 // store's goals the memory store), their ratio, the goal and whether it is met; printed as a
 // Markdown table and returned as plain data for the JSON file. Issue #46's goals are ratios
-// taken in one run (the host's speed moves the microseconds, not the ratios), except the RSS per
-// open stream and the Redis round trips, which are absolute.
+// taken in one run (the host's speed moves the microseconds, not the ratios), of the medians of
+// BENCH_REPS runs (medianRun; repsNotes lists each run's value), except the RSS per open stream
+// and the Redis round trips, which are absolute.
 
 const num = (v) => typeof v === 'number' && Number.isFinite(v);
 
@@ -76,7 +77,7 @@ export function figures(m, { streams }) {
     // log: from the handler's start to the answer's last byte), its GC pauses in those seconds,
     // and the time its main thread (and the bare hop's) was ready to run but waited for the CPU.
     figure('p99 latency, c=1, in the gateway\'s own account', 'ms', m.c1?.inside.p99, undefined, { digits: 3 }),
-    figure('GC pauses during c=1, per 1,000 requests', 'ms', m.c1 && (m.c1.inside.gc.ms / m.c1.gw.n) * 1000, undefined, { digits: 1 }),
+    figure('GC pauses during c=1, per 1,000 requests', 'ms', m.c1 && (m.c1.inside.gc.ms / (m.c1.measured ?? m.c1.gw.n)) * 1000, undefined, { digits: 1 }),
     figure('main thread waiting for its CPU, c=1, per request', 'µs', m.c1?.inside.waitUs.gw, m.c1?.inside.waitUs.bare, { digits: 1 }),
     figure('CPU of the other threads (GC, JIT, libuv), c=1, per request', 'µs', m.c1?.inside.helpersUs.gw, m.c1?.inside.helpersUs.bare, { digits: 1 }),
     figure('added time to first byte, p50', 'ms', m.ttfb && m.ttfb.gw.p50 - m.ttfb.direct.p50,
@@ -162,6 +163,42 @@ export function missed(rows) {
   return rows.filter((f) => f.verdict === 'MISSED').map((f) => (f.ratio_goal !== null
     ? `${f.name}: ×${f.ratio.toFixed(2)} of the ${f.against}, goal ≤ ×${f.ratio_goal.toFixed(2)} (over by ${((f.ratio / f.ratio_goal - 1) * 100).toFixed(0)}%)`
     : `${f.name}: ${cell(f.gateway, f.unit)}, goal ≤ ${cell(f.goal, f.unit)} (over by ${cell(round(f.gateway - f.goal, 3), f.unit)})`));
+}
+
+/**
+ * Of `runs` (one per repetition of the same measurement), the one whose `key` is the median (the
+ * lower middle of an even count), with every repetition's value in order as `reps`. A run is
+ * kept whole, so its other figures (req/s, other processes' CPU) stay those of the same run.
+ */
+export function medianRun(runs, key) {
+  if (runs.length === 0) throw new Error('medianRun: no runs');
+  const sorted = [...runs].sort((a, b) => a[key] - b[key]);
+  return { ...sorted[(sorted.length - 1) >> 1], reps: runs.map((r) => r[key]) };
+}
+
+const GOAL_REPS = [
+  ['CPU per non-streaming request, c=64', 'µs', (m) => [m.c64?.gw, m.c64?.bare]],
+  ['CPU per 20-chunk stream, c=64', 'µs', (m) => [m.stream?.gw, m.stream?.bare]],
+  ['p99 latency, c=1', 'ms', (m) => [m.c1?.gw, m.c1?.bare]],
+  ['CPU per /v1/completions request, c=64', 'µs', (m) => [m.dialects?.completions]],
+  ['CPU per non-streaming request, c=64, admission queue configured, idle', 'µs', (m) => [m.queue]],
+  ['redis store: CPU per non-streaming request, c=64', 'µs', (m) => [m.redis?.c64]],
+  ['redis store: p99 latency, c=1', 'ms', (m) => [m.redis?.c1]],
+];
+
+/**
+ * One note per goal figure measured more than once: each repetition's value of the gateway (and
+ * of its reference when that was repeated too), so a reader sees the spread behind the median.
+ */
+export function repsNotes(m) {
+  const list = (r, unit) => `${r.reps.map((v) => v.toLocaleString('en-US', { maximumFractionDigits: unit === 'ms' ? 3 : 1 })).join(', ')} ${unit}`;
+  const notes = [];
+  for (const [name, unit, pick] of GOAL_REPS) {
+    const [gw, ref] = pick(m);
+    if (!gw?.reps || gw.reps.length < 2) continue;
+    notes.push(`median of ${gw.reps.length} runs, ${name}: gateway ${list(gw, unit)}${ref?.reps ? `; reference ${list(ref, unit)}` : ''}`);
+  }
+  return notes;
 }
 
 const scripts = (r) => (r.perCommand.evalsha ?? 0) + (r.perCommand.eval ?? 0);

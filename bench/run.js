@@ -86,7 +86,7 @@ import {
 import {
   HOST, clockTicks, freePort, log, noiseMeter, pinning, helperTicks, rssKb, schedstat, startGateway, startNodeScript, startRedis, stopAll, stopChild,
 } from './procs.js';
-import { figures, latestBlock, missed, table, withLatest } from './report.js';
+import { figures, latestBlock, medianRun, missed, repsNotes, table, withLatest } from './report.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SHARED = resolve(process.env.BENCH_SHARED || join(ROOT, '..', 'shared', 'bench'));
@@ -110,6 +110,13 @@ const STREAMS = Math.round(envNumber('BENCH_STREAMS', 500, 1));
 const STREAM_SECONDS = envNumber('BENCH_STREAM_SECONDS', 5, 2);
 const TTFB_N = Math.round(envNumber('BENCH_TTFB_REQUESTS', 200, 10));
 const IDLE_SECONDS = envNumber('BENCH_IDLE_SECONDS', 30, 0);
+/**
+ * How many times each figure with a goal is measured, alternating gateway and reference: the
+ * table gives the median (issue #46: ratios in one run, medians of 3).
+ */
+const REPS = Math.round(envNumber('BENCH_REPS', 3, 1));
+/** The SECONDS-long runs one more repetition adds (c64 and stream: 2 each; c=1: 3; completions, queue, Redis c=1 and c64, Redis-wait c=1 and c64: 1 each). */
+const SECONDS_PER_REP = 13;
 const MANY_STREAMS = Math.round(envNumber('BENCH_MANY_STREAMS', 10_000, 1));
 const MANY_SECONDS = envNumber('BENCH_MANY_SECONDS', 20, 2);
 /** Phase many's model: on the slow model's provider, a chunk every 2 s, 10 s past the sampling. */
@@ -129,7 +136,7 @@ const DOC = process.env.BENCH_DOC !== undefined
   : (PHASES.size === ALL_PHASES.length ? join(ROOT, 'docs', 'performance.md') : undefined);
 const NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
 const STOP_MS = NODE_ARGS.length > 0 ? 60_000 : 10_000; // a CPU profile is written on exit
-const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 300 + 5 * WARMUP + 21 * SECONDS + 2 * STREAM_SECONDS + 2 * MANY_SECONDS + 150 + TTFB_N + IDLE_SECONDS, 10);
+const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 300 + 5 * WARMUP + 21 * SECONDS + (REPS - 1) * SECONDS_PER_REP * SECONDS + 2 * STREAM_SECONDS + 2 * MANY_SECONDS + 150 + TTFB_N + IDLE_SECONDS, 10);
 
 /** The key and the two model ids the run needs, from the config itself. */
 function readConfig() {
@@ -226,7 +233,6 @@ async function main(tmp) {
     // Where the gateway's tail comes from: its own account of the same requests (the access
     // log's duration_ms), its GC pauses (its /metrics) and how long its main thread, and the bare
     // hop's, waited for their CPU (schedstat), all over the measured blocks only.
-    let at;
     const reading = async () => {
       await sleep(LOG_FLUSH_MS); // the log is written in batches
       return {
@@ -234,20 +240,38 @@ async function main(tmp) {
         helpers: { gw: helperTicks(gw.pid), bare: helperTicks(bare.pid) },
       };
     };
-    const [d, g, b] = await sequentialLatency([direct, gw, bare], SECONDS, headers, plain, { afterWarmUp: async () => { at = await reading(); } });
-    const end = await reading();
-    const own = loggedDurations(gwLog, at.log);
-    const waitUs = (k, n) => (end[k].waitNs - at[k].waitNs) / 1000 / n;
-    const helpersUs = (k, n) => ((end.helpers[k] - at.helpers[k]) / ticks) * 1e6 / n;
+    // Each repetition is read over its own measured blocks (after its connections' warm-up), and
+    // the gateway's own account, GC and waits are summed over them.
+    const runs = [];
+    const own = [];
+    const sums = { gcCount: 0, gcMs: 0, waitNs: { gw: 0, bare: 0 }, helpers: { gw: 0, bare: 0 } };
+    for (let rep = 0; rep < REPS; rep++) {
+      let at;
+      runs.push(await sequentialLatency([direct, gw, bare], SECONDS, headers, plain, { afterWarmUp: async () => { at = await reading(); } }));
+      const end = await reading();
+      own.push(...loggedDurations(gwLog, at.log));
+      const gc = gcDelta(at.gc, end.gc);
+      sums.gcCount += gc.count;
+      sums.gcMs += gc.ms;
+      for (const k of ['gw', 'bare']) {
+        sums.waitNs[k] += end[k].waitNs - at[k].waitNs;
+        sums.helpers[k] += end.helpers[k] - at.helpers[k];
+      }
+    }
+    const [d, g, b] = [0, 1, 2].map((i) => medianRun(runs.map((r) => r[i]), 'p99'));
+    const measured = runs.reduce((n, r) => n + r[1].n, 0);
+    const measuredBare = runs.reduce((n, r) => n + r[2].n, 0);
+    const n = { gw: measured, bare: measuredBare };
+    own.sort((x, y) => x - y);
     const inside = {
       n: own.length,
       p50: percentile(own, 50),
       p99: percentile(own, 99),
-      gc: gcDelta(at.gc, end.gc),
-      waitUs: { gw: waitUs('gw', g.n), bare: waitUs('bare', b.n) },
-      helpersUs: { gw: helpersUs('gw', g.n), bare: helpersUs('bare', b.n) },
+      gc: { count: sums.gcCount, ms: sums.gcMs, meanMs: sums.gcCount > 0 ? sums.gcMs / sums.gcCount : 0 },
+      waitUs: { gw: sums.waitNs.gw / 1000 / n.gw, bare: sums.waitNs.bare / 1000 / n.bare },
+      helpersUs: { gw: (sums.helpers.gw / ticks) * 1e6 / n.gw, bare: (sums.helpers.bare / ticks) * 1e6 / n.bare },
     };
-    m.c1 = { direct: d, gw: g, bare: b, inside };
+    m.c1 = { direct: d, gw: g, bare: b, inside, measured };
   }
   if (PHASES.has('ttfb')) {
     log(`time to first byte: ${TTFB_N} streams per target`);
@@ -256,13 +280,16 @@ async function main(tmp) {
   }
   for (const [phase, body, what] of [['c64', plain, 'non-streaming'], ['stream', stream, '20-chunk streams']]) {
     if (!PHASES.has(phase)) continue;
-    log(`${what}, 64 connections: ${SECONDS} s per target`);
+    log(`${what}, 64 connections: ${SECONDS} s per target, ${REPS} times each, alternating`);
     const opts = { headers, body, connections: 64, seconds: SECONDS };
-    m[phase] = {
-      direct: await cannon(`upstream ${what} c64`, upOrigin, opts),
-      gw: await cannonWithCpu(`gateway ${what} c64`, gw, ticks, opts),
-      bare: await cannonWithCpu(`bare hop ${what} c64`, bare, ticks, opts),
-    };
+    const alone = await cannon(`upstream ${what} c64`, upOrigin, opts);
+    const gws = [];
+    const bares = [];
+    for (let rep = 0; rep < REPS; rep++) {
+      gws.push(await cannonWithCpu(`gateway ${what} c64`, gw, ticks, opts));
+      bares.push(await cannonWithCpu(`bare hop ${what} c64`, bare, ticks, opts));
+    }
+    m[phase] = { direct: alone, gw: medianRun(gws, 'cpuUs'), bare: medianRun(bares, 'cpuUs') };
   }
   if (PHASES.has('dialects')) {
     // The other routes of the same pipeline on the gateway alone (the bare hop speaks none):
@@ -291,6 +318,13 @@ async function main(tmp) {
   if (PHASES.has('redis-wait')) m.redisWait = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream, waitReplicas: 1 });
   await stopAll(STOP_MS);
   return { m, busy, pin, logs: [gwLog, ...[m.dialects?.completions, m.mcp, m.queue, m.many, m.redis, m.redisWait].filter(Boolean).map((r) => r.log)] };
+}
+
+/** `measure` run REPS times in a row: the run whose `key` is the median (medianRun). */
+async function repeated(measure, key) {
+  const runs = [];
+  for (let rep = 0; rep < REPS; rep++) runs.push(await measure());
+  return medianRun(runs, key);
 }
 
 /** The model the completions figure asks for: the bench's own upstream serves it. */
@@ -337,7 +371,7 @@ async function completionsVariant({ text, tmp, key, upOrigin, pin, ticks }) {
     log(`${label} ${r.path}, non-streaming, 64 connections: ${SECONDS} s`);
     const opts = { headers: r.headers, body: r.body, path: r.path, connections: 64, seconds: SECONDS };
     if (WARMUP > 0) await cannon(`warm-up ${label}`, gw.origin, { ...opts, seconds: WARMUP });
-    const out = await cannonWithCpu(`${label} c64`, gw, ticks, opts);
+    const out = await repeated(() => cannonWithCpu(`${label} c64`, gw, ticks, opts), 'cpuUs');
     await dialectCheck(gw, { completions: r }); // still alive and correct after the run
     return { ...out, log: logPath };
   } finally {
@@ -456,7 +490,7 @@ async function queueVariant({ text, tmp, headers, upOrigin, pin, ticks, plain })
     log(`${label}: non-streaming, 64 connections: ${SECONDS} s`);
     const opts = { headers, body: plain, connections: 64, seconds: SECONDS };
     if (WARMUP > 0) await cannon(`warm-up ${label}`, gw.origin, { ...opts, seconds: WARMUP });
-    const out = await cannonWithCpu(`${label} c64`, gw, ticks, opts);
+    const out = await repeated(() => cannonWithCpu(`${label} c64`, gw, ticks, opts), 'cpuUs');
     await sanityCheck(gw, headers);
     // Only a request that found every replica full waits (and is counted): none may have.
     const metrics = await (await fetch(`${gw.origin}/metrics`)).text();
@@ -589,10 +623,10 @@ async function redisVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, s
     log(`${label}: Redis traffic of 300 sequential requests and 100 sequential streams`);
     const r = { plain: await perRequest(plain, 300), stream: await perRequest(stream, 100), log: logPath };
     log(`${label}: non-streaming, 1 connection: ${SECONDS} s`);
-    [r.c1] = await sequentialLatency([gw], SECONDS, headers, plain);
+    r.c1 = await repeated(async () => (await sequentialLatency([gw], SECONDS, headers, plain))[0], 'p99');
     log(`${label}: non-streaming, 64 connections: ${SECONDS} s`);
-    r.c64 = await cannonWithCpu(`${label} non-streaming c64`, gw, ticks,
-      { headers, body: plain, connections: 64, seconds: SECONDS }, { redis: server.pid });
+    r.c64 = await repeated(() => cannonWithCpu(`${label} non-streaming c64`, gw, ticks,
+      { headers, body: plain, connections: 64, seconds: SECONDS }, { redis: server.pid }), 'cpuUs');
     await sanityCheck(gw, headers);
     r.rssEnd = rssKb(gw.pid);
     return r;
@@ -617,6 +651,7 @@ function report({ m, busy, pin, logs }) {
   out.write(`${table(rows)}\n\n`);
   const notes = [];
   for (const miss of missed(rows)) notes.push(`goal MISSED: ${miss}`);
+  notes.push(...repsNotes(m));
   if (m.slow) {
     for (const [k, s] of Object.entries(m.slow)) {
       notes.push(`${k === 'gw' ? 'gateway' : 'bare hop'}: ${s.streams} slow streams served; at the RSS peak ${s.inflightAtPeak} in flight, ` +
@@ -638,11 +673,11 @@ function report({ m, busy, pin, logs }) {
   }
   if (m.c1) {
     const { inside } = m.c1;
-    notes.push(`c=1: upstream alone p50 ${fmt(m.c1.direct.p50, 3)} ms, p99 ${fmt(m.c1.direct.p99, 3)} ms (${m.c1.gw.n} gateway samples)`);
+    notes.push(`c=1: upstream alone p50 ${fmt(m.c1.direct.p50, 3)} ms, p99 ${fmt(m.c1.direct.p99, 3)} ms (${m.c1.measured} gateway samples over ${REPS} runs)`);
     notes.push(`c=1, the gateway's own account: ${inside.n} logged requests, p50 ${fmt(inside.p50, 3)} ms, p99 ${fmt(inside.p99, 3)} ms; ` +
-      `${inside.gc.count} GC pauses (${fmt(inside.gc.meanMs, 2)} ms each on average, one per ${fmt(m.c1.gw.n / Math.max(1, inside.gc.count), 0)} requests)`);
-    if (inside.n !== m.c1.gw.n) {
-      notes.push(`WARNING: the gateway logged ${inside.n} chat requests for the ${m.c1.gw.n} measured at c=1 (a log level above info logs none): ` +
+      `${inside.gc.count} GC pauses (${fmt(inside.gc.meanMs, 2)} ms each on average, one per ${fmt(m.c1.measured / Math.max(1, inside.gc.count), 0)} requests)`);
+    if (inside.n !== m.c1.measured) {
+      notes.push(`WARNING: the gateway logged ${inside.n} chat requests for the ${m.c1.measured} measured at c=1 (a log level above info logs none): ` +
         'its own p99 is not of the same requests');
     }
   }

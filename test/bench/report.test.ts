@@ -22,11 +22,13 @@ interface Report {
   figures(m: unknown, opts: { streams: number }): Figure[];
   missed(rows: Figure[]): string[];
   table(rows: Figure[]): string;
+  medianRun<T extends Record<string, unknown>>(runs: T[], key: keyof T & string): T & { reps: number[] };
+  repsNotes(m: unknown): string[];
 }
 
 // bench/ is plain JavaScript, outside the typed tree: imported by URL, typed here.
 const report: Report = await import(new URL('../../bench/report.js', import.meta.url).href);
-const { LATEST_START: START, LATEST_END: END, withLatest, latestBlock, figure, figures, missed, table } = report;
+const { LATEST_START: START, LATEST_END: END, withLatest, latestBlock, figure, figures, missed, table, medianRun, repsNotes } = report;
 const PAGE = fileURLToPath(new URL('../../docs/performance.md', import.meta.url));
 
 const run = {
@@ -179,4 +181,31 @@ t.test("issue #46's many open streams: RSS per stream reported, no goal", async 
   t.match(row('RSS growth per open stream, 10,000 open, over the RSS 1 s after start'), { gateway: 42, verdict: '' });
   t.match(row('streams past their first event at the RSS peak, of 10,000'), { gateway: 9990 });
   t.notOk(figures(measured(), { streams: 500 }).some((r) => r.name.includes('10,000')), 'no rows without the phase');
+});
+
+t.test("issue #46's medians of 3: the median run kept whole, every run's value noted", async (t) => {
+  const runs = [{ cpuUs: 230, rps: 1 }, { cpuUs: 210, rps: 2 }, { cpuUs: 220, rps: 3 }];
+  t.strictSame(medianRun(runs, 'cpuUs'), { cpuUs: 220, rps: 3, reps: [230, 210, 220] }, 'the middle one, with its own req/s');
+  t.strictSame(medianRun(runs.slice(0, 2), 'cpuUs'), { cpuUs: 210, rps: 2, reps: [230, 210] }, 'of two, the lower');
+  t.strictSame(medianRun([{ p99: 2 }], 'p99'), { p99: 2, reps: [2] });
+  t.throws(() => medianRun([], 'p99'), /no runs/);
+  fc.assert(fc.property(fc.array(fc.double({ noNaN: true, min: 0, max: 1e6 }), { minLength: 1, maxLength: 9 }), (xs) => {
+    const r = medianRun(xs.map((cpuUs, i) => ({ cpuUs, i })), 'cpuUs');
+    const below = xs.filter((x) => x < r.cpuUs).length;
+    const above = xs.filter((x) => x > r.cpuUs).length;
+    return below <= (xs.length - 1) / 2 && above <= xs.length / 2 && xs[r.i] === r.cpuUs && r.reps.length === xs.length;
+  }), { numRuns: 200 });
+
+  const m: any = measured();
+  m.c64.gw = { ...medianRun([{ cpuUs: 219.5 }, { cpuUs: 230.25 }, { cpuUs: 210 }], 'cpuUs'), rps: 4000, total: 40000 };
+  m.c64.bare = { ...medianRun([{ cpuUs: 136 }, { cpuUs: 130 }, { cpuUs: 140 }], 'cpuUs'), rps: 6000, total: 60000 };
+  m.redis.c1 = medianRun([{ p99: 7.2041, p50: 1 }, { p99: 6.5, p50: 1 }, { p99: 8, p50: 1 }], 'p99');
+  const notes = repsNotes(m);
+  t.strictSame(notes, [
+    'median of 3 runs, CPU per non-streaming request, c=64: gateway 219.5, 230.3, 210 µs; reference 136, 130, 140 µs',
+    'median of 3 runs, redis store: p99 latency, c=1: gateway 7.204, 6.5, 8 ms',
+  ]);
+  const row = figures(m, { streams: 500 }).find((r) => r.name === 'CPU per non-streaming request, c=64');
+  t.match(row, { gateway: 219.5, reference: 136, ratio: 1.61 }, 'the table gives the medians');
+  t.strictSame(repsNotes(measured()), [], 'nothing to note for single runs');
 });
