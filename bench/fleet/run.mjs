@@ -129,27 +129,31 @@ const OVERLOAD_RUNS = [
   { run: 'queue, fairness + priority', batch: true, queue: true, priority: true },
 ];
 
-function overloadYaml(variant, replicas) {
-  const interactivePlan = variant.priority ? '{ paid: true, requests_per_minute: null, tokens_per_minute: null, max_concurrent: null, priority: high }'
-    : '{ paid: true, requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }';
+/** A plan without limits (the fleet is what is measured), with `extra` members. */
+const unlimited = (extra = '') => `{ paid: true, requests_per_minute: null, tokens_per_minute: null, max_concurrent: null${extra} }`;
+
+/**
+ * A gateway config in front of `replicas` as provider `sim` and model `sim`: `plans` maps a plan
+ * to its YAML, `accounts` lists [id, plan, key]; `queue` (YAML) puts the provider's queue in
+ * front of replicas of SIM.maxSeqs sequences each.
+ */
+function fleetYaml(replicas, { server, admin = false, batch, plans, accounts, balance, metricsMs, queue }) {
   return [
-    // One client process holds more than 256 connections (the default cap per address).
-    'server: { sse_keepalive_ms: 60000, max_connections_per_ip: null }',
+    `server: ${server}`,
     'store: { kind: memory }',
-    `admin: { token: ${ADMIN_TOKEN} }`,
+    ...(admin ? [`admin: { token: ${ADMIN_TOKEN} }`] : []),
+    ...(batch ? [`batch: ${batch}`] : []),
     'plans:',
-    '  batch: { paid: true, requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }',
-    `  interactive: ${interactivePlan}`,
+    ...Object.entries(plans).map(([name, plan]) => `  ${name}: ${plan}`),
     'accounts:',
-    `  - { id: batch, plan: batch, wallet_units: 1000000000000, keys: [${BATCH_KEY}] }`,
-    `  - { id: interactive, plan: interactive, wallet_units: 1000000000000, keys: [${INTERACTIVE_KEY}] }`,
+    ...accounts.map(([id, plan, key]) => `  - { id: ${id}, plan: ${plan}, wallet_units: 1000000000000, keys: [${key}] }`),
     'providers:',
     '  sim:',
     '    kind: openai',
     '    timeout_ms: 120000',
-    '    balance: least_outstanding',
-    `    metrics_interval_ms: ${OVERLOAD.metricsMs}`,
-    ...(variant.queue ? [`    max_outstanding: ${SIM.maxSeqs}`, '    queue: { max_wait_ms: 60000, max_queued: 10000, fairness: account }'] : []),
+    `    balance: ${balance}`,
+    `    metrics_interval_ms: ${metricsMs}`,
+    ...(queue ? [`    max_outstanding: ${SIM.maxSeqs}`, `    queue: ${queue}`] : []),
     '    targets:',
     ...replicas.map((r) => `      - { url: ${r.url}/v1, metrics_url: ${r.url}/metrics }`),
     'models:',
@@ -158,34 +162,35 @@ function overloadYaml(variant, replicas) {
   ].join('\n');
 }
 
+/** The two tenants of workloads (c) and (d). */
+const TENANTS = [['batch', 'batch', BATCH_KEY], ['interactive', 'interactive', INTERACTIVE_KEY]];
+
+/** Workload (c): a batch tenant and an interactive one (priority high in the last run). */
+function overloadYaml(variant, replicas) {
+  return fleetYaml(replicas, {
+    // One client process holds more than 256 connections (the default cap per address).
+    server: '{ sse_keepalive_ms: 60000, max_connections_per_ip: null }',
+    admin: true,
+    plans: { batch: unlimited(), interactive: unlimited(variant.priority ? ', priority: high' : '') },
+    accounts: TENANTS,
+    balance: 'least_outstanding',
+    metricsMs: OVERLOAD.metricsMs,
+    queue: variant.queue ? '{ max_wait_ms: 60000, max_queued: 10000, fairness: account }' : undefined,
+  });
+}
+
 /** Workload (d): the gateway's queue as in (c), batch.concurrency `concurrency`. */
 function batchYaml(replicas, concurrency) {
-  const plan = '{ paid: true, requests_per_minute: null, tokens_per_minute: null, max_concurrent: null }';
-  return [
-    'server: { sse_keepalive_ms: 60000, max_connections_per_ip: null }',
-    'store: { kind: memory }',
-    `admin: { token: ${ADMIN_TOKEN} }`,
-    `batch: { concurrency: ${concurrency}, max_lines: 50000 }`,
-    'plans:',
-    `  batch: ${plan}`,
-    `  interactive: ${plan}`,
-    'accounts:',
-    `  - { id: batch, plan: batch, wallet_units: 1000000000000, keys: [${BATCH_KEY}] }`,
-    `  - { id: interactive, plan: interactive, wallet_units: 1000000000000, keys: [${INTERACTIVE_KEY}] }`,
-    'providers:',
-    '  sim:',
-    '    kind: openai',
-    '    timeout_ms: 120000',
-    '    balance: least_outstanding',
-    `    metrics_interval_ms: ${OVERLOAD.metricsMs}`,
-    `    max_outstanding: ${SIM.maxSeqs}`,
-    '    queue: { max_wait_ms: 600000, max_queued: 100000, fairness: account }',
-    '    targets:',
-    ...replicas.map((r) => `      - { url: ${r.url}/v1, metrics_url: ${r.url}/metrics }`),
-    'models:',
-    '  - { id: sim, provider: sim, context_window: 131072, max_output_tokens: 1024, price: { input_per_mtok: 1, output_per_mtok: 1 } }',
-    '',
-  ].join('\n');
+  return fleetYaml(replicas, {
+    server: '{ sse_keepalive_ms: 60000, max_connections_per_ip: null }',
+    admin: true,
+    batch: `{ concurrency: ${concurrency}, max_lines: 50000 }`,
+    plans: { batch: unlimited(), interactive: unlimited() },
+    accounts: TENANTS,
+    balance: 'least_outstanding',
+    metricsMs: OVERLOAD.metricsMs,
+    queue: '{ max_wait_ms: 600000, max_queued: 100000, fairness: account }',
+  });
 }
 
 /** Sequence-ms run by every replica so far, and when each was read. */
@@ -195,24 +200,13 @@ async function busy(replicas) {
 }
 
 function configYaml(policy, replicas) {
-  return [
-    'server: { sse_keepalive_ms: 60000 }',
-    'store: { kind: memory }',
-    'plans: { bench: { paid: true, requests_per_minute: null, tokens_per_minute: null, max_concurrent: null } }',
-    'accounts:',
-    `  - { id: bench, plan: bench, wallet_units: 1000000000000, keys: [${KEY}] }`,
-    'providers:',
-    '  sim:',
-    '    kind: openai',
-    '    timeout_ms: 120000',
-    `    balance: ${policy}`,
-    '    metrics_interval_ms: 200',
-    '    targets:',
-    ...replicas.map((r) => `      - { url: ${r.url}/v1, metrics_url: ${r.url}/metrics }`),
-    'models:',
-    '  - { id: sim, provider: sim, context_window: 131072, max_output_tokens: 1024, price: { input_per_mtok: 1, output_per_mtok: 1 } }',
-    '',
-  ].join('\n');
+  return fleetYaml(replicas, {
+    server: '{ sse_keepalive_ms: 60000 }',
+    plans: { bench: unlimited() },
+    accounts: [['bench', 'bench', KEY]],
+    balance: policy,
+    metricsMs: 200,
+  });
 }
 
 async function serverStats(replicas) {
