@@ -9,6 +9,12 @@
 const num = (v) => typeof v === 'number' && Number.isFinite(v);
 
 /**
+ * A variant's reference `name` as measured beside it (run.js: refs), else `earlier`, the same
+ * figure of the main phases (a run of older results, or a variant measured without them).
+ */
+const ref = (variant, name, earlier) => variant?.refs?.[name] ?? earlier ?? {};
+
+/**
  * One row. `ref` is the reference's value in the same run: the bare hop, or what `against`
  * names. `goal` is an upper bound on the figure itself, `ratioGoal` an upper bound on its ratio
  * to the reference (either, or neither: reported only); `applies` false marks a goal that this
@@ -102,17 +108,17 @@ export function figures(m, { streams }) {
   if (m.dialects?.responses) rows.push(figure('CPU per /v1/responses request, c=64', 'µs', m.dialects.responses.cpuUs, m.c64?.bare.cpuUs));
   // #34 and #46 name the completions route among those whose CPU per request is held to the bare hop's.
   if (m.dialects?.completions) {
-    rows.push(figure('CPU per /v1/completions request, c=64', 'µs', m.dialects.completions.cpuUs, m.c64?.bare.cpuUs, { ratioGoal: 1.2 }));
+    rows.push(figure('CPU per /v1/completions request, c=64', 'µs', m.dialects.completions.cpuUs, ref(m.dialects.completions, 'bare', m.c64?.bare).cpuUs, { ratioGoal: 1.2 }));
   }
   // An MCP tools/call (CONTRACT section 17) beside a chat request of the same run: both metered
   // alike (limits, hold, settle, record); the bare hop has no such route.
-  if (m.mcp) rows.push(figure('CPU per MCP tools/call, c=64, against a chat request', 'µs', m.mcp.cpuUs, m.c64?.gw.cpuUs, { against: 'a chat request' }));
+  if (m.mcp) rows.push(figure('CPU per MCP tools/call, c=64, against a chat request', 'µs', m.mcp.cpuUs, ref(m.mcp, 'gateway', m.c64?.gw).cpuUs, { against: 'a chat request' }));
   if (m.queue) {
     // The admission queue configured but never full (max_outstanding above the load): its cost
     // when idle, held to the same goal as any request, and beside the gateway without a queue.
     rows.push(
-      figure('CPU per non-streaming request, c=64, admission queue configured, idle', 'µs', m.queue.cpuUs, m.c64?.bare.cpuUs, { ratioGoal: 1.2 }),
-      figure('the same, against the gateway without a queue', 'µs', m.queue.cpuUs, m.c64?.gw.cpuUs, { against: 'gateway without a queue' }),
+      figure('CPU per non-streaming request, c=64, admission queue configured, idle', 'µs', m.queue.cpuUs, ref(m.queue, 'bare', m.c64?.bare).cpuUs, { ratioGoal: 1.2 }),
+      figure('the same, against the gateway without a queue', 'µs', m.queue.cpuUs, ref(m.queue, 'gateway', m.c64?.gw).cpuUs, { against: 'gateway without a queue' }),
     );
   }
   if (m.many) {
@@ -129,7 +135,7 @@ export function figures(m, { streams }) {
     // Against the memory store's figures of the same run (phases c64 and c1), same config else.
     const memory = { against: 'memory store' };
     rows.push(
-      figure('redis store: CPU per non-streaming request, c=64', 'µs', m.redis.c64.cpuUs, m.c64?.gw.cpuUs, { ...memory, ratioGoal: 1.25 }),
+      figure('redis store: CPU per non-streaming request, c=64', 'µs', m.redis.c64.cpuUs, ref(m.redis.c64, 'memory', m.c64?.gw).cpuUs, { ...memory, ratioGoal: 1.25 }),
       // Redis's read events over sequential requests (each answered before the next is sent),
       // less the INFO that counts them, per request. Three decimals, and no rounding in the
       // verdict: one read more than 3 per request over the 300 (a request's own fourth round
@@ -140,18 +146,18 @@ export function figures(m, { streams }) {
       figure('redis store: round trips per stream', '', m.redis.stream.reads, undefined, { digits: 2 }),
       figure('redis store: Lua scripts run per request', '', scripts(m.redis.plain), undefined, { digits: 2 }),
       figure('redis store: commands per request, incl. inside scripts', '', m.redis.plain.commands, undefined, { digits: 2 }),
-      figure('redis store: p50 latency, c=1', 'ms', m.redis.c1?.p50, m.c1?.gw.p50, { ...memory, digits: 3 }),
-      figure('redis store: p99 latency, c=1', 'ms', m.redis.c1?.p99, m.c1?.gw.p99, { ...memory, ratioGoal: 1.5, digits: 3 }),
-      figure('redis store: throughput, non-streaming c=64', 'req/s', m.redis.c64.rps, m.c64?.gw.rps, { ...memory, digits: 0 }),
+      figure('redis store: p50 latency, c=1', 'ms', m.redis.c1?.p50, ref(m.redis.c1, 'memory', m.c1?.gw).p50, { ...memory, digits: 3 }),
+      figure('redis store: p99 latency, c=1', 'ms', m.redis.c1?.p99, ref(m.redis.c1, 'memory', m.c1?.gw).p99, { ...memory, ratioGoal: 1.5, digits: 3 }),
+      figure('redis store: throughput, non-streaming c=64', 'req/s', m.redis.c64.rps, ref(m.redis.c64, 'memory', m.c64?.gw).rps, { ...memory, digits: 0 }),
     );
   }
   if (m.redisWait) {
     // The cost of store.wait_replicas: 1 (a WAIT for one replica after each debit).
     rows.push(
-      figure('redis + wait_replicas 1: p50 latency, c=1', 'ms', m.redisWait.c1?.p50, m.c1?.bare.p50, { digits: 3 }),
-      figure('redis + wait_replicas 1: p99 latency, c=1', 'ms', m.redisWait.c1?.p99, m.c1?.bare.p99, { digits: 3 }),
-      figure('redis + wait_replicas 1: throughput, non-streaming c=64', 'req/s', m.redisWait.c64.rps, m.c64?.bare.rps, { digits: 0 }),
-      figure('redis + wait_replicas 1: CPU per non-streaming request, c=64', 'µs', m.redisWait.c64.cpuUs, m.c64?.bare.cpuUs),
+      figure('redis + wait_replicas 1: p50 latency, c=1', 'ms', m.redisWait.c1?.p50, ref(m.redisWait.c1, 'bare', m.c1?.bare).p50, { digits: 3 }),
+      figure('redis + wait_replicas 1: p99 latency, c=1', 'ms', m.redisWait.c1?.p99, ref(m.redisWait.c1, 'bare', m.c1?.bare).p99, { digits: 3 }),
+      figure('redis + wait_replicas 1: throughput, non-streaming c=64', 'req/s', m.redisWait.c64.rps, ref(m.redisWait.c64, 'bare', m.c64?.bare).rps, { digits: 0 }),
+      figure('redis + wait_replicas 1: CPU per non-streaming request, c=64', 'µs', m.redisWait.c64.cpuUs, ref(m.redisWait.c64, 'bare', m.c64?.bare).cpuUs),
       figure('redis + wait_replicas 1: round trips per request', '', m.redisWait.plain.reads, undefined, { digits: 2 }),
     );
   }
@@ -180,10 +186,10 @@ const GOAL_REPS = [
   ['CPU per non-streaming request, c=64', 'µs', (m) => [m.c64?.gw, m.c64?.bare]],
   ['CPU per 20-chunk stream, c=64', 'µs', (m) => [m.stream?.gw, m.stream?.bare]],
   ['p99 latency, c=1', 'ms', (m) => [m.c1?.gw, m.c1?.bare]],
-  ['CPU per /v1/completions request, c=64', 'µs', (m) => [m.dialects?.completions]],
-  ['CPU per non-streaming request, c=64, admission queue configured, idle', 'µs', (m) => [m.queue]],
-  ['redis store: CPU per non-streaming request, c=64', 'µs', (m) => [m.redis?.c64]],
-  ['redis store: p99 latency, c=1', 'ms', (m) => [m.redis?.c1]],
+  ['CPU per /v1/completions request, c=64', 'µs', (m) => [m.dialects?.completions, m.dialects?.completions?.refs?.bare]],
+  ['CPU per non-streaming request, c=64, admission queue configured, idle', 'µs', (m) => [m.queue, m.queue?.refs?.bare]],
+  ['redis store: CPU per non-streaming request, c=64', 'µs', (m) => [m.redis?.c64, m.redis?.c64?.refs?.memory]],
+  ['redis store: p99 latency, c=1', 'ms', (m) => [m.redis?.c1, m.redis?.c1?.refs?.memory]],
 ];
 
 /**
@@ -194,9 +200,9 @@ export function repsNotes(m) {
   const list = (r, unit) => `${r.reps.map((v) => v.toLocaleString('en-US', { maximumFractionDigits: unit === 'ms' ? 3 : 1 })).join(', ')} ${unit}`;
   const notes = [];
   for (const [name, unit, pick] of GOAL_REPS) {
-    const [gw, ref] = pick(m);
+    const [gw, reference] = pick(m);
     if (!gw?.reps || gw.reps.length < 2) continue;
-    notes.push(`median of ${gw.reps.length} runs, ${name}: gateway ${list(gw, unit)}${ref?.reps ? `; reference ${list(ref, unit)}` : ''}`);
+    notes.push(`median of ${gw.reps.length} runs, ${name}: gateway ${list(gw, unit)}${reference?.reps ? `; reference ${list(reference, unit)}` : ''}`);
   }
   return notes;
 }

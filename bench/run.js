@@ -115,8 +115,8 @@ const IDLE_SECONDS = envNumber('BENCH_IDLE_SECONDS', 30, 0);
  * table gives the median (issue #46: ratios in one run, medians of 3).
  */
 const REPS = Math.round(envNumber('BENCH_REPS', 3, 1));
-/** The SECONDS-long runs one more repetition adds (c64 and stream: 2 each; c=1: 3; completions, queue, Redis c=1 and c64, Redis-wait c=1 and c64: 1 each). */
-const SECONDS_PER_REP = 13;
+/** The SECONDS-long runs one more repetition adds: c64 and stream 2 each, c=1 3, completions and MCP 2 each, queue 3, Redis and Redis-wait 4 each. */
+const SECONDS_PER_REP = 22;
 const MANY_STREAMS = Math.round(envNumber('BENCH_MANY_STREAMS', 10_000, 1));
 const MANY_SECONDS = envNumber('BENCH_MANY_SECONDS', 20, 2);
 /** Phase many's model: on the slow model's provider, a chunk every 2 s, 10 s past the sampling. */
@@ -136,7 +136,7 @@ const DOC = process.env.BENCH_DOC !== undefined
   : (PHASES.size === ALL_PHASES.length ? join(ROOT, 'docs', 'performance.md') : undefined);
 const NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
 const STOP_MS = NODE_ARGS.length > 0 ? 60_000 : 10_000; // a CPU profile is written on exit
-const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 300 + 5 * WARMUP + 21 * SECONDS + (REPS - 1) * SECONDS_PER_REP * SECONDS + 2 * STREAM_SECONDS + 2 * MANY_SECONDS + 150 + TTFB_N + IDLE_SECONDS, 10);
+const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 300 + 5 * WARMUP + 30 * SECONDS + (REPS - 1) * SECONDS_PER_REP * SECONDS + 2 * STREAM_SECONDS + 2 * MANY_SECONDS + 150 + TTFB_N + IDLE_SECONDS, 10);
 
 /** The key and the two model ids the run needs, from the config itself. */
 function readConfig() {
@@ -307,24 +307,53 @@ async function main(tmp) {
   const busy = noise();
   await sanityCheck(gw, headers); // still alive and correct after all that
   m.end = { gw: rssKb(gw.pid), bare: rssKb(bare.pid) };
+
+  // Each variant's references (the bare hop, the gateway on the memory store) are measured again
+  // beside it, run for run, not taken from the phases above: this host's speed moves by half
+  // within minutes (the bare hop's CPU per request 117-226 µs in one run), and a ratio to a
+  // figure taken minutes before measures the host. Both stay up, idle, meanwhile.
+  const c64Of = (t) => () => cannonWithCpu(`${t.name} non-streaming c64 (reference)`, t, ticks, { headers, body: plain, connections: 64, seconds: SECONDS });
+  const refs = { gw, bare, c64Of };
+  if (PHASES.has('dialects')) m.dialects.completions = await completionsVariant({ text, tmp, key, upOrigin, pin, ticks, refs });
+  if (PHASES.has('mcp')) m.mcp = await mcpVariant({ text, tmp, key, upOrigin, pin, ticks, refs });
+  if (PHASES.has('queue')) m.queue = await queueVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, refs });
+  if (PHASES.has('redis')) m.redis = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, stream, refs });
+  if (PHASES.has('redis-wait')) m.redisWait = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, stream, refs, waitReplicas: 1 });
   await stopChild(gw.child, STOP_MS);
   await stopChild(bare.child);
-
-  if (PHASES.has('dialects')) m.dialects.completions = await completionsVariant({ text, tmp, key, upOrigin, pin, ticks });
-  if (PHASES.has('mcp')) m.mcp = await mcpVariant({ text, tmp, key, upOrigin, pin, ticks });
-  if (PHASES.has('queue')) m.queue = await queueVariant({ text, tmp, headers, upOrigin, pin, ticks, plain });
+  // Last, alone: its thousands of streams want the host's open files and memory.
   if (PHASES.has('many')) m.many = await manyVariant({ text, tmp, headers, upOrigin, pin, ticks, plain });
-  if (PHASES.has('redis')) m.redis = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream });
-  if (PHASES.has('redis-wait')) m.redisWait = await redisVariant({ text, tmp, headers, upOrigin, pin, ticks, bare, plain, stream, waitReplicas: 1 });
   await stopAll(STOP_MS);
   return { m, busy, pin, logs: [gwLog, ...[m.dialects?.completions, m.mcp, m.queue, m.many, m.redis, m.redisWait].filter(Boolean).map((r) => r.log)] };
 }
 
-/** `measure` run REPS times in a row: the run whose `key` is the median (medianRun). */
-async function repeated(measure, key) {
+/**
+ * `measure` run REPS times: the run whose `key` is the median (medianRun). With `refs` (name to
+ * a measurement), each is run after it, rep for rep, and its median run is under `refs`.
+ */
+async function repeated(measure, key, refs = {}) {
   const runs = [];
-  for (let rep = 0; rep < REPS; rep++) runs.push(await measure());
-  return medianRun(runs, key);
+  const refRuns = Object.fromEntries(Object.keys(refs).map((k) => [k, []]));
+  for (let rep = 0; rep < REPS; rep++) {
+    runs.push(await measure());
+    for (const [k, ref] of Object.entries(refs)) refRuns[k].push(await ref());
+  }
+  const out = medianRun(runs, key);
+  if (Object.keys(refs).length > 0) out.refs = Object.fromEntries(Object.entries(refRuns).map(([k, r]) => [k, medianRun(r, key)]));
+  return out;
+}
+
+/**
+ * c=1 latency of `target` and of each of `refs` (name to target), alternating in the same
+ * blocks (sequentialLatency), REPS times: the median run by p99 of each, the refs' under `refs`.
+ */
+async function latencyBeside(target, refs, headers, body) {
+  const names = Object.keys(refs);
+  const runs = [];
+  for (let rep = 0; rep < REPS; rep++) runs.push(await sequentialLatency([target, ...Object.values(refs)], SECONDS, headers, body));
+  const out = medianRun(runs.map((r) => r[0]), 'p99');
+  out.refs = Object.fromEntries(names.map((k, i) => [k, medianRun(runs.map((r) => r[i + 1]), 'p99')]));
+  return out;
 }
 
 /** The model the completions figure asks for: the bench's own upstream serves it. */
@@ -353,7 +382,7 @@ function completionsConfig(text, origin, dir) {
  * derived config, pinned as the others, in front of the bench's completions upstream (on the
  * load CPU); warmed up, checked, then measured as the other dialects are.
  */
-async function completionsVariant({ text, tmp, key, upOrigin, pin, ticks }) {
+async function completionsVariant({ text, tmp, key, upOrigin, pin, ticks, refs }) {
   const label = 'gateway (completions)';
   const upPort = await freePort();
   const upstream = await startNodeScript('completions upstream', join(ROOT, 'bench', 'completions-upstream.mjs'), ['--host', HOST, '--port', String(upPort)],
@@ -371,7 +400,7 @@ async function completionsVariant({ text, tmp, key, upOrigin, pin, ticks }) {
     log(`${label} ${r.path}, non-streaming, 64 connections: ${SECONDS} s`);
     const opts = { headers: r.headers, body: r.body, path: r.path, connections: 64, seconds: SECONDS };
     if (WARMUP > 0) await cannon(`warm-up ${label}`, gw.origin, { ...opts, seconds: WARMUP });
-    const out = await repeated(() => cannonWithCpu(`${label} c64`, gw, ticks, opts), 'cpuUs');
+    const out = await repeated(() => cannonWithCpu(`${label} c64`, gw, ticks, opts), 'cpuUs', { bare: refs.c64Of(refs.bare) });
     await dialectCheck(gw, { completions: r }); // still alive and correct after the run
     return { ...out, log: logPath };
   } finally {
@@ -407,7 +436,7 @@ async function mcpPost(origin, headers, body) {
  * the others, in front of bench/mcp-upstream.mjs (on the load CPU). One session is opened
  * (initialize, notifications/initialized), every call then carries it, as an agent's do.
  */
-async function mcpVariant({ text, tmp, key, upOrigin, pin, ticks }) {
+async function mcpVariant({ text, tmp, key, upOrigin, pin, ticks, refs }) {
   const label = 'gateway (mcp)';
   const upPort = await freePort();
   const upstream = await startNodeScript('mcp upstream', join(ROOT, 'bench', 'mcp-upstream.mjs'), ['--host', HOST, '--port', String(upPort)],
@@ -437,7 +466,7 @@ async function mcpVariant({ text, tmp, key, upOrigin, pin, ticks }) {
     log(`${label} POST /mcp/bench tools/call, 64 connections: ${SECONDS} s`);
     const opts = { headers, body: JSON.stringify(call), path: '/mcp/bench', connections: 64, seconds: SECONDS };
     if (WARMUP > 0) await cannon(`warm-up ${label}`, gw.origin, { ...opts, seconds: WARMUP });
-    const out = await cannonWithCpu(`${label} c64`, gw, ticks, opts);
+    const out = await repeated(() => cannonWithCpu(`${label} c64`, gw, ticks, opts), 'cpuUs', { gateway: refs.c64Of(refs.gw) });
     await check(); // still alive and correct after the run
     return { ...out, log: logPath };
   } finally {
@@ -471,7 +500,7 @@ function queueConfig(text, dir) {
  * idle: a gateway of its own on queueConfig's config, pinned as the others, warmed up and
  * measured as phase c64 is. The answers must say they did not wait (x-tollgate-queue-ms 0).
  */
-async function queueVariant({ text, tmp, headers, upOrigin, pin, ticks, plain }) {
+async function queueVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, refs }) {
   const label = 'gateway (queue idle)';
   const logPath = join(LOG_DIR, 'gateway-queue.log');
   rmSync(logPath, { force: true });
@@ -490,7 +519,8 @@ async function queueVariant({ text, tmp, headers, upOrigin, pin, ticks, plain })
     log(`${label}: non-streaming, 64 connections: ${SECONDS} s`);
     const opts = { headers, body: plain, connections: 64, seconds: SECONDS };
     if (WARMUP > 0) await cannon(`warm-up ${label}`, gw.origin, { ...opts, seconds: WARMUP });
-    const out = await repeated(() => cannonWithCpu(`${label} c64`, gw, ticks, opts), 'cpuUs');
+    const out = await repeated(() => cannonWithCpu(`${label} c64`, gw, ticks, opts), 'cpuUs',
+      { bare: refs.c64Of(refs.bare), gateway: refs.c64Of(refs.gw) });
     await sanityCheck(gw, headers);
     // Only a request that found every replica full waits (and is counted): none may have.
     const metrics = await (await fetch(`${gw.origin}/metrics`)).text();
@@ -571,7 +601,7 @@ async function manyVariant({ text, tmp, headers, upOrigin, pin, ticks, plain }) 
  * latency at one connection, throughput at 64. With `waitReplicas`, Redis has that many
  * replicas and every debit waits for them (store.wait_replicas).
  */
-async function redisVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, stream, waitReplicas = 0 }) {
+async function redisVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, stream, refs, waitReplicas = 0 }) {
   const label = waitReplicas > 0 ? `gateway (redis, wait_replicas ${waitReplicas})` : 'gateway (redis)';
   const server = await startRedis(pin.load, mkdtempSync(join(tmp, 'redis-')));
   const replicas = [];
@@ -623,10 +653,12 @@ async function redisVariant({ text, tmp, headers, upOrigin, pin, ticks, plain, s
     log(`${label}: Redis traffic of 300 sequential requests and 100 sequential streams`);
     const r = { plain: await perRequest(plain, 300), stream: await perRequest(stream, 100), log: logPath };
     log(`${label}: non-streaming, 1 connection: ${SECONDS} s`);
-    r.c1 = await repeated(async () => (await sequentialLatency([gw], SECONDS, headers, plain))[0], 'p99');
+    // Beside the memory store's gateway (the goals' reference); with replicas, beside the bare hop.
+    const [refName, ref] = waitReplicas > 0 ? ['bare', refs.bare] : ['memory', refs.gw];
+    r.c1 = await latencyBeside(gw, { [refName]: ref }, headers, plain);
     log(`${label}: non-streaming, 64 connections: ${SECONDS} s`);
     r.c64 = await repeated(() => cannonWithCpu(`${label} non-streaming c64`, gw, ticks,
-      { headers, body: plain, connections: 64, seconds: SECONDS }, { redis: server.pid }), 'cpuUs');
+      { headers, body: plain, connections: 64, seconds: SECONDS }, { redis: server.pid }), 'cpuUs', { [refName]: refs.c64Of(ref) });
     await sanityCheck(gw, headers);
     r.rssEnd = rssKb(gw.pid);
     return r;

@@ -209,3 +209,21 @@ t.test("issue #46's medians of 3: the median run kept whole, every run's value n
   t.match(row, { gateway: 219.5, reference: 136, ratio: 1.61 }, 'the table gives the medians');
   t.strictSame(repsNotes(measured()), [], 'nothing to note for single runs');
 });
+
+t.test('a variant measured beside its references: the ratio is to those, not to the main phases', async (t) => {
+  const m: any = measured();
+  m.queue = { cpuUs: 150, refs: { bare: { cpuUs: 125 }, gateway: { cpuUs: 160 } } };
+  m.redis.c64 = { cpuUs: 200, rps: 3000, refs: { memory: { cpuUs: 180, rps: 3300 } } };
+  m.redis.c1 = { p50: 0.8, p99: 3, n: 1000, refs: { memory: { p50: 0.4, p99: 2.5, n: 1000 } } };
+  const rows = figures(m, { streams: 500 });
+  const row = (name: string) => rows.find((r) => r.name === name);
+  t.match(row('CPU per non-streaming request, c=64, admission queue configured, idle'), { reference: 125, ratio: 1.2, verdict: 'MET' });
+  t.match(row('the same, against the gateway without a queue'), { reference: 160, ratio: 0.94 });
+  t.match(row('redis store: CPU per non-streaming request, c=64'), { reference: 180, ratio: 1.11, verdict: 'MET' });
+  t.match(row('redis store: throughput, non-streaming c=64'), { reference: 3300 });
+  t.match(row('redis store: p99 latency, c=1'), { reference: 2.5, ratio: 1.2, verdict: 'MET' });
+  t.match(row('redis store: p50 latency, c=1'), { reference: 0.4 });
+  const old = measured();
+  t.match(figures({ ...old, queue: { cpuUs: 150 } }, { streams: 500 }).find((r) => r.name.startsWith('CPU per non-streaming request, c=64, admission')),
+    { reference: 132 }, 'without refs (older results), the main phase\'s figure');
+});
